@@ -1,0 +1,45 @@
+# Two commands on a fresh clone: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: run test check lint typecheck contracts pytest bench clean
+
+run: $(RUN_STAMP)
+	$(BIN)/streamq serve
+
+test: $(TEST_STAMP)
+	$(MAKE) check
+	$(BIN)/pytest
+
+check: lint typecheck contracts
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(TEST_STAMP)
+	$(BIN)/mypy
+
+contracts: $(TEST_STAMP)
+	$(BIN)/lint-imports
+
+bench: $(TEST_STAMP)
+	$(BIN)/python benchmarks/log_bench.py
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet -e '.[test,spark,dev]'
+	touch $(RUN_STAMP) $@
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""The PySpark data source: reads the segment log's on-disk format directly."""

@@ -1,0 +1,46 @@
+"""Errors raised by the segment log. Domain terms only: the gateways map them to codes."""
+
+from __future__ import annotations
+
+
+class LogError(Exception):
+    """Base class of every error the segment log raises."""
+
+
+class SegmentCorrupted(LogError):
+    """Data on disk failed an integrity check (magic, version, length, CRC or offset)."""
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        super().__init__(f"{path} at position {position}: {reason}")
+        self.path = path
+        self.position = position
+        self.reason = reason
+
+
+class LogFailed(LogError):
+    """The log hit corrupt data or an I/O error earlier and refuses further work.
+
+    Only this log is failed; other logs in the same process keep working.
+    """
+
+    def __init__(self, directory: str, cause: BaseException) -> None:
+        super().__init__(f"log {directory} has failed: {cause}")
+        self.directory = directory
+        self.cause = cause
+
+
+class LogClosed(LogError):
+    """The log was closed."""
+
+
+class OffsetOutOfRange(LogError):
+    """The offset asked for is before the log's first retained offset."""
+
+    def __init__(self, offset: int, start_offset: int) -> None:
+        super().__init__(f"offset {offset} is before the first retained offset {start_offset}")
+        self.offset = offset
+        self.start_offset = start_offset
+
+
+class RecordTooLarge(LogError):
+    """A message is larger than the log accepts (`record_bytes_max`)."""

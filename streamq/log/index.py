@@ -1,0 +1,78 @@
+"""The sparse offset and timestamp index of one segment, held in memory.
+
+Owns the lookup arrays and their search; it does no I/O (`format` encodes the index file,
+`segment` and `log` read and write it). Every entry maps a record's offset relative to the
+segment base to its byte position and append timestamp. Timestamps never decrease within
+a log, so one set of entries serves both `seek(offset)` and `seek(timestamp_ms)`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+
+
+class SparseIndex:
+    """Entries for the first record and then one per `interval_bytes` of segment data."""
+
+    __slots__ = ("interval_bytes", "last_position", "positions", "relative_offsets", "timestamps")
+
+    def __init__(self, interval_bytes: int) -> None:
+        self.interval_bytes = interval_bytes
+        self.relative_offsets = array("I")
+        self.positions = array("I")
+        self.timestamps = array("q")
+        # Position of the newest entry; far negative so that the first record gets one.
+        self.last_position = -(1 << 62)
+
+    @classmethod
+    def from_entries(
+        cls, interval_bytes: int, entries: Iterable[tuple[int, int, int]]
+    ) -> SparseIndex:
+        index = cls(interval_bytes)
+        for relative_offset, position, timestamp_ms in entries:
+            index.add(relative_offset, position, timestamp_ms)
+        return index
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def add(self, relative_offset: int, position: int, timestamp_ms: int) -> None:
+        self.relative_offsets.append(relative_offset)
+        self.positions.append(position)
+        self.timestamps.append(timestamp_ms)
+        self.last_position = position
+
+    def maybe_add(self, relative_offset: int, position: int, timestamp_ms: int) -> None:
+        """Add an entry if the record starts an interval after the previous entry."""
+        if position - self.last_position >= self.interval_bytes:
+            self.add(relative_offset, position, timestamp_ms)
+
+    def entries(self) -> list[tuple[int, int, int]]:
+        return list(zip(self.relative_offsets, self.positions, self.timestamps, strict=True))
+
+    def floor_offset(self, relative_offset: int) -> tuple[int, int]:
+        """(relative offset, position) of the last entry at or before `relative_offset`.
+
+        The segment must have at least one entry (its first record).
+        """
+        i = bisect_right(self.relative_offsets, relative_offset) - 1
+        assert i >= 0, "lookup before the segment's first record"
+        return self.relative_offsets[i], self.positions[i]
+
+    def floor_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
+        """(relative offset, position) of the last entry whose timestamp is below
+        `timestamp_ms`, or the first entry; scanning forward from it finds the first record
+        at or after that time.
+        """
+        i = max(bisect_left(self.timestamps, timestamp_ms) - 1, 0)
+        return self.relative_offsets[i], self.positions[i]
+
+    def truncate_after(self, position: int) -> None:
+        """Drop the entries of records at or past `position` (recovery of a torn tail)."""
+        keep = bisect_left(self.positions, position)
+        del self.relative_offsets[keep:]
+        del self.positions[keep:]
+        del self.timestamps[keep:]
+        self.last_position = self.positions[-1] if self.positions else -(1 << 62)

@@ -1,0 +1,448 @@
+"""The segment log: append, group-committed sync, read, seek and head drops.
+
+Owns one log directory (see `format` for its layout) for one writer. It is used from a
+single thread, the broker's event loop; fsync work runs on the `Syncer` thread, never on
+the caller's. Readers see only the durable part of the log: records below `durable_next`.
+
+Durability: `append` is buffered, and durable after a `sync()` (or `sync_blocking()`) that
+began after it returned. `sync` group-commits: one round of fdatasync calls covers every
+append made before the round began, whoever asked.
+
+A log that meets corrupt data or an I/O error while reading or syncing is failed: every
+later call raises LogFailed. Other logs in the process are not affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+from streamq.log import format as fmt
+from streamq.log.errors import (
+    LogClosed,
+    LogError,
+    LogFailed,
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
+from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.recovery import create_segment, recover
+from streamq.log.segment import Segment, read_records
+from streamq.log.syncer import Syncer
+
+MIB: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes_max: int = 8 * MIB
+    index_interval_bytes: int = 4096
+    # A record holds a message of up to 128 MiB (the broker's max message size) plus its
+    # exchange, routing key and properties.
+    record_bytes_max: int = 128 * MIB + MIB
+    # Appends are held in memory up to this size before they are written to the OS.
+    write_buffer_bytes_max: int = MIB
+    read_chunk_bytes: int = 256 * 1024
+    read_fds_max: int = 32
+
+
+class SegmentInfo(NamedTuple):
+    """What retention and operators see of a segment."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    first_timestamp_ms: int
+    last_timestamp_ms: int
+    active: bool
+
+
+class _Round(NamedTuple):
+    """One group commit: everything appended below `next_offset`."""
+
+    next_offset: int
+    fds: list[int]
+    sealing: list[Segment]
+    index_writes: list[tuple[str, bytes]]
+    fsync_dir: bool
+
+
+class SegmentLog:
+    """An append-only log of messages in a directory of segments. Open with `open()`."""
+
+    def __init__(
+        self, directory: str, config: LogConfig, syncer: Syncer, segments: list[Segment]
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._syncer = syncer
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._active = segments[-1]
+        self._next_offset = self._active.next_offset
+        self._last_timestamp_ms = max(self._active.last_timestamp_ms, 0)
+        self._durable_next = self._next_offset
+        self._buffer = bytearray()
+        self._unsealed: list[Segment] = []
+        self._dir_dirty = False
+        self._inflight: asyncio.Future[None] | None = None
+        self._failed: LogFailed | None = None
+        self._closed = False
+        self._read_fds: dict[int, int] = {}
+        self._durable_fd = os.open(
+            os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
+        )
+        os.pwrite(self._durable_fd, fmt.encode_durable(self._durable_next), 0)
+
+    @classmethod
+    def open(
+        cls, directory: str, config: LogConfig | None = None, syncer: Syncer | None = None
+    ) -> SegmentLog:
+        """Open or create the log in `directory`, recovering a torn tail.
+
+        Blocks on fsync: call it before serving, or from a worker thread. Every repair is
+        durable before it returns. Raises SegmentCorrupted for damage a crash cannot
+        explain (the caller fails this log only).
+        """
+        config = config or LogConfig()
+        recovered = recover(directory, config.index_interval_bytes)
+        return cls(directory, config, syncer or Syncer(), recovered.segments)
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def durable_next(self) -> int:
+        """Every record below this offset is durable; readers see only those."""
+        return self._durable_next
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset still in the log (retention drops segments from the head)."""
+        return self._segments[0].base_offset
+
+    @property
+    def failed(self) -> LogFailed | None:
+        return self._failed
+
+    def segments(self) -> list[SegmentInfo]:
+        return [
+            SegmentInfo(
+                s.base_offset,
+                s.next_offset,
+                s.size_bytes,
+                s.first_timestamp_ms,
+                s.last_timestamp_ms,
+                s is self._active,
+            )
+            for s in self._segments
+        ]
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise LogClosed(self.directory)
+
+    def _fail(self, cause: BaseException) -> LogFailed:
+        if self._failed is None:
+            self._failed = LogFailed(self.directory, cause)
+        return self._failed
+
+    # -- append --------------------------------------------------------------------------
+
+    def append(self, messages: Sequence[fmt.Message], timestamp_ms: int) -> int:
+        """Append a batch of messages and return the offset of the first one.
+
+        Buffered; durable after a `sync()` that begins after this returns. Timestamps never
+        decrease within a log: an earlier `timestamp_ms` is raised to the last one used.
+        Raises RecordTooLarge (appending nothing) if a message exceeds `record_bytes_max`.
+        """
+        self._check_usable()
+        cap = self.config.record_bytes_max
+        for message in messages:
+            if fmt.record_size(message) > cap:
+                raise RecordTooLarge(f"record of {fmt.record_size(message)} bytes exceeds {cap}")
+        timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
+        self._last_timestamp_ms = timestamp_ms
+        first = offset = self._next_offset
+        segment = self._active
+        buffer = self._buffer
+        position = segment.size_bytes
+        segment_max = self.config.segment_bytes_max
+        flush_at = self.config.write_buffer_bytes_max
+        index = segment.index
+        interval = index.interval_bytes
+        encode = fmt.encode_record
+        # Hot path: one encode and one buffer extend per record; index, roll and flush
+        # checks are integer comparisons.
+        for message in messages:
+            record = encode(offset, timestamp_ms, message)
+            size = len(record)
+            if position + size > segment_max and offset > segment.base_offset:
+                self._seal_active(offset, position, timestamp_ms)
+                segment = self._active
+                buffer = self._buffer
+                position = segment.size_bytes
+                index = segment.index
+            if position - index.last_position >= interval:
+                index.add(offset - segment.base_offset, position, timestamp_ms)
+            buffer += record
+            position += size
+            offset += 1
+            if len(buffer) >= flush_at:
+                self._flush(segment, buffer)
+        if segment.first_timestamp_ms < 0 and offset > segment.base_offset:
+            segment.first_timestamp_ms = timestamp_ms
+        segment.last_timestamp_ms = timestamp_ms
+        segment.size_bytes = position
+        segment.next_offset = offset
+        self._next_offset = offset
+        return first
+
+    def _flush(self, segment: Segment, buffer: bytearray) -> None:
+        """Write buffered appends to the OS (not durable until fsynced)."""
+        try:
+            write_all(segment.write_fd, buffer)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        del buffer[:]
+
+    def _seal_active(self, offset: int, position: int, timestamp_ms: int) -> None:
+        """Close the active segment for appends and start the next one at `offset`."""
+        old = self._active
+        old.size_bytes = position
+        old.next_offset = offset
+        old.last_timestamp_ms = timestamp_ms
+        if old.first_timestamp_ms < 0:
+            old.first_timestamp_ms = timestamp_ms
+        self._flush(old, self._buffer)
+        self._unsealed.append(old)
+        try:
+            new = create_segment(self.directory, offset, self.config.index_interval_bytes)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        self._segments.append(new)
+        self._bases.append(offset)
+        self._active = new
+        self._dir_dirty = True
+
+    # -- sync ----------------------------------------------------------------------------
+
+    async def sync(self) -> int:
+        """Make every record appended so far durable; return `durable_next`.
+
+        Group commit: concurrent callers share rounds, and one round fsyncs every segment
+        with unsynced appends. The fsync runs on the Syncer thread. Raises LogFailed if an
+        fsync fails (the log is failed: a failed fsync cannot be retried safely).
+        """
+        target = self._next_offset
+        while self._durable_next < target:
+            self._check_usable()
+            if self._inflight is None:
+                self._inflight = self._start_round()
+            # shield: a cancelled waiter must not cancel the round others wait on.
+            await asyncio.shield(self._inflight)
+        return self._durable_next
+
+    def sync_blocking(self) -> int:
+        """`sync()` for callers without an event loop: fsyncs before returning."""
+        self._check_usable()
+        if self._inflight is not None:
+            raise LogError("sync_blocking while an asynchronous sync is in flight")
+        if self._durable_next < self._next_offset or self._dir_dirty:
+            work = self._prepare_round()
+            try:
+                self._run_round(work)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            self._finish_round(work)
+        return self._durable_next
+
+    def _start_round(self) -> asyncio.Future[None]:
+        work = self._prepare_round()
+        loop = asyncio.get_running_loop()
+        future = asyncio.wrap_future(self._syncer.submit(lambda: self._run_round(work)), loop=loop)
+
+        def finished(done: asyncio.Future[None]) -> None:
+            self._inflight = None
+            exc = done.exception()
+            if exc is not None:
+                self._fail(exc)
+            else:
+                self._finish_round(work)
+
+        future.add_done_callback(finished)
+        return future
+
+    def _prepare_round(self) -> _Round:
+        """Runs on the caller's thread: flush buffers and list what the round must fsync."""
+        self._flush(self._active, self._buffer)
+        sealing = list(self._unsealed)
+        fds = [s.write_fd for s in sealing] + [self._active.write_fd]
+        writes = [(s.index_path, s.index_bytes()) for s in sealing]
+        fsync_dir = self._dir_dirty or bool(sealing)
+        self._dir_dirty = False
+        return _Round(self._next_offset, fds, sealing, writes, fsync_dir)
+
+    def _run_round(self, work: _Round) -> None:
+        """Runs on the Syncer thread: segment data first, then their index files, then the
+        directory, so that an index on disk always describes durable data.
+        """
+        for fd in work.fds:
+            os.fdatasync(fd)
+        for path, data in work.index_writes:
+            write_file_atomic(path, data, fsync_dir=False)
+        if work.fsync_dir:
+            fsync_directory(self.directory)
+        os.pwrite(self._durable_fd, fmt.encode_durable(work.next_offset), 0)
+
+    def _finish_round(self, work: _Round) -> None:
+        self._durable_next = max(self._durable_next, work.next_offset)
+        for segment in work.sealing:
+            os.close(segment.write_fd)
+            segment.write_fd = -1
+            segment.sealed = True
+            self._unsealed.remove(segment)
+
+    # -- read ----------------------------------------------------------------------------
+
+    def read(self, offset: int, records_max: int) -> list[fmt.Record]:
+        """Durable records from `offset` on, at most `records_max`, possibly fewer.
+
+        Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`, and
+        LogFailed (failing the log) if a record is damaged.
+        """
+        self._check_usable()
+        if offset < self.start_offset:
+            raise OffsetOutOfRange(offset, self.start_offset)
+        out: list[fmt.Record] = []
+        end = self._durable_next
+        while offset < end and len(out) < records_max:
+            segment = self._segments[bisect_right(self._bases, offset) - 1]
+            rel, position = segment.index.floor_offset(offset - segment.base_offset)
+            try:
+                _, offset = read_records(
+                    self._read_fd(segment),
+                    segment,
+                    position,
+                    segment.base_offset + rel,
+                    end,
+                    records_max - len(out),
+                    offset,
+                    self.config.read_chunk_bytes,
+                    out,
+                )
+            except (LogError, OSError) as exc:
+                raise self._fail(exc) from exc
+        return out
+
+    def seek_timestamp(self, timestamp_ms: int) -> int:
+        """The first durable offset whose timestamp is `timestamp_ms` or later, or
+        `durable_next` if there is none. O(log segments + one index interval).
+        """
+        self._check_usable()
+        i = bisect_right(self._segments, timestamp_ms - 1, key=_last_timestamp_key)
+        if i == len(self._segments):
+            return self._durable_next
+        segment = self._segments[i]
+        if segment.record_count == 0:
+            return self._durable_next
+        rel, _position = segment.index.floor_timestamp(timestamp_ms)
+        offset = segment.base_offset + rel
+        while offset < self._durable_next:
+            batch = self.read(offset, 64)
+            for record in batch:
+                if record.timestamp_ms >= timestamp_ms:
+                    return record.offset
+            if not batch:
+                break
+            offset = batch[-1].offset + 1
+        return self._durable_next
+
+    def _read_fd(self, segment: Segment) -> int:
+        fd = self._read_fds.get(segment.base_offset)
+        if fd is None:
+            if len(self._read_fds) >= self.config.read_fds_max:
+                oldest = next(iter(self._read_fds))
+                os.close(self._read_fds.pop(oldest))
+            fd = os.open(segment.path, os.O_RDONLY)
+            self._read_fds[segment.base_offset] = fd
+        return fd
+
+    # -- retention -----------------------------------------------------------------------
+
+    def drop_segments_before(self, offset: int) -> int:
+        """Delete the segments whose records are all below `offset`; never the active one,
+        nor one not yet sealed. Returns how many were deleted.
+
+        The files are unlinked now; the deletion is durable after the next sync round (a
+        deletion lost in a crash is redone by the next retention pass).
+        """
+        self._check_usable()
+        dropped = 0
+        while len(self._segments) > 1:
+            head = self._segments[0]
+            if head.next_offset > offset or not head.sealed:
+                break
+            fd = self._read_fds.pop(head.base_offset, None)
+            if fd is not None:
+                os.close(fd)
+            os.remove(head.index_path)
+            os.remove(head.path)
+            del self._segments[0]
+            del self._bases[0]
+            dropped += 1
+        if dropped:
+            self._dir_dirty = True
+        return dropped
+
+    # -- close ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Sync what was appended, then release every file. Idempotent."""
+        if self._closed:
+            return
+        if self._failed is None:
+            try:
+                await self.sync()
+            finally:
+                self._release()
+        else:
+            if self._inflight is not None:
+                await asyncio.wait([self._inflight])
+            self._release()
+
+    def close_blocking(self) -> None:
+        """`close()` for callers without an event loop."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.sync_blocking()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+        for segment in [*self._unsealed, self._active]:
+            if segment.write_fd >= 0:
+                os.close(segment.write_fd)
+                segment.write_fd = -1
+        os.close(self._durable_fd)
+
+
+def _last_timestamp_key(segment: Segment) -> int:
+    # Only the active segment can be empty; it sorts last, after every timestamp.
+    return segment.last_timestamp_ms if segment.record_count else (1 << 63) - 1

@@ -1,0 +1,215 @@
+"""Recovery of a log directory on open: find the valid records, cut what is not.
+
+Owns the decisions taken when a log is opened after any stop, clean or `kill -9`:
+
+* A closed segment with a valid index whose size matches is trusted (sealed).
+* A segment without a usable index is scanned record by record and gets a new index.
+* The valid part of the log ends at the first torn or corrupt record of an unsealed
+  segment. Everything after it was never reported durable (a sync seals segments in
+  order and fsyncs them before reporting), so it is cut: the segment is truncated and any
+  later segments are deleted.
+* Damage that a crash cannot explain (a bad record inside a sealed segment, a sealed
+  segment shorter than its index says, a gap between segments) raises SegmentCorrupted
+  naming the segment and position: the caller fails that log only.
+
+Every change is fsynced (file, then directory) before `recover` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import NamedTuple
+
+from streamq.log import format as fmt
+from streamq.log.errors import SegmentCorrupted
+from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.index import SparseIndex
+from streamq.log.segment import Segment, scan_segment
+
+logger = logging.getLogger(__name__)
+
+
+class Recovered(NamedTuple):
+    segments: list[Segment]  # oldest first; the last one is the active segment
+    truncated_bytes: int
+    deleted_segments: int
+
+
+def recover(directory: str, interval_bytes: int) -> Recovered:
+    """Open `directory` as a log, repairing a torn tail. Fsyncs every repair before returning.
+
+    Raises SegmentCorrupted for damage a crash cannot explain.
+    """
+    os.makedirs(directory, exist_ok=True)
+    _remove_temp_files(directory)
+    bases = _segment_bases(directory)
+    if not bases:
+        segment = create_segment(directory, 0, interval_bytes)
+        fsync_directory(directory)
+        return Recovered([segment], 0, 0)
+    segments: list[Segment] = []
+    truncated = 0
+    deleted = 0
+    sealed_after = _sealed_flags(directory, bases)
+    for i, base in enumerate(bases):
+        path = os.path.join(directory, fmt.segment_name(base))
+        if segments and segments[-1].next_offset != base:
+            if any(sealed_after[i:]):
+                raise SegmentCorrupted(
+                    path, 0, f"gap in the log: expected offset {segments[-1].next_offset}"
+                )
+            deleted += _delete_segments(directory, bases[i:])
+            break
+        is_last = i == len(bases) - 1
+        later_sealed = any(sealed_after[i + 1 :])
+        if not is_last and not later_sealed and os.path.getsize(path) < fmt.SEGMENT_HEADER_BYTES:
+            # Created during a roll that never became durable, like everything after it.
+            deleted += _delete_segments(directory, bases[i:])
+            break
+        segment, cut = _open_segment(path, base, interval_bytes, is_last, later_sealed)
+        segments.append(segment)
+        truncated += cut
+        if cut and not is_last:
+            # A torn unsealed segment: nothing after it was ever durable.
+            deleted += _delete_segments(directory, bases[i + 1 :])
+            break
+    if not segments:
+        segments.append(create_segment(directory, bases[0], interval_bytes))
+        os.fsync(segments[0].write_fd)
+    _make_active(segments[-1])
+    for segment in segments[:-1]:
+        if not segment.sealed:
+            write_file_atomic(segment.index_path, segment.index_bytes(), fsync_dir=False)
+            segment.sealed = True
+    if truncated or deleted or not all(s.sealed for s in segments[:-1]):
+        logger.warning(
+            "log %s recovered: truncated %d bytes of torn tail, deleted %d unsynced segments",
+            directory,
+            truncated,
+            deleted,
+        )
+    fsync_directory(directory)
+    return Recovered(segments, truncated, deleted)
+
+
+def create_segment(directory: str, base_offset: int, interval_bytes: int) -> Segment:
+    """Create an empty segment file holding only its header.
+
+    The header is buffered in the OS: durable after the caller's fsync of the file, the
+    file's existence after an fsync of the directory.
+    """
+    path = os.path.join(directory, fmt.segment_name(base_offset))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    write_all(fd, fmt.encode_segment_header(base_offset, int(time.time() * 1000)))
+    segment = Segment(path, base_offset, SparseIndex(interval_bytes))
+    segment.write_fd = fd
+    return segment
+
+
+def _make_active(segment: Segment) -> None:
+    """Open the newest segment for appends; an active segment has no index file."""
+    if segment.write_fd < 0:
+        segment.write_fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+    segment.sealed = False
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(segment.index_path)
+
+
+def _open_segment(
+    path: str, base: int, interval_bytes: int, is_last: bool, later_sealed: bool
+) -> tuple[Segment, int]:
+    """The segment at `path`, and how many torn bytes were cut from it."""
+    file_bytes = os.path.getsize(path)
+    if is_last and file_bytes < fmt.SEGMENT_HEADER_BYTES:
+        # Created but its header never reached the disk: write it again.
+        os.remove(path)
+        segment = create_segment(os.path.dirname(path), base, interval_bytes)
+        os.fsync(segment.write_fd)
+        return segment, 0
+    indexed = _load_index(path, base, file_bytes, interval_bytes) if not is_last else None
+    if indexed is not None:
+        return indexed, 0
+    scan = scan_segment(path, base, interval_bytes, 1 << 64)
+    segment = Segment(path, base, scan.sparse_index)
+    segment.next_offset = scan.next_offset
+    segment.size_bytes = scan.valid_bytes
+    segment.first_timestamp_ms = scan.first_timestamp_ms
+    segment.last_timestamp_ms = scan.last_timestamp_ms
+    cut = scan.file_bytes - scan.valid_bytes
+    if cut and later_sealed:
+        raise SegmentCorrupted(path, scan.valid_bytes, "invalid record inside a closed segment")
+    if cut:
+        with open(path, "r+b") as f:
+            f.truncate(scan.valid_bytes)
+            os.fsync(f.fileno())
+    return segment, cut
+
+
+def _load_index(path: str, base: int, file_bytes: int, interval_bytes: int) -> Segment | None:
+    """A sealed segment from its index file, or None if the index is missing or stale.
+
+    Raises SegmentCorrupted if the segment is shorter than its durable index says.
+    """
+    index_path = os.path.join(os.path.dirname(path), fmt.index_name(base))
+    try:
+        with open(index_path, "rb") as f:
+            decoded = fmt.decode_index(f.read())
+    except FileNotFoundError:
+        return None
+    if decoded is None or decoded.base_offset != base or not decoded.entries:
+        return None
+    if file_bytes < decoded.segment_bytes:
+        raise SegmentCorrupted(
+            path, file_bytes, f"segment is shorter than the {decoded.segment_bytes} bytes indexed"
+        )
+    if file_bytes != decoded.segment_bytes:
+        return None
+    segment = Segment(path, base, SparseIndex.from_entries(interval_bytes, decoded.entries))
+    segment.next_offset = decoded.next_offset
+    segment.size_bytes = decoded.segment_bytes
+    segment.first_timestamp_ms = decoded.entries[0][2]
+    segment.last_timestamp_ms = decoded.last_timestamp_ms
+    segment.sealed = True
+    return segment
+
+
+def _sealed_flags(directory: str, bases: list[int]) -> list[bool]:
+    """Whether each segment has a valid index file (checked again when it is opened)."""
+    flags = []
+    for base in bases:
+        try:
+            with open(os.path.join(directory, fmt.index_name(base)), "rb") as f:
+                flags.append(fmt.decode_index(f.read()) is not None)
+        except FileNotFoundError:
+            flags.append(False)
+    return flags
+
+
+def _segment_bases(directory: str) -> list[int]:
+    bases = []
+    for name in os.listdir(directory):
+        base = fmt.parse_segment_name(name)
+        if base is not None:
+            bases.append(base)
+        elif name.endswith(fmt.INDEX_SUFFIX) and not os.path.exists(
+            os.path.join(directory, name[: -len(fmt.INDEX_SUFFIX)] + fmt.SEGMENT_SUFFIX)
+        ):
+            os.remove(os.path.join(directory, name))  # index of a segment retention deleted
+    return sorted(bases)
+
+
+def _delete_segments(directory: str, bases: list[int]) -> int:
+    for base in bases:
+        for name in (fmt.segment_name(base), fmt.index_name(base)):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(directory, name))
+    return len(bases)
+
+
+def _remove_temp_files(directory: str) -> None:
+    for name in os.listdir(directory):
+        if name.endswith(".tmp"):
+            os.remove(os.path.join(directory, name))

@@ -1,0 +1,159 @@
+"""One segment file: its metadata in memory, and scanning and reading it by position.
+
+Owns what a single segment knows (base and next offset, size, timestamps, sparse index)
+and the two ways of walking its bytes: `scan_segment` (recovery and index rebuilds: stop at
+the first invalid record) and `read_records` (readers: a bad record is corruption). It
+never decides what to do about a torn tail or another segment; `recovery` and `log` do.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO, NamedTuple
+
+from streamq.log import format as fmt
+from streamq.log.errors import SegmentCorrupted
+from streamq.log.index import SparseIndex
+
+SCAN_CHUNK_BYTES = 1 << 20  # read unit of scans, bounded so a scan never holds a whole file
+
+
+class Segment:
+    """Metadata of one segment. `next_offset` and `size_bytes` include buffered appends."""
+
+    __slots__ = (
+        "base_offset",
+        "first_timestamp_ms",
+        "index",
+        "last_timestamp_ms",
+        "next_offset",
+        "path",
+        "sealed",
+        "size_bytes",
+        "write_fd",
+    )
+
+    def __init__(self, path: str, base_offset: int, index: SparseIndex) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.next_offset = base_offset
+        self.size_bytes = fmt.SEGMENT_HEADER_BYTES
+        self.index = index
+        self.first_timestamp_ms = -1
+        self.last_timestamp_ms = -1
+        # Sealed: closed for appends, its data and index file durable.
+        self.sealed = False
+        self.write_fd = -1
+
+    @property
+    def record_count(self) -> int:
+        return self.next_offset - self.base_offset
+
+    @property
+    def index_path(self) -> str:
+        return os.path.join(os.path.dirname(self.path), fmt.index_name(self.base_offset))
+
+    def index_bytes(self) -> bytes:
+        return fmt.encode_index(
+            self.base_offset,
+            self.next_offset,
+            self.size_bytes,
+            self.last_timestamp_ms,
+            self.index.entries(),
+        )
+
+
+class ScanResult(NamedTuple):
+    """How far the valid records of a segment reach."""
+
+    valid_bytes: int  # position after the last valid record
+    file_bytes: int
+    next_offset: int
+    first_timestamp_ms: int
+    last_timestamp_ms: int
+    sparse_index: SparseIndex
+
+
+def scan_segment(path: str, base_offset: int, interval_bytes: int, limit_offset: int) -> ScanResult:
+    """Walk a segment record by record, checking length, CRC and offset sequence, and build
+    its sparse index. Stops at the first record that is torn, corrupt or out of sequence,
+    or whose offset is `limit_offset` or more. Raises SegmentCorrupted for a bad header.
+    """
+    index = SparseIndex(interval_bytes)
+    with open(path, "rb") as f:
+        file_bytes = os.fstat(f.fileno()).st_size
+        fmt.decode_segment_header(f.read(fmt.SEGMENT_HEADER_BYTES), path)
+        position = fmt.SEGMENT_HEADER_BYTES
+        offset = base_offset
+        first_ts = last_ts = -1
+        buffer = b""
+        buffer_position = position
+        while offset < limit_offset:
+            at = position - buffer_position
+            checked = fmt.check_record(buffer, at)
+            if checked is None:
+                if position >= file_bytes:
+                    break
+                buffer, buffer_position = _refill(f, position)
+                checked = fmt.check_record(buffer, 0)
+                if checked is None:
+                    break  # the record is torn or corrupt: the valid part ends here
+            record_offset, timestamp_ms, size = checked
+            if record_offset != offset or timestamp_ms < last_ts:
+                break
+            index.maybe_add(offset - base_offset, position, timestamp_ms)
+            if first_ts < 0:
+                first_ts = timestamp_ms
+            last_ts = timestamp_ms
+            position += size
+            offset += 1
+    return ScanResult(position, file_bytes, offset, first_ts, last_ts, index)
+
+
+def _refill(f: BinaryIO, position: int) -> tuple[bytes, int]:
+    """Read the next chunk starting at `position`, large enough for the record there."""
+    f.seek(position)
+    head = f.read(4)
+    want = SCAN_CHUNK_BYTES
+    if len(head) == 4:
+        want = max(want, 4 + int.from_bytes(head, "little"))
+    # A garbage length must not make us allocate beyond the file: read() is bounded by EOF.
+    return head + f.read(want - len(head)), position
+
+
+def read_records(
+    fd: int,
+    segment: Segment,
+    position: int,
+    offset: int,
+    offset_end: int,
+    records_max: int,
+    skip_before: int,
+    chunk_bytes: int,
+    out: list[fmt.Record],
+) -> tuple[int, int]:
+    """Append to `out` the records from `position` (which holds record `offset`) up to
+    `offset_end`, at most `records_max` of them, skipping (but checking) those below
+    `skip_before`. Returns the (position, offset) where reading stopped.
+
+    Raises SegmentCorrupted when a record that must be there is missing or damaged.
+    """
+    end = min(offset_end, segment.next_offset)
+    while offset < end and records_max > 0:
+        data = os.pread(fd, chunk_bytes, position)
+        if len(data) >= 4:
+            need = 4 + int.from_bytes(data[:4], "little")
+            if need > len(data):
+                data = os.pread(fd, need, position)
+        before = len(out)
+        result = fmt.decode_records(
+            data, position, 0, offset, end, out, records_max, segment.path, skip_before
+        )
+        if result.next_offset == offset:
+            raise SegmentCorrupted(
+                segment.path, position, f"record {offset} is missing or truncated"
+            )
+        records_max -= len(out) - before
+        position += result.position
+        offset = result.next_offset
+    return position, offset
