@@ -217,7 +217,7 @@ def decode_records(
     count = 0
     while count < records_max and offset < offset_end:
         if pos + RECORD_HEADER_BYTES > end:
-            return DecodeResult(pos, offset, False)
+            return DecodeResult(pos, offset, pos == end)
         length, crc, rec_offset, ts, lex, lrk, flags, lprops = unpack_from(buffer, pos)
         rec_end = pos + 4 + length
         if length < RECORD_LENGTH_MIN or length - RECORD_LENGTH_MIN < lex + lrk + lprops:

@@ -1,0 +1,146 @@
+"""The broker process: data directory lock, listeners, signals and orderly shutdown.
+
+Owns the life of a `streamq serve` process. It takes an exclusive lock on the data
+directory (two brokers on one directory would corrupt it), binds the AMQP and HTTP
+listeners, and stops on SIGTERM or SIGINT: it stops accepting, closes connections and
+releases the lock. It must not parse protocol bytes itself.
+
+Until the AMQP gateway lands, a client that connects to the AMQP port receives the
+protocol header this server speaks followed by a close (AMQP 0-9-1 section 4.2.2: the
+answer of a server that cannot serve the client), and the HTTP port answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from typing import Final
+
+import uvloop
+
+logger = logging.getLogger("streamq")
+
+AMQP_PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
+LOCK_FILE: Final = ".lock"
+HTTP_UNAVAILABLE: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 55\r\nConnection: close\r\n\r\n"
+    b'{"error":"the management API is not in this version"}\r\n'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    data_dir: str = "./data"
+    bind: str = "127.0.0.1"
+    amqp_port: int = 5672
+    http_port: int = 15672
+
+
+class ServeError(Exception):
+    """An operating error that stops the broker from starting (bad directory, port taken)."""
+
+
+class DataDirLocked(ServeError):
+    """Another process holds the data directory."""
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """Create the data directory if needed and take its exclusive lock; returns the lock fd.
+
+    Raises DataDirLocked if another process holds it, ServeError if it cannot be created.
+    """
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+        fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ServeError(f"cannot use data directory {data_dir!r}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise DataDirLocked(
+            f"data directory {data_dir!r} is in use by another streamq process (pid {holder})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+class _NotYetAmqp(asyncio.Protocol):
+    """Answers any client with the protocol header and closes (see the module docstring)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(AMQP_PROTOCOL_HEADER)
+        transport.close()
+
+
+class _NotYetHttp(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._transport.write(HTTP_UNAVAILABLE)
+        self._transport.close()
+
+
+async def _listen(
+    factory: type[asyncio.Protocol], host: str, port: int, what: str
+) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.create_server(factory, host, port, reuse_address=True)
+    except OSError as exc:
+        raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
+
+
+def _bound_port(server: asyncio.Server) -> int:
+    return int(server.sockets[0].getsockname()[1])
+
+
+async def run_broker(config: ServeConfig, stop: asyncio.Event) -> None:
+    """Run until `stop` is set. Raises ServeError if the broker cannot start."""
+    lock_fd = lock_data_dir(config.data_dir)
+    servers: list[asyncio.Server] = []
+    try:
+        servers.append(await _listen(_NotYetAmqp, config.bind, config.amqp_port, "AMQP"))
+        servers.append(await _listen(_NotYetHttp, config.bind, config.http_port, "HTTP"))
+        logger.info(
+            "listening amqp=%s:%d http=%s:%d data_dir=%s",
+            config.bind,
+            _bound_port(servers[0]),
+            config.bind,
+            _bound_port(servers[1]),
+            os.path.abspath(config.data_dir),
+        )
+        await stop.wait()
+        logger.info("shutting down")
+    finally:
+        for server in servers:
+            server.close()
+        for server in servers:
+            await server.wait_closed()
+        os.close(lock_fd)
+    logger.info("stopped")
+
+
+async def _main(config: ServeConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await run_broker(config, stop)
+
+
+def serve(config: ServeConfig) -> None:
+    """Run the broker on uvloop until SIGTERM or SIGINT. Raises ServeError on start-up."""
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(_main(config))

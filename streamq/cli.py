@@ -1,0 +1,78 @@
+"""The `streamq` command line: argument parsing, logging set-up and the subcommands.
+
+Owns the user-facing surface of the process (flags, exit codes, error messages); the work
+itself is in `streamq.app`. Bad flags and operating errors end with a one-line message on
+stderr and a non-zero exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from streamq import __version__
+from streamq.app import ServeConfig, ServeError, serve
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 0-65535: {port}")
+    return port
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamq", description="A streaming-first AMQP 0-9-1 message broker."
+    )
+    parser.add_argument("--version", action="version", version=f"streamq {__version__}")
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="info", help="stderr log level (info)"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser("serve", help="run the broker")
+    run.add_argument("--data-dir", default="./data", help="data directory (./data)")
+    run.add_argument("--bind", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    run.add_argument("--amqp-port", type=_port, default=5672, help="AMQP port (5672)")
+    run.add_argument("--http-port", type=_port, default=15672, help="HTTP port (15672)")
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    config = ServeConfig(
+        data_dir=args.data_dir,
+        bind=args.bind,
+        amqp_port=args.amqp_port,
+        http_port=args.http_port,
+    )
+    try:
+        serve(config)
+    except ServeError as exc:
+        print(f"streamq: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
