@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import uvloop
 
@@ -77,15 +77,18 @@ class _NotYetAmqp(asyncio.Protocol):
     """Answers any client with the protocol header and closes (see the module docstring)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.write(AMQP_PROTOCOL_HEADER)
-        transport.close()
+        # uvloop's transports do not subclass asyncio.Transport; they implement it.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._transport.write(AMQP_PROTOCOL_HEADER)
+        self._transport.close()
 
 
 class _NotYetHttp(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports do not subclass asyncio.Transport; they implement it.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._transport.write(HTTP_UNAVAILABLE)

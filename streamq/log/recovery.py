@@ -141,10 +141,13 @@ def _open_segment(
     cut = scan.file_bytes - scan.valid_bytes
     if cut and later_sealed:
         raise SegmentCorrupted(path, scan.valid_bytes, "invalid record inside a closed segment")
-    if cut:
-        with open(path, "r+b") as f:
+    # The records that survived may have been in the page cache only (a killed process
+    # leaves it intact): fsync them before anyone reads them as durable, or a power loss
+    # later could take back records that were delivered, and their offsets with them.
+    with open(path, "r+b") as f:
+        if cut:
             f.truncate(scan.valid_bytes)
-            os.fsync(f.fileno())
+        os.fsync(f.fileno())
     return segment, cut
 
 

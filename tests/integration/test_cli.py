@@ -1,0 +1,127 @@
+"""`streamq` as a user runs it: a real process, real sockets on loopback, real signals."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamq import __version__
+
+STARTUP_TIMEOUT_S = 20
+LISTENING = re.compile(rb"listening amqp=127\.0\.0\.1:(\d+) http=127\.0\.0\.1:(\d+)")
+
+
+def streamq(*args: str) -> list[str]:
+    return [sys.executable, "-m", "streamq", *args]
+
+
+class Broker:
+    def __init__(self, data_dir: Path) -> None:
+        self.process = subprocess.Popen(
+            streamq("serve", "--data-dir", str(data_dir), "--amqp-port", "0", "--http-port", "0"),
+            stderr=subprocess.PIPE,
+        )
+        self.stderr = b""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        assert self.process.stderr is not None
+        while (match := LISTENING.search(self.stderr)) is None:
+            assert time.monotonic() < deadline, f"broker did not start: {self.stderr!r}"
+            line = self.process.stderr.readline()
+            assert line, f"broker exited: {self.stderr!r}"
+            self.stderr += line
+        self.amqp_port, self.http_port = int(match[1]), int(match[2])
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        code = self.process.wait(timeout=STARTUP_TIMEOUT_S)
+        assert self.process.stderr is not None
+        self.stderr += self.process.stderr.read()
+        return code
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    running = Broker(tmp_path / "data")
+    yield running
+    if running.process.poll() is None:
+        running.process.kill()
+        running.process.wait(timeout=STARTUP_TIMEOUT_S)
+
+
+def test_version() -> None:
+    result = subprocess.run(streamq("--version"), capture_output=True, timeout=30, check=True)
+    assert result.stdout.decode().strip() == f"streamq {__version__}"
+
+
+def test_bad_port_is_a_clear_usage_error() -> None:
+    result = subprocess.run(
+        streamq("serve", "--amqp-port", "70000"), capture_output=True, timeout=30, check=False
+    )
+    assert result.returncode == 2
+    assert b"port out of range 0-65535: 70000" in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_serve_listens_and_stops_cleanly_on_a_signal(
+    broker: Broker, tmp_path: Path, signum: int
+) -> None:
+    assert (tmp_path / "data" / ".lock").read_text().strip() == str(broker.process.pid)
+    with socket.create_connection(("127.0.0.1", broker.amqp_port), timeout=5) as amqp:
+        amqp.sendall(b"AMQP\x00\x00\x09\x01")
+        assert amqp.recv(8) == b"AMQP\x00\x00\x09\x01"
+    with socket.create_connection(("127.0.0.1", broker.http_port), timeout=5) as http:
+        http.sendall(b"GET /api/overview HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert http.recv(100).startswith(b"HTTP/1.1 503")
+    assert broker.stop(signum) == 0
+    assert b"INFO streamq: stopped" in broker.stderr
+    assert b"Traceback" not in broker.stderr
+
+
+def test_a_second_broker_on_the_same_data_dir_is_refused(broker: Broker, tmp_path: Path) -> None:
+    result = subprocess.run(
+        streamq("serve", "--data-dir", str(tmp_path / "data"), "--amqp-port", "0"),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert (
+        f"data directory '{tmp_path / 'data'}' is in use by another streamq process "
+        f"(pid {broker.process.pid})"
+    ).encode() in result.stderr
+
+
+def test_a_port_in_use_is_a_clear_error(broker: Broker, tmp_path: Path) -> None:
+    result = subprocess.run(
+        streamq(
+            "serve",
+            "--data-dir",
+            str(tmp_path / "other"),
+            "--amqp-port",
+            str(broker.amqp_port),
+        ),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"cannot listen for AMQP on 127.0.0.1:{broker.amqp_port}".encode() in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+def test_the_lock_is_released_after_a_stop(broker: Broker, tmp_path: Path) -> None:
+    assert broker.stop() == 0
+    again = Broker(tmp_path / "data")
+    assert again.stop() == 0
+    assert os.path.exists(tmp_path / "data" / ".lock")
