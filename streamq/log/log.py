@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -66,6 +66,7 @@ class _Round(NamedTuple):
 
     next_offset: int
     fds: list[int]
+    companion_fds: list[int]  # duplicates owned by the round, closed when it ends
     sealing: list[Segment]
     index_writes: list[tuple[str, bytes]]
     fsync_dir: bool
@@ -90,6 +91,9 @@ class SegmentLog:
         self._unsealed: list[Segment] = []
         self._dir_dirty = False
         self._inflight: asyncio.Future[None] | None = None
+        self._rounds_started = 0
+        self._rounds_finished = 0
+        self._companions: list[Callable[[], Sequence[int]]] = []
         self._failed: LogFailed | None = None
         self._closed = False
         self._read_fds: dict[int, int] = {}
@@ -237,15 +241,32 @@ class SegmentLog:
 
     # -- sync ----------------------------------------------------------------------------
 
-    async def sync(self) -> int:
+    def add_sync_companion(self, prepare: Callable[[], Sequence[int]]) -> None:
+        """Make other files durable together with the log (a queue's enqueue and ack files).
+
+        At the start of every round, on the caller's thread, `prepare()` writes the
+        companion's buffers to the OS and returns the descriptors the round must fdatasync.
+        The round works on duplicates of them, so the companion may close its own at any
+        time. A companion's data is durable after a round that began after it was written.
+        """
+        self._companions.append(prepare)
+
+    def remove_sync_companion(self, prepare: Callable[[], Sequence[int]]) -> None:
+        self._companions.remove(prepare)
+
+    async def sync(self, *, companions: bool = False) -> int:
         """Make every record appended so far durable; return `durable_next`.
+
+        With companions=True, also wait for a round that began after this call, so that
+        what the companions wrote before it (acks without new records) is durable too.
 
         Group commit: concurrent callers share rounds, and one round fsyncs every segment
         with unsynced appends. The fsync runs on the Syncer thread. Raises LogFailed if an
         fsync fails (the log is failed: a failed fsync cannot be retried safely).
         """
         target = self._next_offset
-        while self._durable_next < target:
+        round_needed = self._rounds_started + 1 if companions else 0
+        while self._durable_next < target or self._rounds_finished < round_needed:
             self._check_usable()
             if self._inflight is None:
                 self._inflight = self._start_round()
@@ -258,7 +279,7 @@ class SegmentLog:
         self._check_usable()
         if self._inflight is not None:
             raise LogError("sync_blocking while an asynchronous sync is in flight")
-        if self._durable_next < self._next_offset or self._dir_dirty:
+        if self._durable_next < self._next_offset or self._dir_dirty or self._companions:
             work = self._prepare_round()
             try:
                 self._run_round(work)
@@ -269,11 +290,13 @@ class SegmentLog:
 
     def _start_round(self) -> asyncio.Future[None]:
         work = self._prepare_round()
+        self._rounds_started += 1
         loop = asyncio.get_running_loop()
         future = asyncio.wrap_future(self._syncer.submit(lambda: self._run_round(work)), loop=loop)
 
         def finished(done: asyncio.Future[None]) -> None:
             self._inflight = None
+            self._rounds_finished += 1
             exc = done.exception()
             if exc is not None:
                 self._fail(exc)
@@ -291,14 +314,21 @@ class SegmentLog:
         writes = [(s.index_path, s.index_bytes()) for s in sealing]
         fsync_dir = self._dir_dirty or bool(sealing)
         self._dir_dirty = False
-        return _Round(self._next_offset, fds, sealing, writes, fsync_dir)
+        companion_fds = [os.dup(fd) for prepare in self._companions for fd in prepare()]
+        return _Round(self._next_offset, fds, companion_fds, sealing, writes, fsync_dir)
 
     def _run_round(self, work: _Round) -> None:
         """Runs on the Syncer thread: segment data first, then their index files, then the
         directory, so that an index on disk always describes durable data.
         """
-        for fd in work.fds:
-            os.fdatasync(fd)
+        try:
+            for fd in work.fds:
+                os.fdatasync(fd)
+            for fd in work.companion_fds:
+                os.fdatasync(fd)
+        finally:
+            for fd in work.companion_fds:
+                os.close(fd)
         for path, data in work.index_writes:
             write_file_atomic(path, data, fsync_dir=False)
         if work.fsync_dir:

@@ -191,3 +191,38 @@ async def test_close_syncs_pending_appends(tmp_path: Path, small_config: LogConf
     reopened = SegmentLog.open(str(tmp_path), small_config)
     assert reopened.durable_next == 10
     reopened.close_blocking()
+
+
+async def test_companion_files_are_synced_in_the_same_round(
+    log: SegmentLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue's ack file has new data but the log has none: sync(companions=True) still
+    runs a round that fdatasyncs it, and a plain sync with nothing pending runs none."""
+    companion = os.open(tmp_path / "acks", os.O_WRONLY | os.O_CREAT)
+    prepared = 0
+
+    def prepare() -> list[int]:
+        nonlocal prepared
+        prepared += 1
+        os.write(companion, b"ack")
+        return [companion]
+
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+    log.add_sync_companion(prepare)
+    assert await log.sync() == 0
+    assert prepared == 0 and synced == []
+    await log.sync(companions=True)
+    assert prepared == 1
+    assert os.fstat(companion).st_ino in synced
+    log.remove_sync_companion(prepare)
+    os.close(companion)  # the round worked on a duplicate; closing ours is safe
+    log.append([message(0)], 1)
+    await log.sync()
+    assert prepared == 1
