@@ -1,0 +1,163 @@
+"""Hand-written codecs for the basic-class methods that every message passes through.
+
+This module owns the hot path of STYLE.md section 11: decoding basic.publish and
+basic.ack, and writing a whole delivery (basic.deliver, content header, body frames)
+into one output bytearray. The layouts are fixed by the spec, so straight-line code
+replaces the table-driven reader and writer of `method_frame.py`; the tests check both
+paths against each other and against pamqp byte for byte.
+
+Measured with `benchmarks/codec_bench.py` (CPython 3.11, Xeon): `read_basic_publish`
+2.2M msgs/s against 0.5M for the generic reader (0.8M when a `BasicPublish` is built);
+`encode_deliver` 0.83M deliveries/s against 0.30M through a `BasicDeliver` dataclass
+and the generic writer.
+
+Rules:
+1. Pure functions, no state. Decoders raise only `AMQPSyntaxError` (502); writers
+   raise `ValueError` for values the wire cannot carry, before appending anything.
+2. Method shortstrs (exchange, routing key, consumer tag) must be valid UTF-8.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from amqp_gateway.codec.content import append_body_frames, append_content_header_frame
+from amqp_gateway.codec.frame import FRAME_END, FRAME_METHOD
+from amqp_gateway.codec.ids import ChannelId, DeliveryTag
+from amqp_gateway.codec.methods import BasicAck, BasicPublish
+from amqp_gateway.errors import AMQPSyntaxError
+
+_ACK_FIELDS = struct.Struct(">QB")
+_ACK_PAYLOAD_BYTES: Final = 4 + _ACK_FIELDS.size
+# Frame envelope, class-id, method-id and the first shortstr's length, in one pack.
+_METHOD_FRAME_START = struct.Struct(">BHIHHB")
+# basic.deliver after the consumer tag: delivery-tag, redelivered, exchange length.
+_DELIVER_MIDDLE = struct.Struct(">QBB")
+# basic.ack as a whole frame: envelope, ids, delivery-tag, multiple, frame-end.
+_ACK_FRAME = struct.Struct(">BHIHHQBB")
+_SHORTSTR_BYTES_MAX: Final = 255
+BASIC_PUBLISH_IDS: Final = b"\x00\x3c\x00\x28"
+"""The first 4 payload bytes of a basic.publish method frame (class 60, method 40), for
+a protocol layer that picks the fast path with `payload.startswith(BASIC_PUBLISH_IDS)`."""
+_BASIC: Final = 60
+_PUBLISH: Final = 40
+_DELIVER: Final = 60
+_ACK: Final = 80
+
+
+def read_basic_publish(payload: bytes) -> tuple[str, str, bool, bool]:
+    """Read a basic.publish method payload (ids included) as a plain tuple:
+    `(exchange, routing_key, mandatory, immediate)`; the deprecated ticket is skipped.
+
+    This is the per-message entry point: it skips building a `BasicPublish` dataclass,
+    which costs more than the parsing itself (STYLE.md section 11).
+    Raises `AMQPSyntaxError` (502) when it is truncated, has trailing bytes or a name is
+    not UTF-8.
+    """
+    # Hot path: indexing and slicing bytes directly beats the generic field loop; a
+    # short slice past the end is caught by the next index or the final length check.
+    try:
+        exchange_end = 7 + payload[6]
+        exchange = payload[7:exchange_end].decode()
+        routing_key_end = exchange_end + 1 + payload[exchange_end]
+        routing_key = payload[exchange_end + 1 : routing_key_end].decode()
+        bits = payload[routing_key_end]
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise AMQPSyntaxError("basic.publish: truncated or invalid", _BASIC, _PUBLISH) from exc
+    if routing_key_end + 1 != len(payload):
+        raise AMQPSyntaxError("basic.publish: bytes after the fields", _BASIC, _PUBLISH)
+    return exchange, routing_key, bool(bits & 1), bool(bits & 2)
+
+
+def decode_basic_publish(payload: bytes) -> BasicPublish:
+    """Decode a basic.publish method payload (ids included) into its dataclass.
+
+    Raises `AMQPSyntaxError` (502) as `read_basic_publish`.
+    """
+    exchange, routing_key, mandatory, immediate = read_basic_publish(payload)
+    ticket = payload[4] << 8 | payload[5]
+    return BasicPublish(ticket, exchange, routing_key, mandatory, immediate)
+
+
+def decode_basic_ack(payload: bytes) -> BasicAck:
+    """Decode a basic.ack method payload (ids included). Raises `AMQPSyntaxError` (502)
+    unless it is exactly 13 bytes."""
+    if len(payload) != _ACK_PAYLOAD_BYTES:
+        problem = "truncated" if len(payload) < _ACK_PAYLOAD_BYTES else "bytes after the fields"
+        raise AMQPSyntaxError(f"basic.ack: {problem}", _BASIC, _ACK)
+    delivery_tag, bits = _ACK_FIELDS.unpack_from(payload, 4)
+    return BasicAck(delivery_tag, bool(bits & 1))
+
+
+def _encoded(value: str | bytes) -> bytes:
+    raw = value.encode() if isinstance(value, str) else value
+    if len(raw) > _SHORTSTR_BYTES_MAX:
+        raise ValueError(f"shortstr of {len(raw)} bytes exceeds {_SHORTSTR_BYTES_MAX}")
+    return raw
+
+
+def encode_deliver(
+    out: bytearray,
+    channel: ChannelId,
+    consumer_tag: str | bytes,
+    delivery_tag: DeliveryTag,
+    redelivered: bool,
+    exchange: str | bytes,
+    routing_key: str | bytes,
+    properties_raw: bytes,
+    body: bytes | memoryview,
+    frame_max: int,
+) -> None:
+    """Append basic.deliver, its content header and body frames to `out`.
+
+    `properties_raw` is the property list in wire form (flag word first), as stored.
+    Strings may be given already UTF-8 encoded. Raises `ValueError`, with nothing
+    appended, when a shortstr exceeds 255 bytes or the properties exceed one frame.
+    """
+    consumer_tag_raw = _encoded(consumer_tag)
+    exchange_raw = _encoded(exchange)
+    routing_key_raw = _encoded(routing_key)
+    # ids (4) + tag length and tag + delivery-tag (8) + bits (1) + two more shortstrs.
+    size = 4 + 1 + len(consumer_tag_raw) + 9 + 1 + len(exchange_raw) + 1 + len(routing_key_raw)
+    try:
+        start = _METHOD_FRAME_START.pack(
+            FRAME_METHOD, channel, size, _BASIC, _DELIVER, len(consumer_tag_raw)
+        )
+        middle = _DELIVER_MIDDLE.pack(delivery_tag, redelivered, len(exchange_raw))
+    except struct.error as exc:
+        raise ValueError(f"basic.deliver: cannot encode channel or delivery tag: {exc}") from exc
+    mark = len(out)
+    out += start
+    out += consumer_tag_raw
+    out += middle
+    out += exchange_raw
+    out.append(len(routing_key_raw))
+    out += routing_key_raw
+    out.append(FRAME_END)
+    try:
+        append_content_header_frame(out, channel, len(body), properties_raw, frame_max)
+    except ValueError:
+        del out[mark:]
+        raise
+    append_body_frames(out, channel, body, frame_max)
+
+
+def append_basic_ack(
+    out: bytearray, channel: ChannelId, delivery_tag: DeliveryTag, multiple: bool
+) -> None:
+    """Append a basic.ack frame: the publisher confirm the broker sends (or a consumer's
+    ack, in tests). Raises `ValueError` for a channel or tag out of range."""
+    try:
+        out += _ACK_FRAME.pack(
+            FRAME_METHOD,
+            channel,
+            _ACK_PAYLOAD_BYTES,
+            _BASIC,
+            _ACK,
+            delivery_tag,
+            multiple,
+            FRAME_END,
+        )
+    except struct.error as exc:
+        raise ValueError(f"basic.ack: cannot encode: {exc}") from exc
