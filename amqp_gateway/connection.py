@@ -1,0 +1,566 @@
+"""The sans-IO AMQP 0-9-1 connection state machine (STYLE.md section 2).
+
+Owns the protocol's rules for one connection: the handshake (protocol header, start,
+tune, open), channel life cycles, content assembly of published messages, heartbeats
+and the close handshakes both ways. Bytes go in with `receive_data`, events come out of
+it, and bytes to send accumulate in `outgoing`. It has no sockets, no clock (time is
+passed in) and no knowledge of queues or exchanges: the server decides what a method
+means and answers through `send_method` and friends.
+
+Rule 1: every error becomes a close in one place, `fail()`: a ChannelException closes its
+channel, a ConnectionException (or any error on channel 0) the connection.
+Rule 2: after we send a close, frames for that channel (or connection) are discarded
+until the close-ok, as the spec requires (sections 4.2.6 and 4.10.2 of the 0-9-1 spec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final, NamedTuple
+
+from amqp_gateway import codec
+from amqp_gateway.codec import methods as m
+from amqp_gateway.codec.values import read_table
+from amqp_gateway.errors import (
+    AMQPError,
+    AMQPSyntaxError,
+    ChannelError,
+    ChannelException,
+    CommandInvalid,
+    ConnectionException,
+    FrameError,
+    NotAllowed,
+    PreconditionFailed,
+    UnexpectedFrame,
+)
+
+CHANNEL_MAX: Final = 2048
+FRAME_MAX: Final = 131072
+HEARTBEAT_S: Final = 300
+MESSAGE_BYTES_MAX: Final = 128 * 1024 * 1024
+FRAME_MIN_SIZE: Final = 4096
+# Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
+_PRE_TUNE_FRAME_MAX: Final = FRAME_MIN_SIZE
+_BASIC_CLASS: Final = 60
+
+SERVER_CAPABILITIES: Final[dict[str, codec.FieldValue]] = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+
+class State(IntEnum):
+    AWAIT_HEADER = 0
+    AWAIT_START_OK = 1
+    AWAIT_TUNE_OK = 2
+    AWAIT_OPEN = 3
+    OPEN = 4
+    CLOSING = 5  # we sent connection.close and wait for close-ok
+    CLOSED = 6
+
+
+class ChannelState(IntEnum):
+    OPEN = 0
+    CLOSING = 1  # we sent channel.close and wait for close-ok
+
+
+# -- events --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRequested:
+    mechanism: str
+    username: str
+    password: str
+    client_properties: codec.FieldTable
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRequested:
+    virtual_host: str
+
+
+class Publish(NamedTuple):
+    """A basic.publish with its content assembled (hot path: a tuple, not a dataclass)."""
+
+    channel: int
+    exchange: str
+    routing_key: str
+    mandatory: bool
+    immediate: bool
+    properties_raw: bytes
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MethodReceived:
+    channel: int
+    method: m.Method
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelClosed:
+    """The channel is gone (either side closed it); the server releases its state."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The close handshake is over: flush `outgoing`, then drop the socket."""
+
+    reply_code: int
+    reply_text: str
+
+
+Event = LoginRequested | OpenRequested | Publish | MethodReceived | ChannelClosed | ConnectionClosed
+
+
+class _Channel:
+    __slots__ = ("body", "body_size", "properties_raw", "publish", "received", "state")
+
+    def __init__(self) -> None:
+        self.state = ChannelState.OPEN
+        self.publish: tuple[str, str, bool, bool] | None = None
+        self.properties_raw = b""
+        self.body_size = -1  # -1: no content header yet
+        self.body: list[bytes] = []
+        self.received = 0
+
+
+class Connection:
+    """One AMQP connection, server side."""
+
+    def __init__(self, server_properties: codec.FieldTable, now_s: float) -> None:
+        self.state = State.AWAIT_HEADER
+        self.outgoing = bytearray()
+        self.channel_max = CHANNEL_MAX
+        self.frame_max = _PRE_TUNE_FRAME_MAX
+        self.heartbeat_s = 0
+        self.message_bytes_max = MESSAGE_BYTES_MAX
+        self.username = ""
+        self.virtual_host = ""
+        self.client_properties: codec.FieldTable = {}
+        self._server_properties = server_properties
+        self._buffer = bytearray()
+        self._channels: dict[int, _Channel] = {}
+        self._last_received_s = now_s
+        self._last_sent_s = now_s
+
+    # -- input -----------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now_s: float) -> list[Event]:
+        """Feed bytes from the socket; returns the events they complete.
+
+        Protocol errors do not raise: they become a channel or connection close in
+        `outgoing` (and, for the connection, a ConnectionClosed event once it is over).
+        """
+        self._last_received_s = now_s
+        if self.state is State.CLOSED:
+            return []
+        buffer = self._buffer
+        buffer += data
+        events: list[Event] = []
+        try:
+            if self.state is State.AWAIT_HEADER and not self._receive_header():
+                return events
+            # The buffer never holds more than one partial frame after a split, and
+            # split_frames rejects a frame over frame_max from its header alone.
+            frames, used = codec.split_frames(buffer, self.frame_max)
+            del buffer[:used]
+            for frame in frames:
+                self._receive_frame(frame, events)
+                if self._is_closed():
+                    break
+        except ConnectionException as exc:
+            self.fail(exc, 0, events)
+        return events
+
+    def _is_closed(self) -> bool:
+        # A method so that mypy does not narrow `state` across the calls that change it.
+        return self.state is State.CLOSED
+
+    def _receive_header(self) -> bool:
+        version, used = codec.parse_protocol_header(self._buffer)
+        if version is None:
+            return False
+        del self._buffer[:used]
+        start = m.ConnectionStart(
+            version_major=0,
+            version_minor=9,
+            server_properties=self._server_properties,
+            mechanisms=b"PLAIN AMQPLAIN",
+            locales=b"en_US",
+        )
+        self.state = State.AWAIT_START_OK
+        self.send_method(0, start)
+        return True
+
+    def _receive_frame(self, frame: codec.Frame, events: list[Event]) -> None:
+        frame_type, channel_id, payload = frame
+        if frame_type == codec.FRAME_HEARTBEAT:
+            codec.check_heartbeat_frame(frame)
+            return
+        if channel_id == 0:
+            if frame_type != codec.FRAME_METHOD:
+                raise UnexpectedFrame(f"unexpected frame type {frame_type} on channel 0")
+            self._receive_connection_method(codec.decode_method(payload), events)
+            return
+        if self.state is State.CLOSING:
+            return  # Rule 2: discard until close-ok
+        if self.state is not State.OPEN:
+            raise ChannelError(f"frame on channel {channel_id} before the connection is open")
+        channel = self._channels.get(channel_id)
+        if channel is not None and channel.state is ChannelState.CLOSING:
+            if frame_type == codec.FRAME_METHOD:
+                self._receive_on_closing_channel(channel_id, codec.decode_method(payload), events)
+            return
+        try:
+            if frame_type == codec.FRAME_METHOD:
+                self._receive_channel_method(channel_id, channel, payload, events)
+            elif channel is None:
+                raise ChannelError(f"expected 'channel.open' on channel {channel_id}")
+            elif frame_type == codec.FRAME_HEADER:
+                self._receive_content_header(channel_id, channel, payload, events)
+            else:
+                self._receive_body(channel_id, channel, payload, events)
+        except ChannelException as exc:
+            self.fail(exc, channel_id, events)
+
+    def _receive_channel_method(
+        self, channel_id: int, channel: _Channel | None, payload: bytes, events: list[Event]
+    ) -> None:
+        if payload.startswith(codec.BASIC_PUBLISH_IDS):
+            # Hot path: basic.publish skips the generic decoder.
+            if channel is None:
+                raise ChannelError(f"expected 'channel.open' on channel {channel_id}")
+            if channel.publish is not None:
+                raise UnexpectedFrame("basic.publish while content was expected", 60, 40)
+            channel.publish = codec.read_basic_publish(payload)
+            return
+        method = codec.decode_method(payload)
+        if channel is not None and channel.publish is not None:
+            raise UnexpectedFrame(
+                f"expected content header, got {method.NAME}", method.CLASS_ID, method.METHOD_ID
+            )
+        if isinstance(method, m.ChannelOpen):
+            if channel is not None:
+                raise ChannelError(f"channel {channel_id} is already open", 20, 10)
+            if channel_id > self.channel_max:
+                raise ChannelError(f"channel {channel_id} exceeds channel_max", 20, 10)
+            self._channels[channel_id] = _Channel()
+            self.send_method(channel_id, m.ChannelOpenOk())
+            return
+        if channel is None:
+            raise ChannelError(
+                f"expected 'channel.open' on channel {channel_id}, got {method.NAME}",
+                method.CLASS_ID,
+                method.METHOD_ID,
+            )
+        if isinstance(method, m.ChannelClose):
+            self.send_method(channel_id, m.ChannelCloseOk())
+            del self._channels[channel_id]
+            events.append(ChannelClosed(channel_id))
+            return
+        if isinstance(method, m.ChannelCloseOk):
+            raise CommandInvalid("channel.close-ok without channel.close", 20, 41)
+        events.append(MethodReceived(channel_id, method))
+
+    def _receive_on_closing_channel(
+        self, channel_id: int, method: m.Method, events: list[Event]
+    ) -> None:
+        if isinstance(method, m.ChannelClose):
+            self.send_method(channel_id, m.ChannelCloseOk())
+        elif not isinstance(method, m.ChannelCloseOk):
+            return
+        del self._channels[channel_id]
+        events.append(ChannelClosed(channel_id))
+
+    def _receive_content_header(
+        self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
+    ) -> None:
+        if channel.publish is None or channel.body_size >= 0:
+            raise UnexpectedFrame("content header without basic.publish")
+        header = codec.decode_content_header(payload)
+        if header.class_id != _BASIC_CLASS:
+            raise UnexpectedFrame(f"content header for class {header.class_id}, not 60")
+        if header.body_size > self.message_bytes_max:
+            channel.publish = None
+            raise PreconditionFailed(
+                f"message size {header.body_size} is larger than configured max size "
+                f"{self.message_bytes_max}",
+                60,
+                40,
+            )
+        channel.properties_raw = header.properties_raw
+        channel.body_size = header.body_size
+        if header.body_size == 0:
+            self._complete_publish(channel_id, channel, events)
+
+    def _receive_body(
+        self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
+    ) -> None:
+        if channel.body_size < 0:
+            raise UnexpectedFrame("content body without a content header")
+        channel.body.append(payload)
+        channel.received += len(payload)
+        if channel.received > channel.body_size:
+            raise FrameError(
+                f"content body of {channel.received} bytes exceeds {channel.body_size}"
+            )
+        if channel.received == channel.body_size:
+            self._complete_publish(channel_id, channel, events)
+
+    def _complete_publish(self, channel_id: int, channel: _Channel, events: list[Event]) -> None:
+        publish = channel.publish
+        assert publish is not None
+        body = channel.body[0] if len(channel.body) == 1 else b"".join(channel.body)
+        exchange, routing_key, mandatory, immediate = publish
+        events.append(
+            Publish(
+                channel_id,
+                exchange,
+                routing_key,
+                mandatory,
+                immediate,
+                channel.properties_raw,
+                body,
+            )
+        )
+        channel.publish = None
+        channel.body_size = -1
+        channel.body = []
+        channel.received = 0
+
+    # -- connection class --------------------------------------------------------------------
+
+    def _receive_connection_method(self, method: m.Method, events: list[Event]) -> None:
+        if isinstance(method, m.ConnectionClose):
+            self.send_method(0, m.ConnectionCloseOk())
+            self._closed(events, method.reply_code, method.reply_text)
+            return
+        if isinstance(method, m.ConnectionCloseOk):
+            if self.state is State.CLOSING:
+                self._closed(events, 200, "closed")
+                return
+            raise CommandInvalid("connection.close-ok without connection.close", 10, 51)
+        if self.state is State.CLOSING:
+            return
+        expected = _EXPECTED_METHOD.get(self.state)
+        if expected is not None and not isinstance(method, expected):
+            raise CommandInvalid(
+                f"expected '{expected.NAME}', got '{method.NAME}'",
+                method.CLASS_ID,
+                method.METHOD_ID,
+            )
+        if isinstance(method, m.ConnectionStartOk):
+            events.append(self._login_request(method))
+        elif isinstance(method, m.ConnectionTuneOk):
+            self._tune(method)
+        elif isinstance(method, m.ConnectionOpen):
+            events.append(OpenRequested(method.virtual_host))
+        elif isinstance(method, m.ConnectionUpdateSecret):
+            self.send_method(0, m.ConnectionUpdateSecretOk())
+        else:
+            raise CommandInvalid(
+                f"unexpected '{method.NAME}' on channel 0", method.CLASS_ID, method.METHOD_ID
+            )
+
+    def _login_request(self, method: m.ConnectionStartOk) -> LoginRequested:
+        mechanism = method.mechanism
+        self.client_properties = method.client_properties
+        if mechanism == "PLAIN":
+            parts = method.response.split(b"\x00")
+            if len(parts) != 3:
+                raise AMQPSyntaxError("malformed PLAIN response", 10, 11)
+            username, password = parts[1], parts[2]
+            return LoginRequested(
+                mechanism, _utf8(username), _utf8(password), method.client_properties
+            )
+        if mechanism == "AMQPLAIN":
+            # The response is a field table without its length prefix.
+            table = _amqplain_table(method.response)
+            return LoginRequested(
+                mechanism,
+                _field_str(table.get("LOGIN")),
+                _field_str(table.get("PASSWORD")),
+                method.client_properties,
+            )
+        raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'", 10, 11)
+
+    def accept_login(self, username: str, heartbeat_s: int = HEARTBEAT_S) -> None:
+        """The server checked the credentials: offer the tuning parameters."""
+        self.username = username
+        self.state = State.AWAIT_TUNE_OK
+        self.send_method(
+            0,
+            m.ConnectionTune(channel_max=CHANNEL_MAX, frame_max=FRAME_MAX, heartbeat=heartbeat_s),
+        )
+
+    def _tune(self, method: m.ConnectionTuneOk) -> None:
+        if method.channel_max > CHANNEL_MAX:
+            raise NotAllowed(
+                f"negotiated channel_max = {method.channel_max} is higher than the maximum "
+                f"allowed value ({CHANNEL_MAX})",
+                10,
+                31,
+            )
+        if method.frame_max > FRAME_MAX:
+            raise NotAllowed(
+                f"negotiated frame_max = {method.frame_max} is higher than the maximum "
+                f"allowed value ({FRAME_MAX})",
+                10,
+                31,
+            )
+        if 0 < method.frame_max < FRAME_MIN_SIZE:
+            raise NotAllowed(
+                f"negotiated frame_max = {method.frame_max} is lower than the minimum "
+                f"allowed value ({FRAME_MIN_SIZE})",
+                10,
+                31,
+            )
+        self.channel_max = method.channel_max or CHANNEL_MAX
+        self.frame_max = method.frame_max or FRAME_MAX
+        self.heartbeat_s = method.heartbeat
+        self.state = State.AWAIT_OPEN
+
+    def accept_open(self, virtual_host: str) -> None:
+        self.virtual_host = virtual_host
+        self.state = State.OPEN
+        self.send_method(0, m.ConnectionOpenOk())
+
+    # -- output ------------------------------------------------------------------------------
+
+    def send_method(self, channel: int, method: m.Method) -> None:
+        codec.append_method_frame(self.outgoing, codec.ChannelId(channel), method)
+
+    def send_content(
+        self, channel: int, method: m.Method, properties_raw: bytes, body: bytes
+    ) -> None:
+        codec.append_content_frames(
+            self.outgoing, codec.ChannelId(channel), method, properties_raw, body, self.frame_max
+        )
+
+    def take_outgoing(self, now_s: float) -> bytes:
+        """The bytes to write to the socket now; empties the buffer."""
+        if not self.outgoing:
+            return b""
+        self._last_sent_s = now_s
+        data = bytes(self.outgoing)
+        self.outgoing.clear()
+        return data
+
+    def note_sent(self, now_s: float) -> None:
+        self._last_sent_s = now_s
+
+    def is_channel_open(self, channel: int) -> bool:
+        state = self._channels.get(channel)
+        return state is not None and state.state is ChannelState.OPEN
+
+    # -- heartbeats --------------------------------------------------------------------------
+
+    def check_heartbeat(self, now_s: float) -> bool:
+        """Call about every heartbeat/2 seconds. Queues a heartbeat if we have been quiet
+        and returns False when the peer has been silent for two intervals (spec 4.2.7):
+        the server then drops the connection without a close handshake.
+        """
+        if self.heartbeat_s <= 0 or self.state is State.CLOSED:
+            return True
+        if now_s - self._last_received_s > 2 * self.heartbeat_s:
+            self.state = State.CLOSED
+            return False
+        if now_s - self._last_sent_s >= self.heartbeat_s / 2:
+            self.outgoing += codec.HEARTBEAT_FRAME
+        return True
+
+    # -- errors and closing ------------------------------------------------------------------
+
+    def fail(self, exc: AMQPError, channel: int, events: list[Event]) -> None:
+        """Rule 1: the one place an AMQP error becomes a close."""
+        if isinstance(exc, ChannelException) and channel != 0:
+            state = self._channels.get(channel)
+            if state is None or state.state is ChannelState.CLOSING:
+                return
+            state.state = ChannelState.CLOSING
+            state.publish = None
+            self.send_method(
+                channel,
+                m.ChannelClose(
+                    reply_code=exc.reply_code,
+                    reply_text=_reply_text(exc),
+                    class_id=exc.class_id,
+                    method_id=exc.method_id,
+                ),
+            )
+            return
+        self.close(exc.reply_code, _reply_text(exc), exc.class_id, exc.method_id, events)
+
+    def close(
+        self, reply_code: int, reply_text: str, class_id: int, method_id: int, events: list[Event]
+    ) -> None:
+        """Start the connection close handshake (server-initiated)."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        if self.state is State.AWAIT_HEADER:
+            # A client with a header we do not speak gets ours, then the socket closes
+            # (0-9-1 section 4.2.2).
+            self.outgoing += codec.PROTOCOL_HEADER_0_9_1
+            self._closed(events, reply_code, reply_text)
+            return
+        self.state = State.CLOSING
+        self.send_method(
+            0,
+            m.ConnectionClose(
+                reply_code=reply_code,
+                reply_text=reply_text,
+                class_id=class_id,
+                method_id=method_id,
+            ),
+        )
+        for channel_id in list(self._channels):
+            del self._channels[channel_id]
+            events.append(ChannelClosed(channel_id))
+
+    def _closed(self, events: list[Event], reply_code: int, reply_text: str) -> None:
+        self.state = State.CLOSED
+        for channel_id in list(self._channels):
+            del self._channels[channel_id]
+            events.append(ChannelClosed(channel_id))
+        events.append(ConnectionClosed(reply_code, reply_text))
+
+
+_EXPECTED_METHOD: Final[dict[State, type[m.Method]]] = {
+    State.AWAIT_START_OK: m.ConnectionStartOk,
+    State.AWAIT_TUNE_OK: m.ConnectionTuneOk,
+    State.AWAIT_OPEN: m.ConnectionOpen,
+}
+
+
+def _reply_text(exc: AMQPError) -> str:
+    # RabbitMQ prefixes the code's name, e.g. "NOT_FOUND - no queue 'q' in vhost '/'".
+    text = f"{exc.reply_code.name} - {exc.reply_text}"
+    return text.encode()[:255].decode(errors="ignore")
+
+
+def _utf8(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _amqplain_table(response: bytes) -> codec.FieldTable:
+    length = len(response).to_bytes(4, "big")
+    table, _ = read_table(length + response, 0)
+    return table
+
+
+def _field_str(value: object) -> str:
+    if isinstance(value, bytes):
+        return _utf8(value)
+    return str(value) if value is not None else ""

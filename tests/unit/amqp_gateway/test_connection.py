@@ -1,0 +1,207 @@
+"""The connection state machine, driven byte by byte by a minimal client built from the
+codec: handshake, tuning limits, content assembly, error closes and heartbeats."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_gateway import codec
+from amqp_gateway.codec import methods as m
+from amqp_gateway.connection import (
+    CHANNEL_MAX,
+    FRAME_MAX,
+    ChannelClosed,
+    Connection,
+    ConnectionClosed,
+    Event,
+    LoginRequested,
+    MethodReceived,
+    OpenRequested,
+    Publish,
+    State,
+)
+
+
+class Client:
+    """Encodes client frames and decodes what the server sent."""
+
+    def __init__(self) -> None:
+        self.server = Connection({"product": "streamq"}, now_s=0.0)
+        self.received = bytearray()
+
+    def send(self, data: bytes, now_s: float = 0.0) -> list[Event]:
+        events = self.server.receive_data(data, now_s)
+        self.received += self.server.take_outgoing(now_s)
+        return events
+
+    def send_method(self, channel: int, method: m.Method) -> list[Event]:
+        return self.send(codec.encode_method_frame(codec.ChannelId(channel), method))
+
+    def methods(self) -> list[tuple[int, m.Method]]:
+        self.received += self.server.take_outgoing(0.0)
+        frames, used = codec.split_frames(self.received, FRAME_MAX)
+        del self.received[:used]
+        return [
+            (f.channel, codec.decode_method(f.payload))
+            for f in frames
+            if f.frame_type == codec.FRAME_METHOD
+        ]
+
+    def open(self, frame_max: int = FRAME_MAX) -> None:
+        self.send(b"AMQP\x00\x00\x09\x01")
+        events = self.send_method(
+            0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00guest\x00secret")
+        )
+        assert events == [LoginRequested("PLAIN", "guest", "secret", {})]
+        self.server.accept_login("guest")
+        assert self.send_method(0, m.ConnectionTuneOk(0, frame_max, 60)) == []
+        assert self.send_method(0, m.ConnectionOpen(virtual_host="/")) == [OpenRequested("/")]
+        self.server.accept_open("/")
+        self.send_method(1, m.ChannelOpen())
+        self.methods()
+
+
+def test_handshake_advertises_capabilities_and_negotiates_limits() -> None:
+    client = Client()
+    assert client.send(b"AMQP\x00\x00\x09") == []  # a partial header waits
+    client.send(b"\x01")
+    [(channel, start)] = client.methods()
+    assert channel == 0 and isinstance(start, m.ConnectionStart)
+    assert start.mechanisms == b"PLAIN AMQPLAIN"
+    client.send_method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00u\x00p"))
+    client.server.accept_login("u")
+    [(_, tune)] = client.methods()
+    assert isinstance(tune, m.ConnectionTune)
+    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2048, 131072, 300)
+    client.send_method(0, m.ConnectionTuneOk(0, 0, 30))
+    assert (client.server.channel_max, client.server.frame_max) == (CHANNEL_MAX, FRAME_MAX)
+    assert client.server.heartbeat_s == 30
+
+
+def test_amqplain_credentials_are_read_from_the_table() -> None:
+    client = Client()
+    client.send(b"AMQP\x00\x00\x09\x01")
+    table = codec.encode_table({"LOGIN": "alice", "PASSWORD": "pw"})[4:]
+    events = client.send_method(0, m.ConnectionStartOk(mechanism="AMQPLAIN", response=table))
+    assert events == [LoginRequested("AMQPLAIN", "alice", "pw", {})]
+
+
+def test_a_wrong_protocol_header_gets_ours_back() -> None:
+    client = Client()
+    events = client.send(b"GET / HTTP/1.1\r\n")
+    assert any(isinstance(e, ConnectionClosed) for e in events)
+    assert bytes(client.received) == b"AMQP\x00\x00\x09\x01"
+
+
+@pytest.mark.parametrize(
+    ("tune", "text"),
+    [
+        (m.ConnectionTuneOk(4000, 0, 0), "channel_max = 4000 is higher"),
+        (m.ConnectionTuneOk(0, 200000, 0), "frame_max = 200000 is higher"),
+        (m.ConnectionTuneOk(0, 1000, 0), "frame_max = 1000 is lower"),
+    ],
+)
+def test_tune_beyond_the_server_limits_is_530(tune: m.ConnectionTuneOk, text: str) -> None:
+    client = Client()
+    client.send(b"AMQP\x00\x00\x09\x01")
+    client.send_method(0, m.ConnectionStartOk(response=b"\x00u\x00p"))
+    client.server.accept_login("u")
+    client.methods()
+    client.send_method(0, tune)
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose)
+    assert close.reply_code == 530 and text in close.reply_text
+    assert client.server.state is State.CLOSING
+
+
+def test_a_method_out_of_order_in_the_handshake_is_503() -> None:
+    client = Client()
+    client.send(b"AMQP\x00\x00\x09\x01")
+    client.methods()
+    client.send_method(0, m.ConnectionOpen(virtual_host="/"))
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose)
+    assert close.reply_code == 503
+    assert "expected 'connection.start-ok', got 'connection.open'" in close.reply_text
+
+
+def publish_frames(channel: int, body: bytes, frame_max: int = FRAME_MAX) -> bytes:
+    out = bytearray()
+    method = m.BasicPublish(exchange="amq.direct", routing_key="rk", mandatory=True)
+    codec.append_content_frames(
+        out, codec.ChannelId(channel), method, codec.EMPTY_PROPERTIES_RAW, body, frame_max
+    )
+    return bytes(out)
+
+
+@pytest.mark.parametrize("body", [b"", b"x", b"y" * 20000])
+def test_publishes_are_assembled_from_frames_fed_one_byte_at_a_time(body: bytes) -> None:
+    client = Client()
+    client.open(frame_max=4096)
+    data = publish_frames(1, body, 4096) * 2
+    events: list[Event] = []
+    for i in range(len(data)):
+        events += client.send(data[i : i + 1])
+    expected = Publish(1, "amq.direct", "rk", True, False, codec.EMPTY_PROPERTIES_RAW, body)
+    assert events == [expected, expected]
+
+
+def test_a_message_over_the_max_size_closes_the_channel_with_406() -> None:
+    client = Client()
+    client.open()
+    client.server.message_bytes_max = 10
+    events = client.send(publish_frames(1, b"x" * 11))
+    assert events == []
+    [(channel, close)] = client.methods()
+    assert channel == 1 and isinstance(close, m.ChannelClose)
+    assert close.reply_code == 406
+    assert "message size 11 is larger than configured max size 10" in close.reply_text
+    # Frames on the closing channel are discarded until the close-ok.
+    assert client.send(publish_frames(1, b"ok")) == []
+    assert client.send_method(1, m.ChannelCloseOk()) == [ChannelClosed(1)]
+
+
+def test_a_method_where_content_was_expected_is_505() -> None:
+    client = Client()
+    client.open()
+    method = m.BasicPublish(exchange="", routing_key="q")
+    client.send_method(1, method)
+    events = client.send_method(1, m.BasicQos(0, 10, False))
+    assert isinstance(events[-1], ChannelClosed)
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose) and close.reply_code == 505
+
+
+def test_frames_on_an_unopened_channel_are_504() -> None:
+    client = Client()
+    client.open()
+    client.send_method(7, m.BasicQos(0, 10, False))
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose) and close.reply_code == 504
+
+
+def test_other_methods_are_handed_to_the_server() -> None:
+    client = Client()
+    client.open()
+    qos = m.BasicQos(0, 10, False)
+    assert client.send_method(1, qos) == [MethodReceived(1, qos)]
+
+
+def test_client_close_is_answered_and_reported() -> None:
+    client = Client()
+    client.open()
+    events = client.send_method(0, m.ConnectionClose(200, "bye", 0, 0))
+    assert events == [ChannelClosed(1), ConnectionClosed(200, "bye")]
+    [(_, close_ok)] = client.methods()
+    assert isinstance(close_ok, m.ConnectionCloseOk)
+
+
+def test_heartbeats_are_sent_when_quiet_and_a_silent_peer_times_out() -> None:
+    client = Client()
+    client.open()  # heartbeat 60 s
+    assert client.server.check_heartbeat(31.0)
+    assert bytes(client.server.outgoing) == codec.HEARTBEAT_FRAME
+    client.server.take_outgoing(31.0)
+    client.send(codec.HEARTBEAT_FRAME, now_s=100.0)
+    assert client.server.check_heartbeat(219.0)
+    assert not client.server.check_heartbeat(221.0)
