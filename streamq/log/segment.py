@@ -140,7 +140,10 @@ def read_records(
     """
     end = min(offset_end, segment.next_offset)
     while offset < end and records_max > 0:
-        data = os.pread(fd, chunk_bytes, position)
+        # A small read (a consumer's next few records, a seek) reads a small chunk; the
+        # loop reads on when the records turn out to be larger.
+        wanted = records_max + max(0, skip_before - offset)
+        data = os.pread(fd, min(chunk_bytes, max(4096, wanted * 128)), position)
         if len(data) >= 4:
             need = 4 + int.from_bytes(data[:4], "little")
             if need > len(data):
