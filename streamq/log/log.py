@@ -85,7 +85,9 @@ class SegmentLog:
         self._bases = [s.base_offset for s in segments]
         self._active = segments[-1]
         self._next_offset = self._active.next_offset
-        self._last_timestamp_ms = max(self._active.last_timestamp_ms, 0)
+        # Timestamps never decrease: after a roll the active segment may still be empty,
+        # so the floor is the newest timestamp of any segment.
+        self._last_timestamp_ms = max([0, *(s.last_timestamp_ms for s in segments)])
         self._durable_next = self._next_offset
         self._buffer = bytearray()
         self._unsealed: list[Segment] = []

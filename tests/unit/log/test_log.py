@@ -226,3 +226,22 @@ async def test_companion_files_are_synced_in_the_same_round(
     log.append([message(0)], 1)
     await log.sync()
     assert prepared == 1
+
+
+def test_timestamps_never_decrease_across_a_reopen_after_a_roll(
+    tmp_path: Path, small_config: LogConfig
+) -> None:
+    """Found by the state machine: a crash right after a roll leaves the new active segment
+    empty, and the reopened log must still remember the newest timestamp of older ones."""
+    log = SegmentLog.open(str(tmp_path), small_config)
+    log.append([message(0, size=1500)], 900)
+    log.sync_blocking()
+    log.append([message(1, size=1500)], 950)  # rolls: segment 1 exists, its record buffered
+    log._release()  # a kill: the buffered record is lost, the new segment file stays
+    again = SegmentLog.open(str(tmp_path), small_config)
+    assert [(s.base_offset, s.next_offset) for s in again.segments()] == [(0, 1), (1, 1)]
+    again.append([message(1)], 700)  # a clock that stepped back
+    again.sync_blocking()
+    assert [r.timestamp_ms for r in again.read(0, 10)] == [900, 900]
+    assert again.seek_timestamp(900) == 0
+    again.close_blocking()
