@@ -5,9 +5,8 @@ directory (two brokers on one directory would corrupt it), binds the AMQP and HT
 listeners, and stops on SIGTERM or SIGINT: it stops accepting, closes connections and
 releases the lock. It must not parse protocol bytes itself.
 
-Until the AMQP gateway lands, a client that connects to the AMQP port receives the
-protocol header this server speaks followed by a close (AMQP 0-9-1 section 4.2.2: the
-answer of a server that cannot serve the client), and the HTTP port answers 503.
+The AMQP port is served by `amqp_gateway`; until the management API lands, the HTTP port
+answers 503.
 """
 
 from __future__ import annotations
@@ -18,14 +17,17 @@ import fcntl
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, cast
 
 import uvloop
 
+from amqp_gateway.server import Gateway, start_amqp_server
+from streamq.broker.broker import Broker
+
 logger = logging.getLogger("streamq")
 
-AMQP_PROTOCOL_HEADER: Final = b"AMQP\x00\x00\x09\x01"
 LOCK_FILE: Final = ".lock"
 HTTP_UNAVAILABLE: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
@@ -73,18 +75,6 @@ def lock_data_dir(data_dir: str) -> int:
     return fd
 
 
-class _NotYetAmqp(asyncio.Protocol):
-    """Answers any client with the protocol header and closes (see the module docstring)."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports do not subclass asyncio.Transport; they implement it.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._transport.write(AMQP_PROTOCOL_HEADER)
-        self._transport.close()
-
-
 class _NotYetHttp(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport; they implement it.
@@ -96,11 +86,10 @@ class _NotYetHttp(asyncio.Protocol):
 
 
 async def _listen(
-    factory: type[asyncio.Protocol], host: str, port: int, what: str
+    start: Callable[[], Awaitable[asyncio.Server]], host: str, port: int, what: str
 ) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
     try:
-        return await loop.create_server(factory, host, port, reuse_address=True)
+        return await start()
     except OSError as exc:
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
@@ -109,13 +98,41 @@ def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
 
-async def run_broker(config: ServeConfig, stop: asyncio.Event) -> None:
-    """Run until `stop` is set. Raises ServeError if the broker cannot start."""
+async def run_broker(
+    config: ServeConfig,
+    stop: asyncio.Event,
+    on_ready: Callable[[int, int], None] | None = None,
+) -> None:
+    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening.
+
+    Raises ServeError if the broker cannot start.
+    """
     lock_fd = lock_data_dir(config.data_dir)
+    loop = asyncio.get_running_loop()
     servers: list[asyncio.Server] = []
+    broker: Broker | None = None
+    gateway: Gateway | None = None
     try:
-        servers.append(await _listen(_NotYetAmqp, config.bind, config.amqp_port, "AMQP"))
-        servers.append(await _listen(_NotYetHttp, config.bind, config.http_port, "HTTP"))
+        broker = Broker(config.data_dir)
+        gateway = Gateway(broker)
+        servers.append(
+            await _listen(
+                lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
+                config.bind,
+                config.amqp_port,
+                "AMQP",
+            )
+        )
+        servers.append(
+            await _listen(
+                lambda: loop.create_server(
+                    _NotYetHttp, config.bind, config.http_port, reuse_address=True
+                ),
+                config.bind,
+                config.http_port,
+                "HTTP",
+            )
+        )
         logger.info(
             "listening amqp=%s:%d http=%s:%d data_dir=%s",
             config.bind,
@@ -124,13 +141,17 @@ async def run_broker(config: ServeConfig, stop: asyncio.Event) -> None:
             _bound_port(servers[1]),
             os.path.abspath(config.data_dir),
         )
+        if on_ready is not None:
+            on_ready(_bound_port(servers[0]), _bound_port(servers[1]))
         await stop.wait()
         logger.info("shutting down")
     finally:
         for server in servers:
             server.close()
-        for server in servers:
-            await server.wait_closed()
+        if gateway is not None:
+            gateway.close_all("broker shutdown")
+        if broker is not None:
+            broker.close()
         os.close(lock_fd)
     logger.info("stopped")
 

@@ -1,0 +1,139 @@
+"""Per-channel AMQP state held by the server: delivery tags, unacked deliveries, prefetch,
+consumers, publisher confirms and transactions.
+
+Owns the bookkeeping that the AMQP spec ties to a channel. It holds no sockets and sends
+nothing itself: deliveries are encoded into the connection's outgoing buffer, and the
+server decides when to write it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from amqp_gateway import codec
+from streamq.broker.queue import Queue, StoredMessage
+from streamq.queues.classic import ReadyMessage
+
+if TYPE_CHECKING:
+    from amqp_gateway.connection import Connection, Publish
+
+
+class Owner(Protocol):
+    """The server-side connection that owns the channels."""
+
+    paused: bool  # the socket's write buffer is full: deliver nothing more for now
+
+    def note_output(self) -> None:
+        """Deliveries were encoded into the outgoing buffer: write it soon."""
+
+
+class Unacked:
+    __slots__ = ("consumer", "offset", "queue")
+
+    def __init__(self, queue: Queue, offset: int, consumer: GatewayConsumer | None) -> None:
+        self.queue = queue
+        self.offset = offset
+        self.consumer = consumer
+
+
+class ChannelSession:
+    """What the server remembers about one open channel."""
+
+    def __init__(self, channel_id: int, connection: Connection, owner: Owner) -> None:
+        self.id = channel_id
+        self.connection = connection
+        self.owner = owner
+        self.next_delivery_tag = 1
+        self.unacked: dict[int, Unacked] = {}  # by delivery tag, in delivery order
+        self.consumer_prefetch = 0  # basic.qos global=false: applies to new consumers
+        self.channel_prefetch = 0  # basic.qos global=true: all consumers together
+        self.consumers: dict[str, GatewayConsumer] = {}
+        self.flow_active = True
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirmed_seq = 0
+        self.transactional = False
+        self.tx_publishes: list[Publish] = []
+        self.tx_acks: list[tuple[int, bool, bool, bool]] = []  # tag, multiple, ack, requeue
+
+    def can_deliver(self) -> bool:
+        return self.flow_active and (
+            self.channel_prefetch == 0 or len(self.unacked) < self.channel_prefetch
+        )
+
+    def take_tag(self) -> int:
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        return tag
+
+    def settle_tags(self, delivery_tag: int, multiple: bool) -> list[Unacked]:
+        """Remove and return the deliveries an ack/nack/reject names; [] if the tag is
+        unknown (the caller closes the channel with 406)."""
+        if multiple:
+            if delivery_tag == 0:
+                tags = list(self.unacked)
+            else:
+                tags = [t for t in self.unacked if t <= delivery_tag]
+        elif delivery_tag in self.unacked:
+            tags = [delivery_tag]
+        else:
+            tags = []
+        settled = [self.unacked.pop(t) for t in tags]
+        for entry in settled:
+            if entry.consumer is not None:
+                entry.consumer.unacked -= 1
+        return settled
+
+
+class GatewayConsumer:
+    """A basic.consume on a channel, as the broker core's Consumer protocol wants it."""
+
+    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "tag_raw", "unacked")
+
+    def __init__(
+        self,
+        channel: ChannelSession,
+        queue: Queue,
+        tag: str,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+    ) -> None:
+        self.channel = channel
+        self.queue = queue
+        self.tag = tag
+        self.tag_raw = tag.encode()
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+
+    def can_take(self) -> bool:
+        if self.no_ack:
+            return self.channel.flow_active and not self.channel.owner.paused
+        return (
+            (self.prefetch == 0 or self.unacked < self.prefetch)
+            and self.channel.can_deliver()
+            and not self.channel.owner.paused
+        )
+
+    def deliver(self, queue: Queue, message: ReadyMessage, stored: StoredMessage) -> None:
+        channel = self.channel
+        tag = channel.take_tag()
+        if not self.no_ack:
+            channel.unacked[tag] = Unacked(queue, message.offset, self)
+            self.unacked += 1
+        connection = channel.connection
+        codec.encode_deliver(
+            connection.outgoing,
+            codec.ChannelId(channel.id),
+            self.tag_raw,
+            codec.DeliveryTag(tag),
+            message.redelivered,
+            stored.exchange,
+            stored.routing_key,
+            stored.properties_raw,
+            stored.body,
+            connection.frame_max,
+        )
+        channel.owner.note_output()

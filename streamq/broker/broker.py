@@ -1,0 +1,45 @@
+"""The broker: its data directory, users and vhosts.
+
+Owns what one broker process holds across vhosts: the fsync thread they share, the user
+store and the vhost registry. It opens and closes them in order; it does not listen on
+sockets (the gateway does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from streamq.broker.errors import NotAllowed
+from streamq.broker.users import UserStore
+from streamq.broker.vhost import VHost
+from streamq.log.syncer import Syncer
+
+DEFAULT_VHOST = "/"
+
+
+class Broker:
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = data_dir
+        self.syncer = Syncer()
+        self.users = UserStore()
+        self.vhosts: dict[str, VHost] = {}
+        self.add_vhost(DEFAULT_VHOST)
+
+    def add_vhost(self, name: str) -> VHost:
+        # As LavinMQ, a vhost's directory is named by the sha1 of its name.
+        directory = os.path.join(self.data_dir, "vhosts", hashlib.sha1(name.encode()).hexdigest())
+        vhost = VHost(name, directory, self.syncer)
+        self.vhosts[name] = vhost
+        return vhost
+
+    def vhost(self, name: str) -> VHost:
+        found = self.vhosts.get(name)
+        if found is None:
+            raise NotAllowed(f"vhost {name} not found")
+        return found
+
+    def close(self) -> None:
+        for vhost in self.vhosts.values():
+            vhost.close()
+        self.syncer.close()

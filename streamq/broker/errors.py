@@ -1,0 +1,35 @@
+"""Domain errors of the broker core. The gateway maps each to a protocol code in one table
+(`amqp_gateway/errormap.py`); the code RabbitMQ uses is noted on each class."""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """Base class of broker core errors."""
+
+
+class NotFound(BrokerError):
+    """AMQP 404: the exchange or queue does not exist."""
+
+    def __init__(self, kind: str, name: str, vhost: str) -> None:
+        super().__init__(f"no {kind} '{name}' in vhost '{vhost}'")
+
+
+class PreconditionFailed(BrokerError):
+    """AMQP 406: inequivalent redeclare, bad argument, queue in use or not empty."""
+
+
+class AccessRefused(BrokerError):
+    """AMQP 403: reserved names, the default exchange, exclusive consumers."""
+
+
+class ResourceLocked(BrokerError):
+    """AMQP 405: an exclusive queue of another connection."""
+
+
+class CommandInvalid(BrokerError):
+    """AMQP 503 (a connection error): for example an unknown exchange type."""
+
+
+class NotAllowed(BrokerError):
+    """AMQP 530: vhost missing or refused."""

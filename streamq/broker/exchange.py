@@ -1,0 +1,201 @@
+"""Exchanges and their bindings: who gets a message, by exchange type.
+
+Owns routing for the types direct, fanout, topic and headers, bindings to queues and to
+other exchanges, and the equivalence rules of a redeclare. It does not know queues'
+contents, the log or the protocol; the vhost follows exchange-to-exchange destinations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+from streamq.broker.errors import CommandInvalid, PreconditionFailed
+
+EXCHANGE_TYPES: Final = frozenset({"direct", "fanout", "topic", "headers"})
+ROUTE_CACHE_ENTRIES_MAX: Final = 4096
+
+
+class Destination(NamedTuple):
+    kind: str  # "queue" or "exchange"
+    name: str
+
+
+class Binding(NamedTuple):
+    destination: Destination
+    routing_key: str
+    arguments: tuple[tuple[str, object], ...]  # sorted items, so bindings compare by value
+
+
+def freeze_arguments(arguments: Mapping[str, object]) -> tuple[tuple[str, object], ...]:
+    return tuple(sorted((k, _hashable(v)) for k, v in arguments.items()))
+
+
+def _hashable(value: object) -> object:
+    if isinstance(value, dict):
+        return freeze_arguments(value)
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+class Exchange:
+    """An exchange and its bindings. `route` adds matching destinations to `out`."""
+
+    def __init__(
+        self,
+        name: str,
+        exchange_type: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+    ) -> None:
+        if exchange_type not in EXCHANGE_TYPES:
+            raise CommandInvalid(f"unknown exchange type '{exchange_type}'")
+        self.name = name
+        self.type = exchange_type
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = dict(arguments)
+        self.bindings: set[Binding] = set()
+        self._direct: dict[str, set[Destination]] = {}
+        self._cache: dict[str, frozenset[Destination]] = {}
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        value = self.arguments.get("alternate-exchange", self.arguments.get("x-alternate-exchange"))
+        return value if isinstance(value, str) else None
+
+    def bind(
+        self, destination: Destination, routing_key: str, arguments: Mapping[str, object]
+    ) -> bool:
+        """Add a binding; False if the same one existed."""
+        binding = Binding(destination, routing_key, freeze_arguments(arguments))
+        if binding in self.bindings:
+            return False
+        self.bindings.add(binding)
+        self._direct.setdefault(routing_key, set()).add(destination)
+        self._cache.clear()
+        return True
+
+    def unbind(
+        self, destination: Destination, routing_key: str, arguments: Mapping[str, object]
+    ) -> bool:
+        binding = Binding(destination, routing_key, freeze_arguments(arguments))
+        if binding not in self.bindings:
+            return False
+        self.bindings.discard(binding)
+        self._rebuild_direct()
+        return True
+
+    def unbind_destination(self, destination: Destination) -> int:
+        """Remove every binding to `destination` (it was deleted); returns how many."""
+        gone = {b for b in self.bindings if b.destination == destination}
+        self.bindings -= gone
+        if gone:
+            self._rebuild_direct()
+        return len(gone)
+
+    def _rebuild_direct(self) -> None:
+        self._direct = {}
+        for b in self.bindings:
+            self._direct.setdefault(b.routing_key, set()).add(b.destination)
+        self._cache.clear()
+
+    def route(
+        self, routing_key: str, headers: Mapping[str, object] | None, out: set[Destination]
+    ) -> None:
+        """Hot path: add the destinations bound for this message to `out`."""
+        kind = self.type
+        if kind == "direct":
+            found = self._direct.get(routing_key)
+            if found:
+                out.update(found)
+        elif kind == "fanout":
+            out.update(b.destination for b in self.bindings)
+        elif kind == "topic":
+            out.update(self._route_topic(routing_key))
+        else:
+            out.update(b.destination for b in self.bindings if headers_match(b.arguments, headers))
+
+    def _route_topic(self, routing_key: str) -> frozenset[Destination]:
+        cached = self._cache.get(routing_key)
+        if cached is None:
+            words = routing_key.split(".")
+            cached = frozenset(
+                b.destination for b in self.bindings if topic_match(b.routing_key.split("."), words)
+            )
+            if len(self._cache) >= ROUTE_CACHE_ENTRIES_MAX:
+                self._cache.clear()
+            self._cache[routing_key] = cached
+        return cached
+
+    def check_equivalent(
+        self,
+        exchange_type: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: Mapping[str, object],
+        vhost: str,
+    ) -> None:
+        """Raise PreconditionFailed, in RabbitMQ's words, if a redeclare differs."""
+        for field, current, received in (
+            ("type", self.type, exchange_type),
+            ("durable", self.durable, durable),
+            ("auto_delete", self.auto_delete, auto_delete),
+            ("internal", self.internal, internal),
+        ):
+            if current != received:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{field}' for exchange '{self.name}' in vhost '{vhost}': "
+                    f"received '{_show(received)}' but current is '{_show(current)}'"
+                )
+        if freeze_arguments(arguments) != freeze_arguments(self.arguments):
+            raise PreconditionFailed(
+                f"inequivalent arguments for exchange '{self.name}' in vhost '{vhost}'"
+            )
+
+
+def _show(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def topic_match(pattern: list[str], words: list[str]) -> bool:
+    """AMQP topic matching: `*` is exactly one word, `#` zero or more words."""
+    # Dynamic programming over (pattern prefix, words prefix); patterns are short.
+    previous = [True] + [False] * len(words)
+    for p in pattern:
+        current = [previous[0] and p == "#"] + [False] * len(words)
+        for j, word in enumerate(words, 1):
+            if p == "#":
+                current[j] = previous[j] or current[j - 1]
+            elif p in ("*", word):
+                current[j] = previous[j - 1]
+        previous = current
+    return previous[-1]
+
+
+def headers_match(
+    arguments: tuple[tuple[str, object], ...], headers: Mapping[str, object] | None
+) -> bool:
+    """RabbitMQ's headers exchange: `x-match` all (default), any, all-with-x, any-with-x.
+    Binding keys starting with `x-` take no part unless the -with-x variants are used; a
+    binding value of void (None) matches any value of a present header."""
+    mode = "all"
+    pairs = []
+    for key, value in arguments:
+        if key == "x-match":
+            mode = str(value)
+        else:
+            pairs.append((key, value))
+    with_x = mode.endswith("-with-x")
+    if not with_x:
+        pairs = [(k, v) for k, v in pairs if not k.startswith("x-")]
+    headers = headers or {}
+    results = (k in headers and (v is None or _hashable(headers[k]) == v) for k, v in pairs)
+    if mode.startswith("any"):
+        return any(results)
+    return all(results)

@@ -1,0 +1,111 @@
+"""A queue as the broker core sees it: its declaration, its cursor and its consumers.
+
+Owns a queue's identity (name, flags, arguments, exclusive owner), the consumers attached
+to it and the round-robin order in which they get messages. The cursor
+(`streamq.queues.classic`) owns the message order; the vhost owns message contents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from streamq.broker.errors import PreconditionFailed
+from streamq.broker.exchange import freeze_arguments
+from streamq.queues.classic import ClassicQueue, ReadyMessage
+
+
+class StoredMessage:
+    """A routed message's contents, shared by every queue it went to (`refs` of them)."""
+
+    __slots__ = ("body", "exchange", "offset", "properties_raw", "refs", "routing_key")
+
+    def __init__(
+        self,
+        offset: int,
+        exchange: str,
+        routing_key: str,
+        properties_raw: bytes,
+        body: bytes,
+        refs: int,
+    ) -> None:
+        self.offset = offset
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties_raw = properties_raw
+        self.body = body
+        self.refs = refs
+
+
+class Consumer(Protocol):
+    """What the broker needs of a consumer; the gateway implements it."""
+
+    tag: str
+    no_ack: bool
+    exclusive: bool
+
+    def can_take(self) -> bool:
+        """Whether prefetch allows one more delivery now."""
+
+    def deliver(self, queue: Queue, message: ReadyMessage, stored: StoredMessage) -> None:
+        """Send the message; the consumer accounts for it (delivery tag, credit)."""
+
+
+class Queue:
+    __slots__ = (
+        "arguments",
+        "auto_delete",
+        "consumers",
+        "cursor",
+        "durable",
+        "exclusive_owner",
+        "had_consumers",
+        "name",
+        "next_consumer",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        durable: bool,
+        exclusive_owner: object | None,
+        auto_delete: bool,
+        arguments: Mapping[str, object],
+    ) -> None:
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments)
+        self.cursor = ClassicQueue()
+        self.consumers: list[Consumer] = []
+        self.next_consumer = 0
+        self.had_consumers = False
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    def check_equivalent(
+        self,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: Mapping[str, object],
+        vhost: str,
+    ) -> None:
+        """Raise PreconditionFailed, in RabbitMQ's words, if a redeclare differs."""
+        for field, current, received in (
+            ("durable", self.durable, durable),
+            ("exclusive", self.exclusive, exclusive),
+            ("auto_delete", self.auto_delete, auto_delete),
+        ):
+            if current != received:
+                raise PreconditionFailed(
+                    f"inequivalent arg '{field}' for queue '{self.name}' in vhost '{vhost}': "
+                    f"received '{str(received).lower()}' but current is '{str(current).lower()}'"
+                )
+        if freeze_arguments(arguments) != freeze_arguments(self.arguments):
+            raise PreconditionFailed(
+                f"inequivalent arguments for queue '{self.name}' in vhost '{vhost}'"
+            )

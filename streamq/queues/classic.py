@@ -1,0 +1,104 @@
+"""A classic queue's cursor over its vhost's log: ready order, requeues and in-flight set.
+
+Owns which log offsets a queue holds and in what order they go out: new messages in
+publish order, requeued ones first and in their original order, each with its
+redelivered flag and delivery count. It holds offsets only, never message bodies (the
+vhost's log and cache have those), and does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from sortedcontainers import SortedList
+
+
+class ReadyMessage(NamedTuple):
+    offset: int
+    redelivered: bool
+    delivery_count: int  # deliveries before this one
+
+
+class ClassicQueue:
+    """The cursor state of one queue. Every operation is O(1) or O(log n) per message."""
+
+    __slots__ = ("_delivery_counts", "_ready", "_requeued", "_sizes", "bytes_ready", "unacked")
+
+    def __init__(self) -> None:
+        self._ready: deque[int] = deque()
+        self._requeued = SortedList()
+        self._delivery_counts: dict[int, int] = {}  # only for offsets delivered before
+        self._sizes: dict[int, int] = {}
+        self.unacked: set[int] = set()
+        self.bytes_ready = 0
+
+    @property
+    def message_count(self) -> int:
+        """Ready messages (what queue.declare-ok reports)."""
+        return len(self._ready) + len(self._requeued)
+
+    @property
+    def unacked_count(self) -> int:
+        return len(self.unacked)
+
+    def enqueue(self, offset: int, size_bytes: int) -> None:
+        self._ready.append(offset)
+        self._sizes[offset] = size_bytes
+        self.bytes_ready += size_bytes
+
+    def take(self) -> ReadyMessage | None:
+        """The next message to deliver, now in flight; None if nothing is ready."""
+        if self._requeued:
+            offset = int(self._requeued.pop(0))
+        elif self._ready:
+            offset = self._ready.popleft()
+        else:
+            return None
+        self.bytes_ready -= self._sizes[offset]
+        count = self._delivery_counts.get(offset, 0)
+        self._delivery_counts[offset] = count + 1
+        self.unacked.add(offset)
+        return ReadyMessage(offset, count > 0, count)
+
+    def ack(self, offset: int) -> int:
+        """The message is gone from the queue (acked, or rejected without requeue).
+
+        Returns its size in bytes.
+        """
+        self.unacked.discard(offset)
+        self._delivery_counts.pop(offset, None)
+        return self._sizes.pop(offset, 0)
+
+    def requeue(self, offset: int) -> None:
+        """Back to ready, ahead of new messages and in original publish order."""
+        if offset in self.unacked:
+            self.unacked.discard(offset)
+            self._requeued.add(offset)
+            self.bytes_ready += self._sizes[offset]
+
+    def purge(self) -> list[int]:
+        """Drop every ready message; returns their offsets (in-flight ones stay)."""
+        purged = [int(o) for o in self._requeued] + list(self._ready)
+        self._requeued.clear()
+        self._ready.clear()
+        for offset in purged:
+            self._sizes.pop(offset, None)
+            self._delivery_counts.pop(offset, None)
+        self.bytes_ready = 0
+        return purged
+
+    def offsets(self) -> list[int]:
+        """Every offset the queue still holds, ready or in flight."""
+        return [int(o) for o in self._requeued] + list(self._ready) + sorted(self.unacked)
+
+    def low_water_offset(self) -> int | None:
+        """The smallest offset the queue still needs, or None if it needs none."""
+        candidates = []
+        if self._ready:
+            candidates.append(self._ready[0])
+        if self._requeued:
+            candidates.append(int(self._requeued[0]))
+        if self.unacked:
+            candidates.append(min(self.unacked))
+        return min(candidates) if candidates else None

@@ -1,0 +1,62 @@
+"""The broker for integration tests: started in-process on loopback port 0, with its data
+directory under the test's tmp_path, on its own event-loop thread (the clients block)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from streamq.app import ServeConfig, run_broker
+
+START_TIMEOUT_S = 20
+
+
+class RunningBroker:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.amqp_port = 0
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="streamq-broker", daemon=True)
+        self._thread.start()
+        assert self._ready.wait(START_TIMEOUT_S), "broker did not start"
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+
+            def ready(amqp_port: int, http_port: int) -> None:
+                self.amqp_port = amqp_port
+                self._ready.set()
+
+            config = ServeConfig(str(self.data_dir), "127.0.0.1", 0, 0)
+            await run_broker(config, self._stop, ready)
+
+        try:
+            uvloop.run(main())
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(START_TIMEOUT_S)
+        assert not self._thread.is_alive(), "broker did not stop"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[RunningBroker]:
+    running = RunningBroker(tmp_path / "data")
+    yield running
+    running.stop()
