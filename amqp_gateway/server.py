@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S: Final = 10.0  # wait this long for close-ok before dropping the socket
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
+HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
+HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
+HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
 
 
 class Gateway:
@@ -119,6 +122,7 @@ class AmqpHandler(asyncio.Protocol):
         self._heartbeat: asyncio.TimerHandle | None = None
         self._confirming = False
         self._closing_timer: asyncio.TimerHandle | None = None
+        self._connected_s = time.monotonic()
         self._handlers: dict[type[m.Method], Callable[[ChannelSession, m.Method], None]] = {
             m.ExchangeDeclare: self._exchange_declare,
             m.ExchangeDelete: self._exchange_delete,
@@ -160,7 +164,7 @@ class AmqpHandler(asyncio.Protocol):
         except ValueError:
             self._peer_is_loopback = False
         self.gateway.handlers.add(self)
-        self._schedule_heartbeat(5.0)
+        self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
 
     def data_received(self, data: bytes) -> None:
         events = self.conn.receive_data(data, time.monotonic())
@@ -324,13 +328,21 @@ class AmqpHandler(asyncio.Protocol):
         self._heartbeat = loop.call_later(delay_s, self._on_heartbeat)
 
     def _on_heartbeat(self) -> None:
-        if not self.conn.check_heartbeat(time.monotonic()):
+        now = time.monotonic()
+        if self.conn.state < State.OPEN and now - self._connected_s > HANDSHAKE_TIMEOUT_S:
+            logger.warning("handshake timeout from client %s, closing", self.peer)
+            self._abort()
+            return
+        if not self.conn.check_heartbeat(now):
             logger.warning("missed heartbeats from client %s, closing", self.peer)
             self._abort()
             return
         self.flush()
-        interval = self.conn.heartbeat_s / 2 if self.conn.heartbeat_s > 0 else 5.0
-        self._schedule_heartbeat(max(interval, 0.5))
+        heartbeat_s = self.conn.heartbeat_s
+        if self.conn.state < State.OPEN:
+            self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
+        else:
+            self._schedule_heartbeat(heartbeat_s / 2 if heartbeat_s > 0 else HEARTBEAT_IDLE_CHECK_S)
 
     # -- publish and confirms --------------------------------------------------------------
 
