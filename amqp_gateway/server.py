@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S: Final = 10.0  # wait this long for close-ok before dropping the socket
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
+SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
@@ -64,6 +65,17 @@ class Gateway:
         self._loop = loop
         for vhost in self.broker.vhosts.values():
             vhost.wakeup = self.schedule_drain
+        loop.call_later(SEGMENT_COLLECT_INTERVAL_S, self._collect)
+
+    def _collect(self) -> None:
+        """Drop log segments no queue needs (the vhost log is shared by its queues)."""
+        assert self._loop is not None
+        for vhost in self.broker.vhosts.values():
+            try:
+                vhost.collect_segments()
+            except LogError as exc:
+                logger.error("vhost %s: cannot drop segments: %s", vhost.name, exc)
+        self._loop.call_later(SEGMENT_COLLECT_INTERVAL_S, self._collect)
 
     def schedule_drain(self) -> None:
         if not self._drain_scheduled and self._loop is not None:

@@ -294,6 +294,19 @@ class VHost:
             if was_idle:
                 self.wakeup()
 
+    def collect_segments(self) -> int:
+        """Delete log segments that no queue needs any more; returns how many.
+
+        A segment goes when every offset in it is below the lowest offset any queue still
+        holds (ready or unacked). The deletion is durable after the next sync round.
+        """
+        low = self.log.next_offset
+        for queue in self.queues.values():
+            needed = queue.cursor.low_water_offset()
+            if needed is not None and needed < low:
+                low = needed
+        return self.log.drop_segments_before(low)
+
     async def sync(self) -> int:
         """Make every published message durable (group commit with all other callers)."""
         return await self.log.sync()
