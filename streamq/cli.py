@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from streamq import __version__
+from streamq import __version__, ctl, perf
 from streamq.app import ServeConfig, ServeError, serve
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--bind", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     run.add_argument("--amqp-port", type=_port, default=5672, help="AMQP port (5672)")
     run.add_argument("--http-port", type=_port, default=15672, help="HTTP port (15672)")
+    ctl.add_parser(commands)
+    perf.add_parser(commands)
     return parser
 
 
@@ -60,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "ctl":
+        return ctl.main(args)
+    if args.command == "perf":
+        return perf.main(args)
     config = ServeConfig(
         data_dir=args.data_dir,
         bind=args.bind,
