@@ -61,12 +61,23 @@ class SegmentInfo(NamedTuple):
     active: bool
 
 
+class CompanionWork(NamedTuple):
+    """What a sync companion asks of one round (see `SegmentLog.add_sync_companion`)."""
+
+    fds: Sequence[int]  # to fdatasync
+    actions: Sequence[Callable[[], None]] = ()  # run on the Syncer thread afterwards
+
+
+NO_COMPANION_WORK: Final = CompanionWork(())
+
+
 class _Round(NamedTuple):
     """One group commit: everything appended below `next_offset`."""
 
     next_offset: int
     fds: list[int]
     companion_fds: list[int]  # duplicates owned by the round, closed when it ends
+    companion_actions: list[Callable[[], None]]
     sealing: list[Segment]
     index_writes: list[tuple[str, bytes]]
     fsync_dir: bool
@@ -95,7 +106,7 @@ class SegmentLog:
         self._inflight: asyncio.Future[None] | None = None
         self._rounds_started = 0
         self._rounds_finished = 0
-        self._companions: list[Callable[[], Sequence[int]]] = []
+        self._companions: list[Callable[[], CompanionWork]] = []
         self._failed: LogFailed | None = None
         self._closed = False
         self._read_fds: dict[int, int] = {}
@@ -243,17 +254,19 @@ class SegmentLog:
 
     # -- sync ----------------------------------------------------------------------------
 
-    def add_sync_companion(self, prepare: Callable[[], Sequence[int]]) -> None:
-        """Make other files durable together with the log (a queue's enqueue and ack files).
+    def add_sync_companion(self, prepare: Callable[[], CompanionWork]) -> None:
+        """Make other files durable together with the log (queue journals, definitions).
 
         At the start of every round, on the caller's thread, `prepare()` writes the
-        companion's buffers to the OS and returns the descriptors the round must fdatasync.
-        The round works on duplicates of them, so the companion may close its own at any
-        time. A companion's data is durable after a round that began after it was written.
+        companion's buffers to the OS and returns the descriptors the round must fdatasync,
+        and actions (an atomic file replacement, a directory fsync, an unlink) that the
+        round runs on the Syncer thread after every fdatasync, in order. The round works on
+        duplicates of the descriptors, so the companion may close its own at any time. A
+        companion's data is durable after a round that began after it was written.
         """
         self._companions.append(prepare)
 
-    def remove_sync_companion(self, prepare: Callable[[], Sequence[int]]) -> None:
+    def remove_sync_companion(self, prepare: Callable[[], CompanionWork]) -> None:
         self._companions.remove(prepare)
 
     async def sync(self, *, companions: bool = False) -> int:
@@ -316,8 +329,13 @@ class SegmentLog:
         writes = [(s.index_path, s.index_bytes()) for s in sealing]
         fsync_dir = self._dir_dirty or bool(sealing)
         self._dir_dirty = False
-        companion_fds = [os.dup(fd) for prepare in self._companions for fd in prepare()]
-        return _Round(self._next_offset, fds, companion_fds, sealing, writes, fsync_dir)
+        companion_fds: list[int] = []
+        actions: list[Callable[[], None]] = []
+        for prepare in self._companions:
+            work = prepare()
+            companion_fds.extend(os.dup(fd) for fd in work.fds)
+            actions.extend(work.actions)
+        return _Round(self._next_offset, fds, companion_fds, actions, sealing, writes, fsync_dir)
 
     def _run_round(self, work: _Round) -> None:
         """Runs on the Syncer thread: segment data first, then their index files, then the
@@ -331,6 +349,8 @@ class SegmentLog:
         finally:
             for fd in work.companion_fds:
                 os.close(fd)
+        for action in work.companion_actions:
+            action()
         for path, data in work.index_writes:
             write_file_atomic(path, data, fsync_dir=False)
         if work.fsync_dir:

@@ -13,7 +13,7 @@ import pytest
 
 from streamq.log import format as fmt
 from streamq.log.errors import LogClosed, OffsetOutOfRange, RecordTooLarge
-from streamq.log.log import LogConfig, SegmentLog
+from streamq.log.log import CompanionWork, LogConfig, SegmentLog
 from tests.unit.log.conftest import message
 
 
@@ -200,12 +200,14 @@ async def test_companion_files_are_synced_in_the_same_round(
     runs a round that fdatasyncs it, and a plain sync with nothing pending runs none."""
     companion = os.open(tmp_path / "acks", os.O_WRONLY | os.O_CREAT)
     prepared = 0
+    acted: list[int] = []
 
-    def prepare() -> list[int]:
+    def prepare() -> CompanionWork:
         nonlocal prepared
         prepared += 1
         os.write(companion, b"ack")
-        return [companion]
+        # The action runs on the Syncer thread after the fdatasyncs of the round.
+        return CompanionWork([companion], [lambda: acted.append(len(synced))])
 
     synced: list[int] = []
     real = os.fdatasync
@@ -221,6 +223,7 @@ async def test_companion_files_are_synced_in_the_same_round(
     await log.sync(companions=True)
     assert prepared == 1
     assert os.fstat(companion).st_ino in synced
+    assert acted == [len(synced)]
     log.remove_sync_companion(prepare)
     os.close(companion)  # the round worked on a duplicate; closing ours is safe
     log.append([message(0)], 1)
