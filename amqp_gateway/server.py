@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S: Final = 10.0  # wait this long for close-ok before dropping the socket
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
 SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
+# Acks and deliveries are recorded in queue journals; this often at the latest they are
+# written and fsynced even when no publisher asks for a sync round.
+JOURNAL_FLUSH_INTERVAL_S: Final = 0.2
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
@@ -60,22 +63,37 @@ class Gateway:
         self._to_flush: set[AmqpHandler] = set()
         self._drain_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._housekeeping_task: asyncio.Task[None] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         for vhost in self.broker.vhosts.values():
             vhost.wakeup = self.schedule_drain
-        loop.call_later(SEGMENT_COLLECT_INTERVAL_S, self._collect)
+        self._housekeeping_task = loop.create_task(self._housekeeping())
 
-    def _collect(self) -> None:
-        """Drop log segments no queue needs (the vhost log is shared by its queues)."""
-        assert self._loop is not None
-        for vhost in self.broker.vhosts.values():
-            try:
-                vhost.collect_segments()
-            except LogError as exc:
-                logger.error("vhost %s: cannot drop segments: %s", vhost.name, exc)
-        self._loop.call_later(SEGMENT_COLLECT_INTERVAL_S, self._collect)
+    async def _housekeeping(self) -> None:
+        """Flush queue journals that no sync round has covered lately, and drop log
+        segments no queue needs (after a round, so that the acks that freed them are
+        durable before the segments go)."""
+        since_collect_s = 0.0
+        while True:
+            await asyncio.sleep(JOURNAL_FLUSH_INTERVAL_S)
+            since_collect_s += JOURNAL_FLUSH_INTERVAL_S
+            collect = since_collect_s >= SEGMENT_COLLECT_INTERVAL_S
+            if collect:
+                since_collect_s = 0.0
+            for vhost in list(self.broker.vhosts.values()):
+                try:
+                    if vhost.needs_sync() or collect:
+                        await vhost.sync_all()
+                    if collect:
+                        vhost.collect_segments()
+                except LogError as exc:
+                    logger.error("vhost %s: housekeeping failed: %s", vhost.name, exc)
+
+    def stop(self) -> None:
+        if self._housekeeping_task is not None:
+            self._housekeeping_task.cancel()
 
     def schedule_drain(self) -> None:
         if not self._drain_scheduled and self._loop is not None:
@@ -135,6 +153,11 @@ class AmqpHandler(asyncio.Protocol):
         self._confirming = False
         self._closing_timer: asyncio.TimerHandle | None = None
         self._connected_s = time.monotonic()
+        # A reply that must wait for a sync round (Declare-Ok of a durable entity,
+        # Commit-Ok); while one waits, reading stops and later events are held, so that
+        # replies keep their order.
+        self._waiting: tuple[int, m.Method] | None = None
+        self._held: list[Event] = []
         self._handlers: dict[type[m.Method], Callable[[ChannelSession, m.Method], None]] = {
             m.ExchangeDeclare: self._exchange_declare,
             m.ExchangeDelete: self._exchange_delete,
@@ -180,6 +203,9 @@ class AmqpHandler(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         events = self.conn.receive_data(data, time.monotonic())
+        if self._waiting is not None:
+            self._held.extend(events)
+            return
         self._handle_events(events)
         self.flush()
 
@@ -221,7 +247,10 @@ class AmqpHandler(asyncio.Protocol):
 
     def _handle_events(self, events: list[Event]) -> None:
         confirm_needed = False
-        for event in events:
+        for index, event in enumerate(events):
+            if self._waiting is not None:
+                self._held.extend(events[index:])
+                break
             try:
                 if type(event) is Publish:
                     confirm_needed |= self._publish(event)
@@ -245,6 +274,39 @@ class AmqpHandler(asyncio.Protocol):
         if confirm_needed and not self._confirming:
             self._confirming = True
             asyncio.get_running_loop().create_task(self._confirm_loop())
+
+    def _reply_durable(self, channel_id: int, method: m.Method, *, always: bool) -> None:
+        """Send `method` once every change so far is durable: at once if nothing is
+        pending (and not `always`), else after a sync round, holding later events."""
+        vhost = self._vhost()
+        if not always and not vhost.needs_sync():
+            self.conn.send_method(channel_id, method)
+            return
+        self._waiting = (channel_id, method)
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+        asyncio.get_running_loop().create_task(self._reply_after_sync(vhost))
+
+    async def _reply_after_sync(self, vhost: VHost) -> None:
+        assert self._waiting is not None
+        channel_id, method = self._waiting
+        try:
+            await vhost.sync_all()
+        except LogError as exc:
+            logger.error("message store failed; closing connection %s: %s", self.peer, exc)
+            self._waiting = None
+            self._fail(to_amqp(exc, method.CLASS_ID, method.METHOD_ID), 0)
+        else:
+            self._waiting = None
+            if self.conn.is_channel_open(channel_id):
+                self.conn.send_method(channel_id, method)
+        held, self._held = self._held, []
+        if self.conn.state is not State.CLOSED:
+            self._handle_events(held)
+        self.flush()
+        transport = self._transport
+        if self._waiting is None and transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def _fail(self, exc: errors.AMQPError, channel: int) -> None:
         events: list[Event] = []
@@ -447,13 +509,13 @@ class AmqpHandler(asyncio.Protocol):
             method.arguments,
         )
         if not method.nowait:
-            self.conn.send_method(channel.id, m.ExchangeDeclareOk())
+            self._reply_durable(channel.id, m.ExchangeDeclareOk(), always=False)
 
     def _exchange_delete(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeDelete)
         self._vhost().delete_exchange(method.exchange, method.if_unused)
         if not method.nowait:
-            self.conn.send_method(channel.id, m.ExchangeDeleteOk())
+            self._reply_durable(channel.id, m.ExchangeDeleteOk(), always=False)
 
     def _exchange_bind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeBind)
@@ -464,7 +526,7 @@ class AmqpHandler(asyncio.Protocol):
             method.arguments,
         )
         if not method.nowait:
-            self.conn.send_method(channel.id, m.ExchangeBindOk())
+            self._reply_durable(channel.id, m.ExchangeBindOk(), always=False)
 
     def _exchange_unbind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeUnbind)
@@ -475,7 +537,7 @@ class AmqpHandler(asyncio.Protocol):
             method.arguments,
         )
         if not method.nowait:
-            self.conn.send_method(channel.id, m.ExchangeUnbindOk())
+            self._reply_durable(channel.id, m.ExchangeUnbindOk(), always=False)
 
     def _queue_declare(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueDeclare)
@@ -489,13 +551,14 @@ class AmqpHandler(asyncio.Protocol):
             self,
         )
         if not method.nowait:
-            self.conn.send_method(
+            self._reply_durable(
                 channel.id,
                 m.QueueDeclareOk(
                     queue=queue.name,
                     message_count=queue.cursor.message_count,
                     consumer_count=len(queue.consumers),
                 ),
+                always=False,
             )
 
     def _queue_bind(self, channel: ChannelSession, method: m.Method) -> None:
@@ -509,7 +572,7 @@ class AmqpHandler(asyncio.Protocol):
             method.arguments,
         )
         if not method.nowait:
-            self.conn.send_method(channel.id, m.QueueBindOk())
+            self._reply_durable(channel.id, m.QueueBindOk(), always=False)
 
     def _queue_unbind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueUnbind)
@@ -521,13 +584,13 @@ class AmqpHandler(asyncio.Protocol):
             method.routing_key,
             method.arguments,
         )
-        self.conn.send_method(channel.id, m.QueueUnbindOk())
+        self._reply_durable(channel.id, m.QueueUnbindOk(), always=False)
 
     def _queue_purge(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueuePurge)
         count = self._vhost().purge_queue(method.queue, self)
         if not method.nowait:
-            self.conn.send_method(channel.id, m.QueuePurgeOk(message_count=count))
+            self._reply_durable(channel.id, m.QueuePurgeOk(message_count=count), always=False)
 
     def _queue_delete(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueDelete)
@@ -538,7 +601,7 @@ class AmqpHandler(asyncio.Protocol):
         for consumer in consumers:
             self._cancel_notify(consumer)
         if not method.nowait:
-            self.conn.send_method(channel.id, m.QueueDeleteOk(message_count=count))
+            self._reply_durable(channel.id, m.QueueDeleteOk(message_count=count), always=False)
 
     def _cancel_notify(self, consumer: GatewayConsumer) -> None:
         """consumer_cancel_notify: tell a consumer its queue is gone."""
@@ -707,18 +770,8 @@ class AmqpHandler(asyncio.Protocol):
             self._apply_settle(channel, tag, multiple, ack, requeue, (90, 20))
         for publish in publishes:
             self._route_and_store(vhost, channel, publish)
-        asyncio.get_running_loop().create_task(self._commit_ok(channel))
-
-    async def _commit_ok(self, channel: ChannelSession) -> None:
-        """tx.commit-ok goes out once the committed publishes are on disk."""
-        try:
-            await self._vhost().sync()
-        except LogError as exc:
-            self._fail(to_amqp(exc, 90, 20), 0)
-        else:
-            if self.channels.get(channel.id) is channel:
-                self.conn.send_method(channel.id, m.TxCommitOk())
-        self.flush()
+        # Commit-Ok goes out once the committed publishes and acks are on disk.
+        self._reply_durable(channel.id, m.TxCommitOk(), always=True)
 
     def _tx_rollback(self, channel: ChannelSession, method: m.Method) -> None:
         if not channel.transactional:

@@ -149,9 +149,10 @@ async def run_broker(
         for server in servers:
             server.close()
         if gateway is not None:
+            gateway.stop()
             gateway.close_all("broker shutdown")
         if broker is not None:
-            broker.close()
+            await broker.aclose()
         os.close(lock_fd)
     logger.info("stopped")
 

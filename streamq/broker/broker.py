@@ -40,6 +40,17 @@ class Broker:
         return found
 
     def close(self) -> None:
-        for vhost in self.vhosts.values():
-            vhost.close()
-        self.syncer.close()
+        """Close every vhost (fsyncs what they buffered) and stop the fsync thread."""
+        try:
+            for vhost in self.vhosts.values():
+                vhost.close()
+        finally:
+            self.syncer.close()
+
+    async def aclose(self) -> None:
+        """`close()` from the event loop: waits for sync rounds in flight first."""
+        try:
+            for vhost in self.vhosts.values():
+                await vhost.aclose()
+        finally:
+            self.syncer.close()

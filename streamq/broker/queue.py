@@ -13,6 +13,7 @@ from typing import Protocol
 from streamq.broker.errors import PreconditionFailed
 from streamq.broker.exchange import freeze_arguments
 from streamq.queues.classic import ClassicQueue, ReadyMessage
+from streamq.queues.journal import QueueJournal
 
 
 class StoredMessage:
@@ -59,6 +60,7 @@ class Queue:
         "cursor",
         "durable",
         "exclusive_owner",
+        "failed",
         "had_consumers",
         "name",
         "next_consumer",
@@ -81,10 +83,20 @@ class Queue:
         self.consumers: list[Consumer] = []
         self.next_consumer = 0
         self.had_consumers = False
+        self.failed: str | None = None  # why its durable state could not be restored
 
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
+
+    @property
+    def persisted(self) -> bool:
+        """Kept across a restart: durable and not exclusive (as RabbitMQ)."""
+        return self.durable and self.exclusive_owner is None
+
+    def attach_journal(self, journal: QueueJournal) -> None:
+        self.cursor.journal = journal
+        journal.live_source = self.cursor.live_messages
 
     def check_equivalent(
         self,

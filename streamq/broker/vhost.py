@@ -5,22 +5,48 @@ Owns the entity registry of one vhost, the shared message log of its classic que
 contents of messages still held by some queue, and the hand-over of ready messages to
 consumers. It is synchronous and single-threaded; the gateway calls `drain` when the vhost
 asks for it through `wakeup`, so that deliveries are batched per event-loop turn.
+
+Durability: durable exchanges, durable non-exclusive queues and the bindings between
+durable ends are recorded in the definitions journal; each such queue records its
+messages in its own journal (`streamq.queues.journal`). Both are sync companions of the
+log, so one fsync round covers messages, queue journals and definitions alike. Opening a
+vhost restores all of it before it returns: nothing is served before that.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from streamq.broker.errors import AccessRefused, NotFound, PreconditionFailed, ResourceLocked
+from streamq.broker.definitions import (
+    COMPACT_SLACK_RECORDS,
+    DefinitionsCorrupted,
+    DefinitionsJournal,
+    Op,
+    arguments_from_json,
+    arguments_to_json,
+)
+from streamq.broker.errors import (
+    AccessRefused,
+    BrokerError,
+    NotFound,
+    PreconditionFailed,
+    ResourceLocked,
+)
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.queue import Consumer, Queue, StoredMessage
+from streamq.log.files import fsync_directory
 from streamq.log.format import Message
-from streamq.log.log import SegmentLog
+from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.syncer import Syncer
+from streamq.queues.journal import JournalCorrupted, LiveMessage, QueueJournal
+
+logger = logging.getLogger(__name__)
 
 PREDECLARED: Final = (
     ("", "direct"),
@@ -30,12 +56,19 @@ PREDECLARED: Final = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
+PREDECLARED_NAMES: Final = frozenset(name for name, _ in PREDECLARED)
 DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
+RESTORE_READ_RECORDS: Final = 1024  # records read from the log per call while restoring
+JOURNAL_SUFFIX: Final = ".journal"
 
 
 class VHost:
     def __init__(self, name: str, directory: str, syncer: Syncer) -> None:
+        """Open the vhost and restore its durable state (blocking: start-up only).
+
+        Raises LogError, DefinitionsCorrupted and OSError.
+        """
         self.name = name
         self.directory = directory
         self.exchanges: dict[str, Exchange] = {}
@@ -44,10 +77,218 @@ class VHost:
         self.log = SegmentLog.open(os.path.join(directory, "messages"), syncer=syncer)
         self.dirty: set[Queue] = set()
         self.wakeup: Callable[[], None] = lambda: None
+        self._queues_dir = os.path.join(directory, "queues")
+        self._queues_dir_dirty = False
+        self._dirty_journals: set[QueueJournal] = set()
         for exchange_name, exchange_type in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, True, False, False, {}
             )
+        os.makedirs(self._queues_dir, exist_ok=True)
+        fsync_directory(directory)
+        self.definitions, ops = DefinitionsJournal.open(os.path.join(directory, "definitions"))
+        for op in ops:
+            self._apply(op)
+        snapshot = self._snapshot()
+        if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
+            self.definitions.replace(snapshot)
+        self._restore_queues()
+        self.log.add_sync_companion(self._prepare_sync)
+
+    # -- durable state -----------------------------------------------------------------------
+
+    def _apply(self, op: Op) -> None:
+        """Replay one definitions record: a change, applied without side effects."""
+        kind = op["op"]
+        name = str(op.get("name", ""))
+        if kind == "exchange":
+            try:
+                self.exchanges[name] = Exchange(
+                    name,
+                    str(op["type"]),
+                    True,
+                    bool(op.get("auto_delete")),
+                    bool(op.get("internal")),
+                    arguments_from_json(op.get("arguments")),
+                )
+            except BrokerError as exc:
+                logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
+        elif kind == "exchange.delete":
+            self._drop_exchange(name)
+        elif kind == "queue":
+            self.queues[name] = Queue(
+                name,
+                True,
+                None,
+                bool(op.get("auto_delete")),
+                arguments_from_json(op.get("arguments")),
+            )
+        elif kind == "queue.delete":
+            if self.queues.pop(name, None) is not None:
+                self._unbind_everywhere(Destination("queue", name))
+        elif kind in ("bind", "unbind"):
+            source = self.exchanges.get(str(op.get("source")))
+            destination = Destination(str(op.get("kind")), str(op.get("destination")))
+            if source is None or not self._exists(destination):
+                return
+            arguments = arguments_from_json(op.get("arguments"))
+            if kind == "bind":
+                source.bind(destination, str(op.get("routing_key")), arguments)
+            else:
+                source.unbind(destination, str(op.get("routing_key")), arguments)
+        else:
+            raise DefinitionsCorrupted(self.definitions.path, 0, f"unknown op {kind!r}")
+
+    def _snapshot(self) -> list[Op]:
+        """The definitions records that recreate every durable entity as it is now."""
+        ops: list[Op] = [
+            _exchange_op(e)
+            for e in self.exchanges.values()
+            if e.durable and e.name not in PREDECLARED_NAMES
+        ]
+        ops += [_queue_op(q) for q in self.queues.values() if q.persisted]
+        for exchange in self.exchanges.values():
+            if exchange.durable:
+                ops += [
+                    _binding_op(
+                        "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
+                    )
+                    for b in exchange.bindings
+                    if self._persisted(b.destination)
+                ]
+        return ops
+
+    def _persisted(self, destination: Destination) -> bool:
+        if destination.kind == "queue":
+            queue = self.queues.get(destination.name)
+            return queue is not None and queue.persisted
+        exchange = self.exchanges.get(destination.name)
+        return exchange is not None and exchange.durable
+
+    def _exists(self, destination: Destination) -> bool:
+        if destination.kind == "queue":
+            return destination.name in self.queues
+        return destination.name in self.exchanges
+
+    def _journal_path(self, queue_name: str) -> str:
+        digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
+        return os.path.join(self._queues_dir, digest + JOURNAL_SUFFIX)
+
+    def _restore_queues(self) -> None:
+        """Open every durable queue's journal, drop files of queues that are gone, and load
+        the messages the queues hold from the log."""
+        wanted = {self._journal_path(q.name): q for q in self.queues.values()}
+        for entry in os.listdir(self._queues_dir):
+            path = os.path.join(self._queues_dir, entry)
+            if path not in wanted:
+                os.unlink(path)  # a deleted queue's journal, or a compaction's temp file
+                self._queues_dir_dirty = True
+        held: dict[Queue, list[LiveMessage]] = {}
+        start, end = self.log.start_offset, self.log.next_offset
+        for path, queue in wanted.items():
+            if os.path.exists(path):
+                try:
+                    journal, live = QueueJournal.load(path, start, end, self._dirty_journals)
+                except JournalCorrupted as exc:
+                    # The queue stays declared but empty; its file is kept for operators.
+                    logger.error("vhost %s: queue %r not restored: %s", self.name, queue.name, exc)
+                    queue.failed = str(exc)
+                    continue
+                held[queue] = live
+            else:
+                journal = QueueJournal.create(path, self._dirty_journals)
+                self._queues_dir_dirty = True
+            queue.attach_journal(journal)
+        if self._queues_dir_dirty:
+            fsync_directory(self._queues_dir)
+            self._queues_dir_dirty = False
+        self._load_messages(held)
+
+    def _load_messages(self, held: dict[Queue, list[LiveMessage]]) -> None:
+        refs: dict[int, int] = {}
+        for live in held.values():
+            for message in live:
+                refs[message.offset] = refs.get(message.offset, 0) + 1
+        wanted = sorted(refs)
+        messages = self.messages
+        index = 0
+        while index < len(wanted):
+            records = self.log.read(wanted[index], RESTORE_READ_RECORDS)
+            if not records:
+                break
+            for record in records:
+                count = refs.get(record.offset)
+                if count is not None:
+                    messages[record.offset] = StoredMessage(
+                        record.offset,
+                        record.exchange.decode("utf-8", "surrogateescape"),
+                        record.routing_key.decode("utf-8", "surrogateescape"),
+                        record.properties,
+                        record.body,
+                        count,
+                    )
+            last = records[-1].offset
+            while index < len(wanted) and wanted[index] <= last:
+                index += 1
+        for queue, live in held.items():
+            for message in live:
+                stored = messages.get(message.offset)
+                if stored is None:
+                    logger.error(
+                        "vhost %s: queue %r: message at offset %d is missing from the log",
+                        self.name,
+                        queue.name,
+                        message.offset,
+                    )
+                    continue
+                queue.cursor.restore(message.offset, len(stored.body), message.delivery_count)
+        restored = sum(len(live) for live in held.values())
+        if restored:
+            logger.info(
+                "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
+            )
+
+    def _prepare_sync(self) -> CompanionWork:
+        """The log's sync companion: hand the round every journal with new entries."""
+        fds: list[int] = []
+        actions: list[Callable[[], None]] = []
+        if self.definitions.dirty:
+            fds.append(self.definitions.prepare_sync())
+        journals = self._dirty_journals
+        while journals:
+            fd, action = journals.pop().prepare_sync()
+            fds.append(fd)
+            if action is not None:
+                actions.append(action)
+        if self._queues_dir_dirty:
+            self._queues_dir_dirty = False
+            queues_dir = self._queues_dir
+            actions.append(lambda: fsync_directory(queues_dir))
+        return CompanionWork(fds, actions)
+
+    def needs_sync(self) -> bool:
+        """Whether definitions or queue journals hold changes not yet written."""
+        return self.definitions.dirty or bool(self._dirty_journals) or self._queues_dir_dirty
+
+    async def sync_all(self) -> None:
+        """Make every change so far durable: messages, queue journals, definitions."""
+        await self.log.sync(companions=True)
+
+    def _drop_exchange(self, name: str) -> None:
+        exchange = self.exchanges.pop(name, None)
+        if exchange is not None:
+            self._unbind_everywhere(Destination("exchange", name))
+
+    def _unbind_everywhere(self, destination: Destination) -> list[Exchange]:
+        """Remove every binding to `destination`; returns the exchanges that lost some."""
+        return [e for e in self.exchanges.values() if e.unbind_destination(destination)]
+
+    def _auto_delete_exchange(self, exchange: Exchange) -> None:
+        """An auto-delete exchange lost its last binding."""
+        if exchange.auto_delete and not exchange.bindings and exchange.name in self.exchanges:
+            self._drop_exchange(exchange.name)
+            if exchange.durable:
+                self.definitions.record({"op": "exchange.delete", "name": exchange.name})
 
     # -- exchanges -------------------------------------------------------------------------
 
@@ -79,9 +320,10 @@ class VHost:
                 exchange_type, durable, auto_delete, internal, arguments, self.name
             )
             return
-        self.exchanges[name] = Exchange(
-            name, exchange_type, durable, auto_delete, internal, arguments
-        )
+        exchange = Exchange(name, exchange_type, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = exchange
+        if durable:
+            self.definitions.record(_exchange_op(exchange))
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "" or name.startswith("amq."):
@@ -91,9 +333,9 @@ class VHost:
             return  # RabbitMQ: deleting a missing exchange succeeds
         if if_unused and (exchange.bindings or self._bound_as_destination(name)):
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
-        del self.exchanges[name]
-        for other in self.exchanges.values():
-            other.unbind_destination(Destination("exchange", name))
+        self._drop_exchange(name)
+        if exchange.durable:
+            self.definitions.record({"op": "exchange.delete", "name": name})
 
     def _bound_as_destination(self, name: str) -> bool:
         target = Destination("exchange", name)
@@ -110,7 +352,11 @@ class VHost:
             raise AccessRefused("operation not permitted on the default exchange")
         exchange = self.exchange(source)
         self._check_destination(destination)
-        exchange.bind(destination, routing_key, arguments)
+        added = exchange.bind(destination, routing_key, arguments)
+        if added and exchange.durable and self._persisted(destination):
+            self.definitions.record(
+                _binding_op("bind", source, destination, routing_key, arguments)
+            )
 
     def unbind(
         self,
@@ -123,9 +369,12 @@ class VHost:
             raise AccessRefused("operation not permitted on the default exchange")
         exchange = self.exchange(source)
         self._check_destination(destination)
-        exchange.unbind(destination, routing_key, arguments)
-        if exchange.auto_delete and not exchange.bindings:
-            del self.exchanges[source]
+        removed = exchange.unbind(destination, routing_key, arguments)
+        if removed and exchange.durable and self._persisted(destination):
+            self.definitions.record(
+                _binding_op("unbind", source, destination, routing_key, arguments)
+            )
+        self._auto_delete_exchange(exchange)
 
     def _check_destination(self, destination: Destination) -> None:
         if destination.kind == "queue":
@@ -172,6 +421,12 @@ class VHost:
             return existing
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
         self.queues[name] = queue
+        if queue.persisted:
+            self.definitions.record(_queue_op(queue))
+            queue.attach_journal(
+                QueueJournal.create(self._journal_path(name), self._dirty_journals)
+            )
+            self._queues_dir_dirty = True
         return queue
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: object) -> int:
@@ -189,11 +444,19 @@ class VHost:
         self.dirty.discard(queue)
         for offset in queue.cursor.offsets():
             self.release(offset)
-        destination = Destination("queue", queue.name)
-        for exchange in list(self.exchanges.values()):
-            removed = exchange.unbind_destination(destination)
-            if removed and exchange.auto_delete and not exchange.bindings:
-                del self.exchanges[exchange.name]
+        if queue.persisted:
+            self.definitions.record({"op": "queue.delete", "name": queue.name})
+        journal = queue.cursor.journal
+        if journal is not None:
+            # The journal's removal is made durable by the directory fsync of the round
+            # that writes the queue.delete record.
+            queue.cursor.journal = None
+            self._dirty_journals.discard(journal)
+            journal.close()
+            os.unlink(journal.path)
+            self._queues_dir_dirty = True
+        for exchange in self._unbind_everywhere(Destination("queue", queue.name)):
+            self._auto_delete_exchange(exchange)
         return count
 
     def purge_queue(self, name: str, owner: object) -> int:
@@ -365,5 +628,59 @@ class VHost:
                 break
         queue.next_consumer = index % count
 
+    async def aclose(self) -> None:
+        """Write and fsync everything buffered (after any round in flight), then close."""
+        try:
+            await self.log.close()
+        finally:
+            self._close_journals()
+
     def close(self) -> None:
-        self.log.close_blocking()
+        """Write and fsync everything buffered, then close (blocking: shutdown only)."""
+        try:
+            self.log.close_blocking()
+        finally:
+            self._close_journals()
+
+    def _close_journals(self) -> None:
+        self.definitions.close()
+        for queue in self.queues.values():
+            if queue.cursor.journal is not None:
+                queue.cursor.journal.close()
+
+
+def _exchange_op(exchange: Exchange) -> Op:
+    return {
+        "op": "exchange",
+        "name": exchange.name,
+        "type": exchange.type,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": arguments_to_json(exchange.arguments),
+    }
+
+
+def _queue_op(queue: Queue) -> Op:
+    return {
+        "op": "queue",
+        "name": queue.name,
+        "auto_delete": queue.auto_delete,
+        "arguments": arguments_to_json(queue.arguments),
+    }
+
+
+def _binding_op(
+    op: str,
+    source: str,
+    destination: Destination,
+    routing_key: str,
+    arguments: Mapping[str, object],
+) -> Op:
+    return {
+        "op": op,
+        "source": source,
+        "kind": destination.kind,
+        "destination": destination.name,
+        "routing_key": routing_key,
+        "arguments": arguments_to_json(arguments),
+    }

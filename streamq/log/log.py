@@ -465,7 +465,7 @@ class SegmentLog:
             return
         if self._failed is None:
             try:
-                await self.sync()
+                await self.sync(companions=bool(self._companions))
             finally:
                 self._release()
         else:

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedList
 
+from streamq.queues.journal import LiveMessage, QueueJournal
+
 
 class ReadyMessage(NamedTuple):
     offset: int
@@ -23,9 +25,18 @@ class ReadyMessage(NamedTuple):
 class ClassicQueue:
     """The cursor state of one queue. Every operation is O(1) or O(log n) per message."""
 
-    __slots__ = ("_delivery_counts", "_ready", "_requeued", "_sizes", "bytes_ready", "unacked")
+    __slots__ = (
+        "_delivery_counts",
+        "_ready",
+        "_requeued",
+        "_sizes",
+        "bytes_ready",
+        "journal",
+        "unacked",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, journal: QueueJournal | None = None) -> None:
+        self.journal = journal  # durable queues record every change in it
         self._ready: deque[int] = deque()
         self._requeued = SortedList()
         self._delivery_counts: dict[int, int] = {}  # only for offsets delivered before
@@ -46,6 +57,16 @@ class ClassicQueue:
         self._ready.append(offset)
         self._sizes[offset] = size_bytes
         self.bytes_ready += size_bytes
+        if self.journal is not None:
+            self.journal.enqueued(offset)
+
+    def restore(self, offset: int, size_bytes: int, delivery_count: int) -> None:
+        """Start-up: the journal says the queue holds `offset` (in offset order)."""
+        self._ready.append(offset)
+        self._sizes[offset] = size_bytes
+        self.bytes_ready += size_bytes
+        if delivery_count:
+            self._delivery_counts[offset] = delivery_count
 
     def take(self) -> ReadyMessage | None:
         """The next message to deliver, now in flight; None if nothing is ready."""
@@ -59,6 +80,8 @@ class ClassicQueue:
         count = self._delivery_counts.get(offset, 0)
         self._delivery_counts[offset] = count + 1
         self.unacked.add(offset)
+        if self.journal is not None:
+            self.journal.delivered(offset, count + 1)
         return ReadyMessage(offset, count > 0, count)
 
     def ack(self, offset: int) -> int:
@@ -68,7 +91,12 @@ class ClassicQueue:
         """
         self.unacked.discard(offset)
         self._delivery_counts.pop(offset, None)
-        return self._sizes.pop(offset, 0)
+        size = self._sizes.pop(offset, None)
+        if size is None:
+            return 0
+        if self.journal is not None:
+            self.journal.acked(offset)
+        return size
 
     def requeue(self, offset: int) -> None:
         """Back to ready, ahead of new messages and in original publish order."""
@@ -82,15 +110,23 @@ class ClassicQueue:
         purged = [int(o) for o in self._requeued] + list(self._ready)
         self._requeued.clear()
         self._ready.clear()
+        journal = self.journal
         for offset in purged:
             self._sizes.pop(offset, None)
             self._delivery_counts.pop(offset, None)
+            if journal is not None:
+                journal.acked(offset)
         self.bytes_ready = 0
         return purged
 
     def offsets(self) -> list[int]:
         """Every offset the queue still holds, ready or in flight."""
         return [int(o) for o in self._requeued] + list(self._ready) + sorted(self.unacked)
+
+    def live_messages(self) -> list[LiveMessage]:
+        """What the journal must hold: every offset still held, with its delivery count."""
+        counts = self._delivery_counts
+        return [LiveMessage(o, counts.get(o, 0)) for o in sorted(self._sizes)]
 
     def low_water_offset(self) -> int | None:
         """The smallest offset the queue still needs, or None if it needs none."""

@@ -1,0 +1,238 @@
+"""A durable classic queue's journal: which log offsets it holds, delivered and acked.
+
+Owns one file per durable queue. The vhost log holds message contents once for every
+queue; this file says which of its offsets belong to this queue and what happened to
+them, so that a restart rebuilds the queue exactly: its messages in publish order, the
+redelivered flag and delivery count of those delivered before, and never an acked one.
+
+File layout (little-endian), a 16-byte header then 16-byte entries:
+
+    header: magic b"SQQJ" | u16 version (1) | u16 reserved | u64 reserved
+    entry:  u64 offset | u8 kind | u8 reserved | u16 count | u32 crc32c(first 12 bytes)
+
+kind 1 ENQUEUE (the queue holds `offset`), 2 DELIVER (`count` deliveries so far,
+saturating at 65535), 3 ACK (the queue is done with it: acked, rejected, purged).
+
+Durability: entries are buffered in memory; `prepare_sync` writes them to the OS and the
+vhost log's sync round fdatasyncs the file (this object is one of the log's sync
+companions), so an entry is durable after a round that began after it was recorded.
+A compaction replaces the file with the live entries only (write temp, fsync, rename,
+fsync directory), on the Syncer thread as part of a round.
+
+Loading trusts nothing past the log: entries for offsets at or past the log's end after
+recovery are discarded (a torn tail may give those offsets to new messages), and so are
+entries below its start (segments already dropped). It does no routing and knows no AMQP.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+import crc32c
+
+from streamq.log.files import fsync_directory, write_all, write_file_atomic
+
+MAGIC: Final = b"SQQJ"
+VERSION: Final = 1
+HEADER: Final = struct.Struct("<4sHHQ")
+ENTRY: Final = struct.Struct("<QBBHI")
+ENTRY_BODY: Final = struct.Struct("<QBBH")
+ENTRY_BYTES: Final = 16
+ENQUEUE: Final = 1
+DELIVER: Final = 2
+ACK: Final = 3
+COUNT_MAX: Final = 0xFFFF
+# Compact when dead entries outnumber live ones this many times over, and there are at
+# least COMPACT_DEAD_MIN of them (so that small queues do not rewrite their file often).
+COMPACT_RATIO: Final = 4
+COMPACT_DEAD_MIN: Final = 65536
+
+
+class JournalCorrupted(Exception):
+    """An entry before the last one fails its CRC, or the header is wrong."""
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        super().__init__(f"queue journal {path} is corrupt at byte {position}: {reason}")
+        self.path = path
+        self.position = position
+
+
+class LiveMessage(NamedTuple):
+    offset: int
+    delivery_count: int
+
+
+def encode_entry(offset: int, kind: int, count: int) -> bytes:
+    body = ENTRY_BODY.pack(offset, kind, 0, min(count, COUNT_MAX))
+    return body + crc32c.crc32c(body).to_bytes(4, "little")
+
+
+def encode_header() -> bytes:
+    return HEADER.pack(MAGIC, VERSION, 0, 0)
+
+
+def encode_live(live: list[LiveMessage]) -> bytes:
+    """The whole file for a queue holding `live`: header, then ENQUEUE (+ DELIVER)."""
+    parts = [encode_header()]
+    for message in live:
+        parts.append(encode_entry(message.offset, ENQUEUE, 0))
+        if message.delivery_count:
+            parts.append(encode_entry(message.offset, DELIVER, message.delivery_count))
+    return b"".join(parts)
+
+
+class Replay(NamedTuple):
+    live: list[LiveMessage]  # in offset order
+    entries: int  # how many entries the file held, valid ones
+    valid_bytes: int  # the file up to the last valid entry
+    discarded: int  # entries outside the log's range
+
+
+def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
+    """Decode a journal file's bytes. A torn last entry ends the replay; a bad entry
+    followed by more entries raises JournalCorrupted."""
+    if len(data) < HEADER.size:
+        return Replay([], 0, 0, 0)  # created, header not yet durable: an empty queue
+    magic, version, _, _ = HEADER.unpack_from(data, 0)
+    if magic != MAGIC or version != VERSION:
+        raise JournalCorrupted(path, 0, f"bad header {magic!r} version {version}")
+    counts: dict[int, int] = {}
+    position = HEADER.size
+    end = len(data) - (len(data) - HEADER.size) % ENTRY_BYTES
+    entries = discarded = 0
+    while position < end:
+        offset, kind, _, count, crc = ENTRY.unpack_from(data, position)
+        if crc != crc32c.crc32c(data[position : position + 12]) or kind not in (1, 2, 3):
+            if position + ENTRY_BYTES < end:
+                raise JournalCorrupted(path, position, "entry fails its checksum")
+            break  # a torn last entry
+        position += ENTRY_BYTES
+        entries += 1
+        if not log_start <= offset < log_next:
+            discarded += 1
+        elif kind == ENQUEUE:
+            counts[offset] = 0
+        elif kind == DELIVER:
+            if offset in counts:
+                counts[offset] = count
+        else:
+            counts.pop(offset, None)
+    live = [LiveMessage(o, counts[o]) for o in sorted(counts)]
+    return Replay(live, entries, position, discarded)
+
+
+class QueueJournal:
+    """The open journal of one durable queue; used from the event-loop thread only."""
+
+    __slots__ = ("_buffer", "_compact", "_dead", "_dirty", "_fd", "_live", "live_source", "path")
+
+    def __init__(self, path: str, fd: int, live_count: int, dirty: set[QueueJournal]) -> None:
+        self.path = path
+        self._fd = fd
+        self._buffer = bytearray()
+        self._live = live_count
+        self._dead = 0
+        self._compact = False
+        # The journals with something to write: the vhost's sync companion drains it.
+        self._dirty = dirty
+        # What the queue holds now, for a compaction (the queue's cursor sets it).
+        self.live_source: Callable[[], list[LiveMessage]] | None = None
+
+    @classmethod
+    def create(cls, path: str, dirty: set[QueueJournal]) -> QueueJournal:
+        """A new, empty journal. Buffered: the file and its header are durable after the
+        next sync round and a directory fsync (the vhost adds one)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        journal = cls(path, fd, 0, dirty)
+        journal._buffer += encode_header()
+        dirty.add(journal)
+        return journal
+
+    @classmethod
+    def load(
+        cls, path: str, log_start: int, log_next: int, dirty: set[QueueJournal]
+    ) -> tuple[QueueJournal, list[LiveMessage]]:
+        """Open an existing journal and return what the queue holds.
+
+        If the file held anything beyond its live entries that must not be read again
+        (discarded or torn entries, or enough acked ones), it is rewritten with its live
+        entries first; this fsyncs the file and directory before returning (start-up only).
+        Raises JournalCorrupted and OSError.
+        """
+        with open(path, "rb") as file:
+            data = file.read()
+        result = replay(path, data, log_start, log_next)
+        live_entries = len(result.live) * 2
+        if result.discarded or result.valid_bytes != len(data) or result.entries > live_entries:
+            write_file_atomic(path, encode_live(result.live), fsync_dir=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        return cls(path, fd, len(result.live), dirty), result.live
+
+    def enqueued(self, offset: int) -> None:
+        if not self._buffer:
+            self._dirty.add(self)
+        self._buffer += encode_entry(offset, ENQUEUE, 0)
+        self._live += 1
+
+    def delivered(self, offset: int, count: int) -> None:
+        if not self._buffer:
+            self._dirty.add(self)
+        self._buffer += encode_entry(offset, DELIVER, count)
+        self._dead += 1
+
+    def acked(self, offset: int) -> None:
+        if not self._buffer:
+            self._dirty.add(self)
+        self._buffer += encode_entry(offset, ACK, 0)
+        self._live -= 1
+        self._dead += 2
+
+    def wants_compaction(self) -> bool:
+        return self._dead >= COMPACT_DEAD_MIN and self._dead >= COMPACT_RATIO * self._live
+
+    def request_compaction(self) -> None:
+        """Rewrite the file with the queue's live messages at the start of the next round
+        (tests call it; otherwise `prepare_sync` decides by the dead-entry count)."""
+        self._compact = True
+        self._dirty.add(self)
+
+    def prepare_sync(self) -> tuple[int, Callable[[], None] | None]:
+        """At the start of a sync round: write the buffer to the OS; return the descriptor
+        to fdatasync and, when compacting, the action that completes the replacement."""
+        compact = self._compact or self.wants_compaction()
+        if not compact or self.live_source is None:
+            if self._buffer:
+                write_all(self._fd, self._buffer)
+                self._buffer.clear()
+            return self._fd, None
+        # Compaction: the live state now includes everything recorded so far, so the new
+        # file replaces the buffer too. Later entries go to the new file; the round that
+        # renames it finishes before any round that could sync them begins.
+        live = self.live_source()
+        self._compact = False
+        self._buffer.clear()
+        tmp = self.path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        write_all(fd, encode_live(live))
+        os.close(self._fd)
+        self._fd = fd
+        self._live = len(live)
+        self._dead = sum(1 for m in live if m.delivery_count)
+        path = self.path
+        return fd, lambda: _rename_into_place(tmp, path)
+
+    def close(self) -> None:
+        """Close the file; what was not prepared for a sync round is lost (call after the
+        last round)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _rename_into_place(tmp: str, path: str) -> None:
+    """Runs on the Syncer thread after `tmp` was fdatasynced: rename, fsync directory."""
+    os.replace(tmp, path)
+    fsync_directory(os.path.dirname(path))
