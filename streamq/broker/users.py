@@ -1,13 +1,16 @@
 """Users and their passwords, in RabbitMQ's `rabbit_password_hashing_sha256` format.
 
 Owns credential checks: a password hash is base64(salt + sha256(salt + password)) with a
-4-byte random salt, so that definitions exported from RabbitMQ keep working. It does not
-know connections; the loopback-only rule for `guest` is applied by its caller.
+4-byte random salt, so that definitions exported from RabbitMQ keep working. An empty hash
+is a cleared password, which no password matches (RabbitMQ's `clear_password`). It does not
+know connections; the loopback-only rule for `guest` is applied by its caller, and it does
+not store users (`streamq.broker.accounts` does).
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import os
@@ -15,24 +18,49 @@ from dataclasses import dataclass
 from typing import Final
 
 DEFAULT_USER: Final = "guest"
+DEFAULT_PASSWORD: Final = "guest"
+DEFAULT_TAGS: Final = ("administrator",)
 LOOPBACK_USERS: Final = frozenset({"guest"})  # RabbitMQ's loopback_users default
+HASHING_ALGORITHM: Final = "rabbit_password_hashing_sha256"
+SALT_BYTES: Final = 4
+DIGEST_BYTES: Final = 32
+NO_PASSWORD: Final = ""  # the hash of a cleared password: no password matches it
+# The tags RabbitMQ gives a meaning to; any other string is kept as it is.
+KNOWN_TAGS: Final = ("administrator", "monitoring", "management", "policymaker", "impersonator")
 
 
 def hash_password(password: str, salt: bytes | None = None) -> str:
-    salt = os.urandom(4) if salt is None else salt
+    """The RabbitMQ sha256 hash of `password`, with a random salt unless one is given.
+
+    Raises UnicodeEncodeError for a password that is not valid Unicode (lone surrogates).
+    """
+    salt = os.urandom(SALT_BYTES) if salt is None else salt
+    assert len(salt) == SALT_BYTES, salt
     digest = hashlib.sha256(salt + password.encode()).digest()
     return base64.b64encode(salt + digest).decode()
 
 
-def check_password(password: str, password_hash: str) -> bool:
+def is_password_hash(password_hash: str) -> bool:
+    """Whether `password_hash` is a cleared password or a well-formed sha256 hash."""
+    if password_hash == NO_PASSWORD:
+        return True
     try:
         raw = base64.b64decode(password_hash, validate=True)
-    except ValueError:
+    except (binascii.Error, ValueError):
         return False
-    if len(raw) != 4 + 32:
+    return len(raw) == SALT_BYTES + DIGEST_BYTES
+
+
+def check_password(password: str, password_hash: str) -> bool:
+    """Whether `password` matches `password_hash`; never for a cleared or malformed hash."""
+    if password_hash == NO_PASSWORD or not is_password_hash(password_hash):
         return False
-    expected = hashlib.sha256(raw[:4] + password.encode()).digest()
-    return hmac.compare_digest(expected, raw[4:])
+    raw = base64.b64decode(password_hash)
+    try:
+        expected = hashlib.sha256(raw[:SALT_BYTES] + password.encode()).digest()
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(expected, raw[SALT_BYTES:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +69,17 @@ class User:
     password_hash: str
     tags: tuple[str, ...]
 
+    @property
+    def has_password(self) -> bool:
+        return self.password_hash != NO_PASSWORD
+
 
 class UserStore:
-    """The users of a broker. Until user management lands, only the default guest."""
+    """Only the default guest, in memory. Superseded by `accounts.AccountStore`; it stays
+    until the broker switches over."""
 
     def __init__(self) -> None:
-        self.users = {DEFAULT_USER: User(DEFAULT_USER, hash_password("guest"), ("administrator",))}
+        self.users = {DEFAULT_USER: User(DEFAULT_USER, hash_password("guest"), DEFAULT_TAGS)}
 
     def authenticate(self, username: str, password: str) -> User | None:
         """The user if the password is right; None otherwise (without saying which part)."""
