@@ -34,6 +34,7 @@ from amqp_gateway.connection import (
 )
 from amqp_gateway.errormap import to_amqp
 from streamq import __version__
+from streamq.broker.accounts import PermissionKind
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
@@ -51,7 +52,8 @@ SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
 JOURNAL_FLUSH_INTERVAL_S: Final = 0.2
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
-HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
+HEARTBEAT_IDLE_CHECK_S: Final = 5.0
+PERMIT_CACHE_ENTRIES_MAX: Final = 1024  # heartbeats off: look again later (they may be tuned)
 
 
 class Gateway:
@@ -158,6 +160,10 @@ class AmqpHandler(asyncio.Protocol):
         # replies keep their order.
         self._waiting: tuple[int, m.Method] | None = None
         self._held: list[Event] = []
+        self.user = ""
+        # Permissions change only while the broker is stopped (streamq ctl), so each
+        # connection caches its answers.
+        self._permits: dict[tuple[str, str, str], bool] = {}
         self._handlers: dict[type[m.Method], Callable[[ChannelSession, m.Method], None]] = {
             m.ExchangeDeclare: self._exchange_declare,
             m.ExchangeDelete: self._exchange_delete,
@@ -321,7 +327,7 @@ class AmqpHandler(asyncio.Protocol):
             self._transport.abort()
 
     def _login(self, event: LoginRequested) -> None:
-        user = self.broker.users.authenticate(event.username, event.password)
+        user = self.broker.accounts.authenticate(event.username, event.password)
         if user is None or not login_allowed(user.name, self._peer_is_loopback):
             logger.warning("login refused for user %r from %s", event.username, self.peer)
             raise errors.AccessRefused(
@@ -331,13 +337,39 @@ class AmqpHandler(asyncio.Protocol):
                 11,
             )
         self.conn.accept_login(user.name)
+        self.user = user.name
 
     def _open(self, virtual_host: str) -> None:
         try:
-            self.vhost = self.broker.vhost(virtual_host)
+            vhost = self.broker.vhost(virtual_host)
         except BrokerError as exc:
             raise to_amqp(exc, 10, 40) from exc
+        if not self.broker.accounts.vhost_access(self.user, virtual_host):
+            raise errors.NotAllowed(
+                f"access to vhost '{virtual_host}' refused for user '{self.user}'", 10, 40
+            )
+        self.vhost = vhost
         self.conn.accept_open(virtual_host)
+
+    def _check_access(
+        self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]
+    ) -> None:
+        """RabbitMQ's resource permissions: 403 unless the user's `kind` regex allows it."""
+        key = (kind, resource, name)
+        allowed = self._permits.get(key)
+        if allowed is None:
+            vhost = self._vhost().name
+            allowed = self.broker.accounts.permitted(self.user, vhost, kind, name)
+            if len(self._permits) >= PERMIT_CACHE_ENTRIES_MAX:
+                self._permits.clear()
+            self._permits[key] = allowed
+        if not allowed:
+            shown = name or "amq.default"
+            raise errors.AccessRefused(
+                f"access to {resource} '{shown}' in vhost '{self._vhost().name}' "
+                f"refused for user '{self.user}'",
+                *ids,
+            )
 
     def _method(self, channel_id: int, method: m.Method) -> None:
         channel = self.channels.get(channel_id)
@@ -427,6 +459,7 @@ class AmqpHandler(asyncio.Protocol):
         assert vhost is not None
         if publish.immediate:
             raise errors.AMQPNotImplemented("immediate=true", 60, 40)
+        self._check_access("write", "exchange", publish.exchange, (60, 40))
         if channel.transactional:
             channel.tx_publishes.append(publish)
             return False
@@ -499,6 +532,8 @@ class AmqpHandler(asyncio.Protocol):
 
     def _exchange_declare(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeDeclare)
+        if not method.passive:
+            self._check_access("configure", "exchange", method.exchange, (40, 10))
         self._vhost().declare_exchange(
             method.exchange,
             method.type,
@@ -513,12 +548,15 @@ class AmqpHandler(asyncio.Protocol):
 
     def _exchange_delete(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeDelete)
+        self._check_access("configure", "exchange", method.exchange, (40, 20))
         self._vhost().delete_exchange(method.exchange, method.if_unused)
         if not method.nowait:
             self._reply_durable(channel.id, m.ExchangeDeleteOk(), always=False)
 
     def _exchange_bind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeBind)
+        self._check_access("write", "exchange", method.destination, (40, 30))
+        self._check_access("read", "exchange", method.source, (40, 30))
         self._vhost().bind(
             Destination("exchange", method.destination),
             method.source,
@@ -530,6 +568,8 @@ class AmqpHandler(asyncio.Protocol):
 
     def _exchange_unbind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.ExchangeUnbind)
+        self._check_access("write", "exchange", method.destination, (40, 40))
+        self._check_access("read", "exchange", method.source, (40, 40))
         self._vhost().unbind(
             Destination("exchange", method.destination),
             method.source,
@@ -541,6 +581,8 @@ class AmqpHandler(asyncio.Protocol):
 
     def _queue_declare(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueDeclare)
+        if not method.passive and method.queue:
+            self._check_access("configure", "queue", method.queue, (50, 10))
         queue = self._vhost().declare_queue(
             method.queue,
             method.passive,
@@ -563,6 +605,8 @@ class AmqpHandler(asyncio.Protocol):
 
     def _queue_bind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueBind)
+        self._check_access("write", "queue", method.queue, (50, 20))
+        self._check_access("read", "exchange", method.exchange, (50, 20))
         vhost = self._vhost()
         vhost.queue(method.queue, self)
         vhost.bind(
@@ -576,6 +620,8 @@ class AmqpHandler(asyncio.Protocol):
 
     def _queue_unbind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueUnbind)
+        self._check_access("write", "queue", method.queue, (50, 50))
+        self._check_access("read", "exchange", method.exchange, (50, 50))
         vhost = self._vhost()
         vhost.queue(method.queue, self)
         vhost.unbind(
@@ -588,12 +634,14 @@ class AmqpHandler(asyncio.Protocol):
 
     def _queue_purge(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueuePurge)
+        self._check_access("read", "queue", method.queue, (50, 30))
         count = self._vhost().purge_queue(method.queue, self)
         if not method.nowait:
             self._reply_durable(channel.id, m.QueuePurgeOk(message_count=count), always=False)
 
     def _queue_delete(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueDelete)
+        self._check_access("configure", "queue", method.queue, (50, 40))
         vhost = self._vhost()
         queue = vhost.queue(method.queue, self)
         consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
@@ -633,6 +681,7 @@ class AmqpHandler(asyncio.Protocol):
 
     def _basic_consume(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.BasicConsume)
+        self._check_access("read", "queue", method.queue, (60, 20))
         vhost = self._vhost()
         queue = vhost.queue(method.queue, self)
         tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
@@ -656,6 +705,7 @@ class AmqpHandler(asyncio.Protocol):
 
     def _basic_get(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.BasicGet)
+        self._check_access("read", "queue", method.queue, (60, 70))
         vhost = self._vhost()
         queue = vhost.queue(method.queue, self)
         ready = queue.cursor.take()

@@ -10,21 +10,22 @@ from __future__ import annotations
 import hashlib
 import os
 
+from streamq.broker.accounts import AccountStore
 from streamq.broker.errors import NotAllowed
-from streamq.broker.users import UserStore
 from streamq.broker.vhost import VHost
 from streamq.log.syncer import Syncer
-
-DEFAULT_VHOST = "/"
 
 
 class Broker:
     def __init__(self, data_dir: str) -> None:
         self.data_dir = data_dir
         self.syncer = Syncer()
-        self.users = UserStore()
+        self.accounts = AccountStore.open(data_dir)
         self.vhosts: dict[str, VHost] = {}
-        self.add_vhost(DEFAULT_VHOST)
+        # Every vhost is restored before the broker accepts a connection (the caller
+        # starts listening only after this returns).
+        for name in self.accounts.list_vhosts():
+            self.add_vhost(name)
 
     def add_vhost(self, name: str) -> VHost:
         # As LavinMQ, a vhost's directory is named by the sha1 of its name.
