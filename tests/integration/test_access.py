@@ -75,7 +75,8 @@ def test_a_vhost_needs_permissions_and_must_exist(broker_with_users: RunningBrok
     )
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as missing:
         connect(broker_with_users, "bob", "secret", "/nowhere")
-    assert '(530) "NOT_ALLOWED - vhost /nowhere not found"' in str(missing.value)
+    assert "(530)" in str(missing.value)
+    assert "NOT_ALLOWED - vhost /nowhere not found" in str(missing.value)
 
 
 def test_a_wrong_password_is_refused(broker_with_users: RunningBroker) -> None:
