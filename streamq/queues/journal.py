@@ -5,13 +5,16 @@ queue; this file says which of its offsets belong to this queue and what happene
 them, so that a restart rebuilds the queue exactly: its messages in publish order, the
 redelivered flag and delivery count of those delivered before, and never an acked one.
 
-File layout (little-endian), a 16-byte header then 16-byte entries:
+File layout (little-endian): a 16-byte header, then blocks, one per sync round:
 
-    header: magic b"SQQJ" | u16 version (1) | u16 reserved | u64 reserved
-    entry:  u64 offset | u8 kind | u8 reserved | u16 count | u32 crc32c(first 12 bytes)
+    header: magic b"SQQJ" | u16 version (2) | u16 reserved | u64 reserved
+    block:  u32 entry count | u32 crc32c(entries) | entries, 8 bytes each
+    entry:  u64 = offset (bits 0-47) | kind (bits 48-49) | count (bits 50-63)
 
 kind 1 ENQUEUE (the queue holds `offset`), 2 DELIVER (`count` deliveries so far,
-saturating at 65535), 3 ACK (the queue is done with it: acked, rejected, purged).
+saturating at 16383), 3 ACK (the queue is done with it: acked, rejected, purged). An
+entry is one integer, so recording one costs an `array.append` on the hot path; the CRC
+covers a whole block.
 
 Durability: entries are buffered in memory; `prepare_sync` writes them to the OS and the
 vhost log's sync round fdatasyncs the file (this object is one of the log's sync
@@ -28,6 +31,8 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
@@ -36,19 +41,24 @@ import crc32c
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 
 MAGIC: Final = b"SQQJ"
-VERSION: Final = 1
+VERSION: Final = 2
 HEADER: Final = struct.Struct("<4sHHQ")
-ENTRY: Final = struct.Struct("<QBBHI")
-ENTRY_BODY: Final = struct.Struct("<QBBH")
-ENTRY_BYTES: Final = 16
-ENQUEUE: Final = 1
-DELIVER: Final = 2
-ACK: Final = 3
-COUNT_MAX: Final = 0xFFFF
+BLOCK: Final = struct.Struct("<II")
+ENTRY_BYTES: Final = 8
+BLOCK_ENTRIES_MAX: Final = 1 << 20  # a longer block is corruption, not a torn write
+OFFSET_BITS: Final = 48
+OFFSET_MASK: Final = (1 << OFFSET_BITS) - 1
+ENQUEUE: Final = 1 << OFFSET_BITS
+DELIVER: Final = 2 << OFFSET_BITS
+ACK: Final = 3 << OFFSET_BITS
+KIND_MASK: Final = 3 << OFFSET_BITS
+COUNT_SHIFT: Final = 50
+COUNT_MAX: Final = (1 << 14) - 1
 # Compact when dead entries outnumber live ones this many times over, and there are at
 # least COMPACT_DEAD_MIN of them (so that small queues do not rewrite their file often).
 COMPACT_RATIO: Final = 4
 COMPACT_DEAD_MIN: Final = 65536
+_LITTLE: Final = sys.byteorder == "little"
 
 
 class JournalCorrupted(Exception):
@@ -65,23 +75,31 @@ class LiveMessage(NamedTuple):
     delivery_count: int
 
 
-def encode_entry(offset: int, kind: int, count: int) -> bytes:
-    body = ENTRY_BODY.pack(offset, kind, 0, min(count, COUNT_MAX))
-    return body + crc32c.crc32c(body).to_bytes(4, "little")
+def entry(offset: int, kind: int, count: int = 0) -> int:
+    return offset | kind | (min(count, COUNT_MAX) << COUNT_SHIFT)
 
 
 def encode_header() -> bytes:
     return HEADER.pack(MAGIC, VERSION, 0, 0)
 
 
+def encode_block(entries: array[int]) -> bytes:
+    if not _LITTLE:
+        entries = array("Q", entries)
+        entries.byteswap()
+    payload = entries.tobytes()
+    return BLOCK.pack(len(entries), crc32c.crc32c(payload)) + payload
+
+
 def encode_live(live: list[LiveMessage]) -> bytes:
-    """The whole file for a queue holding `live`: header, then ENQUEUE (+ DELIVER)."""
-    parts = [encode_header()]
+    """The whole file for a queue holding `live`: header, then one block of ENQUEUE
+    (and DELIVER) entries."""
+    entries = array("Q")
     for message in live:
-        parts.append(encode_entry(message.offset, ENQUEUE, 0))
+        entries.append(message.offset | ENQUEUE)
         if message.delivery_count:
-            parts.append(encode_entry(message.offset, DELIVER, message.delivery_count))
-    return b"".join(parts)
+            entries.append(entry(message.offset, DELIVER, message.delivery_count))
+    return encode_header() + (encode_block(entries) if entries else b"")
 
 
 class Replay(NamedTuple):
@@ -92,8 +110,8 @@ class Replay(NamedTuple):
 
 
 def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
-    """Decode a journal file's bytes. A torn last entry ends the replay; a bad entry
-    followed by more entries raises JournalCorrupted."""
+    """Decode a journal file's bytes. A torn last block ends the replay; a bad block
+    followed by more bytes raises JournalCorrupted."""
     if len(data) < HEADER.size:
         return Replay([], 0, 0, 0)  # created, header not yet durable: an empty queue
     magic, version, _, _ = HEADER.unpack_from(data, 0)
@@ -101,25 +119,35 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
         raise JournalCorrupted(path, 0, f"bad header {magic!r} version {version}")
     counts: dict[int, int] = {}
     position = HEADER.size
-    end = len(data) - (len(data) - HEADER.size) % ENTRY_BYTES
     entries = discarded = 0
-    while position < end:
-        offset, kind, _, count, crc = ENTRY.unpack_from(data, position)
-        if crc != crc32c.crc32c(data[position : position + 12]) or kind not in (1, 2, 3):
-            if position + ENTRY_BYTES < end:
-                raise JournalCorrupted(path, position, "entry fails its checksum")
-            break  # a torn last entry
-        position += ENTRY_BYTES
-        entries += 1
-        if not log_start <= offset < log_next:
-            discarded += 1
-        elif kind == ENQUEUE:
-            counts[offset] = 0
-        elif kind == DELIVER:
-            if offset in counts:
-                counts[offset] = count
-        else:
-            counts.pop(offset, None)
+    while position + BLOCK.size <= len(data):
+        count, crc = BLOCK.unpack_from(data, position)
+        start = position + BLOCK.size
+        end = start + count * ENTRY_BYTES
+        if count > BLOCK_ENTRIES_MAX or end > len(data) or crc32c.crc32c(data[start:end]) != crc:
+            if end < len(data) and count <= BLOCK_ENTRIES_MAX:
+                raise JournalCorrupted(path, position, "block fails its checksum")
+            break  # a torn last block
+        values = array("Q", data[start:end])
+        if not _LITTLE:
+            values.byteswap()
+        for value in values:
+            offset = value & OFFSET_MASK
+            if not log_start <= offset < log_next:
+                discarded += 1
+                continue
+            kind = value & KIND_MASK
+            if kind == ENQUEUE:
+                counts[offset] = 0
+            elif kind == DELIVER:
+                if offset in counts:
+                    counts[offset] = value >> COUNT_SHIFT
+            elif kind == ACK:
+                counts.pop(offset, None)
+            else:
+                raise JournalCorrupted(path, position, f"entry of unknown kind {value:#x}")
+        entries += count
+        position = end
     live = [LiveMessage(o, counts[o]) for o in sorted(counts)]
     return Replay(live, entries, position, discarded)
 
@@ -127,12 +155,23 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
 class QueueJournal:
     """The open journal of one durable queue; used from the event-loop thread only."""
 
-    __slots__ = ("_buffer", "_compact", "_dead", "_dirty", "_fd", "_live", "live_source", "path")
+    __slots__ = (
+        "_buffer",
+        "_compact",
+        "_dead",
+        "_dirty",
+        "_fd",
+        "_header",
+        "_live",
+        "live_source",
+        "path",
+    )
 
     def __init__(self, path: str, fd: int, live_count: int, dirty: set[QueueJournal]) -> None:
         self.path = path
         self._fd = fd
-        self._buffer = bytearray()
+        self._header = b""  # a new file's header, written with its first block
+        self._buffer: array[int] = array("Q")
         self._live = live_count
         self._dead = 0
         self._compact = False
@@ -147,7 +186,7 @@ class QueueJournal:
         next sync round and a directory fsync (the vhost adds one)."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         journal = cls(path, fd, 0, dirty)
-        journal._buffer += encode_header()
+        journal._header = encode_header()
         dirty.add(journal)
         return journal
 
@@ -174,19 +213,19 @@ class QueueJournal:
     def enqueued(self, offset: int) -> None:
         if not self._buffer:
             self._dirty.add(self)
-        self._buffer += encode_entry(offset, ENQUEUE, 0)
+        self._buffer.append(offset | ENQUEUE)
         self._live += 1
 
     def delivered(self, offset: int, count: int) -> None:
         if not self._buffer:
             self._dirty.add(self)
-        self._buffer += encode_entry(offset, DELIVER, count)
+        self._buffer.append(offset | DELIVER | (min(count, COUNT_MAX) << COUNT_SHIFT))
         self._dead += 1
 
     def acked(self, offset: int) -> None:
         if not self._buffer:
             self._dirty.add(self)
-        self._buffer += encode_entry(offset, ACK, 0)
+        self._buffer.append(offset | ACK)
         self._live -= 1
         self._dead += 2
 
@@ -204,16 +243,19 @@ class QueueJournal:
         to fdatasync and, when compacting, the action that completes the replacement."""
         compact = self._compact or self.wants_compaction()
         if not compact or self.live_source is None:
-            if self._buffer:
-                write_all(self._fd, self._buffer)
-                self._buffer.clear()
+            if self._buffer or self._header:
+                block = encode_block(self._buffer) if self._buffer else b""
+                write_all(self._fd, self._header + block)
+                self._header = b""
+                self._buffer = array("Q")
             return self._fd, None
         # Compaction: the live state now includes everything recorded so far, so the new
         # file replaces the buffer too. Later entries go to the new file; the round that
         # renames it finishes before any round that could sync them begins.
         live = self.live_source()
         self._compact = False
-        self._buffer.clear()
+        self._header = b""
+        self._buffer = array("Q")
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         write_all(fd, encode_live(live))

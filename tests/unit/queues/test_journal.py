@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from array import array
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from streamq.queues.classic import ClassicQueue
 from streamq.queues.journal import (
     ACK,
+    BLOCK,
     DELIVER,
     ENQUEUE,
     ENTRY_BYTES,
@@ -17,14 +19,22 @@ from streamq.queues.journal import (
     JournalCorrupted,
     LiveMessage,
     QueueJournal,
-    encode_entry,
+    encode_block,
     encode_header,
+    entry,
     replay,
 )
 
 
-def write(path: Path, *entries: tuple[int, int, int]) -> bytes:
-    data = encode_header() + b"".join(encode_entry(o, k, c) for o, k, c in entries)
+def blocks(*groups: list[tuple[int, int, int]]) -> bytes:
+    """A journal file: the header, then one block per group of (offset, kind, count)."""
+    return encode_header() + b"".join(
+        encode_block(array("Q", [entry(o, k, c) for o, k, c in group])) for group in groups
+    )
+
+
+def write(path: Path, *groups: list[tuple[int, int, int]]) -> bytes:
+    data = blocks(*groups)
     path.write_bytes(data)
     return data
 
@@ -37,17 +47,10 @@ def flush(journal: QueueJournal) -> None:
 
 
 def test_replay_keeps_enqueued_unacked_offsets_with_their_delivery_counts() -> None:
-    data = encode_header() + b"".join(
-        encode_entry(o, k, c)
-        for o, k, c in [
-            (5, ENQUEUE, 0),
-            (6, ENQUEUE, 0),
-            (7, ENQUEUE, 0),
-            (5, DELIVER, 1),
-            (6, DELIVER, 1),
-            (6, DELIVER, 2),
-            (5, ACK, 0),
-        ]
+    data = blocks(
+        [(5, ENQUEUE, 0), (6, ENQUEUE, 0), (7, ENQUEUE, 0)],
+        [(5, DELIVER, 1), (6, DELIVER, 1)],
+        [(6, DELIVER, 2), (5, ACK, 0)],
     )
     result = replay("j", data, 0, 100)
     assert result.live == [LiveMessage(6, 2), LiveMessage(7, 0)]
@@ -57,31 +60,32 @@ def test_replay_keeps_enqueued_unacked_offsets_with_their_delivery_counts() -> N
 def test_entries_outside_the_log_are_discarded() -> None:
     """After a torn log tail, offsets at or past its end may be given to new messages: an
     old ack for such an offset must not remove a new message, nor an old enqueue add one."""
-    data = encode_header() + b"".join(
-        encode_entry(o, k, 0) for o, k in [(1, ENQUEUE), (2, ENQUEUE), (9, ENQUEUE), (3, ACK)]
-    )
+    data = blocks([(1, ENQUEUE, 0), (2, ENQUEUE, 0), (9, ENQUEUE, 0), (3, ACK, 0)])
     result = replay("j", data, 2, 5)
     assert result.live == [LiveMessage(2, 0)]
     assert result.discarded == 2  # offsets 1 and 9; the ack of 3 is in range
 
 
-@pytest.mark.parametrize("cut", range(1, ENTRY_BYTES + 1))
-def test_a_torn_last_entry_is_ignored_at_every_byte(tmp_path: Path, cut: int) -> None:
+LAST_BLOCK_BYTES = BLOCK.size + 2 * ENTRY_BYTES
+
+
+@pytest.mark.parametrize("cut", range(1, LAST_BLOCK_BYTES + 1))
+def test_a_torn_last_block_is_ignored_at_every_byte(tmp_path: Path, cut: int) -> None:
     path = tmp_path / "q.journal"
-    data = write(path, (1, ENQUEUE, 0), (2, ENQUEUE, 0), (1, ACK, 0))
+    data = write(path, [(1, ENQUEUE, 0), (2, ENQUEUE, 0)], [(1, ACK, 0), (3, ENQUEUE, 0)])
     path.write_bytes(data[:-cut])
     journal, live = QueueJournal.load(str(path), 0, 10, set())
     journal.close()
-    # the ack of offset 1 is torn (or gone whole): offset 1 is still held
+    # the block with the ack of offset 1 is torn (or gone whole): offset 1 is still held
     assert live == [LiveMessage(1, 0), LiveMessage(2, 0)]
-    # the torn bytes are gone from the file, so that new entries follow valid ones
-    assert (path.stat().st_size - HEADER.size) % ENTRY_BYTES == 0
+    # the torn bytes are gone from the file, so that new blocks follow valid ones
+    assert path.stat().st_size == len(data) - LAST_BLOCK_BYTES
 
 
 def test_a_bad_entry_before_the_last_is_corruption(tmp_path: Path) -> None:
     path = tmp_path / "q.journal"
-    data = bytearray(write(path, (1, ENQUEUE, 0), (2, ENQUEUE, 0), (3, ENQUEUE, 0)))
-    data[HEADER.size + 3] ^= 0x10  # a bit flip in the first entry's offset
+    data = bytearray(write(path, [(1, ENQUEUE, 0), (2, ENQUEUE, 0)], [(3, ENQUEUE, 0)]))
+    data[HEADER.size + BLOCK.size + 3] ^= 0x10  # a bit flip in the first entry's offset
     path.write_bytes(bytes(data))
     with pytest.raises(JournalCorrupted, match="at byte 16"):
         QueueJournal.load(str(path), 0, 10, set())
@@ -135,7 +139,7 @@ def test_compaction_replaces_the_file_with_the_live_entries(tmp_path: Path) -> N
     cursor.enqueue(100, 1)  # recorded before the round: part of the snapshot
     flush(journal)
     after = os.path.getsize(path)
-    assert after == HEADER.size + 11 * ENTRY_BYTES < before
+    assert after == HEADER.size + BLOCK.size + 11 * ENTRY_BYTES < before
     cursor.enqueue(101, 1)  # after the round: appended to the new file
     flush(journal)
     journal.close()
