@@ -66,6 +66,7 @@ class Gateway:
         self._drain_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
+        self._held_readers: list[AmqpHandler] = []
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -108,6 +109,23 @@ class Gateway:
             if vhost.dirty:
                 vhost.drain()
         self.flush_all()
+        held, self._held_readers = self._held_readers, []
+        for handler in held:
+            handler.resume_after_drain()
+
+    def hold_reading(self, handler: AmqpHandler) -> None:
+        """Stop reading from `handler` until the pending drain has run.
+
+        The event loop may call `data_received` back to back for as long as a fast
+        publisher keeps its socket readable; deliveries wait for the loop's next turn. A
+        publisher that read a batch while deliveries are pending therefore waits for one
+        drain: publishing and delivering alternate batch by batch.
+        """
+        self._held_readers.append(handler)
+
+    @property
+    def drain_pending(self) -> bool:
+        return self._drain_scheduled
 
     def want_flush(self, handler: AmqpHandler) -> None:
         self._to_flush.add(handler)
@@ -160,6 +178,8 @@ class AmqpHandler(asyncio.Protocol):
         # replies keep their order.
         self._waiting: tuple[int, m.Method] | None = None
         self._held: list[Event] = []
+        self._published = False  # since reading was last held for a drain
+        self._reading_held = False
         self.user = ""
         # Permissions change only while the broker is stopped (streamq ctl), so each
         # connection caches its answers.
@@ -214,6 +234,24 @@ class AmqpHandler(asyncio.Protocol):
             return
         self._handle_events(events)
         self.flush()
+        transport = self._transport
+        if (
+            self._published
+            and self.gateway.drain_pending
+            and self._waiting is None
+            and transport is not None
+            and not transport.is_closing()
+        ):
+            self._published = False
+            self._reading_held = True
+            transport.pause_reading()
+            self.gateway.hold_reading(self)
+
+    def resume_after_drain(self) -> None:
+        transport = self._transport
+        self._reading_held = False
+        if self._waiting is None and transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -259,6 +297,7 @@ class AmqpHandler(asyncio.Protocol):
                 break
             try:
                 if type(event) is Publish:
+                    self._published = True
                     confirm_needed |= self._publish(event)
                 elif isinstance(event, MethodReceived):
                     self._method(event.channel, event.method)
@@ -311,7 +350,12 @@ class AmqpHandler(asyncio.Protocol):
             self._handle_events(held)
         self.flush()
         transport = self._transport
-        if self._waiting is None and transport is not None and not transport.is_closing():
+        if (
+            self._waiting is None
+            and not self._reading_held
+            and transport is not None
+            and not transport.is_closing()
+        ):
             transport.resume_reading()
 
     def _fail(self, exc: errors.AMQPError, channel: int) -> None:
