@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from amqp_gateway.codec.basic import (
     BASIC_PUBLISH_IDS,
+    PublishedMessage,
     append_basic_ack,
     decode_basic_ack,
     decode_basic_publish,
     encode_deliver,
     read_basic_publish,
+    read_publish,
 )
 from amqp_gateway.codec.content import (
     ContentHeader,
@@ -52,6 +54,7 @@ from amqp_gateway.codec.frame import (
     encode_frame,
     encode_heartbeat_frame,
     parse_protocol_header,
+    read_frame,
     split_frames,
 )
 from amqp_gateway.codec.ids import ChannelId, DeliveryTag
@@ -117,6 +120,7 @@ __all__ = [
     "Int64",
     "Method",
     "ProtocolVersion",
+    "PublishedMessage",
     "Timestamp",
     "UInt8",
     "UInt16",
@@ -145,5 +149,7 @@ __all__ = [
     "encode_table",
     "parse_protocol_header",
     "read_basic_publish",
+    "read_frame",
+    "read_publish",
     "split_frames",
 ]

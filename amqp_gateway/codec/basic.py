@@ -20,7 +20,7 @@ Rules:
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Final, NamedTuple
 
 from amqp_gateway.codec.content import append_body_frames, append_content_header_frame
 from amqp_gateway.codec.frame import FRAME_END, FRAME_METHOD
@@ -44,6 +44,85 @@ _BASIC: Final = 60
 _PUBLISH: Final = 40
 _DELIVER: Final = 60
 _ACK: Final = 80
+# A whole publish: method frame envelope + ids + ticket + exchange length; then the
+# content header frame's envelope and fixed fields; then a body frame's envelope.
+_PUBLISH_START = struct.Struct(">BHIHHHB")
+_HEADER_START = struct.Struct(">BHIHHQ")
+_BODY_START = struct.Struct(">BHI")
+_FRAME_HEADER: Final = 2
+_FRAME_BODY: Final = 3
+_PROPERTIES_AT: Final = 7 + 12  # header frame envelope, class, weight, body size
+
+
+class PublishedMessage(NamedTuple):
+    """A basic.publish read whole from the input buffer by `read_publish`."""
+
+    channel: int
+    exchange: str
+    routing_key: str
+    bits: int  # mandatory = 1, immediate = 2
+    properties_raw: bytes
+    body: bytes
+    end: int  # where the next frame starts
+
+
+def read_publish(data: bytes, offset: int, payload_max: int) -> PublishedMessage | None:
+    """The common case of a publish at `offset`: method, content header and at most one
+    body frame, all complete in `data`, on one channel, well formed. None otherwise.
+
+    This is the per-message fast path of the receive loop: one call per message instead
+    of three frames. It never raises; when it returns None, the caller reads the next
+    frame the generic way, which validates it and reports any error with the right code.
+    """
+    try:
+        kind, channel, size, class_id, method_id, _, exchange_size = _PUBLISH_START.unpack_from(
+            data, offset
+        )
+        if kind != FRAME_METHOD or class_id != _BASIC or method_id != _PUBLISH:
+            return None
+        end = offset + 7 + size
+        if size > payload_max or data[end] != FRAME_END:
+            return None
+        exchange_end = offset + 14 + exchange_size
+        routing_key_end = exchange_end + 1 + data[exchange_end]
+        if routing_key_end + 1 != end:
+            return None
+        header = end + 1
+        kind, header_channel, size, class_id, _, body_size = _HEADER_START.unpack_from(data, header)
+        header_end = header + 7 + size
+        if (
+            kind != _FRAME_HEADER
+            or header_channel != channel
+            or class_id != _BASIC
+            or size > payload_max
+            or data[header_end] != FRAME_END
+        ):
+            return None
+        body = b""
+        next_frame = header_end + 1
+        if body_size:
+            kind, body_channel, size = _BODY_START.unpack_from(data, next_frame)
+            body_end = next_frame + 7 + size
+            if (
+                kind != _FRAME_BODY
+                or body_channel != channel
+                or size != body_size
+                or data[body_end] != FRAME_END
+            ):
+                return None
+            body = data[next_frame + 7 : body_end]
+            next_frame = body_end + 1
+        return PublishedMessage(
+            channel,
+            data[offset + 14 : exchange_end].decode(),
+            data[exchange_end + 1 : routing_key_end].decode(),
+            data[routing_key_end],
+            data[header + _PROPERTIES_AT : header_end],
+            body,
+            next_frame,
+        )
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
 
 
 def read_basic_publish(payload: bytes) -> tuple[str, str, bool, bool]:

@@ -146,6 +146,25 @@ def split_frames(buffer: bytes | bytearray | memoryview, frame_max: int) -> tupl
     return frames, offset
 
 
+def read_frame(buffer: bytes, offset: int, frame_max: int) -> tuple[Frame | None, int]:
+    """The frame at `offset` and where the next one starts; (None, offset) if it is not
+    complete yet. Raises `FrameError` as `split_frames` does."""
+    if len(buffer) - offset < FRAME_HEADER_BYTES:
+        return None, offset
+    frame_type, channel, size = _FRAME_ENVELOPE.unpack_from(buffer, offset)
+    if size > frame_max - FRAME_OVERHEAD_BYTES:
+        raise FrameError(f"frame of {size} payload bytes exceeds frame_max {frame_max}")
+    if frame_type not in _FRAME_TYPES:
+        raise FrameError(f"unknown frame type {frame_type}")
+    end = offset + FRAME_HEADER_BYTES + size
+    if end >= len(buffer):
+        return None, offset
+    if buffer[end] != FRAME_END:
+        raise FrameError(f"frame-end octet is 0x{buffer[end]:02x}, not 0xce")
+    payload = buffer[offset + FRAME_HEADER_BYTES : end]
+    return tuple.__new__(Frame, (frame_type, channel, payload)), end + 1
+
+
 def _envelope(frame_type: int, channel: ChannelId, size: int) -> bytes:
     try:
         return _FRAME_ENVELOPE.pack(frame_type, channel, size)

@@ -205,3 +205,30 @@ def test_heartbeats_are_sent_when_quiet_and_a_silent_peer_times_out() -> None:
     client.send(codec.HEARTBEAT_FRAME, now_s=100.0)
     assert client.server.check_heartbeat(219.0)
     assert not client.server.check_heartbeat(221.0)
+
+
+def test_a_batch_of_publishes_between_other_frames_keeps_its_order() -> None:
+    """Whole publishes take the fast path and other frames the frame-by-frame one; the
+    events come out in the order of the input, across both paths."""
+    client = Client()
+    client.open(frame_max=4096)
+    qos = bytearray()
+    codec.append_method_frame(qos, codec.ChannelId(1), m.BasicQos(prefetch_count=5))
+    big = b"b" * 5000  # two body frames: the frame-by-frame path
+    data = (
+        publish_frames(1, b"one", 4096)
+        + bytes(qos)
+        + publish_frames(1, big, 4096)
+        + publish_frames(1, b"", 4096)
+        + publish_frames(1, b"two", 4096)
+    )
+    events = client.send(data)
+    assert [type(e).__name__ for e in events] == [
+        "Publish",
+        "MethodReceived",
+        "Publish",
+        "Publish",
+        "Publish",
+    ]
+    bodies = [e.body for e in events if isinstance(e, Publish)]
+    assert bodies == [b"one", big, b"", b"two"]

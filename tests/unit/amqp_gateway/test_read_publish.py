@@ -1,0 +1,95 @@
+"""The receive loop's fast path: a whole basic.publish read in one call, or None.
+
+`read_publish` must agree with the frame-by-frame path on every message it accepts and
+decline (None, never an exception) whatever it does not handle: partial input, bodies
+split over several frames, frames of another kind or channel, malformed fields.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amqp_gateway import codec
+from amqp_gateway.codec import methods as m
+
+FRAME_MAX = 4096
+PAYLOAD_MAX = FRAME_MAX - codec.FRAME_OVERHEAD_BYTES
+
+
+def publish(
+    body: bytes,
+    channel: int = 1,
+    exchange: str = "amq.direct",
+    routing_key: str = "rk",
+    mandatory: bool = False,
+    properties: codec.BasicProperties | None = None,
+) -> bytes:
+    out = bytearray()
+    method = m.BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=mandatory)
+    raw = codec.encode_properties(properties or codec.BasicProperties())
+    codec.append_content_frames(out, codec.ChannelId(channel), method, raw, body, FRAME_MAX)
+    return bytes(out)
+
+
+@given(
+    body=st.binary(max_size=PAYLOAD_MAX),
+    exchange=st.text(max_size=20),
+    routing_key=st.text(max_size=40),
+    mandatory=st.booleans(),
+    channel=st.integers(1, 2047),
+)
+def test_whole_publishes_are_read_with_every_field(
+    body: bytes, exchange: str, routing_key: str, mandatory: bool, channel: int
+) -> None:
+    properties = codec.BasicProperties(content_type="text/plain", delivery_mode=2)
+    data = b"\x08" + publish(body, channel, exchange, routing_key, mandatory, properties)
+    message = codec.read_publish(data, 1, PAYLOAD_MAX)
+    assert message is not None
+    assert message.channel == channel
+    assert (message.exchange, message.routing_key) == (exchange, routing_key)
+    assert message.bits == int(mandatory)
+    assert codec.decode_properties(message.properties_raw) == properties
+    assert message.body == body
+    assert message.end == len(data)
+
+
+def test_every_truncation_is_declined() -> None:
+    data = publish(b"hello world")
+    for cut in range(len(data)):
+        assert codec.read_publish(data[:cut], 0, PAYLOAD_MAX) is None
+
+
+def test_a_body_split_over_frames_is_left_to_the_frame_path() -> None:
+    data = publish(b"z" * (PAYLOAD_MAX + 1))
+    assert codec.read_publish(data, 0, PAYLOAD_MAX) is None
+
+
+@pytest.mark.parametrize(
+    ("position", "value"),
+    [
+        (0, 2),  # not a method frame
+        (8, 50),  # class 50, not basic
+        (10, 41),  # method 41, not publish
+        (6, 3),  # a method frame size that does not end at a frame-end octet
+    ],
+)
+def test_other_frames_are_declined(position: int, value: int) -> None:
+    data = bytearray(publish(b"body"))
+    data[position] = value
+    assert codec.read_publish(bytes(data), 0, PAYLOAD_MAX) is None
+
+
+def test_content_on_another_channel_or_a_bad_frame_end_is_declined() -> None:
+    one = publish(b"body", channel=1)
+    two = publish(b"body", channel=2)
+    method_end = 7 + int.from_bytes(one[3:7], "big") + 1
+    mixed = one[:method_end] + two[method_end:]
+    assert codec.read_publish(mixed, 0, PAYLOAD_MAX) is None
+    broken = bytearray(one)
+    broken[-1] = 0
+    assert codec.read_publish(bytes(broken), 0, PAYLOAD_MAX) is None
+    bad_utf8 = bytearray(publish(b"", exchange="ab"))
+    bad_utf8[15] = 0xFF  # inside the exchange name
+    assert codec.read_publish(bytes(bad_utf8), 0, PAYLOAD_MAX) is None
