@@ -283,10 +283,17 @@ class SegmentLog:
         round_needed = self._rounds_started + 1 if companions else 0
         while self._durable_next < target or self._rounds_finished < round_needed:
             self._check_usable()
-            if self._inflight is None:
-                self._inflight = self._start_round()
+            inflight = self._inflight
+            if inflight is None:
+                inflight = self._inflight = self._start_round()
+            if inflight.done():
+                # The round is over but its completion callback has not run yet: awaiting
+                # a done future does not yield, so yield once to let it run (without this
+                # the loop spun forever and hung the broker).
+                await asyncio.sleep(0)
+                continue
             # shield: a cancelled waiter must not cancel the round others wait on.
-            await asyncio.shield(self._inflight)
+            await asyncio.shield(inflight)
         return self._durable_next
 
     def sync_blocking(self) -> int:

@@ -248,3 +248,21 @@ def test_timestamps_never_decrease_across_a_reopen_after_a_roll(
     assert [r.timestamp_ms for r in again.read(0, 10)] == [900, 900]
     assert again.seek_timestamp(900) == 0
     again.close_blocking()
+
+
+@pytest.mark.timeout(20)
+async def test_sync_yields_while_a_finished_rounds_callback_is_pending(log: SegmentLog) -> None:
+    """Regression: a sync() that found the round's future done but its completion callback
+    not yet run awaited the done future (which does not yield) in a loop forever; the
+    broker hung when its periodic journal flush met a confirm's round that way.
+
+    Method: start a round, wait on the fsync thread (without yielding) until the round's
+    work is over, then yield once: the future becomes done and its callback is queued
+    behind this task, which then calls sync()."""
+    log.append([message(0)], 1)
+    inflight = log._inflight = log._start_round()  # as sync() does
+    log._syncer.submit(lambda: None).result(timeout=10)
+    await asyncio.sleep(0)
+    log.append([message(1)], 2)
+    assert await log.sync() == 2  # in this task: a new task would start after the callback
+    assert inflight.done()
