@@ -519,6 +519,12 @@ class AmqpHandler(asyncio.Protocol):
             raise errors.NotFound(
                 f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
             )
+        if exchange.internal:
+            raise errors.AccessRefused(
+                f"cannot publish to internal exchange '{publish.exchange}' in vhost '{vhost.name}'",
+                60,
+                40,
+            )
         if exchange.type == "headers":
             headers = codec.decode_properties(publish.properties_raw).headers
         queues = vhost.route(publish.exchange, publish.routing_key, headers)
@@ -687,6 +693,11 @@ class AmqpHandler(asyncio.Protocol):
         assert isinstance(method, m.QueueDelete)
         self._check_access("configure", "queue", method.queue, (50, 40))
         vhost = self._vhost()
+        if method.queue not in vhost.queues:
+            # RabbitMQ: deleting a queue that does not exist succeeds with a count of 0.
+            if not method.nowait:
+                self.conn.send_method(channel.id, m.QueueDeleteOk(message_count=0))
+            return
         queue = vhost.queue(method.queue, self)
         consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
         count = vhost.delete_queue(method.queue, method.if_unused, method.if_empty, self)
@@ -711,14 +722,12 @@ class AmqpHandler(asyncio.Protocol):
     def _basic_qos(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.BasicQos)
         if method.prefetch_size != 0:
-            raise errors.AMQPNotImplemented("prefetch_size!=0", 60, 10)
+            raise errors.AMQPNotImplemented(f"prefetch_size!=0 ({method.prefetch_size})", 60, 10)
         if method.global_:
             channel.channel_prefetch = method.prefetch_count
         else:
+            # Per-consumer prefetch applies to consumers started after it (RabbitMQ).
             channel.consumer_prefetch = method.prefetch_count
-            # A qos on a channel applies to its live consumers too (RabbitMQ 3.3+).
-            for consumer in channel.consumers.values():
-                consumer.prefetch = method.prefetch_count
         self.conn.send_method(channel.id, m.BasicQosOk())
         for consumer in channel.consumers.values():
             self._vhost().kick(consumer.queue)
@@ -734,10 +743,10 @@ class AmqpHandler(asyncio.Protocol):
         consumer = GatewayConsumer(
             channel, queue, tag, method.no_ack, method.exclusive, channel.consumer_prefetch
         )
+        vhost.add_consumer(queue, consumer)  # raises before consume-ok if refused
+        channel.consumers[tag] = consumer
         if not method.nowait:
             self.conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
-        vhost.add_consumer(queue, consumer)
-        channel.consumers[tag] = consumer
 
     def _basic_cancel(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.BasicCancel)
@@ -824,8 +833,10 @@ class AmqpHandler(asyncio.Protocol):
         self._settle(channel, method.delivery_tag, False, False, method.requeue, (60, 90))
 
     def _basic_recover(self, channel: ChannelSession, method: m.Method) -> None:
-        # Both forms requeue every unacked delivery of the channel, as RabbitMQ does
-        # (it treats requeue=false like requeue=true).
+        # requeue=false would mean redelivering to the same consumer: RabbitMQ refuses
+        # it with 540 (a connection error); requeue=true requeues every unacked delivery.
+        if not getattr(method, "requeue", True):
+            raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
         vhost = self._vhost()
         for entry in channel.settle_tags(0, True):
             vhost.requeue(entry.queue, entry.offset)

@@ -326,8 +326,12 @@ class VHost:
             self.definitions.record(_exchange_op(exchange))
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
-        if name == "" or name.startswith("amq."):
-            raise AccessRefused(f"operation not permitted on exchange '{name}'")
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        if name in PREDECLARED_NAMES:
+            raise AccessRefused(
+                f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed"
+            )
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # RabbitMQ: deleting a missing exchange succeeds
@@ -435,7 +439,7 @@ class VHost:
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
         if if_empty and queue.cursor.message_count:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty")
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         return self.remove_queue(queue)
 
     def remove_queue(self, queue: Queue) -> int:
