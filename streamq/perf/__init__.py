@@ -1,16 +1,61 @@
-"""`streamq perf`: a load generator that speaks AMQP 0-9-1 itself (issue 4)."""
+"""`streamq perf`: a load generator that speaks AMQP 0-9-1 itself (issue 4).
+
+Owns the command's two entry points, called from `streamq.cli`: `add_parser` registers
+`streamq perf throughput | sink | connections | queues`, and `main` runs one and turns
+every operating error into a one-line message on stderr and exit status 1 (never a
+traceback). The tests themselves live in the sibling modules: `throughput` (with
+`publisher`, `consumer`, `shared`, `worker`, `report`, `latency`), `sink`, `footprint`;
+`client` and `wire` are the AMQP client and its hot path over the project's codec.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+from streamq.perf.errors import PerfError
+from streamq.perf.footprint import format_result, run_connections, run_queues
+from streamq.perf.options import add_subcommands, json_table, throughput_config
+from streamq.perf.sink import run_sink
+from streamq.perf.throughput import run_throughput
+from streamq.perf.uri import parse_uri
+
+_USAGE_ERROR = 2
 
 
 def add_parser(commands: Any) -> None:
     """Register `streamq perf` and its subcommands on the top-level parser."""
-    commands.add_parser("perf", help="load generator (not yet available)")
+    perf = commands.add_parser("perf", help="load generator: throughput, sink, footprint")
+    add_subcommands(perf)
 
 
 def main(args: argparse.Namespace) -> int:
-    print("streamq perf: not available yet")
-    return 2
+    """Run the chosen test; 0 on success, 1 on an operating error, 2 without a test."""
+    if args.perf_command is None:
+        print("streamq perf: choose a test: throughput, sink, connections, queues", file=sys.stderr)
+        return _USAGE_ERROR
+    try:
+        return _run(args)
+    except PerfError as exc:
+        print(f"streamq perf: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("streamq perf: interrupted", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = args.perf_command
+    if command == "throughput":
+        return run_throughput(throughput_config(args))
+    if command == "sink":
+        return run_sink(args.bind, args.port, args.size)
+    uri = parse_uri(args.uri)
+    if command == "connections":
+        result = run_connections(uri, args.count, args.hold, args.pid)
+    else:
+        arguments = json_table(args.queue_args, "--queue-args")
+        result = run_queues(uri, args.count, args.prefix, arguments, args.keep, args.pid)
+    print(format_result(result, args.json))
+    return 0

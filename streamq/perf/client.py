@@ -1,0 +1,184 @@
+"""A minimal blocking AMQP 0-9-1 client for the load generator's set-up and tear-down.
+
+Owns one connection over a plain socket: the handshake (PLAIN, heartbeats off), channel
+1, synchronous calls (`call`) and a clean close. It turns every way a broker can refuse
+or drop us (refused connection, timeout, connection.close, channel.close, a malformed
+frame) into `PerfError` with a one-line message. The per-message work (publishes,
+deliveries, confirms) is not here: the publisher and consumer take over `sock` and
+`buffer` once set-up is done. Every read waits at most `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Final, TypeVar
+
+from amqp_gateway import codec
+from amqp_gateway.codec import methods as m
+from amqp_gateway.errors import ConnectionException
+from streamq.perf.errors import PerfError
+from streamq.perf.uri import AmqpUri
+from streamq.perf.wire import CHANNEL, RecvBuffer
+
+IO_TIMEOUT_S: Final = 10.0
+"""The longest wait for any reply, and for the socket to take our writes."""
+CLOSE_TIMEOUT_S: Final = 2.0
+FRAME_MAX: Final = 131072
+"""What we ask for in tune-ok; the broker's smaller offer wins."""
+SOCKET_BUFFER_BYTES: Final = 4 << 20
+_CLIENT_PROPERTIES: Final[codec.FieldTable] = {
+    "product": "streamq perf",
+    "capabilities": {"publisher_confirms": True, "basic.nack": True},
+}
+_M = TypeVar("_M", bound=m.Method)
+
+
+def describe_close(method: m.ConnectionClose | m.ChannelClose) -> str:
+    return f"{method.reply_code} {method.reply_text}"
+
+
+class AmqpClient:
+    """One open connection with channel 1 open. Use `connect` to make one."""
+
+    def __init__(self, sock: socket.socket, frame_max: int) -> None:
+        self.sock = sock
+        self.frame_max = frame_max
+        self.buffer = RecvBuffer(frame_max)
+        self._frames: list[codec.Frame] = []
+
+    @classmethod
+    def connect(cls, uri: AmqpUri, *, timeout_s: float = IO_TIMEOUT_S) -> AmqpClient:
+        """Connect, log in and open channel 1. Raises `PerfError` on any failure."""
+        sock = open_socket(uri, timeout_s)
+        client = cls(sock, codec.FRAME_MIN_SIZE)
+        try:
+            client.handshake(uri)
+            client.call(m.ChannelOpen(), m.ChannelOpenOk)
+        except BaseException:
+            sock.close()
+            raise
+        return client
+
+    def handshake(self, uri: AmqpUri) -> None:
+        self.send(codec.PROTOCOL_HEADER_0_9_1)
+        self.wait(0, m.ConnectionStart)
+        response = f"\0{uri.username}\0{uri.password}".encode()
+        start_ok = m.ConnectionStartOk(_CLIENT_PROPERTIES, "PLAIN", response, "en_US")
+        self.send_method(start_ok, channel=0)
+        tune = self.wait(0, m.ConnectionTune)
+        frame_max = min(tune.frame_max or FRAME_MAX, FRAME_MAX)
+        self.send_method(m.ConnectionTuneOk(tune.channel_max, frame_max, 0), channel=0)
+        self.frame_max = self.buffer.frame_max = frame_max
+        self.send_method(m.ConnectionOpen(virtual_host=uri.vhost), channel=0)
+        self.wait(0, m.ConnectionOpenOk)
+
+    def send(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            self.sock.sendall(data)
+        except TimeoutError:
+            raise PerfError("timed out writing to the broker") from None
+        except OSError as exc:
+            raise PerfError(f"connection lost: {exc.strerror or exc}") from None
+
+    def send_method(self, method: m.Method, *, channel: int = CHANNEL) -> None:
+        self.send(codec.encode_method_frame(codec.ChannelId(channel), method))
+
+    def call(self, method: m.Method, reply: type[_M]) -> _M:
+        """Send a synchronous method on channel 1 and wait for its reply."""
+        self.send_method(method)
+        return self.wait(CHANNEL, reply)
+
+    def wait(self, channel: int, reply: type[_M], *, timeout_s: float = IO_TIMEOUT_S) -> _M:
+        """Wait for `reply` on `channel`, skipping content and other methods. Raises
+        `PerfError` on a close from the broker or after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            frames = self.take_frames(deadline, reply.NAME)
+            for index, frame in enumerate(frames):
+                method = self.method_of(frame)
+                if isinstance(method, reply) and frame.channel == channel:
+                    # Frames after the reply (deliveries, say) are for whoever reads next.
+                    self._frames = frames[index + 1 :]
+                    return method
+
+    def take_frames(self, deadline: float, waiting_for: str) -> list[codec.Frame]:
+        """The frames already received, else those of one more read before `deadline`."""
+        if not self._frames:
+            self.fill(deadline, waiting_for)
+            self._frames = self.split()
+        frames, self._frames = self._frames, []
+        return frames
+
+    def leftover_frames(self) -> list[codec.Frame]:
+        """Frames a set-up call read past its reply (e.g. deliveries after consume-ok)."""
+        frames, self._frames = self._frames, []
+        return frames
+
+    def fill(self, deadline: float, waiting_for: str) -> None:
+        """Read once, waiting until `deadline`. Raises `PerfError` on timeout or EOF."""
+        remaining_s = deadline - time.monotonic()
+        if remaining_s <= 0:
+            raise PerfError(f"timed out waiting for {waiting_for}")
+        self.sock.settimeout(remaining_s)
+        try:
+            self.buffer.fill(self.sock)
+        except TimeoutError:
+            raise PerfError(f"timed out waiting for {waiting_for}") from None
+        except OSError as exc:
+            raise PerfError(f"connection lost: {exc.strerror or exc}") from None
+
+    def split(self) -> list[codec.Frame]:
+        try:
+            return self.buffer.split()
+        except ConnectionException as exc:
+            raise PerfError(f"bad frame from the broker: {exc}") from None
+
+    def method_of(self, frame: codec.Frame) -> m.Method | None:
+        """Decode a method frame; raise `PerfError` for a close from the broker."""
+        if frame.frame_type != codec.FRAME_METHOD:
+            return None
+        try:
+            method = codec.decode_method(frame.payload)
+        except ConnectionException as exc:
+            raise PerfError(f"bad frame from the broker: {exc}") from None
+        if isinstance(method, m.ConnectionClose):
+            self.send_quietly(m.ConnectionCloseOk(), channel=0)
+            raise PerfError(f"connection closed by the broker: {describe_close(method)}")
+        if isinstance(method, m.ChannelClose):
+            self.send_quietly(m.ChannelCloseOk(), channel=frame.channel)
+            raise PerfError(f"channel closed by the broker: {describe_close(method)}")
+        return method
+
+    def send_quietly(self, method: m.Method, *, channel: int) -> None:
+        # We are reporting the broker's close; a lost close-ok changes nothing.
+        with contextlib.suppress(OSError):
+            self.sock.sendall(codec.encode_method_frame(codec.ChannelId(channel), method))
+
+    def close(self) -> None:
+        """Close the connection politely, waiting up to CLOSE_TIMEOUT_S for close-ok, and
+        then the socket. Deliveries still arriving are discarded."""
+        try:
+            self.send_method(m.ConnectionClose(200, "bye"), channel=0)
+            self.wait(0, m.ConnectionCloseOk, timeout_s=CLOSE_TIMEOUT_S)
+        except PerfError:
+            pass  # The broker already went away or is slow; the socket closes anyway.
+        finally:
+            self.sock.close()
+
+
+def open_socket(uri: AmqpUri, timeout_s: float) -> socket.socket:
+    """A connected TCP socket with Nagle off. Raises `PerfError` when refused."""
+    try:
+        sock = socket.create_connection((uri.host, uri.port), timeout=timeout_s)
+    except ConnectionRefusedError:
+        raise PerfError(f"connection refused by {uri.address()}") from None
+    except TimeoutError:
+        raise PerfError(f"timed out connecting to {uri.address()}") from None
+    except OSError as exc:
+        raise PerfError(f"cannot connect to {uri.address()}: {exc.strerror or exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
+    return sock
