@@ -65,7 +65,7 @@ def summary_json(summary: Summary) -> str:
 
 def summary_table(summary: Summary) -> str:
     """The end-of-run table: counts, rates and bandwidth per direction, then latency."""
-    workers = f"{summary.publishers} publishers, {summary.consumers} consumers"
+    workers = f"{_count(summary.publishers, 'publisher')}, {_count(summary.consumers, 'consumer')}"
     lines = [
         f"summary: {summary.elapsed_s:.2f} s, {workers}, {summary.body_bytes}-byte bodies",
         f"  {'':<12}{'messages':>14}{'msgs/s':>14}{'MiB/s':>10}",
@@ -84,3 +84,7 @@ def summary_table(summary: Summary) -> str:
 def _row(name: str, count: int, rate: float, body_bytes: int) -> str:
     mib_s = rate * body_bytes / _MIB
     return f"  {name:<12}{count:>14,}{rate:>14,.1f}{mib_s:>10.2f}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
