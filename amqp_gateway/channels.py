@@ -45,9 +45,13 @@ class ChannelSession:
         self.owner = owner
         self.next_delivery_tag = 1
         self.unacked: dict[int, Unacked] = {}  # by delivery tag, in delivery order
+        # Unacked deliveries to consumers: the global prefetch counts these, not basic.get
+        # deliveries (RabbitMQ).
+        self.consumer_unacked = 0
         self.consumer_prefetch = 0  # basic.qos global=false: applies to new consumers
         self.channel_prefetch = 0  # basic.qos global=true: all consumers together
         self.consumers: dict[str, GatewayConsumer] = {}
+        self.last_queue: str | None = None  # what an empty queue name means
         self.flow_active = True
         self.confirm = False
         self.publish_seq = 0
@@ -58,7 +62,7 @@ class ChannelSession:
 
     def can_deliver(self) -> bool:
         return self.flow_active and (
-            self.channel_prefetch == 0 or len(self.unacked) < self.channel_prefetch
+            self.channel_prefetch == 0 or self.consumer_unacked < self.channel_prefetch
         )
 
     def take_tag(self) -> int:
@@ -73,7 +77,12 @@ class ChannelSession:
             if delivery_tag == 0:
                 tags = list(self.unacked)
             else:
-                tags = [t for t in self.unacked if t <= delivery_tag]
+                # Tags are inserted in increasing order: stop at the first one past it.
+                tags = []
+                for tag in self.unacked:
+                    if tag > delivery_tag:
+                        break
+                    tags.append(tag)
         elif delivery_tag in self.unacked:
             tags = [delivery_tag]
         else:
@@ -82,6 +91,7 @@ class ChannelSession:
         for entry in settled:
             if entry.consumer is not None:
                 entry.consumer.unacked -= 1
+                self.consumer_unacked -= 1
         return settled
 
 
@@ -123,6 +133,7 @@ class GatewayConsumer:
         if not self.no_ack:
             channel.unacked[tag] = Unacked(queue, message.offset, self)
             self.unacked += 1
+            channel.consumer_unacked += 1
         connection = channel.connection
         codec.encode_deliver(
             connection.outgoing,

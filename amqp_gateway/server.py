@@ -642,6 +642,7 @@ class AmqpHandler(asyncio.Protocol):
             method.arguments,
             self,
         )
+        channel.last_queue = queue.name
         if not method.nowait:
             self._reply_durable(
                 channel.id,
@@ -655,52 +656,52 @@ class AmqpHandler(asyncio.Protocol):
 
     def _queue_bind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueBind)
-        self._check_access("write", "queue", method.queue, (50, 20))
+        name = _queue_name(channel, method.queue, (50, 20))
+        # Spec: an empty queue name and routing key bind with the queue's name as key.
+        routing_key = method.routing_key or (name if not method.queue else "")
+        self._check_access("write", "queue", name, (50, 20))
         self._check_access("read", "exchange", method.exchange, (50, 20))
         vhost = self._vhost()
-        vhost.queue(method.queue, self)
-        vhost.bind(
-            Destination("queue", method.queue),
-            method.exchange,
-            method.routing_key,
-            method.arguments,
-        )
+        vhost.queue(name, self)
+        vhost.bind(Destination("queue", name), method.exchange, routing_key, method.arguments)
         if not method.nowait:
             self._reply_durable(channel.id, m.QueueBindOk(), always=False)
 
     def _queue_unbind(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueUnbind)
-        self._check_access("write", "queue", method.queue, (50, 50))
+        name = _queue_name(channel, method.queue, (50, 50))
+        self._check_access("write", "queue", name, (50, 50))
         self._check_access("read", "exchange", method.exchange, (50, 50))
         vhost = self._vhost()
-        vhost.queue(method.queue, self)
+        if name in vhost.queues:
+            vhost.queue(name, self)  # the exclusive lock still applies
+        # A missing queue, exchange or binding is not an error (RabbitMQ).
         vhost.unbind(
-            Destination("queue", method.queue),
-            method.exchange,
-            method.routing_key,
-            method.arguments,
+            Destination("queue", name), method.exchange, method.routing_key, method.arguments
         )
         self._reply_durable(channel.id, m.QueueUnbindOk(), always=False)
 
     def _queue_purge(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueuePurge)
-        self._check_access("read", "queue", method.queue, (50, 30))
-        count = self._vhost().purge_queue(method.queue, self)
+        name = _queue_name(channel, method.queue, (50, 30))
+        self._check_access("read", "queue", name, (50, 30))
+        count = self._vhost().purge_queue(name, self)
         if not method.nowait:
             self._reply_durable(channel.id, m.QueuePurgeOk(message_count=count), always=False)
 
     def _queue_delete(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.QueueDelete)
-        self._check_access("configure", "queue", method.queue, (50, 40))
+        name = _queue_name(channel, method.queue, (50, 40))
+        self._check_access("configure", "queue", name, (50, 40))
         vhost = self._vhost()
-        if method.queue not in vhost.queues:
+        if name not in vhost.queues:
             # RabbitMQ: deleting a queue that does not exist succeeds with a count of 0.
             if not method.nowait:
                 self.conn.send_method(channel.id, m.QueueDeleteOk(message_count=0))
             return
-        queue = vhost.queue(method.queue, self)
+        queue = vhost.queue(name, self)
         consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
-        count = vhost.delete_queue(method.queue, method.if_unused, method.if_empty, self)
+        count = vhost.delete_queue(name, method.if_unused, method.if_empty, self)
         for consumer in consumers:
             self._cancel_notify(consumer)
         if not method.nowait:
@@ -734,9 +735,10 @@ class AmqpHandler(asyncio.Protocol):
 
     def _basic_consume(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.BasicConsume)
-        self._check_access("read", "queue", method.queue, (60, 20))
+        name = _queue_name(channel, method.queue, (60, 20))
+        self._check_access("read", "queue", name, (60, 20))
         vhost = self._vhost()
-        queue = vhost.queue(method.queue, self)
+        queue = vhost.queue(name, self)
         tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in channel.consumers:
             raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'", 60, 20)
@@ -758,9 +760,10 @@ class AmqpHandler(asyncio.Protocol):
 
     def _basic_get(self, channel: ChannelSession, method: m.Method) -> None:
         assert isinstance(method, m.BasicGet)
-        self._check_access("read", "queue", method.queue, (60, 70))
+        name = _queue_name(channel, method.queue, (60, 70))
+        self._check_access("read", "queue", name, (60, 70))
         vhost = self._vhost()
-        queue = vhost.queue(method.queue, self)
+        queue = vhost.queue(name, self)
         ready = queue.cursor.take()
         if ready is None:
             self.conn.send_method(channel.id, m.BasicGetEmpty())
@@ -887,6 +890,15 @@ class AmqpHandler(asyncio.Protocol):
 
     def _access_request(self, channel: ChannelSession, method: m.Method) -> None:
         self.conn.send_method(channel.id, m.AccessRequestOk(ticket=1))
+
+
+def _queue_name(channel: ChannelSession, name: str, ids: tuple[int, int]) -> str:
+    """Spec rule: an empty queue name means the queue last declared on the channel."""
+    if name:
+        return name
+    if channel.last_queue is None:
+        raise errors.NotFound("no previously declared queue", *ids)
+    return channel.last_queue
 
 
 async def start_amqp_server(gateway: Gateway, host: str, port: int) -> asyncio.Server:

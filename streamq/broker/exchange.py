@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
+from streamq.broker.equivalence import EXCHANGE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import CommandInvalid, PreconditionFailed
 
 EXCHANGE_TYPES: Final = frozenset({"direct", "fanout", "topic", "headers"})
@@ -153,10 +154,9 @@ class Exchange:
                     f"inequivalent arg '{field}' for exchange '{self.name}' in vhost '{vhost}': "
                     f"received '{_show(received)}' but current is '{_show(current)}'"
                 )
-        if freeze_arguments(arguments) != freeze_arguments(self.arguments):
-            raise PreconditionFailed(
-                f"inequivalent arguments for exchange '{self.name}' in vhost '{vhost}'"
-            )
+        check_arguments(
+            "exchange", self.name, vhost, self.arguments, arguments, EXCHANGE_CHECKED_ARGUMENTS
+        )
 
 
 def _show(value: object) -> str:

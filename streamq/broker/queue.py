@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from streamq.broker.errors import PreconditionFailed
-from streamq.broker.exchange import freeze_arguments
+from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
+from streamq.broker.errors import PreconditionFailed, ResourceLocked
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import QueueJournal
 
@@ -106,10 +106,10 @@ class Queue:
         arguments: Mapping[str, object],
         vhost: str,
     ) -> None:
-        """Raise PreconditionFailed, in RabbitMQ's words, if a redeclare differs."""
+        """Raise PreconditionFailed, in RabbitMQ's words, if a redeclare differs
+        (ResourceLocked, 405, if only the exclusive flag does, as RabbitMQ)."""
         for field, current, received in (
             ("durable", self.durable, durable),
-            ("exclusive", self.exclusive, exclusive),
             ("auto_delete", self.auto_delete, auto_delete),
         ):
             if current != received:
@@ -117,7 +117,17 @@ class Queue:
                     f"inequivalent arg '{field}' for queue '{self.name}' in vhost '{vhost}': "
                     f"received '{str(received).lower()}' but current is '{str(current).lower()}'"
                 )
-        if freeze_arguments(arguments) != freeze_arguments(self.arguments):
-            raise PreconditionFailed(
-                f"inequivalent arguments for queue '{self.name}' in vhost '{vhost}'"
-            )
+        check_arguments(
+            "queue", self.name, vhost, self.arguments, arguments, QUEUE_CHECKED_ARGUMENTS
+        )
+        if self.exclusive != exclusive:
+            raise ResourceLocked(locked_text(self.name, vhost))
+
+
+def locked_text(name: str, vhost: str) -> str:
+    """RabbitMQ's 405 text for a queue another connection holds exclusively."""
+    return (
+        f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. "
+        "It could be originally declared on another connection or the exclusive "
+        "property value does not match that of the original declaration."
+    )

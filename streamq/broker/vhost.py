@@ -39,7 +39,7 @@ from streamq.broker.errors import (
     ResourceLocked,
 )
 from streamq.broker.exchange import Destination, Exchange
-from streamq.broker.queue import Consumer, Queue, StoredMessage
+from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
 from streamq.log.files import fsync_directory
 from streamq.log.format import Message
 from streamq.log.log import CompanionWork, SegmentLog
@@ -371,8 +371,9 @@ class VHost:
     ) -> None:
         if source == "":
             raise AccessRefused("operation not permitted on the default exchange")
-        exchange = self.exchange(source)
-        self._check_destination(destination)
+        exchange = self.exchanges.get(source)
+        if exchange is None or not self._exists(destination):
+            return  # RabbitMQ: unbinding what does not exist succeeds
         removed = exchange.unbind(destination, routing_key, arguments)
         if removed and exchange.durable and self._persisted(destination):
             self.definitions.record(
@@ -395,11 +396,7 @@ class VHost:
         if found is None:
             raise NotFound("queue", name, self.name)
         if found.exclusive_owner is not None and found.exclusive_owner is not owner:
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'. "
-                "It could be originally declared on another connection or the exclusive "
-                "property value does not match that of the original declaration."
-            )
+            raise ResourceLocked(locked_text(name, self.name))
         return found
 
     def declare_queue(

@@ -4,8 +4,7 @@ exclusivity, redeclare and delete rules with RabbitMQ's reply codes and texts,
 server-named and auto-delete queues, mandatory returns under confirms, frame_max,
 routing by headers, topic and fanout, and several channels on one connection.
 
-Every expected code and text here was checked against a RabbitMQ 3.10 server; a test that
-streamq does not pass yet is marked xfail with the difference."""
+Every expected code and text here was checked against a RabbitMQ 3.10 server."""
 
 from __future__ import annotations
 
@@ -244,11 +243,6 @@ def test_prefetch_size_is_not_implemented(connection: pika.BlockingConnection) -
     )
 
 
-@pytest.mark.xfail(
-    reason="broker bug: basic.get deliveries count against the global (channel) prefetch; "
-    "RabbitMQ 3.10 ignores prefetch for basic.get, so the consumer still gets one",
-    strict=True,
-)
 def test_basic_get_does_not_use_up_the_global_prefetch(
     connection: pika.BlockingConnection, channel: BlockingChannel
 ) -> None:
@@ -333,13 +327,6 @@ def inequivalent(field: str, kind: str, name: str, received: str, current: str) 
     )
 
 
-ARGUMENT_TEXT_BUG = pytest.mark.xfail(
-    reason="broker bug: a differing queue argument gets the generic text 'inequivalent "
-    "arguments for queue ...'; RabbitMQ names the argument and both values",
-    strict=True,
-)
-
-
 @pytest.mark.parametrize(
     ("first", "second", "text"),
     [
@@ -357,7 +344,6 @@ ARGUMENT_TEXT_BUG = pytest.mark.xfail(
             {"arguments": {"x-message-ttl": 1000}},
             {"arguments": {"x-message-ttl": 2000}},
             inequivalent("x-message-ttl", "queue", "rd", "'2000'", "'1000'"),
-            marks=ARGUMENT_TEXT_BUG,
         ),
         pytest.param(
             {"arguments": {"x-message-ttl": 1000}},
@@ -365,7 +351,6 @@ ARGUMENT_TEXT_BUG = pytest.mark.xfail(
             inequivalent(
                 "x-message-ttl", "queue", "rd", "none", "the value '1000' of type 'signedint'"
             ),
-            marks=ARGUMENT_TEXT_BUG,
         ),
         pytest.param(
             {},
@@ -373,7 +358,6 @@ ARGUMENT_TEXT_BUG = pytest.mark.xfail(
             inequivalent(
                 "x-max-length", "queue", "rd", "the value '5' of type 'signedint'", "none"
             ),
-            marks=ARGUMENT_TEXT_BUG,
         ),
     ],
 )
@@ -385,11 +369,6 @@ def test_queue_redeclare_with_other_properties_is_406(
     assert (closed.reply_code, closed.reply_text) == (406, text)
 
 
-@pytest.mark.xfail(
-    reason="broker bug: redeclaring a queue with another exclusive flag gives 406 "
-    "'inequivalent arg exclusive'; RabbitMQ 3.10 gives 405 RESOURCE_LOCKED",
-    strict=True,
-)
 def test_queue_redeclare_as_exclusive_is_405(connection: pika.BlockingConnection) -> None:
     connection.channel().queue_declare("rx")
     closed = channel_error(connection, lambda ch: ch.queue_declare("rx", exclusive=True))
@@ -414,11 +393,6 @@ def test_queue_redeclare_as_exclusive_is_405(connection: pika.BlockingConnection
         pytest.param(
             {"arguments": {"alternate-exchange": "b"}},
             inequivalent("alternate-exchange", "exchange", "rx", "'b'", "'a'"),
-            marks=pytest.mark.xfail(
-                reason="broker bug: a differing alternate-exchange gets the generic text "
-                "'inequivalent arguments for exchange ...'; RabbitMQ names it and both values",
-                strict=True,
-            ),
         ),
     ],
 )
@@ -431,12 +405,6 @@ def test_exchange_redeclare_with_other_properties_is_406(
     assert (closed.reply_code, closed.reply_text) == (406, text)
 
 
-@pytest.mark.xfail(
-    reason="broker bug: any differing argument fails a redeclare; RabbitMQ 3.10 compares "
-    "only the arguments it knows (x-message-ttl, x-max-length, ... for queues, "
-    "alternate-exchange for exchanges) and accepts the rest",
-    strict=True,
-)
 def test_redeclare_ignores_arguments_rabbitmq_does_not_check(channel: BlockingChannel) -> None:
     channel.queue_declare("uq", arguments={"x-foo": 1})
     channel.queue_declare("uq", arguments={"x-foo": 2})
@@ -513,11 +481,6 @@ def test_deleting_a_missing_queue_succeeds(channel: BlockingChannel) -> None:
     assert channel.queue_delete("never-declared").method.message_count == 0
 
 
-@pytest.mark.xfail(
-    reason="broker bug: queue.unbind naming a missing exchange or queue closes the channel "
-    "with 404; RabbitMQ 3.10 answers unbind-ok, as for a missing binding",
-    strict=True,
-)
 def test_unbinding_what_does_not_exist_succeeds(channel: BlockingChannel) -> None:
     channel.queue_declare("ub")
     channel.queue_unbind("ub", "amq.direct", "never-bound")
@@ -605,12 +568,6 @@ def test_server_named_queues(channel: BlockingChannel) -> None:
     assert drain_bodies(channel, first) == [b"m"]
 
 
-@pytest.mark.xfail(
-    reason="broker bug: an empty queue name does not name the channel's last declared "
-    "queue (AMQP 0-9-1 queue.bind/basic.get/...); RabbitMQ 3.10 resolves it, "
-    "streamq answers 404 \"no queue ''\"",
-    strict=True,
-)
 def test_an_empty_queue_name_means_the_last_queue_declared(channel: BlockingChannel) -> None:
     channel.queue_declare("")
     channel.queue_bind("", "amq.direct", "last")
