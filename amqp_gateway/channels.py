@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from amqp_gateway import codec
+from amqp_gateway import codec, errors
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.queues.classic import ReadyMessage
 
@@ -59,6 +59,14 @@ class ChannelSession:
         self.transactional = False
         self.tx_publishes: list[Publish] = []
         self.tx_acks: list[tuple[int, bool, bool, bool]] = []  # tag, multiple, ack, requeue
+
+    def queue_name(self, name: str, ids: tuple[int, int]) -> str:
+        """Spec rule: an empty queue name means the queue last declared on the channel."""
+        if name:
+            return name
+        if self.last_queue is None:
+            raise errors.NotFound("no previously declared queue", *ids)
+        return self.last_queue
 
     def can_deliver(self) -> bool:
         return self.flow_active and (

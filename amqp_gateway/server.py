@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from amqp_gateway import codec, errors
-from amqp_gateway.channels import ChannelSession, GatewayConsumer, Unacked
+from amqp_gateway import basic_methods, codec, entity_methods, errors
+from amqp_gateway.channels import ChannelSession
 from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import (
     SERVER_CAPABILITIES,
@@ -37,7 +36,6 @@ from streamq import __version__
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
-from streamq.broker.exchange import Destination
 from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
@@ -54,6 +52,35 @@ HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within t
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024  # heartbeats off: look again later (they may be tuned)
+
+
+MethodHandler = Callable[["AmqpHandler", ChannelSession, m.Method], None]
+METHOD_HANDLERS: Final[dict[type[m.Method], MethodHandler]] = {
+    m.ExchangeDeclare: entity_methods.exchange_declare,
+    m.ExchangeDelete: entity_methods.exchange_delete,
+    m.ExchangeBind: entity_methods.exchange_bind,
+    m.ExchangeUnbind: entity_methods.exchange_unbind,
+    m.QueueDeclare: entity_methods.queue_declare,
+    m.QueueBind: entity_methods.queue_bind,
+    m.QueueUnbind: entity_methods.queue_unbind,
+    m.QueuePurge: entity_methods.queue_purge,
+    m.QueueDelete: entity_methods.queue_delete,
+    m.BasicQos: basic_methods.basic_qos,
+    m.BasicConsume: basic_methods.basic_consume,
+    m.BasicCancel: basic_methods.basic_cancel,
+    m.BasicGet: basic_methods.basic_get,
+    m.BasicAck: basic_methods.basic_ack,
+    m.BasicNack: basic_methods.basic_nack,
+    m.BasicReject: basic_methods.basic_reject,
+    m.BasicRecover: basic_methods.basic_recover,
+    m.BasicRecoverAsync: basic_methods.basic_recover,
+    m.ChannelFlow: basic_methods.channel_flow,
+    m.ConfirmSelect: basic_methods.confirm_select,
+    m.TxSelect: basic_methods.tx_select,
+    m.TxCommit: basic_methods.tx_commit,
+    m.TxRollback: basic_methods.tx_rollback,
+    m.AccessRequest: basic_methods.access_request,
+}
 
 
 class Gateway:
@@ -184,32 +211,6 @@ class AmqpHandler(asyncio.Protocol):
         # Permissions change only while the broker is stopped (streamq ctl), so each
         # connection caches its answers.
         self._permits: dict[tuple[str, str, str], bool] = {}
-        self._handlers: dict[type[m.Method], Callable[[ChannelSession, m.Method], None]] = {
-            m.ExchangeDeclare: self._exchange_declare,
-            m.ExchangeDelete: self._exchange_delete,
-            m.ExchangeBind: self._exchange_bind,
-            m.ExchangeUnbind: self._exchange_unbind,
-            m.QueueDeclare: self._queue_declare,
-            m.QueueBind: self._queue_bind,
-            m.QueueUnbind: self._queue_unbind,
-            m.QueuePurge: self._queue_purge,
-            m.QueueDelete: self._queue_delete,
-            m.BasicQos: self._basic_qos,
-            m.BasicConsume: self._basic_consume,
-            m.BasicCancel: self._basic_cancel,
-            m.BasicGet: self._basic_get,
-            m.BasicAck: self._basic_ack,
-            m.BasicNack: self._basic_nack,
-            m.BasicReject: self._basic_reject,
-            m.BasicRecover: self._basic_recover,
-            m.BasicRecoverAsync: self._basic_recover,
-            m.ChannelFlow: self._channel_flow,
-            m.ConfirmSelect: self._confirm_select,
-            m.TxSelect: self._tx_select,
-            m.TxCommit: self._tx_commit,
-            m.TxRollback: self._tx_rollback,
-            m.AccessRequest: self._access_request,
-        }
 
     # -- socket events ---------------------------------------------------------------------
 
@@ -320,10 +321,10 @@ class AmqpHandler(asyncio.Protocol):
             self._confirming = True
             asyncio.get_running_loop().create_task(self._confirm_loop())
 
-    def _reply_durable(self, channel_id: int, method: m.Method, *, always: bool) -> None:
+    def reply_durable(self, channel_id: int, method: m.Method, *, always: bool) -> None:
         """Send `method` once every change so far is durable: at once if nothing is
         pending (and not `always`), else after a sync round, holding later events."""
-        vhost = self._vhost()
+        vhost = self.current_vhost()
         if not always and not vhost.needs_sync():
             self.conn.send_method(channel_id, method)
             return
@@ -395,14 +396,14 @@ class AmqpHandler(asyncio.Protocol):
         self.vhost = vhost
         self.conn.accept_open(virtual_host)
 
-    def _check_access(
+    def check_access(
         self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]
     ) -> None:
         """RabbitMQ's resource permissions: 403 unless the user's `kind` regex allows it."""
         key = (kind, resource, name)
         allowed = self._permits.get(key)
         if allowed is None:
-            vhost = self._vhost().name
+            vhost = self.current_vhost().name
             allowed = self.broker.accounts.permitted(self.user, vhost, kind, name)
             if len(self._permits) >= PERMIT_CACHE_ENTRIES_MAX:
                 self._permits.clear()
@@ -410,7 +411,7 @@ class AmqpHandler(asyncio.Protocol):
         if not allowed:
             shown = name or "amq.default"
             raise errors.AccessRefused(
-                f"access to {resource} '{shown}' in vhost '{self._vhost().name}' "
+                f"access to {resource} '{shown}' in vhost '{self.current_vhost().name}' "
                 f"refused for user '{self.user}'",
                 *ids,
             )
@@ -421,13 +422,13 @@ class AmqpHandler(asyncio.Protocol):
             if isinstance(method, m.ChannelOpen):
                 return
             channel = self.channels[channel_id] = ChannelSession(channel_id, self.conn, self)
-        handler = self._handlers.get(type(method))
+        handler = METHOD_HANDLERS.get(type(method))
         if handler is None:
             raise errors.CommandInvalid(
                 f"unexpected method {method.NAME}", method.CLASS_ID, method.METHOD_ID
             )
         try:
-            handler(channel, method)
+            handler(self, channel, method)
         except (BrokerError, LogError) as exc:
             raise to_amqp(exc, method.CLASS_ID, method.METHOD_ID) from exc
 
@@ -503,16 +504,16 @@ class AmqpHandler(asyncio.Protocol):
         assert vhost is not None
         if publish.immediate:
             raise errors.AMQPNotImplemented("immediate=true", 60, 40)
-        self._check_access("write", "exchange", publish.exchange, (60, 40))
+        self.check_access("write", "exchange", publish.exchange, (60, 40))
         if channel.transactional:
             channel.tx_publishes.append(publish)
             return False
         if channel.confirm:
             channel.publish_seq += 1
-        self._route_and_store(vhost, channel, publish)
+        self.route_and_store(vhost, channel, publish)
         return channel.confirm
 
-    def _route_and_store(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> None:
+    def route_and_store(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> None:
         headers = None
         exchange = vhost.exchanges.get(publish.exchange)
         if exchange is None:
@@ -574,331 +575,11 @@ class AmqpHandler(asyncio.Protocol):
         finally:
             self._confirming = False
 
-    # -- exchange and queue methods --------------------------------------------------------
+    # -- methods (amqp_gateway.entity_methods and basic_methods) ---------------------------
 
-    def _vhost(self) -> VHost:
+    def current_vhost(self) -> VHost:
         assert self.vhost is not None
         return self.vhost
-
-    def _exchange_declare(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.ExchangeDeclare)
-        if not method.passive:
-            self._check_access("configure", "exchange", method.exchange, (40, 10))
-        self._vhost().declare_exchange(
-            method.exchange,
-            method.type,
-            method.passive,
-            method.durable,
-            method.auto_delete,
-            method.internal,
-            method.arguments,
-        )
-        if not method.nowait:
-            self._reply_durable(channel.id, m.ExchangeDeclareOk(), always=False)
-
-    def _exchange_delete(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.ExchangeDelete)
-        self._check_access("configure", "exchange", method.exchange, (40, 20))
-        self._vhost().delete_exchange(method.exchange, method.if_unused)
-        if not method.nowait:
-            self._reply_durable(channel.id, m.ExchangeDeleteOk(), always=False)
-
-    def _exchange_bind(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.ExchangeBind)
-        self._check_access("write", "exchange", method.destination, (40, 30))
-        self._check_access("read", "exchange", method.source, (40, 30))
-        self._vhost().bind(
-            Destination("exchange", method.destination),
-            method.source,
-            method.routing_key,
-            method.arguments,
-        )
-        if not method.nowait:
-            self._reply_durable(channel.id, m.ExchangeBindOk(), always=False)
-
-    def _exchange_unbind(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.ExchangeUnbind)
-        self._check_access("write", "exchange", method.destination, (40, 40))
-        self._check_access("read", "exchange", method.source, (40, 40))
-        self._vhost().unbind(
-            Destination("exchange", method.destination),
-            method.source,
-            method.routing_key,
-            method.arguments,
-        )
-        if not method.nowait:
-            self._reply_durable(channel.id, m.ExchangeUnbindOk(), always=False)
-
-    def _queue_declare(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.QueueDeclare)
-        if not method.passive and method.queue:
-            self._check_access("configure", "queue", method.queue, (50, 10))
-        queue = self._vhost().declare_queue(
-            method.queue,
-            method.passive,
-            method.durable,
-            method.exclusive,
-            method.auto_delete,
-            method.arguments,
-            self,
-        )
-        channel.last_queue = queue.name
-        if not method.nowait:
-            self._reply_durable(
-                channel.id,
-                m.QueueDeclareOk(
-                    queue=queue.name,
-                    message_count=queue.cursor.message_count,
-                    consumer_count=len(queue.consumers),
-                ),
-                always=False,
-            )
-
-    def _queue_bind(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.QueueBind)
-        name = _queue_name(channel, method.queue, (50, 20))
-        # Spec: an empty queue name and routing key bind with the queue's name as key.
-        routing_key = method.routing_key or (name if not method.queue else "")
-        self._check_access("write", "queue", name, (50, 20))
-        self._check_access("read", "exchange", method.exchange, (50, 20))
-        vhost = self._vhost()
-        vhost.queue(name, self)
-        vhost.bind(Destination("queue", name), method.exchange, routing_key, method.arguments)
-        if not method.nowait:
-            self._reply_durable(channel.id, m.QueueBindOk(), always=False)
-
-    def _queue_unbind(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.QueueUnbind)
-        name = _queue_name(channel, method.queue, (50, 50))
-        self._check_access("write", "queue", name, (50, 50))
-        self._check_access("read", "exchange", method.exchange, (50, 50))
-        vhost = self._vhost()
-        if name in vhost.queues:
-            vhost.queue(name, self)  # the exclusive lock still applies
-        # A missing queue, exchange or binding is not an error (RabbitMQ).
-        vhost.unbind(
-            Destination("queue", name), method.exchange, method.routing_key, method.arguments
-        )
-        self._reply_durable(channel.id, m.QueueUnbindOk(), always=False)
-
-    def _queue_purge(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.QueuePurge)
-        name = _queue_name(channel, method.queue, (50, 30))
-        self._check_access("read", "queue", name, (50, 30))
-        count = self._vhost().purge_queue(name, self)
-        if not method.nowait:
-            self._reply_durable(channel.id, m.QueuePurgeOk(message_count=count), always=False)
-
-    def _queue_delete(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.QueueDelete)
-        name = _queue_name(channel, method.queue, (50, 40))
-        self._check_access("configure", "queue", name, (50, 40))
-        vhost = self._vhost()
-        if name not in vhost.queues:
-            # RabbitMQ: deleting a queue that does not exist succeeds with a count of 0.
-            if not method.nowait:
-                self.conn.send_method(channel.id, m.QueueDeleteOk(message_count=0))
-            return
-        queue = vhost.queue(name, self)
-        consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
-        count = vhost.delete_queue(name, method.if_unused, method.if_empty, self)
-        for consumer in consumers:
-            self._cancel_notify(consumer)
-        if not method.nowait:
-            self._reply_durable(channel.id, m.QueueDeleteOk(message_count=count), always=False)
-
-    def _cancel_notify(self, consumer: GatewayConsumer) -> None:
-        """consumer_cancel_notify: tell a consumer its queue is gone."""
-        channel = consumer.channel
-        channel.consumers.pop(consumer.tag, None)
-        owner = cast(AmqpHandler, channel.owner)
-        if owner.conn.is_channel_open(channel.id):
-            owner.conn.send_method(
-                channel.id, m.BasicCancel(consumer_tag=consumer.tag, nowait=True)
-            )
-            owner.note_output()
-
-    # -- basic methods ---------------------------------------------------------------------
-
-    def _basic_qos(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicQos)
-        if method.prefetch_size != 0:
-            raise errors.AMQPNotImplemented(f"prefetch_size!=0 ({method.prefetch_size})", 60, 10)
-        if method.global_:
-            channel.channel_prefetch = method.prefetch_count
-        else:
-            # Per-consumer prefetch applies to consumers started after it (RabbitMQ).
-            channel.consumer_prefetch = method.prefetch_count
-        self.conn.send_method(channel.id, m.BasicQosOk())
-        for consumer in channel.consumers.values():
-            self._vhost().kick(consumer.queue)
-
-    def _basic_consume(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicConsume)
-        name = _queue_name(channel, method.queue, (60, 20))
-        self._check_access("read", "queue", name, (60, 20))
-        vhost = self._vhost()
-        queue = vhost.queue(name, self)
-        tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-        if tag in channel.consumers:
-            raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'", 60, 20)
-        consumer = GatewayConsumer(
-            channel, queue, tag, method.no_ack, method.exclusive, channel.consumer_prefetch
-        )
-        vhost.add_consumer(queue, consumer)  # raises before consume-ok if refused
-        channel.consumers[tag] = consumer
-        if not method.nowait:
-            self.conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
-
-    def _basic_cancel(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicCancel)
-        consumer = channel.consumers.pop(method.consumer_tag, None)
-        if consumer is not None:
-            self._vhost().remove_consumer(consumer.queue, consumer)
-        if not method.nowait:
-            self.conn.send_method(channel.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
-
-    def _basic_get(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicGet)
-        name = _queue_name(channel, method.queue, (60, 70))
-        self._check_access("read", "queue", name, (60, 70))
-        vhost = self._vhost()
-        queue = vhost.queue(name, self)
-        ready = queue.cursor.take()
-        if ready is None:
-            self.conn.send_method(channel.id, m.BasicGetEmpty())
-            return
-        stored = vhost.messages[ready.offset]
-        tag = channel.take_tag()
-        self.conn.send_content(
-            channel.id,
-            m.BasicGetOk(
-                delivery_tag=codec.DeliveryTag(tag),
-                redelivered=ready.redelivered,
-                exchange=stored.exchange,
-                routing_key=stored.routing_key,
-                message_count=queue.cursor.message_count,
-            ),
-            stored.properties_raw,
-            stored.body,
-        )
-        if method.no_ack:
-            vhost.settle(queue, ready.offset)
-        else:
-            channel.unacked[tag] = Unacked(queue, ready.offset, None)
-
-    def _settle(
-        self,
-        channel: ChannelSession,
-        tag: int,
-        multiple: bool,
-        ack: bool,
-        requeue: bool,
-        ids: tuple[int, int],
-    ) -> None:
-        if channel.transactional:
-            channel.tx_acks.append((tag, multiple, ack, requeue))
-            return
-        self._apply_settle(channel, tag, multiple, ack, requeue, ids)
-
-    def _apply_settle(
-        self,
-        channel: ChannelSession,
-        tag: int,
-        multiple: bool,
-        ack: bool,
-        requeue: bool,
-        ids: tuple[int, int],
-    ) -> None:
-        vhost = self._vhost()
-        settled = channel.settle_tags(tag, multiple)
-        if not settled and not (multiple and tag == 0):
-            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
-        for entry in settled:
-            if ack or not requeue:
-                vhost.settle(entry.queue, entry.offset)
-            else:
-                vhost.requeue(entry.queue, entry.offset)
-            vhost.kick(entry.queue)
-
-    def _basic_ack(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicAck)
-        self._settle(channel, method.delivery_tag, method.multiple, True, False, (60, 80))
-
-    def _basic_nack(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicNack)
-        self._settle(
-            channel, method.delivery_tag, method.multiple, False, method.requeue, (60, 120)
-        )
-
-    def _basic_reject(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.BasicReject)
-        self._settle(channel, method.delivery_tag, False, False, method.requeue, (60, 90))
-
-    def _basic_recover(self, channel: ChannelSession, method: m.Method) -> None:
-        # requeue=false would mean redelivering to the same consumer: RabbitMQ refuses
-        # it with 540 (a connection error); requeue=true requeues every unacked delivery.
-        if not getattr(method, "requeue", True):
-            raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
-        vhost = self._vhost()
-        for entry in channel.settle_tags(0, True):
-            vhost.requeue(entry.queue, entry.offset)
-        if isinstance(method, m.BasicRecover):
-            self.conn.send_method(channel.id, m.BasicRecoverOk())
-
-    def _channel_flow(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.ChannelFlow)
-        channel.flow_active = method.active
-        self.conn.send_method(channel.id, m.ChannelFlowOk(active=method.active))
-        if method.active:
-            for consumer in channel.consumers.values():
-                self._vhost().kick(consumer.queue)
-
-    def _confirm_select(self, channel: ChannelSession, method: m.Method) -> None:
-        assert isinstance(method, m.ConfirmSelect)
-        if channel.transactional:
-            raise errors.PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
-        channel.confirm = True
-        if not method.nowait:
-            self.conn.send_method(channel.id, m.ConfirmSelectOk())
-
-    def _tx_select(self, channel: ChannelSession, method: m.Method) -> None:
-        if channel.confirm:
-            raise errors.PreconditionFailed("cannot switch from confirm to tx mode", 90, 10)
-        channel.transactional = True
-        self.conn.send_method(channel.id, m.TxSelectOk())
-
-    def _tx_commit(self, channel: ChannelSession, method: m.Method) -> None:
-        if not channel.transactional:
-            raise errors.PreconditionFailed("channel is not transactional", 90, 20)
-        vhost = self._vhost()
-        acks, channel.tx_acks = channel.tx_acks, []
-        publishes, channel.tx_publishes = channel.tx_publishes, []
-        for tag, multiple, ack, requeue in acks:
-            self._apply_settle(channel, tag, multiple, ack, requeue, (90, 20))
-        for publish in publishes:
-            self._route_and_store(vhost, channel, publish)
-        # Commit-Ok goes out once the committed publishes and acks are on disk.
-        self._reply_durable(channel.id, m.TxCommitOk(), always=True)
-
-    def _tx_rollback(self, channel: ChannelSession, method: m.Method) -> None:
-        if not channel.transactional:
-            raise errors.PreconditionFailed("channel is not transactional", 90, 30)
-        channel.tx_acks.clear()
-        channel.tx_publishes.clear()
-        self.conn.send_method(channel.id, m.TxRollbackOk())
-
-    def _access_request(self, channel: ChannelSession, method: m.Method) -> None:
-        self.conn.send_method(channel.id, m.AccessRequestOk(ticket=1))
-
-
-def _queue_name(channel: ChannelSession, name: str, ids: tuple[int, int]) -> str:
-    """Spec rule: an empty queue name means the queue last declared on the channel."""
-    if name:
-        return name
-    if channel.last_queue is None:
-        raise errors.NotFound("no previously declared queue", *ids)
-    return channel.last_queue
 
 
 async def start_amqp_server(gateway: Gateway, host: str, port: int) -> asyncio.Server:

@@ -1,0 +1,203 @@
+"""The basic, confirm, tx and channel.flow methods, server side: one function per method.
+
+Owns consumers, basic.get, acks and their requeue rules, qos, publisher confirm mode and
+transactions as seen from one channel. Publishes themselves take the handler's hot path
+(`AmqpHandler.route_and_store`); deliveries are the vhost's drain.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from amqp_gateway import codec, errors
+from amqp_gateway.channels import ChannelSession, GatewayConsumer, Unacked
+from amqp_gateway.codec import methods as m
+
+if TYPE_CHECKING:
+    from amqp_gateway.server import AmqpHandler
+
+
+def basic_qos(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicQos)
+    if method.prefetch_size != 0:
+        raise errors.AMQPNotImplemented(f"prefetch_size!=0 ({method.prefetch_size})", 60, 10)
+    if method.global_:
+        channel.channel_prefetch = method.prefetch_count
+    else:
+        # Per-consumer prefetch applies to consumers started after it (RabbitMQ).
+        channel.consumer_prefetch = method.prefetch_count
+    h.conn.send_method(channel.id, m.BasicQosOk())
+    for consumer in channel.consumers.values():
+        h.current_vhost().kick(consumer.queue)
+
+
+def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicConsume)
+    name = channel.queue_name(method.queue, (60, 20))
+    h.check_access("read", "queue", name, (60, 20))
+    vhost = h.current_vhost()
+    queue = vhost.queue(name, h)
+    tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+    if tag in channel.consumers:
+        raise errors.NotAllowed(f"attempt to reuse consumer tag '{tag}'", 60, 20)
+    consumer = GatewayConsumer(
+        channel, queue, tag, method.no_ack, method.exclusive, channel.consumer_prefetch
+    )
+    vhost.add_consumer(queue, consumer)  # raises before consume-ok if refused
+    channel.consumers[tag] = consumer
+    if not method.nowait:
+        h.conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
+
+
+def basic_cancel(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicCancel)
+    consumer = channel.consumers.pop(method.consumer_tag, None)
+    if consumer is not None:
+        h.current_vhost().remove_consumer(consumer.queue, consumer)
+    if not method.nowait:
+        h.conn.send_method(channel.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
+
+
+def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicGet)
+    name = channel.queue_name(method.queue, (60, 70))
+    h.check_access("read", "queue", name, (60, 70))
+    vhost = h.current_vhost()
+    queue = vhost.queue(name, h)
+    ready = queue.cursor.take()
+    if ready is None:
+        h.conn.send_method(channel.id, m.BasicGetEmpty())
+        return
+    stored = vhost.messages[ready.offset]
+    tag = channel.take_tag()
+    h.conn.send_content(
+        channel.id,
+        m.BasicGetOk(
+            delivery_tag=codec.DeliveryTag(tag),
+            redelivered=ready.redelivered,
+            exchange=stored.exchange,
+            routing_key=stored.routing_key,
+            message_count=queue.cursor.message_count,
+        ),
+        stored.properties_raw,
+        stored.body,
+    )
+    if method.no_ack:
+        vhost.settle(queue, ready.offset)
+    else:
+        channel.unacked[tag] = Unacked(queue, ready.offset, None)
+
+
+def settle(
+    h: AmqpHandler,
+    channel: ChannelSession,
+    tag: int,
+    multiple: bool,
+    ack: bool,
+    requeue: bool,
+    ids: tuple[int, int],
+) -> None:
+    if channel.transactional:
+        channel.tx_acks.append((tag, multiple, ack, requeue))
+        return
+    apply_settle(h, channel, tag, multiple, ack, requeue, ids)
+
+
+def apply_settle(
+    h: AmqpHandler,
+    channel: ChannelSession,
+    tag: int,
+    multiple: bool,
+    ack: bool,
+    requeue: bool,
+    ids: tuple[int, int],
+) -> None:
+    vhost = h.current_vhost()
+    settled = channel.settle_tags(tag, multiple)
+    if not settled and not (multiple and tag == 0):
+        raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
+    for entry in settled:
+        if ack or not requeue:
+            vhost.settle(entry.queue, entry.offset)
+        else:
+            vhost.requeue(entry.queue, entry.offset)
+        vhost.kick(entry.queue)
+
+
+def basic_ack(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicAck)
+    settle(h, channel, method.delivery_tag, method.multiple, True, False, (60, 80))
+
+
+def basic_nack(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicNack)
+    settle(h, channel, method.delivery_tag, method.multiple, False, method.requeue, (60, 120))
+
+
+def basic_reject(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.BasicReject)
+    settle(h, channel, method.delivery_tag, False, False, method.requeue, (60, 90))
+
+
+def basic_recover(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    # requeue=false would mean redelivering to the same consumer: RabbitMQ refuses
+    # it with 540 (a connection error); requeue=true requeues every unacked delivery.
+    if not getattr(method, "requeue", True):
+        raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
+    vhost = h.current_vhost()
+    for entry in channel.settle_tags(0, True):
+        vhost.requeue(entry.queue, entry.offset)
+    if isinstance(method, m.BasicRecover):
+        h.conn.send_method(channel.id, m.BasicRecoverOk())
+
+
+def channel_flow(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.ChannelFlow)
+    channel.flow_active = method.active
+    h.conn.send_method(channel.id, m.ChannelFlowOk(active=method.active))
+    if method.active:
+        for consumer in channel.consumers.values():
+            h.current_vhost().kick(consumer.queue)
+
+
+def confirm_select(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.ConfirmSelect)
+    if channel.transactional:
+        raise errors.PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
+    channel.confirm = True
+    if not method.nowait:
+        h.conn.send_method(channel.id, m.ConfirmSelectOk())
+
+
+def tx_select(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    if channel.confirm:
+        raise errors.PreconditionFailed("cannot switch from confirm to tx mode", 90, 10)
+    channel.transactional = True
+    h.conn.send_method(channel.id, m.TxSelectOk())
+
+
+def tx_commit(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    if not channel.transactional:
+        raise errors.PreconditionFailed("channel is not transactional", 90, 20)
+    vhost = h.current_vhost()
+    acks, channel.tx_acks = channel.tx_acks, []
+    publishes, channel.tx_publishes = channel.tx_publishes, []
+    for tag, multiple, ack, requeue in acks:
+        apply_settle(h, channel, tag, multiple, ack, requeue, (90, 20))
+    for publish in publishes:
+        h.route_and_store(vhost, channel, publish)
+    # Commit-Ok goes out once the committed publishes and acks are on disk.
+    h.reply_durable(channel.id, m.TxCommitOk(), always=True)
+
+
+def tx_rollback(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    if not channel.transactional:
+        raise errors.PreconditionFailed("channel is not transactional", 90, 30)
+    channel.tx_acks.clear()
+    channel.tx_publishes.clear()
+    h.conn.send_method(channel.id, m.TxRollbackOk())
+
+
+def access_request(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    h.conn.send_method(channel.id, m.AccessRequestOk(ticket=1))

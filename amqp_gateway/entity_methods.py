@@ -1,0 +1,162 @@
+"""The exchange and queue classes of AMQP 0-9-1, server side: one function per method.
+
+Owns the translation of exchange.* and queue.* methods into broker-core calls, with the
+permission checks and the replies (Declare-Ok and the like go out after a sync round when
+a durable entity changed: `AmqpHandler.reply_durable`). Each function takes the connection
+handler, the channel and the decoded method; the handler's table dispatches to them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from amqp_gateway.channels import ChannelSession, GatewayConsumer
+from amqp_gateway.codec import methods as m
+from streamq.broker.exchange import Destination
+
+if TYPE_CHECKING:
+    from amqp_gateway.server import AmqpHandler
+
+
+def exchange_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.ExchangeDeclare)
+    if not method.passive:
+        h.check_access("configure", "exchange", method.exchange, (40, 10))
+    h.current_vhost().declare_exchange(
+        method.exchange,
+        method.type,
+        method.passive,
+        method.durable,
+        method.auto_delete,
+        method.internal,
+        method.arguments,
+    )
+    if not method.nowait:
+        h.reply_durable(channel.id, m.ExchangeDeclareOk(), always=False)
+
+
+def exchange_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.ExchangeDelete)
+    h.check_access("configure", "exchange", method.exchange, (40, 20))
+    h.current_vhost().delete_exchange(method.exchange, method.if_unused)
+    if not method.nowait:
+        h.reply_durable(channel.id, m.ExchangeDeleteOk(), always=False)
+
+
+def exchange_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.ExchangeBind)
+    h.check_access("write", "exchange", method.destination, (40, 30))
+    h.check_access("read", "exchange", method.source, (40, 30))
+    h.current_vhost().bind(
+        Destination("exchange", method.destination),
+        method.source,
+        method.routing_key,
+        method.arguments,
+    )
+    if not method.nowait:
+        h.reply_durable(channel.id, m.ExchangeBindOk(), always=False)
+
+
+def exchange_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.ExchangeUnbind)
+    h.check_access("write", "exchange", method.destination, (40, 40))
+    h.check_access("read", "exchange", method.source, (40, 40))
+    h.current_vhost().unbind(
+        Destination("exchange", method.destination),
+        method.source,
+        method.routing_key,
+        method.arguments,
+    )
+    if not method.nowait:
+        h.reply_durable(channel.id, m.ExchangeUnbindOk(), always=False)
+
+
+def queue_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.QueueDeclare)
+    if not method.passive and method.queue:
+        h.check_access("configure", "queue", method.queue, (50, 10))
+    queue = h.current_vhost().declare_queue(
+        method.queue,
+        method.passive,
+        method.durable,
+        method.exclusive,
+        method.auto_delete,
+        method.arguments,
+        h,
+    )
+    channel.last_queue = queue.name
+    if not method.nowait:
+        h.reply_durable(
+            channel.id,
+            m.QueueDeclareOk(
+                queue=queue.name,
+                message_count=queue.cursor.message_count,
+                consumer_count=len(queue.consumers),
+            ),
+            always=False,
+        )
+
+
+def queue_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.QueueBind)
+    name = channel.queue_name(method.queue, (50, 20))
+    # Spec: an empty queue name and routing key bind with the queue's name as key.
+    routing_key = method.routing_key or (name if not method.queue else "")
+    h.check_access("write", "queue", name, (50, 20))
+    h.check_access("read", "exchange", method.exchange, (50, 20))
+    vhost = h.current_vhost()
+    vhost.queue(name, h)
+    vhost.bind(Destination("queue", name), method.exchange, routing_key, method.arguments)
+    if not method.nowait:
+        h.reply_durable(channel.id, m.QueueBindOk(), always=False)
+
+
+def queue_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.QueueUnbind)
+    name = channel.queue_name(method.queue, (50, 50))
+    h.check_access("write", "queue", name, (50, 50))
+    h.check_access("read", "exchange", method.exchange, (50, 50))
+    vhost = h.current_vhost()
+    if name in vhost.queues:
+        vhost.queue(name, h)  # the exclusive lock still applies
+    # A missing queue, exchange or binding is not an error (RabbitMQ).
+    vhost.unbind(Destination("queue", name), method.exchange, method.routing_key, method.arguments)
+    h.reply_durable(channel.id, m.QueueUnbindOk(), always=False)
+
+
+def queue_purge(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.QueuePurge)
+    name = channel.queue_name(method.queue, (50, 30))
+    h.check_access("read", "queue", name, (50, 30))
+    count = h.current_vhost().purge_queue(name, h)
+    if not method.nowait:
+        h.reply_durable(channel.id, m.QueuePurgeOk(message_count=count), always=False)
+
+
+def queue_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+    assert isinstance(method, m.QueueDelete)
+    name = channel.queue_name(method.queue, (50, 40))
+    h.check_access("configure", "queue", name, (50, 40))
+    vhost = h.current_vhost()
+    if name not in vhost.queues:
+        # RabbitMQ: deleting a queue that does not exist succeeds with a count of 0.
+        if not method.nowait:
+            h.conn.send_method(channel.id, m.QueueDeleteOk(message_count=0))
+        return
+    queue = vhost.queue(name, h)
+    consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
+    count = vhost.delete_queue(name, method.if_unused, method.if_empty, h)
+    for consumer in consumers:
+        cancel_notify(h, consumer)
+    if not method.nowait:
+        h.reply_durable(channel.id, m.QueueDeleteOk(message_count=count), always=False)
+
+
+def cancel_notify(h: AmqpHandler, consumer: GatewayConsumer) -> None:
+    """consumer_cancel_notify: tell a consumer its queue is gone."""
+    channel = consumer.channel
+    channel.consumers.pop(consumer.tag, None)
+    owner = cast("AmqpHandler", channel.owner)
+    if owner.conn.is_channel_open(channel.id):
+        owner.conn.send_method(channel.id, m.BasicCancel(consumer_tag=consumer.tag, nowait=True))
+        owner.note_output()
