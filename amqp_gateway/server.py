@@ -94,6 +94,7 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
         self._held_readers: list[AmqpHandler] = []
+        self.alarm = ""  # a resource alarm's reason while publishers are blocked
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -112,6 +113,7 @@ class Gateway:
             collect = since_collect_s >= SEGMENT_COLLECT_INTERVAL_S
             if collect:
                 since_collect_s = 0.0
+            self._check_resources()
             for vhost in list(self.broker.vhosts.values()):
                 try:
                     if vhost.needs_sync() or collect:
@@ -120,6 +122,24 @@ class Gateway:
                         vhost.collect_segments()
                 except LogError as exc:
                     logger.error("vhost %s: housekeeping failed: %s", vhost.name, exc)
+
+    def _check_resources(self) -> None:
+        """Block publishing connections while a resource alarm lasts (RabbitMQ: a
+        connection that publishes is blocked; one that only consumes goes on, so that
+        consumers can drain what fills memory)."""
+        reason = self.broker.resources.check()
+        if reason == self.alarm:
+            return
+        was_alarmed, self.alarm = bool(self.alarm), reason
+        if reason and not was_alarmed:
+            logger.warning("resource alarm: %s; blocking publishers", reason)
+            for handler in list(self.handlers):
+                if handler.has_published:
+                    handler.block(reason)
+        elif not reason:
+            logger.warning("resource alarm cleared; unblocking publishers")
+            for handler in list(self.handlers):
+                handler.unblock()
 
     def stop(self) -> None:
         if self._housekeeping_task is not None:
@@ -206,7 +226,12 @@ class AmqpHandler(asyncio.Protocol):
         self._waiting: tuple[int, m.Method] | None = None
         self._held: list[Event] = []
         self._published = False  # since reading was last held for a drain
-        self._reading_held = False
+        self.has_published = False  # ever: a resource alarm blocks publishers only
+        self._blocked_sent = False  # connection.blocked went out, unblocked not yet
+        # Why reading from the socket is paused: "sync" (a reply waits for a sync round),
+        # "drain" (a publisher waits for one delivery drain), "alarm" (a resource alarm
+        # blocks publishers). Reading resumes when the set is empty.
+        self._holds: set[str] = set()
         self.user = ""
         # Permissions change only while the broker is stopped (streamq ctl), so each
         # connection caches its answers.
@@ -235,24 +260,55 @@ class AmqpHandler(asyncio.Protocol):
             return
         self._handle_events(events)
         self.flush()
-        transport = self._transport
-        if (
-            self._published
-            and self.gateway.drain_pending
-            and self._waiting is None
-            and transport is not None
-            and not transport.is_closing()
-        ):
+        if self._published:
             self._published = False
-            self._reading_held = True
-            transport.pause_reading()
-            self.gateway.hold_reading(self)
+            self.has_published = True
+            if self.gateway.alarm:
+                self.block(self.gateway.alarm)
+            elif self.gateway.drain_pending and self._waiting is None:
+                self._hold("drain")
+                self.gateway.hold_reading(self)
 
     def resume_after_drain(self) -> None:
+        self._unhold("drain")
+
+    def _hold(self, reason: str) -> None:
         transport = self._transport
-        self._reading_held = False
-        if self._waiting is None and transport is not None and not transport.is_closing():
+        if not self._holds and transport is not None and not transport.is_closing():
+            transport.pause_reading()
+        self._holds.add(reason)
+
+    def _unhold(self, reason: str) -> None:
+        if reason not in self._holds:
+            return
+        self._holds.discard(reason)
+        transport = self._transport
+        if not self._holds and transport is not None and not transport.is_closing():
             transport.resume_reading()
+
+    def block(self, reason: str) -> None:
+        """A resource alarm: stop reading from this publisher and tell it why, if its
+        client understands connection.blocked (as RabbitMQ)."""
+        if (
+            not self._blocked_sent
+            and self.conn.state is State.OPEN
+            and self._client_knows_blocked()
+        ):
+            self.conn.send_method(0, m.ConnectionBlocked(reason=reason))
+            self._blocked_sent = True
+            self.flush()
+        self._hold("alarm")
+
+    def unblock(self) -> None:
+        if self._blocked_sent and self.conn.state is State.OPEN:
+            self.conn.send_method(0, m.ConnectionUnblocked())
+            self.flush()
+        self._blocked_sent = False
+        self._unhold("alarm")
+
+    def _client_knows_blocked(self) -> bool:
+        capabilities = self.conn.client_properties.get("capabilities")
+        return isinstance(capabilities, dict) and capabilities.get("connection.blocked") is True
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -329,8 +385,7 @@ class AmqpHandler(asyncio.Protocol):
             self.conn.send_method(channel_id, method)
             return
         self._waiting = (channel_id, method)
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
+        self._hold("sync")
         asyncio.get_running_loop().create_task(self._reply_after_sync(vhost))
 
     async def _reply_after_sync(self, vhost: VHost) -> None:
@@ -350,14 +405,8 @@ class AmqpHandler(asyncio.Protocol):
         if self.conn.state is not State.CLOSED:
             self._handle_events(held)
         self.flush()
-        transport = self._transport
-        if (
-            self._waiting is None
-            and not self._reading_held
-            and transport is not None
-            and not transport.is_closing()
-        ):
-            transport.resume_reading()
+        if self._waiting is None:
+            self._unhold("sync")
 
     def _fail(self, exc: errors.AMQPError, channel: int) -> None:
         events: list[Event] = []

@@ -25,6 +25,7 @@ import uvloop
 
 from amqp_gateway.server import Gateway, start_amqp_server
 from streamq.broker.broker import Broker
+from streamq.broker.resources import ResourceLimits
 
 logger = logging.getLogger("streamq")
 
@@ -42,6 +43,7 @@ class ServeConfig:
     bind: str = "127.0.0.1"
     amqp_port: int = 5672
     http_port: int = 15672
+    limits: ResourceLimits | None = None  # None: RabbitMQ's defaults (see resources.py)
 
 
 class ServeError(Exception):
@@ -102,6 +104,7 @@ async def run_broker(
     config: ServeConfig,
     stop: asyncio.Event,
     on_ready: Callable[[int, int], None] | None = None,
+    on_broker: Callable[[Broker], None] | None = None,
 ) -> None:
     """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening.
 
@@ -113,7 +116,9 @@ async def run_broker(
     broker: Broker | None = None
     gateway: Gateway | None = None
     try:
-        broker = Broker(config.data_dir)
+        broker = Broker(config.data_dir, config.limits)
+        if on_broker is not None:
+            on_broker(broker)
         gateway = Gateway(broker)
         servers.append(
             await _listen(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from streamq import __version__, ctl, perf
 from streamq.app import ServeConfig, ServeError, serve
+from streamq.broker.resources import ResourceLimits, parse_memory_limit, parse_size
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -26,6 +27,20 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port out of range 0-65535: {port}")
     return port
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _memory_limit(text: str) -> int:
+    try:
+        return parse_memory_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +57,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--bind", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     run.add_argument("--amqp-port", type=_port, default=5672, help="AMQP port (5672)")
     run.add_argument("--http-port", type=_port, default=15672, help="HTTP port (15672)")
+    run.add_argument(
+        "--memory-high-watermark",
+        type=_memory_limit,
+        default=None,
+        metavar="LIMIT",
+        help="block publishers above this memory: a fraction of RAM or a size (0.4)",
+    )
+    run.add_argument(
+        "--disk-free-limit",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="block publishers when the data dir's disk has less free (64MiB)",
+    )
     ctl.add_parser(commands)
     perf.add_parser(commands)
     return parser
@@ -53,6 +82,15 @@ def configure_logging(level: str) -> None:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def _limits(memory_bytes: int | None, disk_bytes: int | None) -> ResourceLimits:
+    limits = ResourceLimits.defaults()
+    if memory_bytes is not None:
+        limits.memory_high_watermark_bytes = memory_bytes
+    if disk_bytes is not None:
+        limits.disk_free_limit_bytes = disk_bytes
+    return limits
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bind=args.bind,
         amqp_port=args.amqp_port,
         http_port=args.http_port,
+        limits=_limits(args.memory_high_watermark, args.disk_free_limit),
     )
     try:
         serve(config)

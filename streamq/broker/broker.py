@@ -12,14 +12,16 @@ import os
 
 from streamq.broker.accounts import AccountStore
 from streamq.broker.errors import NotAllowed
+from streamq.broker.resources import ResourceLimits, ResourceMonitor
 from streamq.broker.vhost import VHost
 from streamq.log.syncer import Syncer
 
 
 class Broker:
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, limits: ResourceLimits | None = None) -> None:
         self.data_dir = data_dir
         self.syncer = Syncer()
+        self.resources = ResourceMonitor(data_dir, limits or ResourceLimits.defaults())
         self.accounts = AccountStore.open(data_dir)
         self.vhosts: dict[str, VHost] = {}
         # Every vhost is restored before the broker accepts a connection (the caller

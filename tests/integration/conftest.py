@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import uvloop
 
 from streamq.app import ServeConfig, run_broker
+from streamq.broker.broker import Broker
+from streamq.broker.resources import ResourceLimits
 
 START_TIMEOUT_S = 20
 
 
 class RunningBroker:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, limits: ResourceLimits | None = None) -> None:
         self.data_dir = data_dir
+        self.limits = limits
+        self.broker: Broker | None = None  # for tests that change limits at run time
         self.amqp_port = 0
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -39,14 +43,22 @@ class RunningBroker:
                 self.amqp_port = amqp_port
                 self._ready.set()
 
-            config = ServeConfig(str(self.data_dir), "127.0.0.1", 0, 0)
-            await run_broker(config, self._stop, ready)
+            def keep(broker: Broker) -> None:
+                self.broker = broker
+
+            config = ServeConfig(str(self.data_dir), "127.0.0.1", 0, 0, self.limits)
+            await run_broker(config, self._stop, ready, keep)
 
         try:
             uvloop.run(main())
         except BaseException as exc:
             self.error = exc
             self._ready.set()
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the broker's event loop (the broker is not thread-safe)."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(fn)
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
