@@ -232,6 +232,7 @@ class AmqpHandler(asyncio.Protocol):
         # "drain" (a publisher waits for one delivery drain), "alarm" (a resource alarm
         # blocks publishers). Reading resumes when the set is empty.
         self._holds: set[str] = set()
+        self._now_ms = 0
         self.user = ""
         # Permissions change only while the broker is stopped (streamq ctl), so each
         # connection caches its answers.
@@ -254,6 +255,7 @@ class AmqpHandler(asyncio.Protocol):
         self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
 
     def data_received(self, data: bytes) -> None:
+        self._now_ms = int(time.time() * 1000)  # the append timestamp of this read
         events = self.conn.receive_data(data, time.monotonic())
         if self._waiting is not None:
             self._held.extend(events)
@@ -579,7 +581,12 @@ class AmqpHandler(asyncio.Protocol):
             headers = codec.decode_properties(publish.properties_raw).headers
         queues = vhost.route(publish.exchange, publish.routing_key, headers)
         offset = vhost.publish(
-            publish.exchange, publish.routing_key, publish.properties_raw, publish.body, queues
+            publish.exchange,
+            publish.routing_key,
+            publish.properties_raw,
+            publish.body,
+            queues,
+            self._now_ms,
         )
         if offset is None and publish.mandatory:
             self.conn.send_content(

@@ -54,6 +54,9 @@ _FRAME_BODY: Final = 3
 _PROPERTIES_AT: Final = 7 + 12  # header frame envelope, class, weight, body size
 
 
+_new_tuple = tuple.__new__  # builds a NamedTuple without its constructor's overhead
+
+
 class PublishedMessage(NamedTuple):
     """A basic.publish read whole from the input buffer by `read_publish`."""
 
@@ -112,14 +115,17 @@ def read_publish(data: bytes, offset: int, payload_max: int) -> PublishedMessage
                 return None
             body = data[next_frame + 7 : body_end]
             next_frame = body_end + 1
-        return PublishedMessage(
-            channel,
-            data[offset + 14 : exchange_end].decode(),
-            data[exchange_end + 1 : routing_key_end].decode(),
-            data[routing_key_end],
-            data[header + _PROPERTIES_AT : header_end],
-            body,
-            next_frame,
+        return _new_tuple(
+            PublishedMessage,
+            (
+                channel,
+                data[offset + 14 : exchange_end].decode(),
+                data[exchange_end + 1 : routing_key_end].decode(),
+                data[routing_key_end],
+                data[header + _PROPERTIES_AT : header_end],
+                body,
+                next_frame,
+            ),
         )
     except (struct.error, IndexError, UnicodeDecodeError):
         return None

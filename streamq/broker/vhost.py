@@ -41,7 +41,6 @@ from streamq.broker.errors import (
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
 from streamq.log.files import fsync_directory
-from streamq.log.format import Message
 from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.journal import JournalCorrupted, LiveMessage, QueueJournal
@@ -509,13 +508,18 @@ class VHost:
         properties_raw: bytes,
         body: bytes,
         queues: list[Queue],
+        timestamp_ms: int | None = None,
     ) -> int | None:
         """Append a routed message once and give its offset to every queue; None if it
-        went nowhere. Buffered: durable after `sync()`."""
+        went nowhere. Buffered: durable after `sync()`. The gateway passes one
+        `timestamp_ms` for all the messages of one read."""
         if not queues:
             return None
-        message = Message(exchange_name.encode(), routing_key.encode(), properties_raw, body)
-        offset = self.log.append([message], int(time.time() * 1000))
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        offset = self.log.append_one(
+            exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
+        )
         self.messages[offset] = StoredMessage(
             offset, exchange_name, routing_key, properties_raw, body, len(queues)
         )

@@ -165,6 +165,22 @@ def record_size(message: Message) -> int:
     return RECORD_HEADER_BYTES + len(exchange) + len(routing_key) + len(properties) + len(body)
 
 
+def encode_record_parts(
+    offset: int,
+    timestamp_ms: int,
+    exchange: bytes,
+    routing_key: bytes,
+    properties: bytes,
+    body: bytes,
+) -> bytes:
+    """`encode_record` from the message's parts (the publish path has no Message)."""
+    fixed = RECORD_FIXED.pack(
+        offset, timestamp_ms, len(exchange), len(routing_key), 0, len(properties)
+    )
+    payload = b"".join((fixed, exchange, routing_key, properties, body))
+    return RECORD_PREFIX.pack(len(payload) + 4, crc32c(payload)) + payload
+
+
 def encode_record(offset: int, timestamp_ms: int, message: Message) -> bytes:
     """One record's bytes, length and CRC included.
 

@@ -190,40 +190,60 @@ class SegmentLog:
                 raise RecordTooLarge(f"record of {fmt.record_size(message)} bytes exceeds {cap}")
         timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
         self._last_timestamp_ms = timestamp_ms
-        first = offset = self._next_offset
-        segment = self._active
-        buffer = self._buffer
-        position = segment.size_bytes
-        segment_max = self.config.segment_bytes_max
-        flush_at = self.config.write_buffer_bytes_max
-        index = segment.index
-        interval = index.interval_bytes
+        first = self._next_offset
         encode = fmt.encode_record
-        # Hot path: one encode and one buffer extend per record; index, roll and flush
-        # checks are integer comparisons.
+        place = self._place
         for message in messages:
-            record = encode(offset, timestamp_ms, message)
-            size = len(record)
-            if position + size > segment_max and offset > segment.base_offset:
-                self._seal_active(offset, position, timestamp_ms)
-                segment = self._active
-                buffer = self._buffer
-                position = segment.size_bytes
-                index = segment.index
-            if position - index.last_position >= interval:
-                index.add(offset - segment.base_offset, position, timestamp_ms)
-            buffer += record
-            position += size
-            offset += 1
-            if len(buffer) >= flush_at:
-                self._flush(segment, buffer)
-        if segment.first_timestamp_ms < 0 and offset > segment.base_offset:
+            place(encode(self._next_offset, timestamp_ms, message), timestamp_ms)
+        return first
+
+    def append_one(
+        self, exchange: bytes, routing_key: bytes, properties: bytes, body: bytes, timestamp_ms: int
+    ) -> int:
+        """`append` of one message, the publish hot path (no batch, no Message tuple).
+
+        Buffered; durable after a `sync()` that begins after this returns. Raises
+        RecordTooLarge, appending nothing.
+        """
+        if self._failed is not None or self._closed:
+            self._check_usable()
+        timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
+        self._last_timestamp_ms = timestamp_ms
+        offset = self._next_offset
+        record = fmt.encode_record_parts(
+            offset, timestamp_ms, exchange, routing_key, properties, body
+        )
+        if len(record) > self.config.record_bytes_max:
+            raise RecordTooLarge(
+                f"record of {len(record)} bytes exceeds {self.config.record_bytes_max}"
+            )
+        self._place(record, timestamp_ms)
+        return offset
+
+    def _place(self, record: bytes, timestamp_ms: int) -> None:
+        """Put one encoded record (for offset `_next_offset`) into the active segment:
+        roll first if it would not fit, index it, buffer it, flush a full buffer."""
+        offset = self._next_offset
+        segment = self._active
+        size = len(record)
+        position = segment.size_bytes
+        if position + size > self.config.segment_bytes_max and offset > segment.base_offset:
+            self._seal_active(offset, position, timestamp_ms)
+            segment = self._active
+            position = segment.size_bytes
+        index = segment.index
+        if position - index.last_position >= index.interval_bytes:
+            index.add(offset - segment.base_offset, position, timestamp_ms)
+        buffer = self._buffer
+        buffer += record
+        if segment.first_timestamp_ms < 0:
             segment.first_timestamp_ms = timestamp_ms
         segment.last_timestamp_ms = timestamp_ms
-        segment.size_bytes = position
-        segment.next_offset = offset
-        self._next_offset = offset
-        return first
+        segment.size_bytes = position + size
+        segment.next_offset = offset + 1
+        self._next_offset = offset + 1
+        if len(buffer) >= self.config.write_buffer_bytes_max:
+            self._flush(segment, buffer)
 
     def _flush(self, segment: Segment, buffer: bytearray) -> None:
         """Write buffered appends to the OS (not durable until fsynced)."""

@@ -61,6 +61,16 @@ class LogMachine(RuleBasedStateMachine):
         ts = max([self.clock] + [t for t, _ in self.model[-1:]])
         self.model.extend((ts, m) for m in batch)
 
+    @rule(batch=batches, tick=st.integers(-5, 50))
+    def append_one_by_one(self, batch: list[fmt.Message], tick: int) -> None:
+        """The publish path's single-message append must behave as a batch of one."""
+        self.clock += tick
+        for message in batch:
+            offset = self.log.append_one(*message, self.clock)
+            assert offset == len(self.model)
+            ts = max([self.clock] + [t for t, _ in self.model[-1:]])
+            self.model.append((ts, message))
+
     @rule()
     def sync(self) -> None:
         assert self.log.sync_blocking() == len(self.model)
