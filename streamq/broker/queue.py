@@ -96,7 +96,7 @@ class Queue:
 
     def attach_journal(self, journal: QueueJournal) -> None:
         self.cursor.journal = journal
-        journal.live_source = self.cursor.live_messages
+        journal.live_source = self.cursor.live_snapshot
 
     def check_equivalent(
         self,

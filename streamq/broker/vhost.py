@@ -256,7 +256,8 @@ class VHost:
         journals = self._dirty_journals
         while journals:
             fd, action = journals.pop().prepare_sync()
-            fds.append(fd)
+            if fd is not None:
+                fds.append(fd)
             if action is not None:
                 actions.append(action)
         if self._queues_dir_dirty:

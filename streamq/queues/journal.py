@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Callable
 from typing import Final, NamedTuple
@@ -91,15 +92,23 @@ def encode_block(entries: array[int]) -> bytes:
     return BLOCK.pack(len(entries), crc32c.crc32c(payload)) + payload
 
 
-def encode_live(live: list[LiveMessage]) -> bytes:
-    """The whole file for a queue holding `live`: header, then one block of ENQUEUE
-    (and DELIVER) entries."""
+def encode_live(offsets: list[int], counts: dict[int, int]) -> bytes:
+    """The whole file for a queue holding `offsets` (sorted), `counts` giving the delivery
+    count of those delivered before: header, then one block of ENQUEUE (and DELIVER)."""
     entries = array("Q")
-    for message in live:
-        entries.append(message.offset | ENQUEUE)
-        if message.delivery_count:
-            entries.append(entry(message.offset, DELIVER, message.delivery_count))
+    append = entries.append
+    for offset in offsets:
+        append(offset | ENQUEUE)
+        count = counts.get(offset)
+        if count:
+            append(entry(offset, DELIVER, count))
     return encode_header() + (encode_block(entries) if entries else b"")
+
+
+def encode_live_messages(live: list[LiveMessage]) -> bytes:
+    return encode_live(
+        [m.offset for m in live], {m.offset: m.delivery_count for m in live if m.delivery_count}
+    )
 
 
 class Replay(NamedTuple):
@@ -163,6 +172,7 @@ class QueueJournal:
         "_fd",
         "_header",
         "_live",
+        "_lock",
         "live_source",
         "path",
     )
@@ -178,7 +188,10 @@ class QueueJournal:
         # The journals with something to write: the vhost's sync companion drains it.
         self._dirty = dirty
         # What the queue holds now, for a compaction (the queue's cursor sets it).
-        self.live_source: Callable[[], list[LiveMessage]] | None = None
+        self.live_source: Callable[[], tuple[list[int], dict[int, int]]] | None = None
+        # Held by a compaction's rename (fsync thread) and by `close` (event loop), so
+        # that a queue deleted meanwhile does not get its file back.
+        self._lock = threading.Lock()
 
     @classmethod
     def create(cls, path: str, dirty: set[QueueJournal]) -> QueueJournal:
@@ -206,7 +219,7 @@ class QueueJournal:
         result = replay(path, data, log_start, log_next)
         live_entries = len(result.live) * 2
         if result.discarded or result.valid_bytes != len(data) or result.entries > live_entries:
-            write_file_atomic(path, encode_live(result.live), fsync_dir=True)
+            write_file_atomic(path, encode_live_messages(result.live), fsync_dir=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, len(result.live), dirty), result.live
 
@@ -238,9 +251,10 @@ class QueueJournal:
         self._compact = True
         self._dirty.add(self)
 
-    def prepare_sync(self) -> tuple[int, Callable[[], None] | None]:
+    def prepare_sync(self) -> tuple[int | None, Callable[[], None] | None]:
         """At the start of a sync round: write the buffer to the OS; return the descriptor
-        to fdatasync and, when compacting, the action that completes the replacement."""
+        to fdatasync and, when compacting, instead the action that writes and syncs the
+        replacement file on the fsync thread."""
         compact = self._compact or self.wants_compaction()
         if not compact or self.live_source is None:
             if self._buffer or self._header:
@@ -249,32 +263,39 @@ class QueueJournal:
                 self._header = b""
                 self._buffer = array("Q")
             return self._fd, None
-        # Compaction: the live state now includes everything recorded so far, so the new
-        # file replaces the buffer too. Later entries go to the new file; the round that
-        # renames it finishes before any round that could sync them begins.
-        live = self.live_source()
+        # Compaction. The snapshot (a C-level sort and dict copy here) includes everything
+        # recorded so far, so the new file replaces the buffer too; encoding and writing it
+        # happen on the fsync thread. Later entries go to the new file: they are written
+        # by the next round's prepare, which cannot run before this round is over.
+        offsets, counts = self.live_source()
         self._compact = False
         self._header = b""
         self._buffer = array("Q")
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        write_all(fd, encode_live(live))
         os.close(self._fd)
         self._fd = fd
-        self._live = len(live)
-        self._dead = sum(1 for m in live if m.delivery_count)
-        path = self.path
-        return fd, lambda: _rename_into_place(tmp, path)
+        self._live = len(offsets)
+        self._dead = len(counts)
+        work = os.dup(fd)
+        return None, lambda: self._replace(work, tmp, offsets, counts)
+
+    def _replace(self, fd: int, tmp: str, offsets: list[int], counts: dict[int, int]) -> None:
+        """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory."""
+        try:
+            write_all(fd, encode_live(offsets, counts))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with self._lock:
+            if self._fd >= 0:
+                os.replace(tmp, self.path)
+        fsync_directory(os.path.dirname(self.path))
 
     def close(self) -> None:
         """Close the file; what was not prepared for a sync round is lost (call after the
         last round)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def _rename_into_place(tmp: str, path: str) -> None:
-    """Runs on the Syncer thread after `tmp` was fdatasynced: rename, fsync directory."""
-    os.replace(tmp, path)
-    fsync_directory(os.path.dirname(path))
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1

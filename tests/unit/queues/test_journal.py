@@ -104,7 +104,7 @@ def test_a_cursor_records_enqueue_deliver_ack_and_purge(tmp_path: Path) -> None:
     path = str(tmp_path / "q.journal")
     journal = QueueJournal.create(path, dirty)
     cursor = ClassicQueue(journal)
-    journal.live_source = cursor.live_messages
+    journal.live_source = cursor.live_snapshot
     for offset in range(4):
         cursor.enqueue(offset, 10)
     first = cursor.take()
@@ -126,7 +126,7 @@ def test_compaction_replaces_the_file_with_the_live_entries(tmp_path: Path) -> N
     path = str(tmp_path / "q.journal")
     journal = QueueJournal.create(path, dirty)
     cursor = ClassicQueue(journal)
-    journal.live_source = cursor.live_messages
+    journal.live_source = cursor.live_snapshot
     for offset in range(100):
         cursor.enqueue(offset, 1)
     for _ in range(90):
@@ -146,3 +146,24 @@ def test_compaction_replaces_the_file_with_the_live_entries(tmp_path: Path) -> N
     assert not os.path.exists(path + ".tmp")
     _, live = QueueJournal.load(path, 0, 200, set())
     assert [m.offset for m in live] == [*range(90, 102)]
+
+
+def test_a_queue_deleted_during_its_compaction_does_not_get_its_file_back(
+    tmp_path: Path,
+) -> None:
+    """The compaction's rename runs on the fsync thread; a queue deleted (journal closed
+    and unlinked) before it runs must stay without a file, or a new queue of the same
+    name would inherit the old one's messages."""
+    path = str(tmp_path / "q.journal")
+    journal = QueueJournal.create(path, set())
+    cursor = ClassicQueue(journal)
+    journal.live_source = cursor.live_snapshot
+    cursor.enqueue(1, 1)
+    flush(journal)
+    journal.request_compaction()
+    _, action = journal.prepare_sync()
+    assert action is not None
+    journal.close()
+    os.unlink(path)
+    action()
+    assert not os.path.exists(path)
