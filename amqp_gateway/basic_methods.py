@@ -8,11 +8,13 @@ transactions as seen from one channel. Publishes themselves take the handler's h
 from __future__ import annotations
 
 import secrets
+import time
 from typing import TYPE_CHECKING
 
 from amqp_gateway import codec, errors
 from amqp_gateway.channels import ChannelSession, GatewayConsumer, Unacked
 from amqp_gateway.codec import methods as m
+from amqp_gateway.stream_offsets import parse_stream_offset
 
 if TYPE_CHECKING:
     from amqp_gateway.server import AmqpHandler
@@ -44,10 +46,29 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
     consumer = GatewayConsumer(
         channel, queue, tag, method.no_ack, method.exclusive, channel.consumer_prefetch
     )
+    if queue.stream is not None:
+        _check_stream_consumer(channel, method, vhost.name, name)
+        start = parse_stream_offset(
+            method.arguments.get("x-stream-offset"), int(time.time() * 1000)
+        )
+        consumer.stream_position = queue.stream.start_offset(start)
     vhost.add_consumer(queue, consumer)  # raises before consume-ok if refused
     channel.consumers[tag] = consumer
     if not method.nowait:
         h.conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
+
+
+def _check_stream_consumer(
+    channel: ChannelSession, method: m.BasicConsume, vhost: str, name: str
+) -> None:
+    """RabbitMQ's rules for consuming from a stream: manual acks and a prefetch."""
+    where = f"queue '{name}' in vhost '{vhost}'"
+    if channel.consumer_prefetch == 0:
+        raise errors.PreconditionFailed(f"consumer prefetch count is not set for '{where}'", 60, 20)
+    if method.no_ack:
+        raise errors.AMQPNotImplemented(
+            f"automatic acknowledgement not supported by stream queues {where}", 60, 20
+        )
 
 
 def basic_cancel(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
@@ -65,6 +86,12 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
     h.check_access("read", "queue", name, (60, 70))
     vhost = h.current_vhost()
     queue = vhost.queue(name, h)
+    if queue.stream is not None:
+        raise errors.AMQPNotImplemented(
+            f"basic.get not supported by stream queues queue '{name}' in vhost '{vhost.name}'",
+            60,
+            70,
+        )
     ready = queue.cursor.take()
     if ready is None:
         h.conn.send_method(channel.id, m.BasicGetEmpty())
@@ -121,7 +148,7 @@ def apply_settle(
         if ack or not requeue:
             vhost.settle(entry.queue, entry.offset)
         else:
-            vhost.requeue(entry.queue, entry.offset)
+            vhost.requeue(entry.queue, entry.offset, entry.consumer)
         vhost.kick(entry.queue)
 
 
@@ -147,7 +174,7 @@ def basic_recover(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
         raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
     vhost = h.current_vhost()
     for entry in channel.settle_tags(0, True):
-        vhost.requeue(entry.queue, entry.offset)
+        vhost.requeue(entry.queue, entry.offset, entry.consumer)
     if isinstance(method, m.BasicRecover):
         h.conn.send_method(channel.id, m.BasicRecoverOk())
 

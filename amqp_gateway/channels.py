@@ -8,6 +8,8 @@ server decides when to write it.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from amqp_gateway import codec, errors
@@ -106,7 +108,18 @@ class ChannelSession:
 class GatewayConsumer:
     """A basic.consume on a channel, as the broker core's Consumer protocol wants it."""
 
-    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "tag_raw", "unacked")
+    __slots__ = (
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "stream_position",
+        "stream_redeliver",
+        "tag",
+        "tag_raw",
+        "unacked",
+    )
 
     def __init__(
         self,
@@ -125,6 +138,8 @@ class GatewayConsumer:
         self.exclusive = exclusive
         self.prefetch = prefetch
         self.unacked = 0
+        self.stream_position = 0
+        self.stream_redeliver: deque[int] = deque()
 
     def can_take(self) -> bool:
         if self.no_ack:
@@ -143,6 +158,9 @@ class GatewayConsumer:
             self.unacked += 1
             channel.consumer_unacked += 1
         connection = channel.connection
+        properties_raw = stored.properties_raw
+        if queue.stream is not None:
+            properties_raw = with_stream_offset(properties_raw, message.offset)
         codec.encode_deliver(
             connection.outgoing,
             codec.ChannelId(channel.id),
@@ -151,8 +169,17 @@ class GatewayConsumer:
             message.redelivered,
             stored.exchange,
             stored.routing_key,
-            stored.properties_raw,
+            properties_raw,
             stored.body,
             connection.frame_max,
         )
         channel.owner.note_output()
+
+
+def with_stream_offset(properties_raw: bytes, offset: int) -> bytes:
+    """The properties with the `x-stream-offset` header (long) every delivery from a
+    stream carries, as RabbitMQ and LavinMQ add it."""
+    properties = codec.decode_properties(properties_raw)
+    headers = dict(properties.headers or {})
+    headers["x-stream-offset"] = codec.Int64(offset)
+    return codec.encode_properties(dataclasses.replace(properties, headers=headers))

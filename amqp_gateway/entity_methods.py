@@ -90,7 +90,7 @@ def queue_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
             channel.id,
             m.QueueDeclareOk(
                 queue=queue.name,
-                message_count=queue.cursor.message_count,
+                message_count=queue.message_count,
                 consumer_count=len(queue.consumers),
             ),
             always=False,

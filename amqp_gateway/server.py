@@ -36,6 +36,7 @@ from streamq import __version__
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
+from streamq.broker.queue import Queue
 from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
@@ -115,6 +116,8 @@ class Gateway:
                 since_collect_s = 0.0
             self._check_resources()
             for vhost in list(self.broker.vhosts.values()):
+                if vhost.streams_unsynced:
+                    self._start_stream_syncs(vhost)
                 try:
                     if vhost.needs_sync() or collect:
                         await vhost.sync_all()
@@ -153,12 +156,28 @@ class Gateway:
     def _drain(self) -> None:
         self._drain_scheduled = False
         for vhost in self.broker.vhosts.values():
+            if vhost.streams_unsynced:
+                self._start_stream_syncs(vhost)
             if vhost.dirty:
                 vhost.drain()
         self.flush_all()
         held, self._held_readers = self._held_readers, []
         for handler in held:
             handler.resume_after_drain()
+
+    def _start_stream_syncs(self, vhost: VHost) -> None:
+        """One sync round per stream with new appends, per loop turn at most: appends
+        become readable once durable, and its waiting consumers are woken then."""
+        assert self._loop is not None
+        for queue in vhost.streams_to_sync():
+            self._loop.create_task(self._sync_stream(vhost, queue))
+
+    async def _sync_stream(self, vhost: VHost, queue: Queue) -> None:
+        try:
+            await vhost.sync_stream(queue)
+        except LogError as exc:
+            logger.error("stream %r in vhost %s: sync failed: %s", queue.name, vhost.name, exc)
+        self.schedule_drain()
 
     def hold_reading(self, handler: AmqpHandler) -> None:
         """Stop reading from `handler` until the pending drain has run.

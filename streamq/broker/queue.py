@@ -7,6 +7,7 @@ to it and the round-robin order in which they get messages. The cursor
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -14,6 +15,7 @@ from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import QueueJournal
+from streamq.queues.stream import StreamQueue
 
 
 class StoredMessage:
@@ -44,6 +46,10 @@ class Consumer(Protocol):
     tag: str
     no_ack: bool
     exclusive: bool
+    # Stream queues only: the next offset to read, and offsets nacked with requeue, which
+    # go to this consumer again first.
+    stream_position: int
+    stream_redeliver: deque[int]
 
     def can_take(self) -> bool:
         """Whether prefetch allows one more delivery now."""
@@ -64,6 +70,7 @@ class Queue:
         "had_consumers",
         "name",
         "next_consumer",
+        "stream",
     )
 
     def __init__(
@@ -84,10 +91,18 @@ class Queue:
         self.next_consumer = 0
         self.had_consumers = False
         self.failed: str | None = None  # why its durable state could not be restored
+        self.stream: StreamQueue | None = None  # set for x-queue-type stream
 
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
+
+    @property
+    def message_count(self) -> int:
+        """What queue.declare-ok reports: ready messages, or a stream's length."""
+        if self.stream is not None:
+            return self.stream.message_count
+        return self.cursor.message_count
 
     @property
     def persisted(self) -> bool:

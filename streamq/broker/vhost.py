@@ -40,6 +40,14 @@ from streamq.broker.errors import (
 )
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
+from streamq.broker.streams import (
+    STREAM,
+    check_stream_declaration,
+    delete_stream_files,
+    drain_stream,
+    open_stream,
+    queue_type,
+)
 from streamq.log.files import fsync_directory
 from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.syncer import Syncer
@@ -76,6 +84,11 @@ class VHost:
         self.log = SegmentLog.open(os.path.join(directory, "messages"), syncer=syncer)
         self.dirty: set[Queue] = set()
         self.wakeup: Callable[[], None] = lambda: None
+        self._syncer = syncer
+        self._streams_dir = os.path.join(directory, "streams")
+        self.streams_unsynced: set[Queue] = set()  # streams with appends not yet durable
+        self._streams_syncing: set[Queue] = set()
+        self._stream_count = 0
         self._queues_dir = os.path.join(directory, "queues")
         self._queues_dir_dirty = False
         self._dirty_journals: set[QueueJournal] = set()
@@ -84,6 +97,7 @@ class VHost:
                 exchange_name, exchange_type, True, False, False, {}
             )
         os.makedirs(self._queues_dir, exist_ok=True)
+        os.makedirs(self._streams_dir, exist_ok=True)
         fsync_directory(directory)
         self.definitions, ops = DefinitionsJournal.open(os.path.join(directory, "definitions"))
         for op in ops:
@@ -176,7 +190,8 @@ class VHost:
     def _restore_queues(self) -> None:
         """Open every durable queue's journal, drop files of queues that are gone, and load
         the messages the queues hold from the log."""
-        wanted = {self._journal_path(q.name): q for q in self.queues.values()}
+        self._restore_streams()
+        wanted = {self._journal_path(q.name): q for q in self.queues.values() if q.stream is None}
         for entry in os.listdir(self._queues_dir):
             path = os.path.join(self._queues_dir, entry)
             if path not in wanted:
@@ -202,6 +217,24 @@ class VHost:
             fsync_directory(self._queues_dir)
             self._queues_dir_dirty = False
         self._load_messages(held)
+
+    def _stream_dir(self, queue_name: str) -> str:
+        digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
+        return os.path.join(self._streams_dir, digest)
+
+    def _restore_streams(self) -> None:
+        """Open every stream's log (recovering it); remove logs of deleted streams."""
+        wanted: dict[str, Queue] = {}
+        for queue in self.queues.values():
+            if queue.arguments.get("x-queue-type") == STREAM:
+                wanted[self._stream_dir(queue.name)] = queue
+        for entry in os.listdir(self._streams_dir):
+            path = os.path.join(self._streams_dir, entry)
+            if path not in wanted:
+                delete_stream_files(path)
+        for path, queue in wanted.items():
+            queue.stream = open_stream(path, queue, self._syncer)
+            self._stream_count += 1
 
     def _load_messages(self, held: dict[Queue, list[LiveMessage]]) -> None:
         refs: dict[int, int] = {}
@@ -420,14 +453,21 @@ class VHost:
             self.queue(name, owner)  # the exclusive check
             existing.check_equivalent(durable, exclusive, auto_delete, arguments, self.name)
             return existing
+        kind = queue_type(arguments, name, self.name)
+        if kind == STREAM:
+            check_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
+        if kind == STREAM:
+            queue.stream = open_stream(self._stream_dir(name), queue, self._syncer)
+            self._stream_count += 1
         self.queues[name] = queue
         if queue.persisted:
             self.definitions.record(_queue_op(queue))
-            queue.attach_journal(
-                QueueJournal.create(self._journal_path(name), self._dirty_journals)
-            )
-            self._queues_dir_dirty = True
+            if queue.stream is None:
+                queue.attach_journal(
+                    QueueJournal.create(self._journal_path(name), self._dirty_journals)
+                )
+                self._queues_dir_dirty = True
         return queue
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: object) -> int:
@@ -447,6 +487,13 @@ class VHost:
             self.release(offset)
         if queue.persisted:
             self.definitions.record({"op": "queue.delete", "name": queue.name})
+        if queue.stream is not None:
+            count = queue.stream.message_count
+            queue.stream.log.discard()
+            delete_stream_files(self._stream_dir(queue.name))
+            self.streams_unsynced.discard(queue)
+            self._streams_syncing.discard(queue)
+            self._stream_count -= 1
         journal = queue.cursor.journal
         if journal is not None:
             # The journal's removal is made durable by the directory fsync of the round
@@ -462,6 +509,8 @@ class VHost:
 
     def purge_queue(self, name: str, owner: object) -> int:
         queue = self.queue(name, owner)
+        if queue.stream is not None:
+            return 0  # a stream is not purged: retention drops its old segments
         purged = queue.cursor.purge()
         for offset in purged:
             self.release(offset)
@@ -518,6 +567,13 @@ class VHost:
             return None
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
+        if self._stream_count and any(q.stream is not None for q in queues):
+            stream_offset = self._append_to_streams(
+                queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
+            )
+            queues = [q for q in queues if q.stream is None]
+            if not queues:
+                return stream_offset
         offset = self.log.append_one(
             exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
         )
@@ -535,6 +591,45 @@ class VHost:
             self.wakeup()
         return offset
 
+    def _append_to_streams(
+        self,
+        queues: list[Queue],
+        exchange_name: str,
+        routing_key: str,
+        properties_raw: bytes,
+        body: bytes,
+        timestamp_ms: int,
+    ) -> int:
+        exchange_raw, routing_key_raw = exchange_name.encode(), routing_key.encode()
+        offset = -1
+        for queue in queues:
+            if queue.stream is not None:
+                offset = queue.stream.append(
+                    exchange_raw, routing_key_raw, properties_raw, body, timestamp_ms
+                )
+                if queue not in self.streams_unsynced:
+                    self.streams_unsynced.add(queue)
+                    self.wakeup()  # the gateway starts a sync round for it
+        return offset
+
+    def streams_to_sync(self) -> list[Queue]:
+        """Streams with appends and no sync round in flight; they are now in flight."""
+        due = [q for q in self.streams_unsynced if q not in self._streams_syncing]
+        self._streams_syncing.update(due)
+        return due
+
+    async def sync_stream(self, queue: Queue) -> None:
+        """Make a stream's appends durable, hence readable: then wake its consumers."""
+        assert queue.stream is not None
+        log = queue.stream.log
+        try:
+            await log.sync()
+        finally:
+            self._streams_syncing.discard(queue)
+        if log.durable_next >= log.next_offset:
+            self.streams_unsynced.discard(queue)
+        self.kick(queue)
+
     def release(self, offset: int) -> None:
         """One queue is done with the message at `offset`."""
         stored = self.messages.get(offset)
@@ -545,10 +640,19 @@ class VHost:
 
     def settle(self, queue: Queue, offset: int) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""
+        if queue.stream is not None:
+            return  # reading a stream consumes nothing; the ack only returned credit
         queue.cursor.ack(offset)
         self.release(offset)
 
-    def requeue(self, queue: Queue, offset: int) -> None:
+    def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
+        """Back to the queue; on a stream, back to the consumer that had it, if it is
+        still there (nothing to do otherwise: the message stays in the stream)."""
+        if queue.stream is not None:
+            if consumer is not None and consumer in queue.consumers:
+                consumer.stream_redeliver.append(offset)
+                self.kick(queue)
+            return
         if queue.name in self.queues:
             queue.cursor.requeue(offset)
             self.kick(queue)
@@ -557,7 +661,7 @@ class VHost:
 
     def kick(self, queue: Queue) -> None:
         """Ask for a drain of `queue` (it has new messages or its consumers new credit)."""
-        if queue.consumers and queue.cursor.message_count:
+        if queue.consumers and (queue.stream is not None or queue.cursor.message_count):
             was_idle = not self.dirty
             self.dirty.add(queue)
             if was_idle:
@@ -577,8 +681,13 @@ class VHost:
         return self.log.drop_segments_before(low)
 
     async def sync(self) -> int:
-        """Make every published message durable (group commit with all other callers)."""
-        return await self.log.sync()
+        """Make every published message durable (group commit with all other callers),
+        streams included."""
+        durable = await self.log.sync()
+        for queue in list(self.streams_unsynced):
+            if queue.stream is not None:
+                await queue.stream.log.sync()
+        return durable
 
     # -- consumers -------------------------------------------------------------------------
 
@@ -605,6 +714,10 @@ class VHost:
             self._drain_queue(queue)
 
     def _drain_queue(self, queue: Queue) -> None:
+        if queue.stream is not None:
+            if drain_stream(queue, queue.stream):
+                self.kick(queue)
+            return
         consumers = queue.consumers
         count = len(consumers)
         if not count:
@@ -638,6 +751,9 @@ class VHost:
         """Write and fsync everything buffered (after any round in flight), then close."""
         try:
             await self.log.close()
+            for queue in self.queues.values():
+                if queue.stream is not None:
+                    await queue.stream.log.close()
         finally:
             self._close_journals()
 
@@ -645,6 +761,9 @@ class VHost:
         """Write and fsync everything buffered, then close (blocking: shutdown only)."""
         try:
             self.log.close_blocking()
+            for queue in self.queues.values():
+                if queue.stream is not None:
+                    queue.stream.log.close_blocking()
         finally:
             self._close_journals()
 

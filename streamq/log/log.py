@@ -510,6 +510,11 @@ class SegmentLog:
         finally:
             self._release()
 
+    def discard(self) -> None:
+        """Close without syncing: the log is being deleted with its directory."""
+        if not self._closed:
+            self._release()
+
     def _release(self) -> None:
         self._closed = True
         for fd in self._read_fds.values():

@@ -1,0 +1,138 @@
+"""Stream queues in the broker core: declaration rules, their logs, and deliveries.
+
+Owns what makes a queue declared with `x-queue-type: stream` different from a classic
+one: RabbitMQ's declaration rules (durable, not exclusive, not auto-delete, no arguments
+that only classic queues understand), a log of its own per stream under the vhost
+directory, and the drain that reads each consumer's next records from that log. Reading
+consumes nothing; acks only return credit. It knows no AMQP.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from typing import Final
+
+from streamq.broker.errors import PreconditionFailed
+from streamq.broker.queue import Queue, StoredMessage
+from streamq.log.log import LogConfig, SegmentLog
+from streamq.log.syncer import Syncer
+from streamq.queues.classic import ReadyMessage
+from streamq.queues.stream import StreamQueue
+
+STREAM: Final = "stream"
+QUEUE_TYPES: Final = frozenset({"classic", STREAM, "quorum"})  # quorum: served as classic
+# Arguments that make no sense for a stream (RabbitMQ refuses them with 406).
+STREAM_REFUSED_ARGUMENTS: Final = (
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-expires",
+    "x-overflow",
+    "x-max-priority",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+    "x-message-ttl",
+)
+SEGMENT_BYTES_MIN: Final = 4096
+SEGMENT_BYTES_DEFAULT: Final = 8 * 1024 * 1024
+SEGMENT_BYTES_MAX: Final = 3 * 1024 * 1024 * 1024  # RabbitMQ's stream segment cap
+DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot starve others
+
+
+def queue_type(arguments: Mapping[str, object], name: str, vhost: str) -> str:
+    value = arguments.get("x-queue-type", "classic")
+    if not isinstance(value, str) or value not in QUEUE_TYPES:
+        raise PreconditionFailed(
+            f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': "
+            f"{value!r} is not one of classic, quorum, stream"
+        )
+    return value
+
+
+def check_stream_declaration(
+    name: str,
+    vhost: str,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+    arguments: Mapping[str, object],
+) -> None:
+    """RabbitMQ's rules for declaring a stream; raises PreconditionFailed (406)."""
+    where = f"queue '{name}' in vhost '{vhost}'"
+    for refused, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner")):
+        if refused:
+            raise PreconditionFailed(f"invalid property '{prop}' for {where}")
+    if auto_delete:
+        raise PreconditionFailed(f"invalid property 'auto-delete' for {where}")
+    for key in STREAM_REFUSED_ARGUMENTS:
+        if key in arguments:
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
+            )
+    segment_bytes(arguments, where)
+
+
+def segment_bytes(arguments: Mapping[str, object], where: str) -> int:
+    value = arguments.get("x-stream-max-segment-size-bytes", SEGMENT_BYTES_DEFAULT)
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not SEGMENT_BYTES_MIN <= value <= SEGMENT_BYTES_MAX
+    ):
+        raise PreconditionFailed(
+            f"invalid arg 'x-stream-max-segment-size-bytes' for {where}: "
+            f"expected an integer from {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}"
+        )
+    return value
+
+
+def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:
+    """Open (recovering) or create the stream's log. Raises LogError and OSError."""
+    config = LogConfig(segment_bytes_max=segment_bytes(queue.arguments, queue.name))
+    return StreamQueue(SegmentLog.open(directory, config, syncer))
+
+
+def delete_stream_files(directory: str) -> None:
+    """Remove a deleted stream's log directory (its segments go with it)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    parent = os.path.dirname(directory)
+    if os.path.isdir(parent):
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def drain_stream(queue: Queue, stream: StreamQueue) -> bool:
+    """Deliver the next records to every consumer of `stream` that has credit, round
+    robin; returns True if it stopped at its limit with more to deliver."""
+    delivered = 0
+    for consumer in list(queue.consumers):
+        while consumer.can_take() and delivered < DRAIN_RECORDS_MAX:
+            if consumer.stream_redeliver:
+                offset = consumer.stream_redeliver.popleft()
+                records = stream.log.read(offset, 1) if offset >= stream.log.start_offset else []
+                redelivered = True
+            else:
+                records = stream.read(consumer.stream_position)
+                redelivered = False
+            if not records:
+                break
+            for record in records:
+                if not consumer.can_take():
+                    break
+                if not redelivered:
+                    consumer.stream_position = record.offset + 1
+                stored = StoredMessage(
+                    record.offset,
+                    record.exchange.decode("utf-8", "surrogateescape"),
+                    record.routing_key.decode("utf-8", "surrogateescape"),
+                    record.properties,
+                    record.body,
+                    0,
+                )
+                consumer.deliver(queue, ReadyMessage(record.offset, redelivered, 0), stored)
+                delivered += 1
+    return delivered >= DRAIN_RECORDS_MAX
