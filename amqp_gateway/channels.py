@@ -13,6 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from amqp_gateway import codec, errors
+from amqp_gateway.codec.properties import add_long_header
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.queues.classic import ReadyMessage
 
@@ -179,6 +180,9 @@ class GatewayConsumer:
 def with_stream_offset(properties_raw: bytes, offset: int) -> bytes:
     """The properties with the `x-stream-offset` header (long) every delivery from a
     stream carries, as RabbitMQ and LavinMQ add it."""
+    if b"x-stream-offset" not in properties_raw:
+        return add_long_header(properties_raw, "x-stream-offset", offset)
+    # Republished from another stream: replace the header it carries.
     properties = codec.decode_properties(properties_raw)
     headers = dict(properties.headers or {})
     headers["x-stream-offset"] = codec.Int64(offset)

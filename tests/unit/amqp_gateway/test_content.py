@@ -4,6 +4,7 @@ pamqp, splitting bodies at frame_max - 8."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -38,6 +39,7 @@ from amqp_gateway.codec.methods import (
 from amqp_gateway.codec.properties import (
     EMPTY_PROPERTIES_RAW,
     BasicProperties,
+    add_long_header,
     decode_properties,
     encode_properties,
 )
@@ -293,3 +295,22 @@ def test_content_frames_refuse_methods_without_content() -> None:
     append_content_frames(out, CHANNEL, BasicGetOk(DeliveryTag(1)), b"\x00\x00", b"", 4096)
     frames, _ = split_frames(out, 4096)
     assert [f.frame_type for f in frames] == [FRAME_METHOD, FRAME_HEADER]
+
+
+@given(basic_properties)
+def test_adding_a_long_header_by_splicing_equals_decode_add_encode(
+    properties: BasicProperties,
+) -> None:
+    if properties.headers and "x-stream-offset" in properties.headers:
+        return
+    raw = encode_properties(properties)
+    spliced = add_long_header(raw, "x-stream-offset", 12345)
+    headers = dict(properties.headers or {})
+    headers["x-stream-offset"] = 12345
+    assert decode_properties(spliced) == dataclasses.replace(properties, headers=headers)
+
+
+def test_adding_a_header_to_truncated_properties_is_a_syntax_error() -> None:
+    raw = encode_properties(BasicProperties(content_type="text/plain", headers={"a": 1}))
+    with pytest.raises(AMQPSyntaxError, match="truncated"):
+        add_long_header(raw[:-3], "x-stream-offset", 1)
