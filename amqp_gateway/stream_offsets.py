@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Final
 
 from amqp_gateway import codec, errors
-from streamq.queues.stream import NEXT, StreamStart, parse_age_ms
+from streamq.durations import age_ms
+from streamq.queues.stream import NEXT, StreamStart
 
 _CONSUME: Final = (60, 20)
 
@@ -33,9 +34,9 @@ def parse_stream_offset(value: object, now_ms: int) -> StreamStart:
     if isinstance(value, str):
         if value in ("first", "last", "next"):
             return StreamStart(value)
-        age_ms = parse_age_ms(value)
-        if age_ms is not None:
-            return StreamStart("time", now_ms - age_ms)
+        interval_ms = age_ms(value)
+        if interval_ms is not None:
+            return StreamStart("time", now_ms - interval_ms)
     raise errors.PreconditionFailed(
         f"invalid x-stream-offset {value!r}: expected first, last, next, an offset, a "
         "negative count, a timestamp or an interval such as 30s, 10m, 1h, 7D",

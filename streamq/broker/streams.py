@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from typing import Final
 
+from retention.rules import RuleInvalid, rules_from_arguments
 from streamq.broker.errors import PreconditionFailed
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.log.log import LogConfig, SegmentLog
@@ -71,6 +73,10 @@ def check_stream_declaration(
                 f"invalid arg '{key}' for {where} of queue type rabbit_stream_queue"
             )
     segment_bytes(arguments, where)
+    try:
+        rules_from_arguments(arguments)
+    except RuleInvalid as exc:
+        raise PreconditionFailed(f"{exc} for {where}") from None
 
 
 def segment_bytes(arguments: Mapping[str, object], where: str) -> int:
@@ -90,7 +96,11 @@ def segment_bytes(arguments: Mapping[str, object], where: str) -> int:
 def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:
     """Open (recovering) or create the stream's log. Raises LogError and OSError."""
     config = LogConfig(segment_bytes_max=segment_bytes(queue.arguments, queue.name))
-    return StreamQueue(SegmentLog.open(directory, config, syncer))
+    stream = StreamQueue(
+        SegmentLog.open(directory, config, syncer), rules_from_arguments(queue.arguments)
+    )
+    stream.apply_retention(int(time.time() * 1000), force=True)
+    return stream
 
 
 def delete_stream_files(directory: str) -> None:

@@ -628,6 +628,7 @@ class VHost:
             self._streams_syncing.discard(queue)
         if log.durable_next >= log.next_offset:
             self.streams_unsynced.discard(queue)
+        queue.stream.apply_retention(int(time.time() * 1000), force=False)
         self.kick(queue)
 
     def release(self, offset: int) -> None:
@@ -673,6 +674,10 @@ class VHost:
         A segment goes when every offset in it is below the lowest offset any queue still
         holds (ready or unacked). The deletion is durable after the next sync round.
         """
+        now_ms = int(time.time() * 1000)
+        for queue in self.queues.values():
+            if queue.stream is not None:
+                queue.stream.apply_retention(now_ms, force=True)  # max-age moves with time
         low = self.log.next_offset
         for queue in self.queues.values():
             needed = queue.cursor.low_water_offset()

@@ -150,6 +150,10 @@ class SegmentLog:
     def failed(self) -> LogFailed | None:
         return self._failed
 
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
     def segments(self) -> list[SegmentInfo]:
         return [
             SegmentInfo(

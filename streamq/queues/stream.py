@@ -8,31 +8,13 @@ knows no AMQP; the gateway parses the argument into a `StreamStart`.
 
 from __future__ import annotations
 
-import re
 from typing import Final, NamedTuple
 
+from retention.rules import RetentionRules, drop_before
 from streamq.log import format as fmt
 from streamq.log.log import SegmentLog
 
-# x-max-age syntax (RabbitMQ): a count and one unit, Y M D h m s.
-AGE_PATTERN: Final = re.compile(r"^(\d+)([YMDhms])$")
-_UNIT_MS: Final = {
-    "Y": 365 * 24 * 3600 * 1000,
-    "M": 30 * 24 * 3600 * 1000,
-    "D": 24 * 3600 * 1000,
-    "h": 3600 * 1000,
-    "m": 60 * 1000,
-    "s": 1000,
-}
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
-
-
-def parse_age_ms(text: str) -> int | None:
-    """`30s`, `10m`, `1h`, `7D`, `1M`, `1Y` in milliseconds; None if it is not one."""
-    match = AGE_PATTERN.match(text)
-    if match is None:
-        return None
-    return int(match[1]) * _UNIT_MS[match[2]]
 
 
 class StreamStart(NamedTuple):
@@ -49,10 +31,12 @@ NEXT: Final = StreamStart("next")
 class StreamQueue:
     """A stream's log; the broker's event-loop thread only."""
 
-    __slots__ = ("log",)
+    __slots__ = ("_checked_segments", "log", "retention")
 
-    def __init__(self, log: SegmentLog) -> None:
+    def __init__(self, log: SegmentLog, retention: RetentionRules) -> None:
         self.log = log
+        self.retention = retention
+        self._checked_segments = -1  # segment count at the last retention check
 
     @property
     def message_count(self) -> int:
@@ -82,6 +66,24 @@ class StreamQueue:
         if kind == "time":
             return log.seek_timestamp(start.value) if end > first else end
         return log.next_offset  # next: only what is published from now on
+
+    def apply_retention(self, now_ms: int, *, force: bool) -> int:
+        """Drop the whole segments the rules no longer keep; returns how many went.
+
+        Without `force`, only when a segment rolled since the last check (the call after
+        every sync round is then an integer comparison). The deletion is durable after
+        the log's next sync round.
+        """
+        log = self.log
+        if not force and log.segment_count == self._checked_segments:
+            return 0
+        dropped = 0
+        if not self.retention.empty:
+            cut = drop_before(log.segments(), self.retention, now_ms)
+            if cut > log.start_offset:
+                dropped = log.drop_segments_before(cut)
+        self._checked_segments = log.segment_count
+        return dropped
 
     def read(self, offset: int) -> list[fmt.Record]:
         """Durable records from `offset` (raised to the stream's start if retention has
