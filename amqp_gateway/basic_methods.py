@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from amqp_gateway import codec, errors
 from amqp_gateway.channels import ChannelSession, GatewayConsumer, Unacked
 from amqp_gateway.codec import methods as m
-from amqp_gateway.stream_offsets import parse_stream_offset
+from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
 
 if TYPE_CHECKING:
     from amqp_gateway.server import AmqpHandler
@@ -52,6 +52,7 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
             method.arguments.get("x-stream-offset"), int(time.time() * 1000)
         )
         consumer.stream_position = queue.stream.start_offset(start)
+        consumer.stream_filter = parse_stream_filter(method.arguments)
     vhost.add_consumer(queue, consumer)  # raises before consume-ok if refused
     channel.consumers[tag] = consumer
     if not method.nowait:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from amqp_gateway import codec, errors
 from amqp_gateway.codec.properties import add_long_header
+from amqp_gateway.stream_offsets import StreamFilter
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.queues.classic import ReadyMessage
 
@@ -115,6 +116,7 @@ class GatewayConsumer:
         "no_ack",
         "prefetch",
         "queue",
+        "stream_filter",
         "stream_position",
         "stream_redeliver",
         "tag",
@@ -141,6 +143,17 @@ class GatewayConsumer:
         self.unacked = 0
         self.stream_position = 0
         self.stream_redeliver: deque[int] = deque()
+        self.stream_filter: StreamFilter | None = None
+
+    @property
+    def stream_filtered(self) -> bool:
+        return self.stream_filter is not None
+
+    def accepts(self, properties_raw: bytes) -> bool:
+        return self.stream_filter is None or self.stream_filter.accepts(properties_raw)
+
+    def stream_passed(self, offset: int) -> None:
+        """Filtered out: nothing to send."""
 
     def can_take(self) -> bool:
         if self.no_ack:

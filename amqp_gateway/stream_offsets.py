@@ -42,3 +42,60 @@ def parse_stream_offset(value: object, now_ms: int) -> StreamStart:
         "negative count, a timestamp or an interval such as 30s, 10m, 1h, 7D",
         *_CONSUME,
     )
+
+
+class StreamFilter:
+    """`x-stream-filter` (a string or a list of them) against the publisher's
+    `x-stream-filter-value` header: match any of them (RabbitMQ), or all of them with
+    `x-filter-match-type: all` (LavinMQ), the header then holding comma-separated
+    values; `x-stream-match-unfiltered` also delivers messages without the header.
+    Exact and server-side."""
+
+    __slots__ = ("match_all", "unfiltered", "values")
+
+    def __init__(self, values: frozenset[str], match_all: bool, unfiltered: bool) -> None:
+        self.values = values
+        self.match_all = match_all
+        self.unfiltered = unfiltered
+
+    def accepts(self, properties_raw: bytes) -> bool:
+        if b"x-stream-filter-value" not in properties_raw:
+            return self.unfiltered  # a fast path: most properties are small
+        headers = codec.decode_properties(properties_raw).headers or {}
+        value = headers.get("x-stream-filter-value")
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if not isinstance(value, str):
+            return self.unfiltered
+        given = {part.strip() for part in value.split(",")}
+        if self.match_all:
+            return self.values <= given
+        return not self.values.isdisjoint(given)
+
+
+def parse_stream_filter(arguments: codec.FieldTable) -> StreamFilter | None:
+    """The consumer's filter, None without `x-stream-filter`. Raises 406 for bad values."""
+    raw = arguments.get("x-stream-filter")
+    if raw is None:
+        return None
+    items = raw if isinstance(raw, list) else [raw]
+    values = []
+    for item in items:
+        text = item.decode("utf-8", "replace") if isinstance(item, bytes) else item
+        if not isinstance(text, str) or not text:
+            raise errors.PreconditionFailed(
+                f"invalid x-stream-filter {raw!r}: expected a string or a list of strings",
+                *_CONSUME,
+            )
+        values.append(text)
+    match_type = arguments.get("x-filter-match-type", "any")
+    if match_type not in ("any", "all"):
+        raise errors.PreconditionFailed(
+            f"invalid x-filter-match-type {match_type!r}: expected any or all", *_CONSUME
+        )
+    unfiltered = arguments.get("x-stream-match-unfiltered", False)
+    if not isinstance(unfiltered, bool):
+        raise errors.PreconditionFailed(
+            f"invalid x-stream-match-unfiltered {unfiltered!r}: expected a boolean", *_CONSUME
+        )
+    return StreamFilter(frozenset(values), match_type == "all", unfiltered)

@@ -51,6 +51,16 @@ class Consumer(Protocol):
     stream_position: int
     stream_redeliver: deque[int]
 
+    @property
+    def stream_filtered(self) -> bool:
+        """x-stream-filter was given: ask `accepts` for every record."""
+
+    def accepts(self, properties_raw: bytes) -> bool:
+        """Whether a stream record passes this consumer's filter."""
+
+    def stream_passed(self, offset: int) -> None:
+        """A stream record was passed over (filtered out): as good as acked."""
+
     def can_take(self) -> bool:
         """Whether prefetch allows one more delivery now."""
 

@@ -17,7 +17,7 @@ from typing import Final
 
 from retention.rules import RuleInvalid, rules_from_arguments
 from streamq.broker.errors import PreconditionFailed
-from streamq.broker.queue import Queue, StoredMessage
+from streamq.broker.queue import Consumer, Queue, StoredMessage
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
@@ -116,33 +116,48 @@ def delete_stream_files(directory: str) -> None:
 
 
 def drain_stream(queue: Queue, stream: StreamQueue) -> bool:
-    """Deliver the next records to every consumer of `stream` that has credit, round
-    robin; returns True if it stopped at its limit with more to deliver."""
-    delivered = 0
+    """Deliver the next records to every consumer of `stream` that has credit, one
+    consumer after the other; returns True if it stopped at its limit with more to do."""
+    budget = DRAIN_RECORDS_MAX
     for consumer in list(queue.consumers):
-        while consumer.can_take() and delivered < DRAIN_RECORDS_MAX:
-            if consumer.stream_redeliver:
-                offset = consumer.stream_redeliver.popleft()
-                records = stream.log.read(offset, 1) if offset >= stream.log.start_offset else []
-                redelivered = True
-            else:
-                records = stream.read(consumer.stream_position)
-                redelivered = False
-            if not records:
+        budget = _drain_consumer(queue, stream, consumer, budget)
+        if budget <= 0:
+            return True
+    return False
+
+
+def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: int) -> int:
+    """Deliver to one consumer while it has credit: first what it nacked with requeue,
+    then from its position. Records its filter refuses are passed over without using
+    credit. Returns the budget left (records looked at count against it)."""
+    while budget > 0 and consumer.can_take():
+        if consumer.stream_redeliver:
+            offset = consumer.stream_redeliver.popleft()
+            if offset < stream.log.start_offset:
+                continue  # retention dropped it meanwhile
+            records = stream.log.read(offset, 1)
+            redelivered = True
+        else:
+            records = stream.read(consumer.stream_position)
+            redelivered = False
+        if not records:
+            break
+        for record in records:
+            if budget <= 0 or not consumer.can_take():
                 break
-            for record in records:
-                if not consumer.can_take():
-                    break
-                if not redelivered:
-                    consumer.stream_position = record.offset + 1
-                stored = StoredMessage(
-                    record.offset,
-                    record.exchange.decode("utf-8", "surrogateescape"),
-                    record.routing_key.decode("utf-8", "surrogateescape"),
-                    record.properties,
-                    record.body,
-                    0,
-                )
-                consumer.deliver(queue, ReadyMessage(record.offset, redelivered, 0), stored)
-                delivered += 1
-    return delivered >= DRAIN_RECORDS_MAX
+            budget -= 1
+            if not redelivered:
+                consumer.stream_position = record.offset + 1
+            if consumer.stream_filtered and not consumer.accepts(record.properties):
+                consumer.stream_passed(record.offset)
+                continue
+            stored = StoredMessage(
+                record.offset,
+                record.exchange.decode("utf-8", "surrogateescape"),
+                record.routing_key.decode("utf-8", "surrogateescape"),
+                record.properties,
+                record.body,
+                0,
+            )
+            consumer.deliver(queue, ReadyMessage(record.offset, redelivered, 0), stored)
+    return budget

@@ -294,3 +294,52 @@ def test_a_bad_retention_argument_is_406(connection: pika.BlockingConnection) ->
     )
     assert error.reply_code == 406
     assert "invalid x-max-age '7 days'" in str(error)
+
+
+def publish_tagged(channel: BlockingChannel, name: str, tags: list[str | None]) -> None:
+    for n, tag in enumerate(tags):
+        headers = {} if tag is None else {"x-stream-filter-value": tag}
+        channel.basic_publish("", name, str(n).encode(), pika.BasicProperties(headers=headers))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"x-stream-filter": "eu"}, [0, 3]),
+        ({"x-stream-filter": ["eu", "us"]}, [0, 1, 3, 4]),
+        ({"x-stream-filter": "eu", "x-stream-match-unfiltered": True}, [0, 2, 3]),
+        ({"x-stream-filter": ["eu", "vip"], "x-filter-match-type": "all"}, [3]),
+    ],
+)
+def test_filters_are_exact_and_server_side(
+    connection: pika.BlockingConnection, arguments: dict, expected: list[int]
+) -> None:
+    channel = connection.channel()
+    declare_stream(channel, "tagged")
+    publish_tagged(channel, "tagged", ["eu", "us", None, "eu,vip", "us,vip", "asia"])
+    consumer = connection.channel()
+    consumer.basic_qos(prefetch_count=10)
+    got = []
+    for method, properties, _ in consumer.consume(
+        "tagged",
+        arguments={"x-stream-offset": "first", **arguments},
+        inactivity_timeout=0.5,
+    ):
+        if method is None:
+            break
+        got.append(properties.headers["x-stream-offset"])
+        consumer.basic_ack(method.delivery_tag)
+    assert got == expected
+
+
+def test_a_bad_filter_is_406(connection: pika.BlockingConnection) -> None:
+    declare_stream(connection.channel(), "badfilter")
+
+    def consume(ch: BlockingChannel) -> None:
+        ch.basic_qos(prefetch_count=10)
+        arguments = {"x-stream-filter": "eu", "x-filter-match-type": "most"}
+        ch.basic_consume("badfilter", lambda *a: None, arguments=arguments)
+
+    error = refused(connection, consume)
+    assert error.reply_code == 406
+    assert "invalid x-filter-match-type 'most'" in str(error)
