@@ -16,7 +16,7 @@ Segment header (32 bytes, at position 0)::
     4   2  format_version   1
     6   2  header_bytes     32
     8   8  base_offset      u64, offset of the first record in this segment
-    16  8  created_ms       i64, wall clock when the segment was created
+    16  8  floor_ms         i64, the log's newest timestamp when the segment was created
     24  4  reserved         0
     28  4  header_crc       CRC32C of bytes 0..28
 
@@ -131,11 +131,19 @@ def parse_segment_name(name: str) -> int | None:
     return int(stem)
 
 
-def encode_segment_header(base_offset: int, created_ms: int) -> bytes:
+def encode_segment_header(base_offset: int, floor_ms: int) -> bytes:
+    """`floor_ms`: no record of the segment has an earlier timestamp (the log's newest
+    when it rolled), so that timestamps stay monotonic even when every older segment has
+    been dropped and this one is still empty."""
     head = SEGMENT_HEADER.pack(
-        SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_BYTES, base_offset, created_ms, 0, 0
+        SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_BYTES, base_offset, floor_ms, 0, 0
     )
     return head[:28] + _crc_u32.pack(crc32c(head[:28]))
+
+
+def decode_segment_floor(data: bytes) -> int:
+    """The floor timestamp of a header already validated by `decode_segment_header`."""
+    return int(SEGMENT_HEADER.unpack_from(data, 0)[4])
 
 
 def decode_segment_header(data: bytes, path: str) -> int:
@@ -145,9 +153,7 @@ def decode_segment_header(data: bytes, path: str) -> int:
     """
     if len(data) < SEGMENT_HEADER_BYTES:
         raise SegmentCorrupted(path, 0, "segment header is truncated")
-    magic, version, header_bytes, base, _created, _reserved, crc = SEGMENT_HEADER.unpack_from(
-        data, 0
-    )
+    magic, version, header_bytes, base, _floor, _reserved, crc = SEGMENT_HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise SegmentCorrupted(path, 0, f"bad segment magic {magic!r}")
     if version != FORMAT_VERSION:

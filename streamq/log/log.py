@@ -98,7 +98,9 @@ class SegmentLog:
         self._next_offset = self._active.next_offset
         # Timestamps never decrease: after a roll the active segment may still be empty,
         # so the floor is the newest timestamp of any segment.
-        self._last_timestamp_ms = max([0, *(s.last_timestamp_ms for s in segments)])
+        self._last_timestamp_ms = max(
+            [0, _header_floor(self._active), *(s.last_timestamp_ms for s in segments)]
+        )
         self._durable_next = self._next_offset
         self._buffer = bytearray()
         self._unsealed: list[Segment] = []
@@ -262,13 +264,13 @@ class SegmentLog:
         old = self._active
         old.size_bytes = position
         old.next_offset = offset
-        old.last_timestamp_ms = timestamp_ms
-        if old.first_timestamp_ms < 0:
-            old.first_timestamp_ms = timestamp_ms
         self._flush(old, self._buffer)
         self._unsealed.append(old)
         try:
-            new = create_segment(self.directory, offset, self.config.index_interval_bytes)
+            # The new segment's floor is the newest timestamp the log holds before it.
+            new = create_segment(
+                self.directory, offset, self.config.index_interval_bytes, old.last_timestamp_ms
+            )
         except OSError as exc:
             raise self._fail(exc) from exc
         self._segments.append(new)
@@ -529,6 +531,12 @@ class SegmentLog:
                 os.close(segment.write_fd)
                 segment.write_fd = -1
         os.close(self._durable_fd)
+
+
+def _header_floor(segment: Segment) -> int:
+    """The floor timestamp in the segment's header (see `format.encode_segment_header`)."""
+    with open(segment.path, "rb") as file:
+        return fmt.decode_segment_floor(file.read(fmt.SEGMENT_HEADER_BYTES))
 
 
 def _last_timestamp_key(segment: Segment) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from typing import NamedTuple
 
 from streamq.log import format as fmt
@@ -95,7 +94,9 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
     return Recovered(segments, truncated, deleted)
 
 
-def create_segment(directory: str, base_offset: int, interval_bytes: int) -> Segment:
+def create_segment(
+    directory: str, base_offset: int, interval_bytes: int, floor_ms: int = 0
+) -> Segment:
     """Create an empty segment file holding only its header.
 
     The header is buffered in the OS: durable after the caller's fsync of the file, the
@@ -103,7 +104,7 @@ def create_segment(directory: str, base_offset: int, interval_bytes: int) -> Seg
     """
     path = os.path.join(directory, fmt.segment_name(base_offset))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-    write_all(fd, fmt.encode_segment_header(base_offset, int(time.time() * 1000)))
+    write_all(fd, fmt.encode_segment_header(base_offset, floor_ms))
     segment = Segment(path, base_offset, SparseIndex(interval_bytes))
     segment.write_fd = fd
     return segment

@@ -266,3 +266,24 @@ async def test_sync_yields_while_a_finished_rounds_callback_is_pending(log: Segm
     log.append([message(1)], 2)
     assert await log.sync() == 2  # in this task: a new task would start after the callback
     assert inflight.done()
+
+
+def test_timestamps_never_decrease_after_every_older_segment_was_dropped(
+    tmp_path: Path, small_config: LogConfig
+) -> None:
+    """Found by the state machine: a crash right after a roll leaves the new active segment
+    empty; retention then drops every older segment, and the broker crashes again. Only
+    the empty segment's header still knows the newest timestamp the log had."""
+    log = SegmentLog.open(str(tmp_path), small_config)
+    log.append([message(0, size=1500)], 900)
+    log.sync_blocking()
+    log.append([message(1, size=1500)], 950)  # rolls; the record is lost in the kill
+    log._release()
+    again = SegmentLog.open(str(tmp_path), small_config)
+    assert again.drop_segments_before(1) == 1  # only the empty segment 1 is left
+    again._release()
+    third = SegmentLog.open(str(tmp_path), small_config)
+    third.append([message(1)], 700)  # a clock that stepped back
+    third.sync_blocking()
+    assert [r.timestamp_ms for r in third.read(1, 10)] == [900]
+    third.close_blocking()
