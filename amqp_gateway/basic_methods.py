@@ -15,6 +15,7 @@ from amqp_gateway import codec, errors
 from amqp_gateway.channels import ChannelSession, GatewayConsumer, Unacked
 from amqp_gateway.codec import methods as m
 from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
+from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
     from amqp_gateway.server import AmqpHandler
@@ -53,6 +54,11 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
         )
         consumer.stream_position = queue.stream.start_offset(start)
         consumer.stream_filter = parse_stream_filter(method.arguments)
+        if _tracking(method, tag):
+            stored = queue.stream.offsets.get(tag)
+            if stored is not None:  # a reconnect: resume after what it acked
+                consumer.stream_position = max(stored + 1, queue.stream.log.start_offset)
+            consumer.stream_tracker = AckWatermark(consumer.stream_position)
     vhost.add_consumer(queue, consumer)  # raises before consume-ok if refused
     channel.consumers[tag] = consumer
     if not method.nowait:
@@ -70,6 +76,25 @@ def _check_stream_consumer(
         raise errors.AMQPNotImplemented(
             f"automatic acknowledgement not supported by stream queues {where}", 60, 20
         )
+
+
+def _tracking(method: m.BasicConsume, tag: str) -> bool:
+    """`x-stream-automatic-offset-tracking` (LavinMQ's convention): needs a named tag."""
+    value = method.arguments.get("x-stream-automatic-offset-tracking", False)
+    if value in ("true", b"true"):
+        value = True
+    if not isinstance(value, bool):
+        raise errors.PreconditionFailed(
+            f"invalid x-stream-automatic-offset-tracking {value!r}: expected a boolean", 60, 20
+        )
+    if value and not method.consumer_tag:
+        raise errors.PreconditionFailed(
+            "x-stream-automatic-offset-tracking needs a consumer tag chosen by the client "
+            "(the offset is stored under it)",
+            60,
+            20,
+        )
+    return value
 
 
 def basic_cancel(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
@@ -147,7 +172,7 @@ def apply_settle(
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
     for entry in settled:
         if ack or not requeue:
-            vhost.settle(entry.queue, entry.offset)
+            vhost.settle(entry.queue, entry.offset, entry.consumer)
         else:
             vhost.requeue(entry.queue, entry.offset, entry.consumer)
         vhost.kick(entry.queue)

@@ -17,6 +17,7 @@ from amqp_gateway.codec.properties import add_long_header
 from amqp_gateway.stream_offsets import StreamFilter
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.queues.classic import ReadyMessage
+from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
     from amqp_gateway.connection import Connection, Publish
@@ -119,6 +120,7 @@ class GatewayConsumer:
         "stream_filter",
         "stream_position",
         "stream_redeliver",
+        "stream_tracker",
         "tag",
         "tag_raw",
         "unacked",
@@ -144,6 +146,7 @@ class GatewayConsumer:
         self.stream_position = 0
         self.stream_redeliver: deque[int] = deque()
         self.stream_filter: StreamFilter | None = None
+        self.stream_tracker: AckWatermark | None = None
 
     @property
     def stream_filtered(self) -> bool:
@@ -151,9 +154,6 @@ class GatewayConsumer:
 
     def accepts(self, properties_raw: bytes) -> bool:
         return self.stream_filter is None or self.stream_filter.accepts(properties_raw)
-
-    def stream_passed(self, offset: int) -> None:
-        """Filtered out: nothing to send."""
 
     def can_take(self) -> bool:
         if self.no_ack:

@@ -15,6 +15,7 @@ from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import QueueJournal
+from streamq.queues.offsets import AckWatermark
 from streamq.queues.stream import StreamQueue
 
 
@@ -50,6 +51,7 @@ class Consumer(Protocol):
     # go to this consumer again first.
     stream_position: int
     stream_redeliver: deque[int]
+    stream_tracker: AckWatermark | None  # x-stream-automatic-offset-tracking
 
     @property
     def stream_filtered(self) -> bool:
@@ -57,9 +59,6 @@ class Consumer(Protocol):
 
     def accepts(self, properties_raw: bytes) -> bool:
         """Whether a stream record passes this consumer's filter."""
-
-    def stream_passed(self, offset: int) -> None:
-        """A stream record was passed over (filtered out): as good as acked."""
 
     def can_take(self) -> bool:
         """Whether prefetch allows one more delivery now."""

@@ -21,6 +21,7 @@ from streamq.broker.queue import Consumer, Queue, StoredMessage
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
+from streamq.queues.offsets import OffsetStore
 from streamq.queues.stream import StreamQueue
 
 STREAM: Final = "stream"
@@ -39,6 +40,7 @@ STREAM_REFUSED_ARGUMENTS: Final = (
 SEGMENT_BYTES_MIN: Final = 4096
 SEGMENT_BYTES_DEFAULT: Final = 8 * 1024 * 1024
 SEGMENT_BYTES_MAX: Final = 3 * 1024 * 1024 * 1024  # RabbitMQ's stream segment cap
+OFFSETS_SUFFIX: Final = ".offsets"
 DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot starve others
 
 
@@ -97,15 +99,20 @@ def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:
     """Open (recovering) or create the stream's log. Raises LogError and OSError."""
     config = LogConfig(segment_bytes_max=segment_bytes(queue.arguments, queue.name))
     stream = StreamQueue(
-        SegmentLog.open(directory, config, syncer), rules_from_arguments(queue.arguments)
+        SegmentLog.open(directory, config, syncer),
+        rules_from_arguments(queue.arguments),
+        OffsetStore.open(directory + OFFSETS_SUFFIX),
     )
     stream.apply_retention(int(time.time() * 1000), force=True)
     return stream
 
 
 def delete_stream_files(directory: str) -> None:
-    """Remove a deleted stream's log directory (its segments go with it)."""
+    """Remove a deleted stream's log directory (its segments go with it) and offsets."""
     shutil.rmtree(directory, ignore_errors=True)
+    for leftover in (directory + OFFSETS_SUFFIX, directory + OFFSETS_SUFFIX + ".tmp"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
     parent = os.path.dirname(directory)
     if os.path.isdir(parent):
         fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -149,7 +156,7 @@ def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budge
             if not redelivered:
                 consumer.stream_position = record.offset + 1
             if consumer.stream_filtered and not consumer.accepts(record.properties):
-                consumer.stream_passed(record.offset)
+                track(stream, consumer, record.offset)  # passed over: as good as acked
                 continue
             stored = StoredMessage(
                 record.offset,
@@ -161,3 +168,10 @@ def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budge
             )
             consumer.deliver(queue, ReadyMessage(record.offset, redelivered, 0), stored)
     return budget
+
+
+def track(stream: StreamQueue, consumer: Consumer, offset: int) -> None:
+    """`offset` is acked (or passed over): store the consumer's offset if it moved."""
+    tracker = consumer.stream_tracker
+    if tracker is not None and tracker.done(offset):
+        stream.offsets.store(consumer.tag, tracker.next - 1)

@@ -41,12 +41,14 @@ from streamq.broker.errors import (
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
 from streamq.broker.streams import (
+    OFFSETS_SUFFIX,
     STREAM,
     check_stream_declaration,
     delete_stream_files,
     drain_stream,
     open_stream,
     queue_type,
+    track,
 )
 from streamq.log.files import fsync_directory
 from streamq.log.log import CompanionWork, SegmentLog
@@ -229,7 +231,7 @@ class VHost:
             if queue.arguments.get("x-queue-type") == STREAM:
                 wanted[self._stream_dir(queue.name)] = queue
         for entry in os.listdir(self._streams_dir):
-            path = os.path.join(self._streams_dir, entry)
+            path = os.path.join(self._streams_dir, entry).removesuffix(OFFSETS_SUFFIX)
             if path not in wanted:
                 delete_stream_files(path)
         for path, queue in wanted.items():
@@ -490,6 +492,7 @@ class VHost:
         if queue.stream is not None:
             count = queue.stream.message_count
             queue.stream.log.discard()
+            queue.stream.offsets.close()
             delete_stream_files(self._stream_dir(queue.name))
             self.streams_unsynced.discard(queue)
             self._streams_syncing.discard(queue)
@@ -639,10 +642,14 @@ class VHost:
             if stored.refs <= 0:
                 del self.messages[offset]
 
-    def settle(self, queue: Queue, offset: int) -> None:
+    def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""
         if queue.stream is not None:
-            return  # reading a stream consumes nothing; the ack only returned credit
+            # Reading a stream consumes nothing: the ack returned credit, and moves the
+            # consumer's stored offset if it tracks one.
+            if consumer is not None:
+                track(queue.stream, consumer, offset)
+            return
         queue.cursor.ack(offset)
         self.release(offset)
 
@@ -775,6 +782,8 @@ class VHost:
     def _close_journals(self) -> None:
         self.definitions.close()
         for queue in self.queues.values():
+            if queue.stream is not None:
+                queue.stream.offsets.close()
             if queue.cursor.journal is not None:
                 queue.cursor.journal.close()
 

@@ -13,6 +13,7 @@ from typing import Final, NamedTuple
 from retention.rules import RetentionRules, drop_before
 from streamq.log import format as fmt
 from streamq.log.log import SegmentLog
+from streamq.queues.offsets import OffsetStore
 
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
 
@@ -31,11 +32,13 @@ NEXT: Final = StreamStart("next")
 class StreamQueue:
     """A stream's log; the broker's event-loop thread only."""
 
-    __slots__ = ("_checked_segments", "log", "retention")
+    __slots__ = ("_checked_segments", "log", "offsets", "retention")
 
-    def __init__(self, log: SegmentLog, retention: RetentionRules) -> None:
+    def __init__(self, log: SegmentLog, retention: RetentionRules, offsets: OffsetStore) -> None:
         self.log = log
         self.retention = retention
+        self.offsets = offsets  # broker-side offset tracking
+        log.add_sync_companion(offsets.prepare_sync)
         self._checked_segments = -1  # segment count at the last retention check
 
     @property

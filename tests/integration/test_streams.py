@@ -8,6 +8,7 @@ import datetime
 import time
 from collections.abc import Iterator
 
+import amqp
 import pika
 import pika.exceptions
 import pytest
@@ -343,3 +344,62 @@ def test_a_bad_filter_is_406(connection: pika.BlockingConnection) -> None:
     error = refused(connection, consume)
     assert error.reply_code == 406
     assert "invalid x-filter-match-type 'most'" in str(error)
+
+
+def test_offset_tracking_resumes_after_what_was_acked_across_reconnect_and_restart(
+    broker: RunningBroker,
+) -> None:
+    """The stored offset is the highest acked with all before it: a message delivered but
+    not acked before the consumer left comes again."""
+    conn = connect(broker)
+    declare_stream(conn.channel(), "tracked", count=10)
+    tracking = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
+
+    def take(connection: pika.BlockingConnection, acks: list[int], count: int) -> list[int]:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=20)
+        got = []
+        for method, properties, _ in channel.consume(
+            "tracked", arguments=tracking, consumer_tag="reader", inactivity_timeout=TIMEOUT_S
+        ):
+            assert method is not None
+            offset = properties.headers["x-stream-offset"]
+            got.append(offset)
+            if offset in acks:
+                channel.basic_ack(method.delivery_tag)
+            if len(got) == count:
+                break
+        channel.close()
+        return got
+
+    # 0-3 and 5 acked, 4 not: the stored offset is 3.
+    assert take(conn, [0, 1, 2, 3, 5], 6) == [0, 1, 2, 3, 4, 5]
+    assert take(conn, [4, 5, 6], 3) == [4, 5, 6]
+    conn.close()
+    broker.stop()
+    restarted = RunningBroker(broker.data_dir)
+    try:
+        conn = connect(restarted)
+        assert take(conn, [], 3) == [7, 8, 9]
+        conn.close()
+    finally:
+        restarted.stop()
+
+
+def test_offset_tracking_needs_a_named_consumer(broker: RunningBroker) -> None:
+    """pika always names its consumers; py-amqp sends the empty tag that asks the broker
+    for a name, which offset tracking cannot use."""
+    conn = amqp.Connection(f"127.0.0.1:{broker.amqp_port}", connect_timeout=TIMEOUT_S)
+    conn.connect()
+    try:
+        channel = conn.channel()
+        channel.queue_declare(
+            "anon", durable=True, auto_delete=False, arguments={"x-queue-type": "stream"}
+        )
+        channel.basic_qos(0, 10, False)
+        with pytest.raises(amqp.exceptions.PreconditionFailed, match="consumer tag chosen"):
+            channel.basic_consume(
+                "anon", consumer_tag="", arguments={"x-stream-automatic-offset-tracking": True}
+            )
+    finally:
+        conn.collect()
