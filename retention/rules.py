@@ -101,3 +101,16 @@ def drop_before(segments: Sequence[SegmentInfo], rules: RetentionRules, now_ms: 
         size -= segment.size_bytes
         cut = segment.next_offset
     return cut
+
+
+def rules_from_policy(definition: Mapping[str, object]) -> RetentionRules:
+    """The rules of a policy definition (`max-length`, `max-length-bytes`, `max-age`);
+    values were validated when the policy was set."""
+    length = definition.get("max-length")
+    size = definition.get("max-length-bytes")
+    age = definition.get("max-age")
+    return RetentionRules(
+        length if isinstance(length, int) else None,
+        size if isinstance(size, int) else None,
+        age_ms(age),
+    )

@@ -5,8 +5,8 @@ directory (two brokers on one directory would corrupt it), binds the AMQP and HT
 listeners, and stops on SIGTERM or SIGINT: it stops accepting, closes connections and
 releases the lock. It must not parse protocol bytes itself.
 
-The AMQP port is served by `amqp_gateway`; until the management API lands, the HTTP port
-answers 503.
+The AMQP port is served by `amqp_gateway`, the HTTP port by `http_gateway` (the
+management API: policies so far).
 """
 
 from __future__ import annotations
@@ -19,22 +19,18 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 import uvloop
 
 from amqp_gateway.server import Gateway, start_amqp_server
+from http_gateway.server import start_http_server
 from streamq.broker.broker import Broker
 from streamq.broker.resources import ResourceLimits
 
 logger = logging.getLogger("streamq")
 
 LOCK_FILE: Final = ".lock"
-HTTP_UNAVAILABLE: Final = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 55\r\nConnection: close\r\n\r\n"
-    b'{"error":"the management API is not in this version"}\r\n'
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +73,6 @@ def lock_data_dir(data_dir: str) -> int:
     return fd
 
 
-class _NotYetHttp(asyncio.Protocol):
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports do not subclass asyncio.Transport; they implement it.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._transport.write(HTTP_UNAVAILABLE)
-        self._transport.close()
-
-
 async def _listen(
     start: Callable[[], Awaitable[asyncio.Server]], host: str, port: int, what: str
 ) -> asyncio.Server:
@@ -111,7 +97,6 @@ async def run_broker(
     Raises ServeError if the broker cannot start.
     """
     lock_fd = lock_data_dir(config.data_dir)
-    loop = asyncio.get_running_loop()
     servers: list[asyncio.Server] = []
     broker: Broker | None = None
     gateway: Gateway | None = None
@@ -130,9 +115,7 @@ async def run_broker(
         )
         servers.append(
             await _listen(
-                lambda: loop.create_server(
-                    _NotYetHttp, config.bind, config.http_port, reuse_address=True
-                ),
+                lambda: start_http_server(broker, config.bind, config.http_port),
                 config.bind,
                 config.http_port,
                 "HTTP",

@@ -61,12 +61,16 @@ class Exchange:
         self.internal = internal
         self.arguments = dict(arguments)
         self.bindings: set[Binding] = set()
+        self.policy: dict[str, object] = {}  # the effective policy definition
         self._direct: dict[str, set[Destination]] = {}
         self._cache: dict[str, frozenset[Destination]] = {}
 
     @property
     def alternate_exchange(self) -> str | None:
+        """By argument, else by policy (RabbitMQ: the argument wins)."""
         value = self.arguments.get("alternate-exchange", self.arguments.get("x-alternate-exchange"))
+        if value is None:
+            value = self.policy.get("alternate-exchange")
         return value if isinstance(value, str) else None
 
     def bind(

@@ -79,6 +79,7 @@ class Queue:
         "had_consumers",
         "name",
         "next_consumer",
+        "policy",
         "stream",
     )
 
@@ -101,6 +102,7 @@ class Queue:
         self.had_consumers = False
         self.failed: str | None = None  # why its durable state could not be restored
         self.stream: StreamQueue | None = None  # set for x-queue-type stream
+        self.policy: dict[str, object] = {}  # the effective policy definition
 
     @property
     def exclusive(self) -> bool:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from retention.rules import rules_from_arguments, rules_from_policy
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsCorrupted,
@@ -39,6 +40,16 @@ from streamq.broker.errors import (
     ResourceLocked,
 )
 from streamq.broker.exchange import Destination, Exchange
+from streamq.broker.policies import (
+    POLICIES_PER_VHOST_MAX,
+    Policy,
+    PolicyInvalid,
+    choose,
+    effective,
+    make_policy,
+    policy_from_op,
+    policy_op,
+)
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
 from streamq.broker.streams import (
     OFFSETS_SUFFIX,
@@ -94,6 +105,8 @@ class VHost:
         self._queues_dir = os.path.join(directory, "queues")
         self._queues_dir_dirty = False
         self._dirty_journals: set[QueueJournal] = set()
+        self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         for exchange_name, exchange_type in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, True, False, False, {}
@@ -108,6 +121,7 @@ class VHost:
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
         self._restore_queues()
+        self.apply_policies()
         self.log.add_sync_companion(self._prepare_sync)
 
     # -- durable state -----------------------------------------------------------------------
@@ -141,6 +155,15 @@ class VHost:
         elif kind == "queue.delete":
             if self.queues.pop(name, None) is not None:
                 self._unbind_everywhere(Destination("queue", name))
+        elif kind in ("policy", "operator_policy"):
+            try:
+                policy = policy_from_op(op)
+            except PolicyInvalid as exc:
+                logger.error("vhost %s: policy %r not restored: %s", self.name, name, exc)
+                return
+            self._policy_table(kind == "operator_policy")[name] = policy
+        elif kind in ("policy.delete", "operator_policy.delete"):
+            self._policy_table(kind == "operator_policy.delete").pop(name, None)
         elif kind in ("bind", "unbind"):
             source = self.exchanges.get(str(op.get("source")))
             destination = Destination(str(op.get("kind")), str(op.get("destination")))
@@ -171,7 +194,57 @@ class VHost:
                     for b in exchange.bindings
                     if self._persisted(b.destination)
                 ]
+        ops += [policy_op(p, operator=False) for p in self.policies.values()]
+        ops += [policy_op(p, operator=True) for p in self.operator_policies.values()]
         return ops
+
+    # -- policies ----------------------------------------------------------------------------
+
+    def _policy_table(self, operator: bool) -> dict[str, Policy]:
+        return self.operator_policies if operator else self.policies
+
+    def set_policy(self, name: str, body: Mapping[str, object], *, operator: bool) -> Policy:
+        """Add or replace a policy and apply it at once. Buffered: durable after the next
+        sync round with companions (`sync_all`). Raises PolicyInvalid."""
+        policy = make_policy(name, body, operator=operator)
+        table = self._policy_table(operator)
+        if name not in table and len(table) >= POLICIES_PER_VHOST_MAX:
+            raise PolicyInvalid(f"a vhost holds at most {POLICIES_PER_VHOST_MAX} policies")
+        table[name] = policy
+        self.definitions.record(policy_op(policy, operator=operator))
+        self.apply_policies()
+        return policy
+
+    def clear_policy(self, name: str, *, operator: bool) -> None:
+        """Remove a policy and apply the change at once. Raises NotFound."""
+        table = self._policy_table(operator)
+        if table.pop(name, None) is None:
+            raise NotFound("operator policy" if operator else "policy", name, self.name)
+        kind = "operator_policy.delete" if operator else "policy.delete"
+        self.definitions.record({"op": kind, "name": name})
+        self.apply_policies()
+
+    def apply_policies(self) -> None:
+        """Give every queue and exchange its effective policy; streams apply their
+        retention at once (a policy change takes effect on existing queues)."""
+        for queue in self.queues.values():
+            self._apply_policy(queue)
+        for exchange in self.exchanges.values():
+            exchange.policy = effective(
+                choose(self.policies, "exchange", exchange.name, ""),
+                choose(self.operator_policies, "exchange", exchange.name, ""),
+            )
+
+    def _apply_policy(self, queue: Queue) -> None:
+        queue_type = str(queue.arguments.get("x-queue-type", "classic"))
+        queue.policy = effective(
+            choose(self.policies, "queue", queue.name, queue_type),
+            choose(self.operator_policies, "queue", queue.name, queue_type),
+        )
+        if queue.stream is not None:
+            rules = rules_from_arguments(queue.arguments).stricter(rules_from_policy(queue.policy))
+            queue.stream.retention = rules
+            queue.stream.apply_retention(int(time.time() * 1000), force=True)
 
     def _persisted(self, destination: Destination) -> bool:
         if destination.kind == "queue":
@@ -357,6 +430,10 @@ class VHost:
             return
         exchange = Exchange(name, exchange_type, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
+        exchange.policy = effective(
+            choose(self.policies, "exchange", name, ""),
+            choose(self.operator_policies, "exchange", name, ""),
+        )
         if durable:
             self.definitions.record(_exchange_op(exchange))
 
@@ -463,6 +540,7 @@ class VHost:
             queue.stream = open_stream(self._stream_dir(name), queue, self._syncer)
             self._stream_count += 1
         self.queues[name] = queue
+        self._apply_policy(queue)
         if queue.persisted:
             self.definitions.record(_queue_op(queue))
             if queue.stream is None:

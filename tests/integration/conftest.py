@@ -24,6 +24,7 @@ class RunningBroker:
         self.limits = limits
         self.broker: Broker | None = None  # for tests that change limits at run time
         self.amqp_port = 0
+        self.http_port = 0
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -41,6 +42,7 @@ class RunningBroker:
 
             def ready(amqp_port: int, http_port: int) -> None:
                 self.amqp_port = amqp_port
+                self.http_port = http_port
                 self._ready.set()
 
             def keep(broker: Broker) -> None:
