@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
+from streamq import policyctl
 from streamq.broker.accounts import DEFAULT_VHOST, AccountStore, Permission
 from streamq.broker.errors import BrokerError
 
@@ -60,6 +61,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     subcommands = ctl.add_subparsers(dest="ctl_command", metavar="SUBCOMMAND", required=True)
     for command in _COMMANDS:
         _add_subcommand(subcommands, command)
+    policyctl.add_subcommands(subcommands)
 
 
 def _add_subcommand(
@@ -80,6 +82,8 @@ def _add_subcommand(
 
 def main(args: argparse.Namespace) -> int:
     """Run the parsed subcommand; returns the exit status."""
+    if getattr(args, "ctl_online", None):
+        return policyctl.main(args)  # talks to a running broker: no data directory lock
     handler: Handler = args.ctl_handler
     data_dir: str = args.data_dir
     try:

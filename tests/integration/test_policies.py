@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,3 +158,52 @@ def test_an_alternate_exchange_by_policy(policy_broker: RunningBroker) -> None:
     method, _, got = channel.basic_get("lost-and-found", auto_ack=True)
     assert method is not None and got == b"stray"
     conn.close()
+
+
+def ctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamq", "ctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_ctl_sets_lists_and_clears_policies_of_a_running_broker(
+    policy_broker: RunningBroker,
+) -> None:
+    uri = f"--uri=http://guest:guest@127.0.0.1:{policy_broker.http_port}"
+    done = ctl(
+        "set_policy",
+        uri,
+        "--priority",
+        "3",
+        "--apply-to",
+        "streams",
+        "cap",
+        "^s",
+        '{"max-length": 5}',
+    )
+    assert done.returncode == 0, done.stderr
+    listed = ctl("list_policies", uri)
+    assert listed.stdout.splitlines() == [
+        "vhost\tname\tpattern\tapply-to\tdefinition\tpriority",
+        '/\tcap\t^s\tstreams\t{"max-length": 5}\t3',
+    ]
+    assert json.loads(ctl("list_policies", uri, "--json").stdout)[0]["name"] == "cap"
+    bad = ctl("set_policy", uri, "cap", "^s", '{"max-length": "five"}')
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "streamq ctl: 400: 'max-length' must be a non-negative integer"
+    assert ctl("clear_policy", uri, "cap").returncode == 0
+    gone = ctl("clear_policy", uri, "cap")
+    assert (gone.returncode, gone.stderr.strip()) == (1, "streamq ctl: 404: Not Found")
+
+
+def test_ctl_without_a_broker_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = ctl("list_policies", f"--uri=http://guest:guest@127.0.0.1:{port}")
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"streamq ctl: no broker answers at 127.0.0.1:{port}"
