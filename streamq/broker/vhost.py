@@ -15,7 +15,6 @@ vhost restores all of it before it returns: nothing is served before that.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import secrets
@@ -23,36 +22,24 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from retention.rules import rules_from_arguments, rules_from_policy
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
-    DefinitionsCorrupted,
     DefinitionsJournal,
-    Op,
-    arguments_from_json,
-    arguments_to_json,
 )
 from streamq.broker.errors import (
     AccessRefused,
-    BrokerError,
     NotFound,
     PreconditionFailed,
     ResourceLocked,
 )
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.policies import (
-    POLICIES_PER_VHOST_MAX,
     Policy,
-    PolicyInvalid,
     choose,
     effective,
-    make_policy,
-    policy_from_op,
-    policy_op,
 )
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
 from streamq.broker.streams import (
-    OFFSETS_SUFFIX,
     STREAM,
     check_stream_declaration,
     delete_stream_files,
@@ -61,29 +48,27 @@ from streamq.broker.streams import (
     queue_type,
     track,
 )
+from streamq.broker.vhost_policies import VHostPolicies
+from streamq.broker.vhost_store import (
+    PREDECLARED,
+    PREDECLARED_NAMES,
+    VHostStore,
+    binding_op,
+    exchange_op,
+    queue_op,
+)
 from streamq.log.files import fsync_directory
-from streamq.log.log import CompanionWork, SegmentLog
+from streamq.log.log import SegmentLog
 from streamq.log.syncer import Syncer
-from streamq.queues.journal import JournalCorrupted, LiveMessage, QueueJournal
+from streamq.queues.journal import QueueJournal
 
 logger = logging.getLogger(__name__)
 
-PREDECLARED: Final = (
-    ("", "direct"),
-    ("amq.direct", "direct"),
-    ("amq.fanout", "fanout"),
-    ("amq.topic", "topic"),
-    ("amq.headers", "headers"),
-    ("amq.match", "headers"),
-)
-PREDECLARED_NAMES: Final = frozenset(name for name, _ in PREDECLARED)
 DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
-RESTORE_READ_RECORDS: Final = 1024  # records read from the log per call while restoring
-JOURNAL_SUFFIX: Final = ".journal"
 
 
-class VHost:
+class VHost(VHostPolicies, VHostStore):
     def __init__(self, name: str, directory: str, syncer: Syncer) -> None:
         """Open the vhost and restore its durable state (blocking: start-up only).
 
@@ -123,264 +108,6 @@ class VHost:
         self._restore_queues()
         self.apply_policies()
         self.log.add_sync_companion(self._prepare_sync)
-
-    # -- durable state -----------------------------------------------------------------------
-
-    def _apply(self, op: Op) -> None:
-        """Replay one definitions record: a change, applied without side effects."""
-        kind = op["op"]
-        name = str(op.get("name", ""))
-        if kind == "exchange":
-            try:
-                self.exchanges[name] = Exchange(
-                    name,
-                    str(op["type"]),
-                    True,
-                    bool(op.get("auto_delete")),
-                    bool(op.get("internal")),
-                    arguments_from_json(op.get("arguments")),
-                )
-            except BrokerError as exc:
-                logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
-        elif kind == "exchange.delete":
-            self._drop_exchange(name)
-        elif kind == "queue":
-            self.queues[name] = Queue(
-                name,
-                True,
-                None,
-                bool(op.get("auto_delete")),
-                arguments_from_json(op.get("arguments")),
-            )
-        elif kind == "queue.delete":
-            if self.queues.pop(name, None) is not None:
-                self._unbind_everywhere(Destination("queue", name))
-        elif kind in ("policy", "operator_policy"):
-            try:
-                policy = policy_from_op(op)
-            except PolicyInvalid as exc:
-                logger.error("vhost %s: policy %r not restored: %s", self.name, name, exc)
-                return
-            self._policy_table(kind == "operator_policy")[name] = policy
-        elif kind in ("policy.delete", "operator_policy.delete"):
-            self._policy_table(kind == "operator_policy.delete").pop(name, None)
-        elif kind in ("bind", "unbind"):
-            source = self.exchanges.get(str(op.get("source")))
-            destination = Destination(str(op.get("kind")), str(op.get("destination")))
-            if source is None or not self._exists(destination):
-                return
-            arguments = arguments_from_json(op.get("arguments"))
-            if kind == "bind":
-                source.bind(destination, str(op.get("routing_key")), arguments)
-            else:
-                source.unbind(destination, str(op.get("routing_key")), arguments)
-        else:
-            raise DefinitionsCorrupted(self.definitions.path, 0, f"unknown op {kind!r}")
-
-    def _snapshot(self) -> list[Op]:
-        """The definitions records that recreate every durable entity as it is now."""
-        ops: list[Op] = [
-            _exchange_op(e)
-            for e in self.exchanges.values()
-            if e.durable and e.name not in PREDECLARED_NAMES
-        ]
-        ops += [_queue_op(q) for q in self.queues.values() if q.persisted]
-        for exchange in self.exchanges.values():
-            if exchange.durable:
-                ops += [
-                    _binding_op(
-                        "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
-                    )
-                    for b in exchange.bindings
-                    if self._persisted(b.destination)
-                ]
-        ops += [policy_op(p, operator=False) for p in self.policies.values()]
-        ops += [policy_op(p, operator=True) for p in self.operator_policies.values()]
-        return ops
-
-    # -- policies ----------------------------------------------------------------------------
-
-    def _policy_table(self, operator: bool) -> dict[str, Policy]:
-        return self.operator_policies if operator else self.policies
-
-    def set_policy(self, name: str, body: Mapping[str, object], *, operator: bool) -> Policy:
-        """Add or replace a policy and apply it at once. Buffered: durable after the next
-        sync round with companions (`sync_all`). Raises PolicyInvalid."""
-        policy = make_policy(name, body, operator=operator)
-        table = self._policy_table(operator)
-        if name not in table and len(table) >= POLICIES_PER_VHOST_MAX:
-            raise PolicyInvalid(f"a vhost holds at most {POLICIES_PER_VHOST_MAX} policies")
-        table[name] = policy
-        self.definitions.record(policy_op(policy, operator=operator))
-        self.apply_policies()
-        return policy
-
-    def clear_policy(self, name: str, *, operator: bool) -> None:
-        """Remove a policy and apply the change at once. Raises NotFound."""
-        table = self._policy_table(operator)
-        if table.pop(name, None) is None:
-            raise NotFound("operator policy" if operator else "policy", name, self.name)
-        kind = "operator_policy.delete" if operator else "policy.delete"
-        self.definitions.record({"op": kind, "name": name})
-        self.apply_policies()
-
-    def apply_policies(self) -> None:
-        """Give every queue and exchange its effective policy; streams apply their
-        retention at once (a policy change takes effect on existing queues)."""
-        for queue in self.queues.values():
-            self._apply_policy(queue)
-        for exchange in self.exchanges.values():
-            exchange.policy = effective(
-                choose(self.policies, "exchange", exchange.name, ""),
-                choose(self.operator_policies, "exchange", exchange.name, ""),
-            )
-
-    def _apply_policy(self, queue: Queue) -> None:
-        queue_type = str(queue.arguments.get("x-queue-type", "classic"))
-        queue.policy = effective(
-            choose(self.policies, "queue", queue.name, queue_type),
-            choose(self.operator_policies, "queue", queue.name, queue_type),
-        )
-        if queue.stream is not None:
-            rules = rules_from_arguments(queue.arguments).stricter(rules_from_policy(queue.policy))
-            queue.stream.retention = rules
-            queue.stream.apply_retention(int(time.time() * 1000), force=True)
-
-    def _persisted(self, destination: Destination) -> bool:
-        if destination.kind == "queue":
-            queue = self.queues.get(destination.name)
-            return queue is not None and queue.persisted
-        exchange = self.exchanges.get(destination.name)
-        return exchange is not None and exchange.durable
-
-    def _exists(self, destination: Destination) -> bool:
-        if destination.kind == "queue":
-            return destination.name in self.queues
-        return destination.name in self.exchanges
-
-    def _journal_path(self, queue_name: str) -> str:
-        digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
-        return os.path.join(self._queues_dir, digest + JOURNAL_SUFFIX)
-
-    def _restore_queues(self) -> None:
-        """Open every durable queue's journal, drop files of queues that are gone, and load
-        the messages the queues hold from the log."""
-        self._restore_streams()
-        wanted = {self._journal_path(q.name): q for q in self.queues.values() if q.stream is None}
-        for entry in os.listdir(self._queues_dir):
-            path = os.path.join(self._queues_dir, entry)
-            if path not in wanted:
-                os.unlink(path)  # a deleted queue's journal, or a compaction's temp file
-                self._queues_dir_dirty = True
-        held: dict[Queue, list[LiveMessage]] = {}
-        start, end = self.log.start_offset, self.log.next_offset
-        for path, queue in wanted.items():
-            if os.path.exists(path):
-                try:
-                    journal, live = QueueJournal.load(path, start, end, self._dirty_journals)
-                except JournalCorrupted as exc:
-                    # The queue stays declared but empty; its file is kept for operators.
-                    logger.error("vhost %s: queue %r not restored: %s", self.name, queue.name, exc)
-                    queue.failed = str(exc)
-                    continue
-                held[queue] = live
-            else:
-                journal = QueueJournal.create(path, self._dirty_journals)
-                self._queues_dir_dirty = True
-            queue.attach_journal(journal)
-        if self._queues_dir_dirty:
-            fsync_directory(self._queues_dir)
-            self._queues_dir_dirty = False
-        self._load_messages(held)
-
-    def _stream_dir(self, queue_name: str) -> str:
-        digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
-        return os.path.join(self._streams_dir, digest)
-
-    def _restore_streams(self) -> None:
-        """Open every stream's log (recovering it); remove logs of deleted streams."""
-        wanted: dict[str, Queue] = {}
-        for queue in self.queues.values():
-            if queue.arguments.get("x-queue-type") == STREAM:
-                wanted[self._stream_dir(queue.name)] = queue
-        for entry in os.listdir(self._streams_dir):
-            path = os.path.join(self._streams_dir, entry).removesuffix(OFFSETS_SUFFIX)
-            if path not in wanted:
-                delete_stream_files(path)
-        for path, queue in wanted.items():
-            queue.stream = open_stream(path, queue, self._syncer)
-            self._stream_count += 1
-
-    def _load_messages(self, held: dict[Queue, list[LiveMessage]]) -> None:
-        refs: dict[int, int] = {}
-        for live in held.values():
-            for message in live:
-                refs[message.offset] = refs.get(message.offset, 0) + 1
-        wanted = sorted(refs)
-        messages = self.messages
-        index = 0
-        while index < len(wanted):
-            records = self.log.read(wanted[index], RESTORE_READ_RECORDS)
-            if not records:
-                break
-            for record in records:
-                count = refs.get(record.offset)
-                if count is not None:
-                    messages[record.offset] = StoredMessage(
-                        record.offset,
-                        record.exchange.decode("utf-8", "surrogateescape"),
-                        record.routing_key.decode("utf-8", "surrogateescape"),
-                        record.properties,
-                        record.body,
-                        count,
-                    )
-            last = records[-1].offset
-            while index < len(wanted) and wanted[index] <= last:
-                index += 1
-        for queue, live in held.items():
-            for message in live:
-                stored = messages.get(message.offset)
-                if stored is None:
-                    logger.error(
-                        "vhost %s: queue %r: message at offset %d is missing from the log",
-                        self.name,
-                        queue.name,
-                        message.offset,
-                    )
-                    continue
-                queue.cursor.restore(message.offset, len(stored.body), message.delivery_count)
-        restored = sum(len(live) for live in held.values())
-        if restored:
-            logger.info(
-                "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
-            )
-
-    def _prepare_sync(self) -> CompanionWork:
-        """The log's sync companion: hand the round every journal with new entries."""
-        fds: list[int] = []
-        actions: list[Callable[[], None]] = []
-        if self.definitions.dirty:
-            fds.append(self.definitions.prepare_sync())
-        journals = self._dirty_journals
-        while journals:
-            fd, action = journals.pop().prepare_sync()
-            if fd is not None:
-                fds.append(fd)
-            if action is not None:
-                actions.append(action)
-        if self._queues_dir_dirty:
-            self._queues_dir_dirty = False
-            queues_dir = self._queues_dir
-            actions.append(lambda: fsync_directory(queues_dir))
-        return CompanionWork(fds, actions)
-
-    def needs_sync(self) -> bool:
-        """Whether definitions or queue journals hold changes not yet written."""
-        return self.definitions.dirty or bool(self._dirty_journals) or self._queues_dir_dirty
-
-    async def sync_all(self) -> None:
-        """Make every change so far durable: messages, queue journals, definitions."""
-        await self.log.sync(companions=True)
 
     def _drop_exchange(self, name: str) -> None:
         exchange = self.exchanges.pop(name, None)
@@ -435,7 +162,7 @@ class VHost:
             choose(self.operator_policies, "exchange", name, ""),
         )
         if durable:
-            self.definitions.record(_exchange_op(exchange))
+            self.definitions.record(exchange_op(exchange))
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":
@@ -470,9 +197,7 @@ class VHost:
         self._check_destination(destination)
         added = exchange.bind(destination, routing_key, arguments)
         if added and exchange.durable and self._persisted(destination):
-            self.definitions.record(
-                _binding_op("bind", source, destination, routing_key, arguments)
-            )
+            self.definitions.record(binding_op("bind", source, destination, routing_key, arguments))
 
     def unbind(
         self,
@@ -489,7 +214,7 @@ class VHost:
         removed = exchange.unbind(destination, routing_key, arguments)
         if removed and exchange.durable and self._persisted(destination):
             self.definitions.record(
-                _binding_op("unbind", source, destination, routing_key, arguments)
+                binding_op("unbind", source, destination, routing_key, arguments)
             )
         self._auto_delete_exchange(exchange)
 
@@ -542,7 +267,7 @@ class VHost:
         self.queues[name] = queue
         self._apply_policy(queue)
         if queue.persisted:
-            self.definitions.record(_queue_op(queue))
+            self.definitions.record(queue_op(queue))
             if queue.stream is None:
                 queue.attach_journal(
                     QueueJournal.create(self._journal_path(name), self._dirty_journals)
@@ -864,40 +589,3 @@ class VHost:
                 queue.stream.offsets.close()
             if queue.cursor.journal is not None:
                 queue.cursor.journal.close()
-
-
-def _exchange_op(exchange: Exchange) -> Op:
-    return {
-        "op": "exchange",
-        "name": exchange.name,
-        "type": exchange.type,
-        "auto_delete": exchange.auto_delete,
-        "internal": exchange.internal,
-        "arguments": arguments_to_json(exchange.arguments),
-    }
-
-
-def _queue_op(queue: Queue) -> Op:
-    return {
-        "op": "queue",
-        "name": queue.name,
-        "auto_delete": queue.auto_delete,
-        "arguments": arguments_to_json(queue.arguments),
-    }
-
-
-def _binding_op(
-    op: str,
-    source: str,
-    destination: Destination,
-    routing_key: str,
-    arguments: Mapping[str, object],
-) -> Op:
-    return {
-        "op": op,
-        "source": source,
-        "kind": destination.kind,
-        "destination": destination.name,
-        "routing_key": routing_key,
-        "arguments": arguments_to_json(arguments),
-    }
