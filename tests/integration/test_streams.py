@@ -4,7 +4,10 @@ consumers, prompt wake-up of caught-up consumers, redelivery, and a restart."""
 
 from __future__ import annotations
 
+import base64
 import datetime
+import http.client
+import json
 import time
 from collections.abc import Iterator
 
@@ -249,6 +252,17 @@ def test_streams_and_classic_queues_from_one_publish_and_a_restart(
         restarted.stop()
 
 
+def put_policy(broker: RunningBroker, name: str, body: dict) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
+    token = base64.b64encode(b"guest:guest").decode()
+    conn.request(
+        "PUT", f"/api/policies/%2F/{name}", json.dumps(body), {"Authorization": f"Basic {token}"}
+    )
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
 def first_offset(connection: pika.BlockingConnection, name: str) -> int:
     return read(connection, name, "first", 1)[0][0]
 
@@ -403,3 +417,32 @@ def test_offset_tracking_needs_a_named_consumer(broker: RunningBroker) -> None:
             )
     finally:
         conn.collect()
+
+
+def test_a_restart_keeps_exactly_what_the_rules_kept(broker: RunningBroker) -> None:
+    """Retention is checked on a roll, on a policy change, periodically and at start-up;
+    the start-up check must keep what a check in the running broker keeps."""
+    conn = connect(broker)
+    channel = conn.channel()
+    arguments = {**SMALL_SEGMENTS, "x-max-length": 30}
+    channel.queue_declare("ruled", durable=True, arguments=arguments)
+    channel.confirm_delivery()
+    for n in range(150):
+        channel.basic_publish("", "ruled", f"{n:04d}".encode() + b"." * 100)
+    # Any policy change makes every stream check its rules now (this one matches nothing).
+    noop = {"pattern": "^no-such-queue$", "definition": {"max-length": 1}}
+    assert put_policy(broker, "noop", noop) == 201
+    before = first_offset(conn, "ruled")
+    count = channel.queue_declare("ruled", passive=True).method.message_count
+    conn.close()
+    broker.stop()
+    restarted = RunningBroker(broker.data_dir)
+    try:
+        conn = connect(restarted)
+        assert first_offset(conn, "ruled") == before
+        channel = conn.channel()
+        assert channel.queue_declare("ruled", passive=True).method.message_count == count
+        assert offsets(read(conn, "ruled", "first", 150 - before)) == list(range(before, 150))
+        conn.close()
+    finally:
+        restarted.stop()
