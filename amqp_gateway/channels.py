@@ -13,6 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from amqp_gateway import codec, errors
+from amqp_gateway.codec import methods as m
 from amqp_gateway.codec.properties import add_long_header
 from amqp_gateway.stream_offsets import StreamFilter
 from streamq.broker.queue import Queue, StoredMessage
@@ -151,6 +152,15 @@ class GatewayConsumer:
     @property
     def stream_filtered(self) -> bool:
         return self.stream_filter is not None
+
+    def cancel_by_broker(self) -> None:
+        """consumer_cancel_notify: tell the client its queue is gone or failed."""
+        channel = self.channel
+        channel.consumers.pop(self.tag, None)
+        connection = channel.connection
+        if connection.is_channel_open(channel.id):
+            connection.send_method(channel.id, m.BasicCancel(consumer_tag=self.tag, nowait=True))
+            channel.owner.note_output()
 
     def accepts(self, properties_raw: bytes) -> bool:
         return self.stream_filter is None or self.stream_filter.accepts(properties_raw)

@@ -8,7 +8,7 @@ handler, the channel and the decoded method; the handler's table dispatches to t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
 from amqp_gateway.codec import methods as m
@@ -143,20 +143,10 @@ def queue_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> N
         if not method.nowait:
             h.conn.send_method(channel.id, m.QueueDeleteOk(message_count=0))
         return
-    queue = vhost.queue(name, h)
+    queue = vhost.queue(name, h, usable=False)
     consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
     count = vhost.delete_queue(name, method.if_unused, method.if_empty, h)
     for consumer in consumers:
-        cancel_notify(h, consumer)
+        consumer.cancel_by_broker()
     if not method.nowait:
         h.reply_durable(channel.id, m.QueueDeleteOk(message_count=count), always=False)
-
-
-def cancel_notify(h: AmqpHandler, consumer: GatewayConsumer) -> None:
-    """consumer_cancel_notify: tell a consumer its queue is gone."""
-    channel = consumer.channel
-    channel.consumers.pop(consumer.tag, None)
-    owner = cast("AmqpHandler", channel.owner)
-    if owner.conn.is_channel_open(channel.id):
-        owner.conn.send_method(channel.id, m.BasicCancel(consumer_tag=consumer.tag, nowait=True))
-        owner.note_output()

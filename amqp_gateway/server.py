@@ -176,7 +176,7 @@ class Gateway:
         try:
             await vhost.sync_stream(queue)
         except LogError as exc:
-            logger.error("stream %r in vhost %s: sync failed: %s", queue.name, vhost.name, exc)
+            vhost.fail_queue(queue, f"its log failed: {exc}")
         self.schedule_drain()
 
     def hold_reading(self, handler: AmqpHandler) -> None:

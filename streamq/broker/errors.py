@@ -15,6 +15,14 @@ class NotFound(BrokerError):
         super().__init__(f"no {kind} '{name}' in vhost '{vhost}'")
 
 
+class QueueUnavailable(BrokerError):
+    """AMQP 404, as RabbitMQ answers for a queue whose process is down: the queue's data
+    could not be read (a corrupt or unreadable file); it can only be deleted."""
+
+    def __init__(self, name: str, vhost: str, reason: str) -> None:
+        super().__init__(f"queue '{name}' in vhost '{vhost}' is unavailable: {reason}")
+
+
 class PreconditionFailed(BrokerError):
     """AMQP 406: inequivalent redeclare, bad argument, queue in use or not empty."""
 

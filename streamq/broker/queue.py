@@ -66,6 +66,9 @@ class Consumer(Protocol):
     def deliver(self, queue: Queue, message: ReadyMessage, stored: StoredMessage) -> None:
         """Send the message; the consumer accounts for it (delivery tag, credit)."""
 
+    def cancel_by_broker(self) -> None:
+        """The queue is gone or failed: tell the client (consumer_cancel_notify)."""
+
 
 class Queue:
     __slots__ = (

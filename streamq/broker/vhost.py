@@ -30,6 +30,7 @@ from streamq.broker.errors import (
     AccessRefused,
     NotFound,
     PreconditionFailed,
+    QueueUnavailable,
     ResourceLocked,
 )
 from streamq.broker.exchange import Destination, Exchange
@@ -57,6 +58,7 @@ from streamq.broker.vhost_store import (
     exchange_op,
     queue_op,
 )
+from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.log import SegmentLog
 from streamq.log.syncer import Syncer
@@ -227,11 +229,14 @@ class VHost(VHostPolicies, VHostStore):
 
     # -- queues ----------------------------------------------------------------------------
 
-    def queue(self, name: str, owner: object | None = None) -> Queue:
-        """The queue `name`, checking that `owner` may use it if it is exclusive."""
+    def queue(self, name: str, owner: object | None = None, *, usable: bool = True) -> Queue:
+        """The queue `name`, checking that `owner` may use it if it is exclusive, and,
+        with `usable`, that it has not failed (a failed queue can only be deleted)."""
         found = self.queues.get(name)
         if found is None:
             raise NotFound("queue", name, self.name)
+        if usable and found.failed is not None:
+            raise QueueUnavailable(name, self.name, found.failed)
         if found.exclusive_owner is not None and found.exclusive_owner is not owner:
             raise ResourceLocked(locked_text(name, self.name))
         return found
@@ -277,7 +282,7 @@ class VHost(VHostPolicies, VHostStore):
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: object) -> int:
         """Delete the queue; returns how many ready messages it held."""
-        queue = self.queue(name, owner)
+        queue = self.queue(name, owner, usable=False)
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
         if if_empty and queue.cursor.message_count:
@@ -296,10 +301,11 @@ class VHost(VHostPolicies, VHostStore):
             count = queue.stream.message_count
             queue.stream.log.discard()
             queue.stream.offsets.close()
-            delete_stream_files(self._stream_dir(queue.name))
+            self._stream_count -= 1
+        if queue.stream is not None or queue.arguments.get("x-queue-type") == STREAM:
+            delete_stream_files(self._stream_dir(queue.name))  # also a failed stream's
             self.streams_unsynced.discard(queue)
             self._streams_syncing.discard(queue)
-            self._stream_count -= 1
         journal = queue.cursor.journal
         if journal is not None:
             # The journal's removal is made durable by the directory fsync of the round
@@ -330,7 +336,7 @@ class VHost(VHostPolicies, VHostStore):
         """The queues a message goes to. Raises NotFound for a missing exchange."""
         if exchange_name == "":
             queue = self.queues.get(routing_key)
-            return [queue] if queue is not None else []
+            return [queue] if queue is not None and queue.failed is None else []
         start = self.exchange(exchange_name)
         found: set[Destination] = set()
         seen = {exchange_name}
@@ -355,7 +361,7 @@ class VHost(VHostPolicies, VHostStore):
                     if target is not None:
                         pending.append(target)
         queues = self.queues
-        return [queues[d.name] for d in found if d.name in queues]
+        return [queues[d.name] for d in found if d.name in queues and queues[d.name].failed is None]
 
     def publish(
         self,
@@ -506,6 +512,17 @@ class VHost(VHostPolicies, VHostStore):
 
     # -- consumers -------------------------------------------------------------------------
 
+    def fail_queue(self, queue: Queue, reason: str) -> None:
+        """The queue's data cannot be read: it refuses everything but deletion from now
+        on, its consumers are cancelled, and the rest of the broker goes on."""
+        logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
+        queue.failed = reason
+        consumers, queue.consumers = list(queue.consumers), []
+        for consumer in consumers:
+            consumer.cancel_by_broker()
+        self.dirty.discard(queue)
+        self.streams_unsynced.discard(queue)
+
     def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if any(c.exclusive for c in queue.consumers):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
@@ -530,8 +547,11 @@ class VHost(VHostPolicies, VHostStore):
 
     def _drain_queue(self, queue: Queue) -> None:
         if queue.stream is not None:
-            if drain_stream(queue, queue.stream):
-                self.kick(queue)
+            try:
+                if drain_stream(queue, queue.stream):
+                    self.kick(queue)
+            except LogError as exc:
+                self.fail_queue(queue, f"its log failed: {exc}")
             return
         consumers = queue.consumers
         count = len(consumers)

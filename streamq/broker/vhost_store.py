@@ -28,10 +28,12 @@ from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.broker.streams import OFFSETS_SUFFIX, STREAM, delete_stream_files, open_stream
+from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.journal import JournalCorrupted, LiveMessage, QueueJournal
+from streamq.queues.offsets import OffsetsCorrupted
 
 logger = logging.getLogger(__name__)
 
@@ -207,11 +209,18 @@ class VHostStore:
             if queue.arguments.get("x-queue-type") == STREAM:
                 wanted[self._stream_dir(queue.name)] = queue
         for entry in os.listdir(self._streams_dir):
-            path = os.path.join(self._streams_dir, entry).removesuffix(OFFSETS_SUFFIX)
+            path = os.path.join(self._streams_dir, entry).removesuffix(".tmp")
+            path = path.removesuffix(OFFSETS_SUFFIX)
             if path not in wanted:
                 delete_stream_files(path)
         for path, queue in wanted.items():
-            queue.stream = open_stream(path, queue, self._syncer)
+            try:
+                queue.stream = open_stream(path, queue, self._syncer)
+            except (LogError, OffsetsCorrupted, OSError) as exc:
+                # Only this stream fails: it refuses all but deletion; its files stay.
+                logger.error("vhost %s: stream %r not restored: %s", self.name, queue.name, exc)
+                queue.failed = str(exc)
+                continue
             self._stream_count += 1
 
     def _load_messages(self, held: dict[Queue, list[LiveMessage]]) -> None:
