@@ -1,0 +1,146 @@
+"""The arithmetic and the tables of `benchmarks/compare.py`: pure functions, no I/O.
+
+Owns what a comparison reports: the median of each broker's repetitions, the A/B ratio,
+whether A meets the target against B, and the Markdown table that `compare.py` prints and
+`docs/benchmarks.md` quotes. It must not start processes, open sockets or read /proc:
+everything here is unit-tested without brokers (tests/unit/test_compare.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+TARGET_RATIO: Final = 1.5
+"""A meets the target when it is at least this many times better than B."""
+NOT_AVAILABLE: Final = "n/a"
+_THOUSAND: Final = 1000.0
+_MILLION: Final = 1_000_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One number a scenario yields, e.g. the consume rate, in `unit`."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+
+
+@dataclass(slots=True)
+class Row:
+    """One metric of one scenario: every repetition's value and error for A and B."""
+
+    scenario: str
+    flags: str
+    metric: Metric
+    values_a: list[float] = field(default_factory=list)
+    values_b: list[float] = field(default_factory=list)
+    errors_a: list[str] = field(default_factory=list)
+    errors_b: list[str] = field(default_factory=list)
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median, or None when no repetition produced a value."""
+    return statistics.median(values) if values else None
+
+
+def ratio(value_a: float | None, value_b: float | None) -> float | None:
+    """A / B, or None when either is missing or B is zero."""
+    if value_a is None or value_b is None or value_b == 0:
+        return None
+    return value_a / value_b
+
+
+def verdict(a_over_b: float | None, higher_is_better: bool, target: float = TARGET_RATIO) -> str:
+    """'met' when A is at least `target` times better than B: A/B >= target for rates,
+    A/B <= 1/target for latency and memory, where lower is better."""
+    if a_over_b is None:
+        return NOT_AVAILABLE
+    if higher_is_better:
+        return "met" if a_over_b >= target else "not met"
+    return "met" if a_over_b <= 1 / target else "not met"
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A number for a person: rates in k or M, milliseconds to three decimals."""
+    if value is None:
+        return NOT_AVAILABLE
+    if unit == "msgs/s":
+        return _format_rate(value)
+    if unit == "ms":
+        return f"{value:.3f} ms"
+    return f"{value:,.1f} {unit}"
+
+
+def _format_rate(value: float) -> str:
+    if value >= _MILLION:
+        return f"{value / _MILLION:.2f}M msgs/s"
+    if value >= _THOUSAND:
+        return f"{value / _THOUSAND:.1f}k msgs/s"
+    return f"{value:.0f} msgs/s"
+
+
+def format_ratio(a_over_b: float | None) -> str:
+    return NOT_AVAILABLE if a_over_b is None else f"{a_over_b:.2f}"
+
+
+def cell(values: Sequence[float], errors: Sequence[str], unit: str) -> str:
+    """The median, or why there is none ('n/a (not supported)' when every run failed)."""
+    if values:
+        return format_value(median(values), unit)
+    if errors:
+        return f"{NOT_AVAILABLE} (not supported)"
+    return NOT_AVAILABLE
+
+
+def markdown_table(rows: Sequence[Row], name_a: str, name_b: str) -> str:
+    """The comparison as a Markdown table: medians, A/B and whether A meets the target."""
+    lines = [
+        f"| scenario | flags | {name_a} | {name_b} | {name_a}/{name_b} | target ≥{TARGET_RATIO}x |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        a_over_b = ratio(median(row.values_a), median(row.values_b))
+        lines.append(
+            f"| {row.scenario}: {row.metric.label} | `{row.flags}` "
+            f"| {cell(row.values_a, row.errors_a, row.metric.unit)} "
+            f"| {cell(row.values_b, row.errors_b, row.metric.unit)} "
+            f"| {format_ratio(a_over_b)} "
+            f"| {verdict(a_over_b, row.metric.higher_is_better)} |"
+        )
+    return "\n".join(lines)
+
+
+def error_lines(rows: Sequence[Row], name_a: str, name_b: str) -> list[str]:
+    """One line per distinct failure, for the notes under the table."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for name, errors in ((name_a, row.errors_a), (name_b, row.errors_b)):
+            for error in errors:
+                seen.setdefault(f"{row.scenario} on {name}: {error}", None)
+    return list(seen)
+
+
+def row_summary(row: Row) -> dict[str, object]:
+    """A row as JSON-ready data: raw values, medians, ratio and verdict."""
+    median_a, median_b = median(row.values_a), median(row.values_b)
+    a_over_b = ratio(median_a, median_b)
+    return {
+        "scenario": row.scenario,
+        "flags": row.flags,
+        "metric": row.metric.key,
+        "unit": row.metric.unit,
+        "higher_is_better": row.metric.higher_is_better,
+        "values_a": row.values_a,
+        "values_b": row.values_b,
+        "errors_a": row.errors_a,
+        "errors_b": row.errors_b,
+        "median_a": median_a,
+        "median_b": median_b,
+        "ratio": a_over_b,
+        "target": verdict(a_over_b, row.metric.higher_is_better),
+    }
