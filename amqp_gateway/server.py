@@ -51,8 +51,9 @@ SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
 JOURNAL_FLUSH_INTERVAL_S: Final = 0.2
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
-HEARTBEAT_IDLE_CHECK_S: Final = 5.0
-PERMIT_CACHE_ENTRIES_MAX: Final = 1024  # heartbeats off: look again later (they may be tuned)
+HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
+PERMIT_CACHE_ENTRIES_MAX: Final = 1024
+EVENTS_PER_SLICE: Final = 512  # events handled per drain while deliveries are pending
 
 
 MethodHandler = Callable[["AmqpHandler", ChannelSession, m.Method], None]
@@ -276,22 +277,42 @@ class AmqpHandler(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._now_ms = int(time.time() * 1000)  # the append timestamp of this read
         events = self.conn.receive_data(data, time.monotonic())
-        if self._waiting is not None:
-            self._held.extend(events)
+        if self._waiting is not None or self._held:
+            self._held.extend(events)  # behind a reply that waits, or a slice in progress
             return
+        self._run(events)
+
+    def _run(self, events: list[Event]) -> None:
+        """Handle events, at most EVENTS_PER_SLICE of them while deliveries are pending:
+        the rest wait, reading stops, and the next slice runs after the drain. A read of
+        a fast publisher holds thousands of messages; without slices consumers would get
+        one turn per read, and their acks would wait behind it."""
+        if len(events) > EVENTS_PER_SLICE and self.gateway.drain_pending:
+            events, self._held = events[:EVENTS_PER_SLICE], events[EVENTS_PER_SLICE:]
         self._handle_events(events)
         self.flush()
-        if self._published:
-            self._published = False
+        published, self._published = self._published, False
+        if published:
             self.has_published = True
             if self.gateway.alarm:
                 self.block(self.gateway.alarm)
-            elif self.gateway.drain_pending and self._waiting is None:
-                self._hold("drain")
-                self.gateway.hold_reading(self)
+        if self._waiting is not None or (self.gateway.alarm and published):
+            return  # held by the sync round or the alarm; they resume it
+        wait = self._held or (published and self.gateway.drain_pending)
+        if wait and "drain" not in self._holds:
+            self._hold("drain")
+            self.gateway.hold_reading(self)
+            self.gateway.schedule_drain()
 
     def resume_after_drain(self) -> None:
-        self._unhold("drain")
+        """The drain ran: take the next slice of held events, else read again."""
+        self._holds.discard("drain")
+        if self._held and self._waiting is None and self.conn.state is not State.CLOSED:
+            held, self._held = self._held, []
+            self._run(held)
+        if "drain" not in self._holds:
+            self._holds.add("drain")  # so that _unhold sees it and resumes reading
+            self._unhold("drain")
 
     def _hold(self, reason: str) -> None:
         transport = self._transport
@@ -326,6 +347,9 @@ class AmqpHandler(asyncio.Protocol):
             self.flush()
         self._blocked_sent = False
         self._unhold("alarm")
+        if self._held and self._waiting is None and "drain" not in self._holds:
+            held, self._held = self._held, []
+            self._run(held)  # what was read before the block
 
     def _client_knows_blocked(self) -> bool:
         capabilities = self.conn.client_properties.get("capabilities")
@@ -424,7 +448,7 @@ class AmqpHandler(asyncio.Protocol):
                 self.conn.send_method(channel_id, method)
         held, self._held = self._held, []
         if self.conn.state is not State.CLOSED:
-            self._handle_events(held)
+            self._run(held)
         self.flush()
         if self._waiting is None:
             self._unhold("sync")

@@ -96,3 +96,22 @@ def test_the_lock_is_released_after_a_stop(broker: Broker, tmp_path: Path) -> No
     again = Broker(tmp_path / "data")
     assert again.stop() == 0
     assert os.path.exists(tmp_path / "data" / ".lock")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve"],
+        ["ctl"],
+        ["ctl", "add_user"],
+        ["ctl", "set_policy"],
+        ["perf", "throughput"],
+        ["perf", "sink"],
+        ["perf", "connections"],
+        ["perf", "queues"],
+    ],
+)
+def test_every_help_page_prints(command: list[str]) -> None:
+    done = subprocess.run(streamq(*command, "--help"), capture_output=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert b"usage: streamq" in done.stdout
