@@ -74,7 +74,9 @@ def add_subcommands(perf: argparse.ArgumentParser) -> None:
 
 
 def _add_common(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--uri", default=DEFAULT_URI, help=f"broker URI ({DEFAULT_URI.replace('%', '%%')})")
+    command.add_argument(
+        "--uri", default=DEFAULT_URI, help=f"broker URI ({DEFAULT_URI.replace('%', '%%')})"
+    )
     command.add_argument("-j", "--json", action="store_true", help="JSON summary on stdout")
 
 
