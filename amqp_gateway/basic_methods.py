@@ -118,7 +118,7 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
             60,
             70,
         )
-    ready = queue.cursor.take()
+    ready = vhost.take(queue, int(time.time() * 1000))
     if ready is None:
         h.conn.send_method(channel.id, m.BasicGetEmpty())
         return
@@ -171,8 +171,10 @@ def apply_settle(
     if not settled and not (multiple and tag == 0):
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
     for entry in settled:
-        if ack or not requeue:
+        if ack:
             vhost.settle(entry.queue, entry.offset, entry.consumer)
+        elif not requeue:
+            vhost.reject(entry.queue, entry.offset, entry.consumer)
         else:
             vhost.requeue(entry.queue, entry.offset, entry.consumer)
         vhost.kick(entry.queue)

@@ -31,6 +31,7 @@ from amqp_gateway.connection import (
     Publish,
     State,
 )
+from amqp_gateway.deaths import AmqpPropertiesCodec
 from amqp_gateway.errormap import to_amqp
 from streamq import __version__
 from streamq.broker.accounts import PermissionKind
@@ -102,6 +103,7 @@ class Gateway:
         self._loop = loop
         for vhost in self.broker.vhosts.values():
             vhost.wakeup = self.schedule_drain
+            vhost.properties_codec = AmqpPropertiesCodec()
         self._housekeeping_task = loop.create_task(self._housekeeping())
 
     async def _housekeeping(self) -> None:
@@ -116,7 +118,10 @@ class Gateway:
             if collect:
                 since_collect_s = 0.0
             self._check_resources()
+            now_ms = int(time.time() * 1000)
             for vhost in list(self.broker.vhosts.values()):
+                if vhost.expire_heads(now_ms):
+                    self.schedule_drain()
                 if vhost.streams_unsynced:
                     self._start_stream_syncs(vhost)
                 try:

@@ -22,7 +22,15 @@ from streamq.queues.stream import StreamQueue
 class StoredMessage:
     """A routed message's contents, shared by every queue it went to (`refs` of them)."""
 
-    __slots__ = ("body", "exchange", "offset", "properties_raw", "refs", "routing_key")
+    __slots__ = (
+        "body",
+        "exchange",
+        "offset",
+        "properties_raw",
+        "refs",
+        "routing_key",
+        "timestamp_ms",
+    )
 
     def __init__(
         self,
@@ -32,8 +40,10 @@ class StoredMessage:
         properties_raw: bytes,
         body: bytes,
         refs: int,
+        timestamp_ms: int = 0,
     ) -> None:
         self.offset = offset
+        self.timestamp_ms = timestamp_ms  # when it was published: TTLs count from here
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties_raw = properties_raw
@@ -76,10 +86,13 @@ class Queue:
         "auto_delete",
         "consumers",
         "cursor",
+        "dead_letter_exchange",
+        "dead_letter_routing_key",
         "durable",
         "exclusive_owner",
         "failed",
         "had_consumers",
+        "message_ttl_ms",
         "name",
         "next_consumer",
         "policy",
@@ -106,6 +119,10 @@ class Queue:
         self.failed: str | None = None  # why its durable state could not be restored
         self.stream: StreamQueue | None = None  # set for x-queue-type stream
         self.policy: dict[str, object] = {}  # the effective policy definition
+        # From arguments and policy (see VHost._apply_policy): TTL and dead-lettering.
+        self.message_ttl_ms: int | None = None
+        self.dead_letter_exchange: str | None = None
+        self.dead_letter_routing_key: str | None = None
 
     @property
     def exclusive(self) -> bool:

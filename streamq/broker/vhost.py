@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from streamq.broker.deadletter import Death, PropertiesCodec, cycles, may_expire
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsJournal,
@@ -62,6 +63,7 @@ from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.log import SegmentLog
 from streamq.log.syncer import Syncer
+from streamq.queues.classic import ReadyMessage
 from streamq.queues.journal import QueueJournal
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,8 @@ class VHost(VHostPolicies, VHostStore):
         self._queues_dir = os.path.join(directory, "queues")
         self._queues_dir_dirty = False
         self._dirty_journals: set[QueueJournal] = set()
+        # The gateway's reader and writer of AMQP properties, for TTL and dead letters.
+        self.properties_codec: PropertiesCodec | None = None
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         for exchange_name, exchange_type in PREDECLARED:
@@ -390,7 +394,7 @@ class VHost(VHostPolicies, VHostStore):
             exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
         )
         self.messages[offset] = StoredMessage(
-            offset, exchange_name, routing_key, properties_raw, body, len(queues)
+            offset, exchange_name, routing_key, properties_raw, body, len(queues), timestamp_ms
         )
         size = len(body)
         dirty = self.dirty
@@ -512,6 +516,77 @@ class VHost(VHostPolicies, VHostStore):
 
     # -- consumers -------------------------------------------------------------------------
 
+    # -- TTL and dead letters ----------------------------------------------------------------
+
+    def take(self, queue: Queue, now_ms: int) -> ReadyMessage | None:
+        """The next message of a classic queue for a consumer or basic.get; expired ones
+        on the way are dead-lettered (or dropped), never delivered."""
+        while True:
+            ready = queue.cursor.take()
+            if ready is None or not self._expired(queue, self.messages[ready.offset], now_ms):
+                return ready
+            self.dead_letter(queue, ready.offset, "expired", now_ms)
+
+    def _expired(self, queue: Queue, stored: StoredMessage, now_ms: int) -> bool:
+        ttl = queue.message_ttl_ms
+        codec = self.properties_codec
+        if codec is not None and may_expire(stored.properties_raw):
+            own = codec.expiration_ms(stored.properties_raw)
+            if own is not None:
+                ttl = own if ttl is None else min(ttl, own)
+        return ttl is not None and now_ms >= stored.timestamp_ms + ttl and ttl >= 0
+
+    def expire_heads(self, now_ms: int) -> int:
+        """Dead-letter what has expired at the head of each queue, consumers or not (as
+        RabbitMQ); returns how many. The housekeeping timer calls it."""
+        expired = 0
+        for queue in list(self.queues.values()):
+            if queue.stream is not None or queue.failed is not None:
+                continue
+            while (offset := queue.cursor.peek()) is not None:
+                if not self._expired(queue, self.messages[offset], now_ms):
+                    break
+                taken = queue.cursor.take()
+                assert taken is not None and taken.offset == offset
+                self.dead_letter(queue, offset, "expired", now_ms)
+                expired += 1
+        return expired
+
+    def reject(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
+        """A nack or reject without requeue: dead-lettered, or dropped without a DLX."""
+        if queue.stream is not None:
+            self.settle(queue, offset, consumer)
+            return
+        self.dead_letter(queue, offset, "rejected", int(time.time() * 1000))
+
+    def dead_letter(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
+        """Move the message out of `queue`: republish it to the dead-letter exchange with
+        its death recorded, or drop it (no DLX, a missing one, or a cycle)."""
+        stored = self.messages.get(offset)
+        exchange_name = queue.dead_letter_exchange
+        codec = self.properties_codec
+        if (
+            stored is not None
+            and exchange_name is not None
+            and codec is not None
+            and exchange_name in self.exchanges
+        ):
+            routing_key = queue.dead_letter_routing_key or stored.routing_key
+            death = Death(
+                queue.name, reason, stored.exchange, (stored.routing_key,), now_ms // 1000
+            )
+            properties = codec.with_death(stored.properties_raw, death)
+            deaths = codec.deaths(properties)
+            # deaths[0] is this one: a queue already on the way back is a cycle unless a
+            # rejection came in between.
+            targets = [
+                q
+                for q in self.route(exchange_name, routing_key, None)
+                if not cycles(deaths, q.name)
+            ]
+            self.publish(exchange_name, routing_key, properties, stored.body, targets, now_ms)
+        self.settle(queue, offset)
+
     def fail_queue(self, queue: Queue, reason: str) -> None:
         """The queue's data cannot be read: it refuses everything but deletion from now
         on, its consumers are cancelled, and the rest of the broker goes on."""
@@ -558,6 +633,12 @@ class VHost(VHostPolicies, VHostStore):
         if not count:
             return
         take = queue.cursor.take
+        if queue.message_ttl_ms is not None or self.properties_codec is not None:
+            now_ms = int(time.time() * 1000)
+
+            def take() -> ReadyMessage | None:
+                return self.take(queue, now_ms)
+
         messages = self.messages
         index = queue.next_consumer
         idle = 0

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 
 from retention.rules import rules_from_arguments, rules_from_policy
+from streamq.broker.deadletter import dead_letter_target, ttl_of
 from streamq.broker.definitions import DefinitionsJournal
 from streamq.broker.errors import NotFound
 from streamq.broker.exchange import Exchange
@@ -76,6 +77,10 @@ class VHostPolicies:
         queue.policy = effective(
             choose(self.policies, "queue", queue.name, queue_type),
             choose(self.operator_policies, "queue", queue.name, queue_type),
+        )
+        queue.message_ttl_ms = ttl_of(queue.arguments, queue.policy)
+        queue.dead_letter_exchange, queue.dead_letter_routing_key = dead_letter_target(
+            queue.arguments, queue.policy
         )
         if queue.stream is not None:
             rules = rules_from_arguments(queue.arguments).stricter(rules_from_policy(queue.policy))

@@ -245,6 +245,7 @@ class VHostStore:
                         record.properties,
                         record.body,
                         count,
+                        record.timestamp_ms,
                     )
             last = records[-1].offset
             while index < len(wanted) and wanted[index] <= last:

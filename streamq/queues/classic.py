@@ -68,6 +68,14 @@ class ClassicQueue:
         if delivery_count:
             self._delivery_counts[offset] = delivery_count
 
+    def peek(self) -> int | None:
+        """The offset `take` would return next, without taking it."""
+        if self._requeued:
+            return int(self._requeued[0])
+        if self._ready:
+            return self._ready[0]
+        return None
+
     def take(self) -> ReadyMessage | None:
         """The next message to deliver, now in flight; None if nothing is ready."""
         if self._requeued:

@@ -1,0 +1,80 @@
+"""Message TTL and dead-lettering, RabbitMQ's way.
+
+Owns the rules: a message expires `x-message-ttl` (argument or policy `message-ttl`, the
+smaller wins) or its own `expiration` (the smaller of the two) after it was published,
+and an expired message never reaches a consumer; a message that expires or is rejected
+without requeue goes to the queue's dead-letter exchange (`x-dead-letter-exchange` /
+policy `dead-letter-exchange`, with the routing key `x-dead-letter-routing-key` or its
+own), carrying the `x-death` header, or is dropped when there is none or it is missing.
+A message that would go round a cycle of queues without any rejection is dropped.
+
+The AMQP property encoding is not the broker core's business: the gateway provides a
+`PropertiesCodec` that reads `expiration` and writes `x-death`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+EXPIRATION_FLAG_BYTE0 = 0x01  # basic properties flag word: bit 8, expiration
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    queue: str
+    reason: str  # expired, rejected, maxlen, delivery_limit
+    exchange: str
+    routing_keys: tuple[str, ...]
+    time_s: int
+
+
+class PropertiesCodec(Protocol):
+    def expiration_ms(self, properties_raw: bytes) -> int | None:
+        """The message's own TTL (`expiration`, in ms), None if it has none or a bad one."""
+
+    def deaths(self, properties_raw: bytes) -> list[tuple[str, str]]:
+        """The (queue, reason) pairs of the message's `x-death` header, newest first."""
+
+    def with_death(self, properties_raw: bytes, death: Death) -> bytes:
+        """The properties with `death` recorded in `x-death` (and `x-first-death-*`), and
+        without `expiration` (RabbitMQ drops it so the copy does not expire again)."""
+
+
+def may_expire(properties_raw: bytes) -> bool:
+    """Whether the properties carry an `expiration` (a flag bit: no decoding)."""
+    return bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG_BYTE0)
+
+
+def ttl_of(arguments: Mapping[str, object], policy: Mapping[str, object]) -> int | None:
+    """The queue's message TTL: the smaller of argument and policy; None without one."""
+    values = [
+        v
+        for v in (arguments.get("x-message-ttl"), policy.get("message-ttl"))
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    ]
+    return min(values) if values else None
+
+
+def dead_letter_target(
+    arguments: Mapping[str, object], policy: Mapping[str, object]
+) -> tuple[str | None, str | None]:
+    """(exchange, routing key) for dead letters: arguments win over the policy."""
+    exchange = arguments.get("x-dead-letter-exchange", policy.get("dead-letter-exchange"))
+    key = arguments.get("x-dead-letter-routing-key", policy.get("dead-letter-routing-key"))
+    return (
+        exchange if isinstance(exchange, str) else None,
+        key if isinstance(key, str) else None,
+    )
+
+
+def cycles(deaths: list[tuple[str, str]], target: str) -> bool:
+    """RabbitMQ's cycle rule: the message has died in `target` before, and none of its
+    deaths since was a rejection (a client's decision breaks the cycle)."""
+    for queue, reason in deaths:
+        if reason == "rejected":
+            return False
+        if queue == target:
+            return True
+    return False

@@ -1,0 +1,163 @@
+"""Message TTL and dead-lettering with pika: queue and per-message TTL, reasons expired and
+rejected, the x-death header as RabbitMQ writes it, a missing dead-letter exchange, a
+cycle, policies, and expiry across a restart (the seed's scenario in small)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import time
+
+import pika
+from pika.adapters.blocking_connection import BlockingChannel
+
+from tests.integration.conftest import RunningBroker
+
+TIMEOUT_S = 10
+
+
+def connect(broker: RunningBroker) -> pika.BlockingConnection:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
+    )
+
+
+def wait_for(channel: BlockingChannel, queue: str, count: int) -> list[tuple[object, bytes]]:
+    """basic.get until `count` messages came (polling: expiry runs on a 200 ms timer)."""
+    got: list[tuple[object, bytes]] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"only {len(got)} of {count} in {queue}"
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            channel.connection.process_data_events(time_limit=0.05)
+            continue
+        got.append((properties, body))
+    return got
+
+
+def dead_letter_setup(channel: BlockingChannel, **source: object) -> None:
+    channel.exchange_declare("dlx", "fanout", durable=True)
+    channel.queue_declare("dead", durable=True)
+    channel.queue_bind("dead", "dlx")
+    channel.queue_declare("source", durable=True, arguments=source)
+
+
+def test_queue_ttl_dead_letters_with_x_death(broker: RunningBroker) -> None:
+    conn = connect(broker)
+    channel = conn.channel()
+    dead_letter_setup(channel, **{"x-message-ttl": 100, "x-dead-letter-exchange": "dlx"})
+    for n in range(5):
+        channel.basic_publish("", "source", str(n).encode())
+    got = wait_for(channel, "dead", 5)
+    assert [body for _, body in got] == [b"0", b"1", b"2", b"3", b"4"]
+    headers = got[0][0].headers  # type: ignore[attr-defined]
+    [death] = headers["x-death"]
+    assert {k: death[k] for k in ("count", "reason", "queue", "exchange", "routing-keys")} == {
+        "count": 1,
+        "reason": "expired",
+        "queue": "source",
+        "exchange": "",
+        "routing-keys": ["source"],
+    }
+    assert headers["x-first-death-reason"] == "expired"
+    assert headers["x-first-death-queue"] == "source"
+    assert channel.basic_get("source")[0] is None
+    conn.close()
+
+
+def test_per_message_expiration_is_never_delivered(broker: RunningBroker) -> None:
+    conn = connect(broker)
+    channel = conn.channel()
+    channel.queue_declare("plain", durable=True)
+    channel.basic_publish("", "plain", b"short", pika.BasicProperties(expiration="50"))
+    channel.basic_publish("", "plain", b"long", pika.BasicProperties(expiration="60000"))
+    time.sleep(0.1)  # past the first message's 50 ms
+    _, properties, body = channel.basic_get("plain", auto_ack=True)
+    assert body == b"long" and properties.expiration == "60000"
+    assert channel.basic_get("plain")[0] is None
+    conn.close()
+
+
+def test_rejected_messages_are_dead_lettered_and_without_dlx_dropped(
+    broker: RunningBroker,
+) -> None:
+    conn = connect(broker)
+    channel = conn.channel()
+    dead_letter_setup(channel, **{"x-dead-letter-exchange": "dlx"})
+    channel.queue_declare("nodlx", durable=True)
+    for queue in ("source", "nodlx"):
+        channel.basic_publish("", queue, b"bad")
+        method, _, _ = channel.basic_get(queue)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+    [(properties, body)] = wait_for(channel, "dead", 1)
+    assert body == b"bad"
+    assert properties.headers["x-death"][0]["reason"] == "rejected"  # type: ignore[attr-defined]
+    assert channel.queue_declare("nodlx", passive=True).method.message_count == 0
+    conn.close()
+
+
+def test_a_missing_dead_letter_exchange_drops_and_a_cycle_ends(broker: RunningBroker) -> None:
+    conn = connect(broker)
+    channel = conn.channel()
+    channel.queue_declare("lost", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "gone"})
+    channel.exchange_declare("loop", "fanout")
+    channel.queue_declare(
+        "cycle", arguments={"x-message-ttl": 10, "x-dead-letter-exchange": "loop"}
+    )
+    channel.queue_bind("cycle", "loop")
+    channel.basic_publish("", "lost", b"x")
+    channel.basic_publish("", "cycle", b"y")
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        counts = [
+            channel.queue_declare(q, passive=True).method.message_count for q in ("lost", "cycle")
+        ]
+        if counts == [0, 0]:
+            break
+        conn.process_data_events(time_limit=0.05)
+    assert counts == [0, 0]  # expired, then dropped: no DLX, and a cycle without rejection
+    conn.close()
+
+
+def test_ttl_and_dead_lettering_by_policy(broker: RunningBroker) -> None:
+    conn = connect(broker)
+    channel = conn.channel()
+    dead_letter_setup(channel)
+    policy = {
+        "pattern": "^source$",
+        "definition": {"message-ttl": 50, "dead-letter-exchange": "dlx"},
+    }
+    api = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
+    token = base64.b64encode(b"guest:guest").decode()
+    api.request(
+        "PUT", "/api/policies/%2F/ttl", json.dumps(policy), {"Authorization": f"Basic {token}"}
+    )
+    assert api.getresponse().status == 201
+    api.close()
+    channel.basic_publish("", "source", b"p")
+    assert [body for _, body in wait_for(channel, "dead", 1)] == [b"p"]
+    conn.close()
+
+
+def test_messages_expire_across_a_restart(broker: RunningBroker) -> None:
+    """The broker is down for longer than the TTL: at restart, before any client asks,
+    every message goes to its dead-letter queue, none is dropped."""
+    conn = connect(broker)
+    channel = conn.channel()
+    dead_letter_setup(channel, **{"x-message-ttl": 300, "x-dead-letter-exchange": "dlx"})
+    channel.confirm_delivery()
+    for n in range(20):
+        channel.basic_publish("", "source", str(n).encode())
+    conn.close()
+    broker.stop()
+    time.sleep(0.4)
+    restarted = RunningBroker(broker.data_dir)
+    try:
+        conn = connect(restarted)
+        got = wait_for(conn.channel(), "dead", 20)
+        assert sorted(int(body) for _, body in got) == list(range(20))
+        conn.close()
+    finally:
+        restarted.stop()
