@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
-EXPIRATION_FLAG_BYTE0 = 0x01  # basic properties flag word: bit 8, expiration
+EXPIRATION_FLAG_BYTE0: Final = 0x01  # basic properties flag word: bit 8, expiration
 
 
 @dataclass(frozen=True, slots=True)

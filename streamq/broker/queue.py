@@ -92,6 +92,7 @@ class Queue:
         "exclusive_owner",
         "failed",
         "had_consumers",
+        "holds_expiring",
         "message_ttl_ms",
         "name",
         "next_consumer",
@@ -121,6 +122,9 @@ class Queue:
         self.policy: dict[str, object] = {}  # the effective policy definition
         # From arguments and policy (see VHost._apply_policy): TTL and dead-lettering.
         self.message_ttl_ms: int | None = None
+        # Set once a message with its own `expiration` was enqueued: only then does every
+        # delivery check message TTLs (the check costs on the hot path).
+        self.holds_expiring = False
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
 

@@ -22,7 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from streamq.broker.deadletter import Death, PropertiesCodec, cycles, may_expire
+from streamq.broker.deadletter import (
+    EXPIRATION_FLAG_BYTE0,
+    Death,
+    PropertiesCodec,
+    cycles,
+    may_expire,
+)
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsJournal,
@@ -399,6 +405,9 @@ class VHost(VHostPolicies, VHostStore):
         size = len(body)
         dirty = self.dirty
         was_idle = not dirty
+        if properties_raw and properties_raw[0] & EXPIRATION_FLAG_BYTE0:
+            for queue in queues:
+                queue.holds_expiring = True
         for queue in queues:
             queue.cursor.enqueue(offset, size)
             if queue.consumers:
@@ -543,6 +552,8 @@ class VHost(VHostPolicies, VHostStore):
         for queue in list(self.queues.values()):
             if queue.stream is not None or queue.failed is not None:
                 continue
+            if queue.message_ttl_ms is None and not queue.holds_expiring:
+                continue
             while (offset := queue.cursor.peek()) is not None:
                 if not self._expired(queue, self.messages[offset], now_ms):
                     break
@@ -633,7 +644,7 @@ class VHost(VHostPolicies, VHostStore):
         if not count:
             return
         take = queue.cursor.take
-        if queue.message_ttl_ms is not None or self.properties_codec is not None:
+        if queue.message_ttl_ms is not None or queue.holds_expiring:
             now_ms = int(time.time() * 1000)
 
             def take() -> ReadyMessage | None:

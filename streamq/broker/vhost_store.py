@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from streamq.broker.deadletter import may_expire
 from streamq.broker.definitions import (
     DefinitionsCorrupted,
     DefinitionsJournal,
@@ -262,6 +263,8 @@ class VHostStore:
                     )
                     continue
                 queue.cursor.restore(message.offset, len(stored.body), message.delivery_count)
+                if may_expire(stored.properties_raw):
+                    queue.holds_expiring = True
         restored = sum(len(live) for live in held.values())
         if restored:
             logger.info(
