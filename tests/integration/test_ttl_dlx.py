@@ -8,10 +8,12 @@ import base64
 import http.client
 import json
 import time
+from pathlib import Path
 
 import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
+from streamq.broker.accounts import AccountStore
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 10
@@ -161,3 +163,66 @@ def test_messages_expire_across_a_restart(broker: RunningBroker) -> None:
         conn.close()
     finally:
         restarted.stop()
+
+
+def test_the_seed_scenario_several_hops_and_vhosts_stopped_longer_than_the_ttl(
+    tmp_path: Path,
+) -> None:
+    """The bug report the project started from: queues with TTLs dead-letter through
+    exchanges into other queues, in two vhosts; some messages are delivered but unacked
+    when the broker stops for longer than the TTLs; it restarts under publishing load.
+    Every message must reach the last queue of its chain, none dropped: expiry only runs
+    once the bindings it routes through are loaded."""
+    data_dir = tmp_path / "data"
+    store = AccountStore.open(str(data_dir))
+    store.add_vhost("other")
+    store.set_permissions("guest", "other", ".*", ".*", ".*")
+    broker = RunningBroker(data_dir)
+    for vhost in ("/", "other"):
+        conn = vhost_connection(broker, vhost)
+        ch = conn.channel()
+        ch.exchange_declare("hop1", "direct", durable=True)
+        ch.exchange_declare("hop2", "fanout", durable=True)
+        ttl = {"x-message-ttl": 300}
+        ch.queue_declare("first", durable=True, arguments={**ttl, "x-dead-letter-exchange": "hop1"})
+        ch.queue_declare(
+            "second", durable=True, arguments={**ttl, "x-dead-letter-exchange": "hop2"}
+        )
+        ch.queue_declare("last", durable=True)
+        ch.queue_bind("second", "hop1", "first")  # dead letters keep their routing key
+        ch.queue_bind("last", "hop2")
+        ch.confirm_delivery()
+        for n in range(50):
+            ch.basic_publish("", "first", f"{vhost}-{n}".encode())
+        for _ in range(5):  # in flight: delivered, not acked when the broker stops
+            assert ch.basic_get("first")[0] is not None
+        conn.close()
+    broker.stop()
+    time.sleep(0.7)  # longer than both TTLs together
+    restarted = RunningBroker(data_dir)
+    try:
+        load = vhost_connection(restarted, "/")
+        load_channel = load.channel()
+        load_channel.queue_declare("busy", durable=True)
+        for _ in range(2000):  # publishing load while the chains expire
+            load_channel.basic_publish("", "busy", b"load")
+        for vhost in ("/", "other"):
+            conn = vhost_connection(restarted, vhost)
+            got = wait_for(conn.channel(), "last", 50)
+            assert sorted(body for _, body in got) == sorted(
+                f"{vhost}-{n}".encode() for n in range(50)
+            )
+            reasons = [d["reason"] for d in got[0][0].headers["x-death"]]  # type: ignore[attr-defined]
+            assert reasons == ["expired", "expired"]
+            conn.close()
+        load.close()
+    finally:
+        restarted.stop()
+
+
+def vhost_connection(broker: RunningBroker, vhost: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(
+        pika.ConnectionParameters(
+            "127.0.0.1", broker.amqp_port, vhost, blocked_connection_timeout=10
+        )
+    )
