@@ -167,36 +167,45 @@ class Connection:
         if self.state is State.CLOSED:
             return []
         buffer = self._buffer
-        # One immutable copy of the input per read: message bodies are slices of it.
-        if buffer:
-            buffer += data
-            data = bytes(buffer)
-        else:
-            buffer += data
         events: list[Event] = []
-        position = 0
-        try:
-            if self.state is State.AWAIT_HEADER:
+        # Parse from the buffer when it holds something, else straight from the read: no
+        # copy of the input beyond the slices that become bodies and payloads.
+        source: bytes | bytearray = data
+        if self.state is State.AWAIT_HEADER:
+            buffer += data
+            source = buffer
+            try:
                 if not self._receive_header():
                     return events
-                data = bytes(buffer)
-            # The buffer never holds more than one partial frame after this loop, and
-            # read_frame rejects a frame over frame_max from its header alone.
-            while True:
-                if self.state is State.OPEN:
-                    position = self._receive_publishes(data, position, events)
-                frame, position = codec.read_frame(data, position, self.frame_max)
-                if frame is None:
-                    break
-                self._receive_frame(frame, events)
-                if self._is_closed():
-                    break
+            except ConnectionException as exc:
+                self.fail(exc, 0, events)
+                return events
+        elif buffer:
+            buffer += data  # a partial frame waited for the rest
+            source = buffer
+        position = 0
+        try:
+            with memoryview(source) as view:
+                # After this loop at most one partial frame is left, and read_frame
+                # rejects a frame over frame_max from its header alone.
+                while True:
+                    if self.state is State.OPEN:
+                        position = self._receive_publishes(view, position, events)
+                    frame, position = codec.read_frame(view, position, self.frame_max)
+                    if frame is None:
+                        break
+                    self._receive_frame(frame, events)
+                    if self._is_closed():
+                        break
         except ConnectionException as exc:
             self.fail(exc, 0, events)
-        del buffer[:position]
+        if source is buffer:
+            del buffer[:position]
+        elif position < len(data):
+            buffer += data[position:]
         return events
 
-    def _receive_publishes(self, data: bytes, position: int, events: list[Event]) -> int:
+    def _receive_publishes(self, data: memoryview, position: int, events: list[Event]) -> int:
         """Hot path: every whole, well-formed publish from `position` on becomes an event
         in one step; returns where the first frame of another kind starts."""
         channels = self._channels

@@ -69,7 +69,9 @@ class PublishedMessage(NamedTuple):
     end: int  # where the next frame starts
 
 
-def read_publish(data: bytes, offset: int, payload_max: int) -> PublishedMessage | None:
+def read_publish(
+    data: bytes | memoryview, offset: int, payload_max: int
+) -> PublishedMessage | None:
     """The common case of a publish at `offset`: method, content header and at most one
     body frame, all complete in `data`, on one channel, well formed. None otherwise.
 
@@ -113,16 +115,16 @@ def read_publish(data: bytes, offset: int, payload_max: int) -> PublishedMessage
                 or data[body_end] != FRAME_END
             ):
                 return None
-            body = data[next_frame + 7 : body_end]
+            body = bytes(data[next_frame + 7 : body_end])
             next_frame = body_end + 1
         return _new_tuple(
             PublishedMessage,
             (
                 channel,
-                data[offset + 14 : exchange_end].decode(),
-                data[exchange_end + 1 : routing_key_end].decode(),
+                str(data[offset + 14 : exchange_end], "utf-8"),
+                str(data[exchange_end + 1 : routing_key_end], "utf-8"),
                 data[routing_key_end],
-                data[header + _PROPERTIES_AT : header_end],
+                bytes(data[header + _PROPERTIES_AT : header_end]),
                 body,
                 next_frame,
             ),

@@ -146,7 +146,7 @@ def split_frames(buffer: bytes | bytearray | memoryview, frame_max: int) -> tupl
     return frames, offset
 
 
-def read_frame(buffer: bytes, offset: int, frame_max: int) -> tuple[Frame | None, int]:
+def read_frame(buffer: bytes | memoryview, offset: int, frame_max: int) -> tuple[Frame | None, int]:
     """The frame at `offset` and where the next one starts; (None, offset) if it is not
     complete yet. Raises `FrameError` as `split_frames` does."""
     if len(buffer) - offset < FRAME_HEADER_BYTES:
@@ -161,7 +161,7 @@ def read_frame(buffer: bytes, offset: int, frame_max: int) -> tuple[Frame | None
         return None, offset
     if buffer[end] != FRAME_END:
         raise FrameError(f"frame-end octet is 0x{buffer[end]:02x}, not 0xce")
-    payload = buffer[offset + FRAME_HEADER_BYTES : end]
+    payload = bytes(buffer[offset + FRAME_HEADER_BYTES : end])
     return tuple.__new__(Frame, (frame_type, channel, payload)), end + 1
 
 
