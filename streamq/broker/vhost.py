@@ -507,6 +507,11 @@ class VHost(VHostPolicies, VHostStore):
         for queue in self.queues.values():
             if queue.stream is not None:
                 queue.stream.apply_retention(now_ms, force=True)  # max-age moves with time
+        if any(
+            q.failed is not None and q.arguments.get("x-queue-type") != STREAM
+            for q in self.queues.values()
+        ):
+            return 0  # a failed classic queue's messages stay for inspection
         low = self.log.next_offset
         for queue in self.queues.values():
             needed = queue.cursor.low_water_offset()

@@ -29,7 +29,7 @@ from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.broker.streams import OFFSETS_SUFFIX, STREAM, delete_stream_files, open_stream
-from streamq.log.errors import LogError
+from streamq.log.errors import LogError, SegmentCorrupted
 from streamq.log.files import fsync_directory
 from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.syncer import Syncer
@@ -231,9 +231,19 @@ class VHostStore:
                 refs[message.offset] = refs.get(message.offset, 0) + 1
         wanted = sorted(refs)
         messages = self.messages
+        damaged: list[tuple[int, int, str]] = []  # segments that fail their CRC
         index = 0
         while index < len(wanted):
-            records = self.log.read(wanted[index], RESTORE_READ_RECORDS)
+            try:
+                records = self.log.read(wanted[index], RESTORE_READ_RECORDS)
+            except SegmentCorrupted as exc:
+                segment = next(
+                    s for s in self.log.segments() if s.base_offset <= wanted[index] < s.next_offset
+                )
+                damaged.append((segment.base_offset, segment.next_offset, str(exc)))
+                while index < len(wanted) and wanted[index] < segment.next_offset:
+                    index += 1
+                continue
             if not records:
                 break
             for record in records:
@@ -252,6 +262,14 @@ class VHostStore:
             while index < len(wanted) and wanted[index] <= last:
                 index += 1
         for queue, live in held.items():
+            reason = _damage(live, damaged)
+            if reason is not None:
+                # Only the queues with messages in a damaged segment fail; their journal
+                # and the segment stay for inspection (segments are not collected while a
+                # failed queue exists).
+                logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
+                queue.failed = reason
+                continue
             for message in live:
                 stored = messages.get(message.offset)
                 if stored is None:
@@ -297,6 +315,15 @@ class VHostStore:
     async def sync_all(self) -> None:
         """Make every change so far durable: messages, queue journals, definitions."""
         await self.log.sync(companions=True)
+
+
+def _damage(live: list[LiveMessage], damaged: list[tuple[int, int, str]]) -> str | None:
+    """Why a queue holding `live` cannot be restored, if one of its messages lies in a
+    damaged segment."""
+    for start, end, error in damaged:
+        if any(start <= message.offset < end for message in live):
+            return f"messages at offsets {start}..{end - 1} are in a damaged segment: {error}"
+    return None
 
 
 def exchange_op(exchange: Exchange) -> Op:

@@ -28,6 +28,7 @@ from streamq.log.errors import (
     LogFailed,
     OffsetOutOfRange,
     RecordTooLarge,
+    SegmentCorrupted,
 )
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.recovery import create_segment, recover
@@ -403,8 +404,10 @@ class SegmentLog:
     def read(self, offset: int, records_max: int) -> list[fmt.Record]:
         """Durable records from `offset` on, at most `records_max`, possibly fewer.
 
-        Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`, and
-        LogFailed (failing the log) if a record is damaged.
+        Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`,
+        SegmentCorrupted if a record of a sealed segment is damaged (the log goes on: the
+        segment never changes again), and LogFailed (failing the log) for damage in the
+        segment still being written or an I/O error.
         """
         self._check_usable()
         if offset < self.start_offset:
@@ -426,6 +429,12 @@ class SegmentLog:
                     self.config.read_chunk_bytes,
                     out,
                 )
+            except SegmentCorrupted as exc:
+                if segment.sealed and segment is not self._active:
+                    # A sealed segment never changes again: its damage fails the readers
+                    # of its offsets, not the log, which goes on appending and reading.
+                    raise
+                raise self._fail(exc) from exc
             except (LogError, OSError) as exc:
                 raise self._fail(exc) from exc
         return out

@@ -160,3 +160,43 @@ def test_a_stream_segment_damaged_while_running_cancels_its_consumers(
     method, _, body = conn.channel().basic_get("jobs", auto_ack=True)
     assert method is not None and body == b"jobs-0"
     conn.close()
+
+
+def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages_in_it(
+    broker: RunningBroker,
+) -> None:
+    """Classic queues share their vhost's log. A byte flipped in its first (sealed)
+    segment fails the queue whose messages are there; a queue whose messages are all in
+    later segments, and the vhost, go on."""
+    conn = connect(broker)
+    channel = conn.channel()
+    channel.queue_declare("early", durable=True)
+    channel.queue_declare("late", durable=True)
+    channel.confirm_delivery()
+    megabyte = b"m" * (1 << 20)
+    for _ in range(8):  # the first segment (8 MiB) holds seven of them
+        channel.basic_publish("", "early", megabyte)
+    for _ in range(6):  # all in the second segment
+        channel.basic_publish("", "late", megabyte)
+    conn.close()
+    broker.stop()
+    [messages_dir] = list((broker.data_dir / "vhosts").glob("*/messages"))
+    segments = sorted(messages_dir.glob("*.seg"))
+    assert len(segments) >= 2
+    flip_byte(segments[0], 3 << 20)
+    restarted = RunningBroker(broker.data_dir)
+    try:
+        error = unavailable(restarted, lambda ch: ch.basic_get("early"))
+        assert error.reply_code == 404
+        assert "in a damaged segment" in error.reply_text
+        conn = connect(restarted)
+        channel = conn.channel()
+        assert channel.queue_declare("late", passive=True).method.message_count == 6
+        method, _, body = channel.basic_get("late", auto_ack=True)
+        assert method is not None and body == megabyte
+        channel.queue_declare("fresh", durable=True)
+        channel.basic_publish("", "fresh", b"new")
+        assert channel.basic_get("fresh", auto_ack=True)[2] == b"new"
+        conn.close()
+    finally:
+        restarted.stop()

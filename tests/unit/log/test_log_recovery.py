@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamq.log import format as fmt
-from streamq.log.errors import LogFailed, SegmentCorrupted
+from streamq.log.errors import SegmentCorrupted
 from streamq.log.log import LogConfig, SegmentLog
 from tests.unit.log.conftest import message
 
@@ -158,7 +158,11 @@ def _index_fields(data: bytes) -> tuple[int, int, int, int, list[tuple[int, int,
     return fields[3], fields[4], fields[5], fields[6], entries
 
 
-def test_a_flipped_bit_in_a_closed_segment_fails_that_log_only(tmp_path: Path) -> None:
+def test_a_flipped_bit_in_a_closed_segment_fails_the_reads_of_that_segment_only(
+    tmp_path: Path,
+) -> None:
+    """A sealed segment never changes: its damage is reported to whoever reads it, with
+    the file and position, and the log goes on appending and reading other segments."""
     build(tmp_path / "a", 60)
     log = SegmentLog.open(str(tmp_path / "a"), CONFIG)
     other = SegmentLog.open(str(tmp_path / "b"), CONFIG)
@@ -171,14 +175,17 @@ def test_a_flipped_bit_in_a_closed_segment_fails_that_log_only(tmp_path: Path) -
         f.seek(position)
         f.write(bytes([byte ^ 0x04]))
     assert log.read(0, closed.base_offset) != []  # the segment before it reads fine
-    with pytest.raises(LogFailed, match=rf"{path.name} at position \d+: ") as failure:
+    with pytest.raises(SegmentCorrupted, match=rf"{path.name} at position \d+: ") as failure:
         log.read(closed.base_offset, 100)
-    corrupted = failure.value.cause
-    assert isinstance(corrupted, SegmentCorrupted)
+    corrupted = failure.value
     assert corrupted.path == str(path)
     assert corrupted.position <= position
-    with pytest.raises(LogFailed):
-        log.append([message(0)], 1)
+    assert log.failed is None
+    after = log.segments()[2].base_offset
+    assert log.read(after, 1)[0].offset == after  # the next segment reads fine
+    first = log.append([message(0)], 1)
+    assert log.sync_blocking() == first + 1
+    log.close_blocking()
     other.append([message(i) for i in range(20)], 1)
     assert other.sync_blocking() == 20
     assert len(other.read(0, 100)) == 20
