@@ -8,8 +8,9 @@ Durability: `append` is buffered, and durable after a `sync()` (or `sync_blockin
 began after it returned. `sync` group-commits: one round of fdatasync calls covers every
 append made before the round began, whoever asked.
 
-A log that meets corrupt data or an I/O error while reading or syncing is failed: every
-later call raises LogFailed. Other logs in the process are not affected.
+A log that meets an I/O error, or corrupt data in the segment being written, is failed:
+every later call raises LogFailed. Corrupt data in a sealed segment (which never changes
+again) fails only the reads of it, with SegmentCorrupted. Other logs are not affected.
 """
 
 from __future__ import annotations
