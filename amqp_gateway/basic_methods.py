@@ -12,7 +12,12 @@ import time
 from typing import TYPE_CHECKING
 
 from amqp_gateway import codec, errors
-from amqp_gateway.channels import ChannelSession, GatewayConsumer, Unacked
+from amqp_gateway.channels import (
+    ChannelSession,
+    GatewayConsumer,
+    Unacked,
+    with_delivery_count,
+)
 from amqp_gateway.codec import methods as m
 from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
 from streamq.queues.offsets import AckWatermark
@@ -133,7 +138,9 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
             routing_key=stored.routing_key,
             message_count=queue.cursor.message_count,
         ),
-        stored.properties_raw,
+        with_delivery_count(stored.properties_raw, ready.delivery_count)
+        if ready.delivery_count
+        else stored.properties_raw,
         stored.body,
     )
     if method.no_ack:

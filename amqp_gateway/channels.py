@@ -185,6 +185,8 @@ class GatewayConsumer:
         properties_raw = stored.properties_raw
         if queue.stream is not None:
             properties_raw = with_stream_offset(properties_raw, message.offset)
+        elif message.delivery_count:
+            properties_raw = with_delivery_count(properties_raw, message.delivery_count)
         codec.encode_deliver(
             connection.outgoing,
             codec.ChannelId(channel.id),
@@ -209,4 +211,15 @@ def with_stream_offset(properties_raw: bytes, offset: int) -> bytes:
     properties = codec.decode_properties(properties_raw)
     headers = dict(properties.headers or {})
     headers["x-stream-offset"] = codec.Int64(offset)
+    return codec.encode_properties(dataclasses.replace(properties, headers=headers))
+
+
+def with_delivery_count(properties_raw: bytes, count: int) -> bytes:
+    """A redelivery carries `x-delivery-count`, the deliveries before this one (as
+    RabbitMQ's quorum queues and LavinMQ); it survives restarts with the queue journal."""
+    if b"x-delivery-count" not in properties_raw:
+        return add_long_header(properties_raw, "x-delivery-count", count)
+    properties = codec.decode_properties(properties_raw)
+    headers = dict(properties.headers or {})
+    headers["x-delivery-count"] = codec.Int64(count)
     return codec.encode_properties(dataclasses.replace(properties, headers=headers))

@@ -219,3 +219,26 @@ def test_declare_ok_means_on_disk(tmp_path: Path) -> None:
             assert get_all(ch, "fresh-q") == [(b"routed", False)]
     finally:
         process.stop()
+
+
+def test_delivery_counts_survive_a_restart(broker: RunningBroker) -> None:
+    """Each redelivery carries x-delivery-count (deliveries before it); the count is in
+    the queue journal, so a restart does not reset it (LavinMQ loses it)."""
+    for expected in (None, 1):
+        with connect(broker.amqp_port) as conn:
+            ch = conn.channel()
+            ch.queue_declare("counted", durable=True)
+            if expected is None:
+                ch.basic_publish("", "counted", b"again")
+            method, properties, _ = ch.basic_get("counted")
+            assert method is not None
+            assert (properties.headers or {}).get("x-delivery-count") == expected
+        # closing the connection requeues the unacked message
+    broker = restart(broker)
+    try:
+        with connect(broker.amqp_port) as conn:
+            method, properties, body = conn.channel().basic_get("counted", auto_ack=True)
+            assert method is not None and method.redelivered and body == b"again"
+            assert properties.headers["x-delivery-count"] == 2
+    finally:
+        broker.stop()
