@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, cast
 
-from http_gateway import policies_api
+from http_gateway import policies_api, segments_api
 from http_gateway.protocol import HttpError, Request, RequestReader, Response, error
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
@@ -45,6 +45,8 @@ def route(request: Request) -> Handler | None:
     api = len(segments) >= 2 and segments[0] == "api"
     if api and segments[1] in ("policies", "operator-policies"):
         return policies_api.handle
+    if api and segments[1] == "stream-files":  # the Spark source's remote reads
+        return segments_api.handle
     return None
 
 

@@ -1,0 +1,170 @@
+"""Rows per second of the streamq Spark source reading a stream's segments directly.
+
+Declares the stream `events` on an in-process broker (loopback, port 0), writes
+`--messages` records (content-type and one header) into its log with the broker's
+SegmentLog while the broker is stopped, restarts the broker and measures:
+- `decode`: the executor's work alone, in this process (BatchReader.read over every
+  partition, Arrow batches built), with no Spark, direct and over HTTP (`url`);
+- `spark`: `spark.read.format("streamq")...write.format("noop")` on a local[N] session,
+  direct and remote;
+- `amqp`: one pika consumer reading `--amqp-messages` of them from `first` (prefetch 1000,
+  one multiple ack per 1000), the way an AMQP client reads the same stream.
+Prints the hardware, message size and fsync mode with the numbers (STYLE.md section 8).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/spark_read.py --messages 1000000
+
+(PYTHONPATH: the in-process broker is the integration tests' `RunningBroker`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pika
+
+from amqp_gateway.codec.properties import BasicProperties, encode_properties
+from spark_source.logdir import stream_directory
+from spark_source.options import parse_options
+from spark_source.source import BatchReader, StreamqDataSource
+from streamq.log.format import Message
+from streamq.log.log import LogConfig, SegmentLog
+from tests.integration.conftest import RunningBroker
+
+APPEND_BATCH = 10_000
+PREFETCH = 1000
+CONSUME_TIMEOUT_S = 30
+
+
+def declare(amqp_port: int) -> None:
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", amqp_port))
+    connection.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    connection.close()
+
+
+def bench_amqp(amqp_port: int, messages: int) -> tuple[int, float]:
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", amqp_port))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=PREFETCH)
+    began = time.perf_counter()
+    count = 0
+    for method, _properties, _body in channel.consume(
+        "events", arguments={"x-stream-offset": "first"}, inactivity_timeout=CONSUME_TIMEOUT_S
+    ):
+        assert method is not None, f"only {count} messages came"
+        count += 1
+        if count % PREFETCH == 0 or count == messages:
+            channel.basic_ack(method.delivery_tag, multiple=True)
+        if count == messages:
+            break
+    elapsed = time.perf_counter() - began
+    connection.close()
+    return count, elapsed
+
+
+def write_log(data_dir: str, messages: int, body_bytes: int) -> None:
+    properties = encode_properties(
+        BasicProperties(content_type="application/json", headers={"source": "bench"})
+    )
+    body = b"x" * body_bytes
+    log = SegmentLog.open(stream_directory(data_dir, "/", "events"), LogConfig())
+    now_ms = int(time.time() * 1000)
+    for first in range(0, messages, APPEND_BATCH):
+        count = min(APPEND_BATCH, messages - first)
+        log.append([Message(b"", b"events", properties, body)] * count, now_ms)
+    log.sync_blocking()
+    log.close_blocking()
+
+
+def bench_decode(where: dict[str, str]) -> tuple[int, float]:
+    reader = BatchReader(parse_options({**where, "stream": "events"}))
+    began = time.perf_counter()
+    rows = sum(batch.num_rows for part in reader.partitions() for batch in reader.read(part))
+    return rows, time.perf_counter() - began
+
+
+def bench_spark(
+    wheres: dict[str, dict[str, str]], cores: int, runs: int
+) -> list[tuple[str, int, float]]:
+    from pyspark.sql import SparkSession  # noqa: PLC0415  # the decode bench needs no JVM
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(StreamqDataSource)
+    results = []
+    for label, where in wheres.items():
+        for _ in range(runs):
+            reader = spark.read.format("streamq").option("stream", "events")
+            for key, value in where.items():
+                reader = reader.option(key, value)
+            df = reader.option("minPartitions", str(cores)).load()
+            began = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            elapsed = time.perf_counter() - began
+            results.append((label, df.count(), elapsed))
+    spark.stop()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--body-bytes", type=int, default=16)
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--amqp-messages", type=int, default=200_000)
+    parser.add_argument("--no-spark", action="store_true")
+    args = parser.parse_args()
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
+        f"{args.messages} messages, {args.body_bytes}-byte bodies, content-type + 1 header; "
+        "log written with fsync at the end (reads are from the page cache)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = os.path.join(tmp, "data")
+        broker = RunningBroker(Path(data_dir))
+        declare(broker.amqp_port)
+        broker.stop()
+        began = time.perf_counter()
+        write_log(data_dir, args.messages, args.body_bytes)
+        print(f"write: {time.perf_counter() - began:.1f} s")
+        broker = RunningBroker(Path(data_dir))
+        try:
+            wheres = {
+                "direct": {"path": data_dir},
+                "remote": {"url": f"http://127.0.0.1:{broker.http_port}"},
+            }
+            for label, where in wheres.items():
+                rows, elapsed = bench_decode(where)
+                print(
+                    f"decode {label} (1 process, no Spark): {rows} rows in {elapsed:.2f} s, "
+                    f"{rows / elapsed:,.0f} rows/s"
+                )
+            if not args.no_spark:
+                for label, rows, elapsed in bench_spark(wheres, args.cores, args.runs):
+                    print(
+                        f"spark {label} local[{args.cores}] noop write: {rows} rows in "
+                        f"{elapsed:.2f} s, {rows / elapsed:,.0f} rows/s"
+                    )
+            rows, elapsed = bench_amqp(broker.amqp_port, min(args.amqp_messages, args.messages))
+            print(
+                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, {rows / elapsed:,.0f}/s"
+            )
+        finally:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Records to Arrow: the source's fixed schema and the decode of one range into batches.
+
+Owns the Arrow form of the schema (which must equal what Spark derives from the Spark
+schema in `source.py`, field for field, nullability included: Spark checks it) and the
+executor side of a read: `read_partition` turns a `SegmentRange` into record batches,
+applying failOnDataLoss when retention deleted the segment after planning. It imports no
+pyspark, so the unit tests run it without a JVM.
+
+Columns: offset, timestamp (append time, UTC), stream, exchange, routing_key, body,
+properties (a struct of the 13 basic properties other than headers), and headers
+(key/value pairs, when includeHeaders) decoded by `properties.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Final
+
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
+
+from spark_source import logdir
+from spark_source.planning import DataLoss, SegmentRange
+from spark_source.properties import PROPERTY_NAMES, PropertyValue, decode_properties
+from streamq.log import format as fmt
+
+log = logging.getLogger(__name__)
+
+BATCH_RECORDS_MAX: Final = 10_000  # rows per Arrow batch, Spark's maxRecordsPerBatch
+
+_PROPERTY_TYPES: Final[dict[str, pa.DataType]] = {
+    "delivery_mode": pa.int32(),
+    "priority": pa.int32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+PROPERTIES_TYPE: Final = pa.struct(
+    [
+        pa.field(name, _PROPERTY_TYPES.get(name, pa.string()), nullable=True)
+        for name in PROPERTY_NAMES
+        if name != "headers"
+    ]
+)
+HEADERS_TYPE: Final = pa.list_(
+    pa.field(
+        "element",
+        pa.struct([pa.field("key", pa.string(), nullable=True), pa.field("value", pa.binary())]),
+    )
+)
+_BASE_FIELDS: Final = (
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("stream", pa.string()),
+    pa.field("exchange", pa.string()),
+    pa.field("routing_key", pa.string()),
+    pa.field("body", pa.binary()),
+    pa.field("properties", PROPERTIES_TYPE),
+)
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema of every batch (all fields nullable, as Spark's defaults)."""
+    fields = list(_BASE_FIELDS)
+    if include_headers:
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+def read_partition(
+    part: SegmentRange, include_headers: bool, fail_on_data_loss: bool
+) -> Iterator[pa.RecordBatch]:
+    """The records of `part` as record batches of at most BATCH_RECORDS_MAX rows.
+
+    Raises DataLoss when the segment was deleted since planning and fail_on_data_loss is
+    true (else logs a warning and yields nothing for it); SegmentCorrupted for damage.
+    """
+    schema = arrow_schema(include_headers)
+    try:
+        for records in logdir.read_range(
+            part.store, part.base, part.start, part.end, BATCH_RECORDS_MAX
+        ):
+            yield to_batch(records, part.stream, schema, include_headers)
+    except logdir.SegmentGone as exc:
+        lost = f"stream {part.stream!r}: offsets {part.start}..{part.end - 1} are gone ({exc})"
+        if fail_on_data_loss:
+            raise DataLoss(f"{lost}; set failOnDataLoss=false to skip") from exc
+        log.warning("%s; skipping them", lost)
+
+
+def to_batch(
+    records: Sequence[fmt.Record], stream: str, schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
+    """One batch of `records`. Properties are decoded once per distinct byte string (most
+    messages of a stream share a few), then spread to the rows with `take`."""
+    distinct: dict[bytes, int] = {}
+    indices = [distinct.setdefault(r.properties, len(distinct)) for r in records]
+    decoded = [decode_properties(raw) for raw in distinct]
+    take = pa.array(indices, pa.int32())
+    columns = [
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.timestamp_ms * 1000 for r in records], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+        pa.array([stream] * len(records), pa.string()),
+        _text([r.exchange for r in records]),
+        _text([r.routing_key for r in records]),
+        pa.array([r.body for r in records], pa.binary()),
+        _properties_array(decoded).take(take),
+    ]
+    if include_headers:
+        columns.append(pa.array([d.get("headers") for d in decoded], HEADERS_TYPE).take(take))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _text(values: list[bytes]) -> pa.Array:
+    """UTF-8 strings; a peer's invalid UTF-8 (AMQP shortstrs are bytes) becomes U+FFFD
+    rather than failing the read."""
+    try:
+        return pa.array(values, pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([v.decode("utf-8", "replace") for v in values], pa.string())
+
+
+def _properties_array(decoded: list[dict[str, PropertyValue]]) -> pa.Array:
+    rows = []
+    for values in decoded:
+        row = {name: values.get(name) for name in PROPERTIES_TYPE.names}
+        seconds = row["timestamp"]
+        if isinstance(seconds, int):
+            row["timestamp"] = seconds * 1_000_000
+        rows.append(row)
+    return pa.array(rows, PROPERTIES_TYPE)
