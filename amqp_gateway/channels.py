@@ -62,6 +62,7 @@ class ChannelSession:
         self.confirm = False
         self.publish_seq = 0
         self.confirmed_seq = 0
+        self.rejected_seqs: list[int] = []  # publishes a full queue refused: nacked
         self.transactional = False
         self.tx_publishes: list[Publish] = []
         self.tx_acks: list[tuple[int, bool, bool, bool]] = []  # tag, multiple, ack, requeue

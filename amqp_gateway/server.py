@@ -636,6 +636,8 @@ class AmqpHandler(asyncio.Protocol):
             queues,
             self._now_ms,
         )
+        if vhost.publish_rejected and channel.confirm:
+            channel.rejected_seqs.append(channel.publish_seq)
         if offset is None and publish.mandatory:
             self.conn.send_content(
                 channel.id,
@@ -664,13 +666,7 @@ class AmqpHandler(asyncio.Protocol):
                 await self.vhost.sync()
                 for channel, seq in owed.items():
                     if self.channels.get(channel.id) is channel and seq > channel.confirmed_seq:
-                        codec.append_basic_ack(
-                            self.conn.outgoing,
-                            codec.ChannelId(channel.id),
-                            codec.DeliveryTag(seq),
-                            True,
-                        )
-                        channel.confirmed_seq = seq
+                        self._confirm(channel, seq)
                 self.flush()
         except LogError as exc:
             logger.error("message store failed; closing connection %s: %s", self.peer, exc)
@@ -678,6 +674,26 @@ class AmqpHandler(asyncio.Protocol):
             self.flush()
         finally:
             self._confirming = False
+
+    def _confirm(self, channel: ChannelSession, seq: int) -> None:
+        """Cumulative acks up to `seq`, with a nack for each publish a full queue refused
+        (x-overflow reject-publish), in order."""
+        out = self.conn.outgoing
+        channel_id = codec.ChannelId(channel.id)
+        done = channel.confirmed_seq
+        rejected = channel.rejected_seqs
+        while rejected and rejected[0] <= seq:
+            refused = rejected.pop(0)
+            if refused - 1 > done:
+                codec.append_basic_ack(out, channel_id, codec.DeliveryTag(refused - 1), True)
+            self.conn.send_method(
+                channel.id,
+                m.BasicNack(delivery_tag=codec.DeliveryTag(refused), multiple=False, requeue=False),
+            )
+            done = refused
+        if seq > done:
+            codec.append_basic_ack(out, channel_id, codec.DeliveryTag(seq), True)
+        channel.confirmed_seq = seq
 
     # -- methods (amqp_gateway.entity_methods and basic_methods) ---------------------------
 

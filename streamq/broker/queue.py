@@ -93,9 +93,12 @@ class Queue:
         "failed",
         "had_consumers",
         "holds_expiring",
+        "max_length",
+        "max_length_bytes",
         "message_ttl_ms",
         "name",
         "next_consumer",
+        "overflow",
         "policy",
         "stream",
     )
@@ -125,6 +128,10 @@ class Queue:
         # Set once a message with its own `expiration` was enqueued: only then does every
         # delivery check message TTLs (the check costs on the hot path).
         self.holds_expiring = False
+        # Length limits (argument or policy, the stricter wins) and what happens beyond.
+        self.max_length: int | None = None
+        self.max_length_bytes: int | None = None
+        self.overflow = "drop-head"
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
 

@@ -26,6 +26,7 @@ from streamq.broker.deadletter import (
     EXPIRATION_FLAG_BYTE0,
     Death,
     PropertiesCodec,
+    check_classic_arguments,
     cycles,
     may_expire,
 )
@@ -102,6 +103,7 @@ class VHost(VHostPolicies, VHostStore):
         self._dirty_journals: set[QueueJournal] = set()
         # The gateway's reader and writer of AMQP properties, for TTL and dead letters.
         self.properties_codec: PropertiesCodec | None = None
+        self.publish_rejected = False  # the last publish was refused by a full queue
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         for exchange_name, exchange_type in PREDECLARED:
@@ -275,6 +277,8 @@ class VHost(VHostPolicies, VHostStore):
         kind = queue_type(arguments, name, self.name)
         if kind == STREAM:
             check_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
+        else:
+            check_classic_arguments(name, self.name, arguments)
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
         if kind == STREAM:
             queue.stream = open_stream(self._stream_dir(name), queue, self._syncer)
@@ -396,6 +400,14 @@ class VHost(VHostPolicies, VHostStore):
             queues = [q for q in queues if q.stream is None]
             if not queues:
                 return stream_offset
+        self.publish_rejected = False
+        limited = [q for q in queues if q.max_length is not None or q.max_length_bytes is not None]
+        if limited:
+            queues = self._refuse_when_full(
+                limited, queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
+            )
+            if not queues:
+                return -1  # routed, but every queue refused it (not a mandatory return)
         offset = self.log.append_one(
             exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
         )
@@ -412,9 +424,58 @@ class VHost(VHostPolicies, VHostStore):
             queue.cursor.enqueue(offset, size)
             if queue.consumers:
                 dirty.add(queue)
+        rejected = self.publish_rejected
+        for queue in limited:
+            if queue.overflow == "drop-head":
+                self._drop_head(queue, timestamp_ms)  # its dead letters publish too
+        self.publish_rejected = rejected
         if was_idle and dirty:
             self.wakeup()
         return offset
+
+    def _refuse_when_full(
+        self,
+        limited: list[Queue],
+        queues: list[Queue],
+        exchange_name: str,
+        routing_key: str,
+        properties_raw: bytes,
+        body: bytes,
+        timestamp_ms: int,
+    ) -> list[Queue]:
+        """The queues that take the message: full ones in a reject-publish mode refuse it
+        (`publish_rejected` tells the gateway to nack it), and with reject-publish-dlx the
+        refused copy is dead-lettered (reason maxlen)."""
+        refused = [q for q in limited if q.overflow != "drop-head" and self._full(q, len(body))]
+        if not refused:
+            return queues
+        for queue in refused:
+            if queue.overflow == "reject-publish-dlx":
+                stored = StoredMessage(
+                    -1, exchange_name, routing_key, properties_raw, body, 0, timestamp_ms
+                )
+                self._dead_letter_stored(queue, stored, "maxlen", timestamp_ms)
+        self.publish_rejected = True  # after the dead letters, which publish themselves
+        return [q for q in queues if q not in refused]
+
+    @staticmethod
+    def _full(queue: Queue, size: int) -> bool:
+        cursor = queue.cursor
+        if queue.max_length is not None and cursor.message_count >= queue.max_length:
+            return True
+        limit = queue.max_length_bytes
+        return limit is not None and cursor.bytes_ready + size > limit
+
+    def _drop_head(self, queue: Queue, now_ms: int) -> None:
+        """drop-head: dead-letter (reason maxlen) from the head while over a limit."""
+        cursor = queue.cursor
+        while (queue.max_length is not None and cursor.message_count > queue.max_length) or (
+            queue.max_length_bytes is not None and cursor.bytes_ready > queue.max_length_bytes
+        ):
+            taken = cursor.take()
+            if taken is None:
+                return
+            self.dead_letter(queue, taken.offset, "maxlen", now_ms)
 
     def _append_to_streams(
         self,
@@ -579,14 +640,16 @@ class VHost(VHostPolicies, VHostStore):
         """Move the message out of `queue`: republish it to the dead-letter exchange with
         its death recorded, or drop it (no DLX, a missing one, or a cycle)."""
         stored = self.messages.get(offset)
+        if stored is not None:
+            self._dead_letter_stored(queue, stored, reason, now_ms)
+        self.settle(queue, offset)
+
+    def _dead_letter_stored(
+        self, queue: Queue, stored: StoredMessage, reason: str, now_ms: int
+    ) -> None:
         exchange_name = queue.dead_letter_exchange
         codec = self.properties_codec
-        if (
-            stored is not None
-            and exchange_name is not None
-            and codec is not None
-            and exchange_name in self.exchanges
-        ):
+        if exchange_name is not None and codec is not None and exchange_name in self.exchanges:
             routing_key = queue.dead_letter_routing_key or stored.routing_key
             death = Death(
                 queue.name, reason, stored.exchange, (stored.routing_key,), now_ms // 1000
@@ -601,7 +664,6 @@ class VHost(VHostPolicies, VHostStore):
                 if not cycles(deaths, q.name)
             ]
             self.publish(exchange_name, routing_key, properties, stored.body, targets, now_ms)
-        self.settle(queue, offset)
 
     def fail_queue(self, queue: Queue, reason: str) -> None:
         """The queue's data cannot be read: it refuses everything but deletion from now

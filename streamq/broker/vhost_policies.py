@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 
 from retention.rules import rules_from_arguments, rules_from_policy
-from streamq.broker.deadletter import dead_letter_target, ttl_of
+from streamq.broker.deadletter import dead_letter_target, length_limits, ttl_of
 from streamq.broker.definitions import DefinitionsJournal
 from streamq.broker.errors import NotFound
 from streamq.broker.exchange import Exchange
@@ -79,6 +79,10 @@ class VHostPolicies:
             choose(self.operator_policies, "queue", queue.name, queue_type),
         )
         queue.message_ttl_ms = ttl_of(queue.arguments, queue.policy)
+        if queue.stream is None:
+            queue.max_length, queue.max_length_bytes, queue.overflow = length_limits(
+                queue.arguments, queue.policy
+            )
         queue.dead_letter_exchange, queue.dead_letter_routing_key = dead_letter_target(
             queue.arguments, queue.policy
         )
