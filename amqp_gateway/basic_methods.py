@@ -52,6 +52,12 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
     consumer = GatewayConsumer(
         channel, queue, tag, method.no_ack, method.exclusive, channel.consumer_prefetch
     )
+    priority = method.arguments.get("x-priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise errors.PreconditionFailed(
+            f"invalid arg 'x-priority': expected integer, got {priority!r}", 60, 20
+        )
+    consumer.priority = priority
     if queue.stream is not None:
         _check_stream_consumer(channel, method, vhost.name, name)
         start = parse_stream_offset(

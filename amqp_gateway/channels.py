@@ -118,6 +118,7 @@ class GatewayConsumer:
         "exclusive",
         "no_ack",
         "prefetch",
+        "priority",
         "queue",
         "stream_filter",
         "stream_position",
@@ -144,6 +145,7 @@ class GatewayConsumer:
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch
+        self.priority = 0
         self.unacked = 0
         self.stream_position = 0
         self.stream_redeliver: deque[int] = deque()

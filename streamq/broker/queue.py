@@ -57,6 +57,7 @@ class Consumer(Protocol):
     tag: str
     no_ack: bool
     exclusive: bool
+    priority: int  # x-priority: higher gets messages first
     # Stream queues only: the next offset to read, and offsets nacked with requeue, which
     # go to this consumer again first.
     stream_position: int

@@ -707,8 +707,7 @@ class VHost(VHostPolicies, VHostStore):
                 self.fail_queue(queue, f"its log failed: {exc}")
             return
         consumers = queue.consumers
-        count = len(consumers)
-        if not count:
+        if not consumers:
             return
         take = queue.cursor.take
         if queue.message_ttl_ms is not None or queue.holds_expiring:
@@ -717,12 +716,37 @@ class VHost(VHostPolicies, VHostStore):
             def take() -> ReadyMessage | None:
                 return self.take(queue, now_ms)
 
+        if queue.arguments.get("x-single-active-consumer") is True:
+            groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
+        elif any(c.priority for c in consumers):
+            groups = priority_groups(consumers)  # x-priority: higher ones first
+        else:
+            groups = [consumers]
+        budget = DRAIN_DELIVERIES_MAX
+        for group in groups:
+            budget, empty = self._round_robin(queue, group, take, budget)
+            if empty:
+                return
+            if budget <= 0:
+                self.kick(queue)
+                return
+
+    def _round_robin(
+        self,
+        queue: Queue,
+        consumers: list[Consumer],
+        take: Callable[[], ReadyMessage | None],
+        budget: int,
+    ) -> tuple[int, bool]:
+        """Deliver to `consumers` in turn while one has credit; returns the budget left
+        and whether the queue ran out of ready messages."""
+        count = len(consumers)
         messages = self.messages
         index = queue.next_consumer
         idle = 0
-        delivered = 0
+        empty = False
         # Hot path: one loop per queue and drain, no task or callback per message.
-        while idle < count:
+        while idle < count and budget > 0:
             consumer = consumers[index % count]
             index += 1
             if not consumer.can_take():
@@ -730,16 +754,15 @@ class VHost(VHostPolicies, VHostStore):
                 continue
             ready = take()
             if ready is None:
+                empty = True
                 break
             idle = 0
             consumer.deliver(queue, ready, messages[ready.offset])
             if consumer.no_ack:
                 self.settle(queue, ready.offset)
-            delivered += 1
-            if delivered >= DRAIN_DELIVERIES_MAX:
-                self.kick(queue)
-                break
+            budget -= 1
         queue.next_consumer = index % count
+        return budget, empty
 
     async def aclose(self) -> None:
         """Write and fsync everything buffered (after any round in flight), then close."""
@@ -768,3 +791,12 @@ class VHost(VHostPolicies, VHostStore):
                 queue.stream.offsets.close()
             if queue.cursor.journal is not None:
                 queue.cursor.journal.close()
+
+
+def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
+    """Consumers grouped by `x-priority`, highest first, each group in subscription order:
+    a lower group gets messages only while every higher one is out of credit."""
+    groups: dict[int, list[Consumer]] = {}
+    for consumer in consumers:
+        groups.setdefault(consumer.priority, []).append(consumer)
+    return [groups[p] for p in sorted(groups, reverse=True)]
