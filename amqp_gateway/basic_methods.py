@@ -16,7 +16,7 @@ from amqp_gateway.channels import (
     ChannelSession,
     GatewayConsumer,
     Unacked,
-    with_delivery_count,
+    with_long_header,
 )
 from amqp_gateway.codec import methods as m
 from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
@@ -144,7 +144,7 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
             routing_key=stored.routing_key,
             message_count=queue.cursor.message_count,
         ),
-        with_delivery_count(stored.properties_raw, ready.delivery_count)
+        with_long_header(stored.properties_raw, "x-delivery-count", ready.delivery_count)
         if ready.delivery_count
         else stored.properties_raw,
         stored.body,

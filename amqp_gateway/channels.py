@@ -187,9 +187,11 @@ class GatewayConsumer:
         connection = channel.connection
         properties_raw = stored.properties_raw
         if queue.stream is not None:
-            properties_raw = with_stream_offset(properties_raw, message.offset)
+            properties_raw = with_long_header(properties_raw, "x-stream-offset", message.offset)
         elif message.delivery_count:
-            properties_raw = with_delivery_count(properties_raw, message.delivery_count)
+            properties_raw = with_long_header(
+                properties_raw, "x-delivery-count", message.delivery_count
+            )
         codec.encode_deliver(
             connection.outgoing,
             codec.ChannelId(channel.id),
@@ -205,24 +207,15 @@ class GatewayConsumer:
         channel.owner.note_output()
 
 
-def with_stream_offset(properties_raw: bytes, offset: int) -> bytes:
-    """The properties with the `x-stream-offset` header (long) every delivery from a
-    stream carries, as RabbitMQ and LavinMQ add it."""
-    if b"x-stream-offset" not in properties_raw:
-        return add_long_header(properties_raw, "x-stream-offset", offset)
-    # Republished from another stream: replace the header it carries.
+def with_long_header(properties_raw: bytes, name: str, value: int) -> bytes:
+    """The properties with the header `name` set to the long `value`: spliced in when the
+    message does not carry it yet (the common case), else replaced by decode and encode.
+    Deliveries from a stream carry `x-stream-offset` (as RabbitMQ and LavinMQ add it);
+    redeliveries carry `x-delivery-count`, the deliveries before this one, which survives
+    restarts with the queue journal."""
+    if name.encode() not in properties_raw:
+        return add_long_header(properties_raw, name, value)
     properties = codec.decode_properties(properties_raw)
     headers = dict(properties.headers or {})
-    headers["x-stream-offset"] = codec.Int64(offset)
-    return codec.encode_properties(dataclasses.replace(properties, headers=headers))
-
-
-def with_delivery_count(properties_raw: bytes, count: int) -> bytes:
-    """A redelivery carries `x-delivery-count`, the deliveries before this one (as
-    RabbitMQ's quorum queues and LavinMQ); it survives restarts with the queue journal."""
-    if b"x-delivery-count" not in properties_raw:
-        return add_long_header(properties_raw, "x-delivery-count", count)
-    properties = codec.decode_properties(properties_raw)
-    headers = dict(properties.headers or {})
-    headers["x-delivery-count"] = codec.Int64(count)
+    headers[name] = codec.Int64(value)
     return codec.encode_properties(dataclasses.replace(properties, headers=headers))

@@ -314,10 +314,9 @@ class AmqpHandler(asyncio.Protocol):
         self._holds.discard("drain")
         if self._held and self._waiting is None and self.conn.state is not State.CLOSED:
             held, self._held = self._held, []
-            self._run(held)
-        if "drain" not in self._holds:
-            self._holds.add("drain")  # so that _unhold sees it and resumes reading
-            self._unhold("drain")
+            self._run(held)  # may hold "drain" again for the next slice
+        if not self._holds:
+            self._read_again()
 
     def _hold(self, reason: str) -> None:
         transport = self._transport
@@ -326,11 +325,14 @@ class AmqpHandler(asyncio.Protocol):
         self._holds.add(reason)
 
     def _unhold(self, reason: str) -> None:
-        if reason not in self._holds:
-            return
-        self._holds.discard(reason)
+        if reason in self._holds:
+            self._holds.discard(reason)
+            if not self._holds:
+                self._read_again()
+
+    def _read_again(self) -> None:
         transport = self._transport
-        if not self._holds and transport is not None and not transport.is_closing():
+        if transport is not None and not transport.is_closing():
             transport.resume_reading()
 
     def block(self, reason: str) -> None:

@@ -74,21 +74,6 @@ class User:
         return self.password_hash != NO_PASSWORD
 
 
-class UserStore:
-    """Only the default guest, in memory. Superseded by `accounts.AccountStore`; it stays
-    until the broker switches over."""
-
-    def __init__(self) -> None:
-        self.users = {DEFAULT_USER: User(DEFAULT_USER, hash_password("guest"), DEFAULT_TAGS)}
-
-    def authenticate(self, username: str, password: str) -> User | None:
-        """The user if the password is right; None otherwise (without saying which part)."""
-        user = self.users.get(username)
-        if user is None or not check_password(password, user.password_hash):
-            return None
-        return user
-
-
 def login_allowed(username: str, peer_is_loopback: bool) -> bool:
     """RabbitMQ's rule: users in `loopback_users` may connect only from loopback."""
     return peer_is_loopback or username not in LOOPBACK_USERS

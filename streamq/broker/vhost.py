@@ -446,7 +446,8 @@ class VHost(VHostPolicies, VHostStore):
         """The queues that take the message: full ones in a reject-publish mode refuse it
         (`publish_rejected` tells the gateway to nack it), and with reject-publish-dlx the
         refused copy is dead-lettered (reason maxlen)."""
-        refused = [q for q in limited if q.overflow != "drop-head" and self._full(q, len(body))]
+        size = len(body)
+        refused = [q for q in limited if q.overflow != "drop-head" and _over_limit(q, 1, size)]
         if not refused:
             return queues
         for queue in refused:
@@ -458,21 +459,10 @@ class VHost(VHostPolicies, VHostStore):
         self.publish_rejected = True  # after the dead letters, which publish themselves
         return [q for q in queues if q not in refused]
 
-    @staticmethod
-    def _full(queue: Queue, size: int) -> bool:
-        cursor = queue.cursor
-        if queue.max_length is not None and cursor.message_count >= queue.max_length:
-            return True
-        limit = queue.max_length_bytes
-        return limit is not None and cursor.bytes_ready + size > limit
-
     def _drop_head(self, queue: Queue, now_ms: int) -> None:
         """drop-head: dead-letter (reason maxlen) from the head while over a limit."""
-        cursor = queue.cursor
-        while (queue.max_length is not None and cursor.message_count > queue.max_length) or (
-            queue.max_length_bytes is not None and cursor.bytes_ready > queue.max_length_bytes
-        ):
-            taken = cursor.take()
+        while _over_limit(queue, 0, 0):
+            taken = queue.cursor.take()
             if taken is None:
                 return
             self.dead_letter(queue, taken.offset, "maxlen", now_ms)
@@ -791,6 +781,16 @@ class VHost(VHostPolicies, VHostStore):
                 queue.stream.offsets.close()
             if queue.cursor.journal is not None:
                 queue.cursor.journal.close()
+
+
+def _over_limit(queue: Queue, messages: int, size: int) -> bool:
+    """Whether the queue would exceed a length limit with `messages` more ready messages
+    of `size` bytes more."""
+    cursor = queue.cursor
+    if queue.max_length is not None and cursor.message_count + messages > queue.max_length:
+        return True
+    limit = queue.max_length_bytes
+    return limit is not None and cursor.bytes_ready + size > limit
 
 
 def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:

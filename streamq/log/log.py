@@ -236,7 +236,7 @@ class SegmentLog:
         size = len(record)
         position = segment.size_bytes
         if position + size > self.config.segment_bytes_max and offset > segment.base_offset:
-            self._seal_active(offset, position, timestamp_ms)
+            self._seal_active(offset, position)
             segment = self._active
             position = segment.size_bytes
         index = segment.index
@@ -261,7 +261,7 @@ class SegmentLog:
             raise self._fail(exc) from exc
         del buffer[:]
 
-    def _seal_active(self, offset: int, position: int, timestamp_ms: int) -> None:
+    def _seal_active(self, offset: int, position: int) -> None:
         """Close the active segment for appends and start the next one at `offset`."""
         old = self._active
         old.size_bytes = position

@@ -4,6 +4,9 @@ directory under the test's tmp_path, on its own event-loop thread (the clients b
 from __future__ import annotations
 
 import asyncio
+import base64
+import http.client
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,6 +59,17 @@ class RunningBroker:
         except BaseException as exc:
             self.error = exc
             self._ready.set()
+
+    def put_policy(self, name: str, body: dict[str, object]) -> int:
+        """PUT /api/policies/%2F/{name} as guest; the HTTP status."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=START_TIMEOUT_S)
+        token = base64.b64encode(b"guest:guest").decode()
+        headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+        try:
+            conn.request("PUT", f"/api/policies/%2F/{name}", json.dumps(body), headers)
+            return conn.getresponse().status
+        finally:
+            conn.close()
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the broker's event loop (the broker is not thread-safe)."""

@@ -4,18 +4,12 @@ maxlen), reject-publish (nacked under confirms) and reject-publish-dlx."""
 
 from __future__ import annotations
 
-import base64
-import http.client
-import json
-
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.conftest import RunningBroker
-
-TIMEOUT_S = 10
 
 
 def connect(broker: RunningBroker) -> pika.BlockingConnection:
@@ -88,14 +82,8 @@ def test_a_policy_sets_the_limit(broker: RunningBroker) -> None:
     conn = connect(broker)
     channel = conn.channel()
     setup(channel)
-    api = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(b"guest:guest").decode()
     policy = {"pattern": "^limited$", "definition": {"max-length": 2}, "apply-to": "queues"}
-    api.request(
-        "PUT", "/api/policies/%2F/cap", json.dumps(policy), {"Authorization": f"Basic {token}"}
-    )
-    assert api.getresponse().status == 201
-    api.close()
+    assert broker.put_policy("cap", policy) == 201
     for n in range(4):
         channel.basic_publish("", "limited", str(n).encode())
     assert bodies(channel, "limited") == [b"2", b"3"]

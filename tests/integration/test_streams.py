@@ -4,10 +4,7 @@ consumers, prompt wake-up of caught-up consumers, redelivery, and a restart."""
 
 from __future__ import annotations
 
-import base64
 import datetime
-import http.client
-import json
 import time
 from collections.abc import Iterator
 
@@ -252,17 +249,6 @@ def test_streams_and_classic_queues_from_one_publish_and_a_restart(
         restarted.stop()
 
 
-def put_policy(broker: RunningBroker, name: str, body: dict) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(b"guest:guest").decode()
-    conn.request(
-        "PUT", f"/api/policies/%2F/{name}", json.dumps(body), {"Authorization": f"Basic {token}"}
-    )
-    status = conn.getresponse().status
-    conn.close()
-    return status
-
-
 def first_offset(connection: pika.BlockingConnection, name: str) -> int:
     return read(connection, name, "first", 1)[0][0]
 
@@ -431,7 +417,7 @@ def test_a_restart_keeps_exactly_what_the_rules_kept(broker: RunningBroker) -> N
         channel.basic_publish("", "ruled", f"{n:04d}".encode() + b"." * 100)
     # Any policy change makes every stream check its rules now (this one matches nothing).
     noop = {"pattern": "^no-such-queue$", "definition": {"max-length": 1}}
-    assert put_policy(broker, "noop", noop) == 201
+    assert broker.put_policy("noop", noop) == 201
     before = first_offset(conn, "ruled")
     count = channel.queue_declare("ruled", passive=True).method.message_count
     conn.close()

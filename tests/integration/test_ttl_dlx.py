@@ -4,9 +4,6 @@ cycle, policies, and expiry across a restart (the seed's scenario in small)."""
 
 from __future__ import annotations
 
-import base64
-import http.client
-import json
 import time
 from pathlib import Path
 
@@ -131,13 +128,7 @@ def test_ttl_and_dead_lettering_by_policy(broker: RunningBroker) -> None:
         "pattern": "^source$",
         "definition": {"message-ttl": 50, "dead-letter-exchange": "dlx"},
     }
-    api = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(b"guest:guest").decode()
-    api.request(
-        "PUT", "/api/policies/%2F/ttl", json.dumps(policy), {"Authorization": f"Basic {token}"}
-    )
-    assert api.getresponse().status == 201
-    api.close()
+    assert broker.put_policy("ttl", policy) == 201
     channel.basic_publish("", "source", b"p")
     assert [body for _, body in wait_for(channel, "dead", 1)] == [b"p"]
     conn.close()
