@@ -8,84 +8,83 @@ the `policymaker` or `administrator` tag and access to the vhost; operator polic
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Final
 
-from http_gateway.protocol import HttpError, Request, Response
+from aiohttp import web
+
+from http_gateway.context import (
+    Caller,
+    caller,
+    read_json_object,
+    require_tags,
+    vhost_for,
+    visible_vhosts,
+)
+from http_gateway.errors import HttpError
 from streamq.broker.vhost import VHost
 
-if TYPE_CHECKING:
-    from http_gateway.server import Caller
+POLICY_TAGS: Final = frozenset({"policymaker", "administrator"})
+OPERATOR_TAGS: Final = frozenset({"administrator"})
 
-POLICY_TAGS = frozenset({"policymaker", "administrator"})
-
-
-async def handle(caller: Caller, request: Request) -> Response:
-    operator = request.segments[1] == "operator-policies"
-    _check_tags(caller, operator)
-    rest = [s for s in request.segments[2:] if s != ""] if len(request.segments) > 2 else []
-    if len(rest) == 0:
-        _allow(request, "GET")
-        return Response(200, _list(caller, None, operator))
-    vhost = _vhost(caller, rest[0])
-    if len(rest) == 1:
-        _allow(request, "GET")
-        return Response(200, _list(caller, vhost, operator))
-    if len(rest) != 2:
-        raise HttpError(404, "Not Found")
-    name = rest[1]
-    table = vhost.operator_policies if operator else vhost.policies
-    if request.method == "GET":
-        policy = table.get(name)
-        if policy is None:
-            raise HttpError(404, "Not Found")
-        return Response(200, policy.to_json(vhost.name))
-    if request.method == "PUT":
-        body = request.json()
-        if not isinstance(body, dict):
-            raise HttpError(400, "the body must be a JSON object")
-        existed = name in table
-        vhost.set_policy(name, body, operator=operator)
-        await vhost.sync_all()
-        return Response(204 if existed else 201)
-    if request.method == "DELETE":
-        if name not in table:
-            raise HttpError(404, "Not Found")
-        vhost.clear_policy(name, operator=operator)
-        await vhost.sync_all()
-        return Response(204)
-    raise HttpError(405, f"{request.method} is not allowed here")
+routes = web.RouteTableDef()
 
 
-def _allow(request: Request, method: str) -> None:
-    if request.method != method:
-        raise HttpError(405, f"{request.method} is not allowed here")
+def _caller(request: web.Request) -> tuple[Caller, bool]:
+    operator = request.match_info["kind"] == "operator-policies"
+    who = caller(request)
+    require_tags(who, OPERATOR_TAGS if operator else POLICY_TAGS)
+    return who, operator
 
 
-def _check_tags(caller: Caller, operator: bool) -> None:
-    tags = set(caller.user.tags)
-    needed = {"administrator"} if operator else POLICY_TAGS
-    if not tags & needed:
-        raise HttpError(403, "Not_Authorized: needs the tag " + " or ".join(sorted(needed)))
-
-
-def _vhost(caller: Caller, name: str) -> VHost:
-    vhost = caller.broker.vhosts.get(name)
-    if vhost is None:
-        raise HttpError(404, f"vhost {name} not found")
-    if "administrator" not in caller.user.tags and not caller.broker.accounts.vhost_access(
-        caller.user.name, name
-    ):
-        raise HttpError(403, f"access to vhost '{name}' refused for user '{caller.user.name}'")
-    return vhost
-
-
-def _list(caller: Caller, vhost: VHost | None, operator: bool) -> list[dict[str, object]]:
-    vhosts = [vhost] if vhost is not None else list(caller.broker.vhosts.values())
+def _policies(vhosts: list[VHost], operator: bool) -> list[dict[str, object]]:
     out = []
     for each in vhosts:
-        hidden = vhost is None and "administrator" not in caller.user.tags
-        if hidden and not caller.broker.accounts.vhost_access(caller.user.name, each.name):
-            continue
         table = each.operator_policies if operator else each.policies
         out += [p.to_json(each.name) for p in sorted(table.values(), key=lambda p: p.name)]
     return out
+
+
+@routes.get(r"/api/{kind:policies|operator-policies}")
+async def list_all(request: web.Request) -> web.Response:
+    who, operator = _caller(request)
+    return web.json_response(_policies(visible_vhosts(who), operator))
+
+
+@routes.get(r"/api/{kind:policies|operator-policies}/{vhost}")
+async def list_vhost(request: web.Request) -> web.Response:
+    who, operator = _caller(request)
+    return web.json_response(_policies([vhost_for(who, request.match_info["vhost"])], operator))
+
+
+def _table(request: web.Request) -> tuple[VHost, bool, str]:
+    who, operator = _caller(request)
+    return vhost_for(who, request.match_info["vhost"]), operator, request.match_info["name"]
+
+
+@routes.get(r"/api/{kind:policies|operator-policies}/{vhost}/{name}")
+async def get(request: web.Request) -> web.Response:
+    vhost, operator, name = _table(request)
+    policy = (vhost.operator_policies if operator else vhost.policies).get(name)
+    if policy is None:
+        raise HttpError(404, "Not Found")
+    return web.json_response(policy.to_json(vhost.name))
+
+
+@routes.put(r"/api/{kind:policies|operator-policies}/{vhost}/{name}")
+async def put(request: web.Request) -> web.Response:
+    vhost, operator, name = _table(request)
+    body = await read_json_object(request)
+    existed = name in (vhost.operator_policies if operator else vhost.policies)
+    vhost.set_policy(name, body, operator=operator)
+    await vhost.sync_all()
+    return web.Response(status=204 if existed else 201)
+
+
+@routes.delete(r"/api/{kind:policies|operator-policies}/{vhost}/{name}")
+async def delete(request: web.Request) -> web.Response:
+    vhost, operator, name = _table(request)
+    if name not in (vhost.operator_policies if operator else vhost.policies):
+        raise HttpError(404, "Not Found")
+    vhost.clear_policy(name, operator=operator)
+    await vhost.sync_all()
+    return web.Response(status=204)

@@ -20,33 +20,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
-from urllib.parse import parse_qs
+from typing import Final
 
-from http_gateway.protocol import REASONS, HttpError, Request, Response
+from aiohttp import web
+
+from http_gateway.context import caller, vhost_for
+from http_gateway.errors import HttpError
 from streamq.log import format as fmt
-
-if TYPE_CHECKING:
-    from http_gateway.server import Caller
 
 READ_BYTES_MAX: Final = 130 * 1024 * 1024  # one record of the largest message, and more
 
-
-@dataclass(slots=True)
-class BytesResponse(Response):
-    """A response whose body is raw bytes (the JSON `Response` cannot carry them)."""
-
-    data: bytes = b""
-
-    def encode(self, keep_alive: bool) -> bytes:
-        lines = [
-            f"HTTP/1.1 {self.status} {REASONS.get(self.status, 'Status')}",
-            "Content-Type: application/octet-stream",
-            f"Content-Length: {len(self.data)}",
-            "Connection: keep-alive" if keep_alive else "Connection: close",
-        ]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode() + self.data
+routes = web.RouteTableDef()
 
 
 def _is_log_file(name: str) -> bool:
@@ -60,38 +44,36 @@ def _is_log_file(name: str) -> bool:
     )
 
 
-async def handle(caller: Caller, request: Request) -> Response:
-    if request.method != "GET":
-        raise HttpError(405, f"{request.method} is not allowed here")
-    rest = request.segments[2:]
-    if len(rest) not in (2, 3):
-        raise HttpError(404, "Not Found")
-    directory = _stream_directory(caller, rest[0], rest[1])
-    if len(rest) == 2:
-        return Response(200, {"files": await asyncio.to_thread(_list, directory)})
-    name = rest[2]
+@routes.get("/api/stream-files/{vhost}/{stream}")
+async def list_files(request: web.Request) -> web.Response:
+    directory = _stream_directory(request)
+    return web.json_response({"files": await asyncio.to_thread(_list, directory)})
+
+
+@routes.get("/api/stream-files/{vhost}/{stream}/{name}")
+async def read_file(request: web.Request) -> web.Response:
+    directory = _stream_directory(request)
+    name = request.match_info["name"]
     if not _is_log_file(name):
         raise HttpError(404, f"no log file {name!r}")
-    position, length = _range(request.query)
+    position, length = _range(request)
     data = await asyncio.to_thread(_read, os.path.join(directory, name), position, length)
-    return BytesResponse(200, data=data)
+    return web.Response(body=data, content_type="application/octet-stream")
 
 
-def _stream_directory(caller: Caller, vhost_name: str, stream: str) -> str:
-    vhost = caller.broker.vhosts.get(vhost_name)
-    if vhost is None:
-        raise HttpError(404, f"vhost {vhost_name} not found")
-    if "administrator" not in caller.user.tags and not caller.broker.accounts.vhost_access(
-        caller.user.name, vhost_name
-    ):
-        user = caller.user.name
-        raise HttpError(403, f"access to vhost '{vhost_name}' refused for user '{user}'")
+def _stream_directory(request: web.Request) -> str:
+    vhost_name, stream = request.match_info["vhost"], request.match_info["stream"]
+    who = caller(request)
+    vhost = vhost_for(who, vhost_name)
+    # Reading messages needs permissions on the vhost (tags that see every vhost do not).
+    if not who.is_admin and not who.broker.accounts.vhost_access(who.user.name, vhost_name):
+        raise HttpError(403, f"access to vhost '{vhost_name}' refused for user '{who.user.name}'")
     queue = vhost.queues.get(stream)
     if queue is None or queue.stream is None:
         raise HttpError(404, f"no stream '{stream}' in vhost '{vhost_name}'")
     # The broker's naming of stream directories (vhost_store._stream_dir).
     return os.path.join(
-        caller.broker.data_dir,
+        who.broker.data_dir,
         "vhosts",
         hashlib.sha1(vhost_name.encode()).hexdigest(),
         "streams",
@@ -99,11 +81,10 @@ def _stream_directory(caller: Caller, vhost_name: str, stream: str) -> str:
     )
 
 
-def _range(query: str) -> tuple[int, int]:
-    params = parse_qs(query)
+def _range(request: web.Request) -> tuple[int, int]:
     try:
-        position = int(params.get("position", ["0"])[0])
-        length = int(params.get("length", [str(READ_BYTES_MAX)])[0])
+        position = int(request.query.get("position", "0"))
+        length = int(request.query.get("length", str(READ_BYTES_MAX)))
     except ValueError:
         raise HttpError(400, "position and length must be integers") from None
     if position < 0 or length < 0:

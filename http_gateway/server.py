@@ -1,140 +1,107 @@
-"""The HTTP server of the management API: the only code here that touches sockets.
+"""The management HTTP server: aiohttp on the broker's event loop.
 
-Owns one asyncio protocol per connection: it feeds bytes to `RequestReader`, answers
-requests one at a time in order (handlers may await a sync round), checks HTTP basic
-authentication against the broker's users (the loopback rule for `guest` included, as
-RabbitMQ), and routes by path. Errors become RabbitMQ-style JSON bodies, never a crash.
+Owns the application: its routes (one module per family of RabbitMQ management paths,
+each exporting `routes`, an `aiohttp.web.RouteTableDef`), the middleware that
+authenticates every `/api/` request (`auth.py`) and turns errors into RabbitMQ-style JSON
+bodies (never a crash: a bug in a handler is a 500 for that request, logged), and the
+listening socket. Handlers run on the broker's loop, so they read broker state directly;
+anything that blocks (file reads, fsync) goes to a worker thread or a sync round.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
+
+from aiohttp import web
 
 from http_gateway import policies_api, segments_api
-from http_gateway.protocol import HttpError, Request, RequestReader, Response, error
+from http_gateway.auth import FAILED_LOGINS_KEY, FailedLogins, authenticate
+from http_gateway.context import BODY_BYTES_MAX, BROKER_KEY
+from http_gateway.errors import HttpError, error_response
+from streamq.broker import errors as broker_errors
 from streamq.broker.broker import Broker
-from streamq.broker.errors import BrokerError
-from streamq.broker.users import User, login_allowed
 
 logger = logging.getLogger(__name__)
 
-PENDING_REQUESTS_MAX: Final = 64  # pipelined requests held per connection
+ROUTE_MODULES: Final = (policies_api, segments_api)
+# Paths a user without a management tag may read (the Spark source's remote reads).
+ANY_USER_PREFIXES: Final = ("/api/stream-files/",)
+# Domain errors and the status RabbitMQ's management API answers them with.
+BROKER_ERROR_STATUS: Final[tuple[tuple[type[broker_errors.BrokerError], int], ...]] = (
+    (broker_errors.NotFound, 404),
+    (broker_errors.QueueUnavailable, 503),
+    (broker_errors.AccessRefused, 403),
+    (broker_errors.ResourceLocked, 405),
+    (broker_errors.NotAllowed, 404),
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """An authenticated request: the broker and who asks."""
-
-    broker: Broker
-    user: User
-
-
-Handler = Callable[[Caller, Request], Awaitable[Response]]
+def status_of(exc: broker_errors.BrokerError) -> int:
+    for kind, status in BROKER_ERROR_STATUS:
+        if isinstance(exc, kind):
+            return status
+    return 400
 
 
-def route(request: Request) -> Handler | None:
-    """The handler for a request path; None for 404."""
-    segments = request.segments
-    api = len(segments) >= 2 and segments[0] == "api"
-    if api and segments[1] in ("policies", "operator-policies"):
-        return policies_api.handle
-    if api and segments[1] == "stream-files":  # the Spark source's remote reads
-        return segments_api.handle
-    return None
+@web.middleware
+async def api_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        if request.path.startswith("/api/"):
+            await authenticate(request, any_user=request.path.startswith(ANY_USER_PREFIXES))
+        return await handler(request)
+    except HttpError as exc:
+        return error_response(exc.status, exc.reason)
+    except web.HTTPException as exc:  # the router's 404 and 405, aiohttp's 413
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.reason)
+    except broker_errors.BrokerError as exc:
+        return error_response(status_of(exc), str(exc))
+    except Exception:
+        logger.exception("internal error in %s %s", request.method, request.path)
+        return error_response(500, "internal error, see the broker log")
 
 
-class HttpHandler(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self._reader = RequestReader()
-        self._transport: asyncio.Transport | None = None
-        self._queue: asyncio.Queue[Request | None] = asyncio.Queue(PENDING_REQUESTS_MAX)
-        self._task: asyncio.Task[None] | None = None
-        self._loopback = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self._transport = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        try:
-            self._loopback = ipaddress.ip_address(peer[0]).is_loopback
-        except (ValueError, TypeError, IndexError):
-            self._loopback = False
-        self._task = asyncio.get_running_loop().create_task(self._serve())
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            requests = self._reader.feed(data)
-        except HttpError as exc:
-            self._send(error(exc.status, exc.reason), keep_alive=False)
-            return
-        for request in requests:
-            if self._queue.full():
-                self._send(error(503, "too many pipelined requests"), keep_alive=False)
-                return
-            self._queue.put_nowait(request)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
-        if self._task is not None:
-            self._task.cancel()
-
-    async def _serve(self) -> None:
-        while self._transport is not None:
-            request = await self._queue.get()
-            if request is None:
-                return
-            response = await self._answer(request)
-            self._send(response, keep_alive=request.keep_alive)
-
-    async def _answer(self, request: Request) -> Response:
-        handler = route(request)
-        if handler is None:
-            return error(404, "Not Found")
-        user = self._authenticate(request)
-        if user is None:
-            response = error(401, "Not_Authorized")
-            response.headers["WWW-Authenticate"] = 'Basic realm="streamq"'
-            return response
-        try:
-            return await handler(Caller(self.broker, user), request)
-        except HttpError as exc:
-            return error(exc.status, exc.reason)
-        except BrokerError as exc:
-            return error(400, str(exc))
-        except Exception:  # a bug in a handler: 500 for this request, never a crash
-            logger.exception("internal error in %s %s", request.method, request.path)
-            return error(500, "internal error, see the broker log")
-
-    def _authenticate(self, request: Request) -> User | None:
-        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            username, _, password = base64.b64decode(encoded, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        user = self.broker.accounts.authenticate(username, password)
-        if user is None or not login_allowed(user.name, self._loopback):
-            return None
-        return user
-
-    def _send(self, response: Response, *, keep_alive: bool) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        transport.write(response.encode(keep_alive))
-        if not keep_alive:
-            transport.close()
+def build_app(broker: Broker) -> web.Application:
+    app = web.Application(middlewares=[api_middleware], client_max_size=BODY_BYTES_MAX)
+    app[BROKER_KEY] = broker
+    app[FAILED_LOGINS_KEY] = FailedLogins()
+    for module in ROUTE_MODULES:
+        app.add_routes(module.routes)
+    return app
 
 
-async def start_http_server(broker: Broker, host: str, port: int) -> asyncio.Server:
+class HttpServer:
+    """The listening management server; `close()` stops it and its connections."""
+
+    def __init__(self, runner: web.AppRunner, server: asyncio.Server) -> None:
+        self.runner = runner
+        self.server = server
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.runner.cleanup()
+
+
+async def start_http_server(broker: Broker, host: str, port: int) -> HttpServer:
+    """Listen on host:port. Raises OSError if the port cannot be bound."""
+    runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
+    await runner.setup()
+    protocol_factory = runner.server
+    assert protocol_factory is not None, "set up above"
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HttpHandler(broker), host, port, reuse_address=True)
+    try:
+        server = await loop.create_server(protocol_factory, host, port, reuse_address=True)
+    except OSError:
+        await runner.cleanup()
+        raise
+    return HttpServer(runner, server)

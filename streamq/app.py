@@ -24,7 +24,7 @@ from typing import Final
 import uvloop
 
 from amqp_gateway.server import Gateway, start_amqp_server
-from http_gateway.server import start_http_server
+from http_gateway.server import HttpServer, start_http_server
 from streamq.broker.broker import Broker
 from streamq.broker.resources import ResourceLimits
 
@@ -82,6 +82,13 @@ async def _listen(
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
 
+async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
+    try:
+        return await start_http_server(broker, host, port)
+    except OSError as exc:
+        raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
+
+
 def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
@@ -98,6 +105,7 @@ async def run_broker(
     """
     lock_fd = lock_data_dir(config.data_dir)
     servers: list[asyncio.Server] = []
+    http: HttpServer | None = None
     broker: Broker | None = None
     gateway: Gateway | None = None
     try:
@@ -113,14 +121,8 @@ async def run_broker(
                 "AMQP",
             )
         )
-        servers.append(
-            await _listen(
-                lambda: start_http_server(broker, config.bind, config.http_port),
-                config.bind,
-                config.http_port,
-                "HTTP",
-            )
-        )
+        http = await _listen_http(broker, config.bind, config.http_port)
+        servers.append(http.server)
         logger.info(
             "listening amqp=%s:%d http=%s:%d data_dir=%s",
             config.bind,
@@ -136,6 +138,8 @@ async def run_broker(
     finally:
         for server in servers:
             server.close()
+        if http is not None:
+            await http.close()
         if gateway is not None:
             gateway.stop()
             gateway.close_all("broker shutdown")
