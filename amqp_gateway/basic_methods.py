@@ -11,11 +11,12 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from amqp_gateway import codec, errors
+from amqp_gateway import codec, errors, reply_to
 from amqp_gateway.channels import (
     ChannelSession,
     GatewayConsumer,
     Unacked,
+    monotonic_ms,
     with_long_header,
 )
 from amqp_gateway.codec import methods as m
@@ -42,6 +43,9 @@ def basic_qos(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
 
 def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicConsume)
+    if method.queue == reply_to.REPLY_TO_QUEUE:
+        reply_to.consume(h, channel, method)
+        return
     name = channel.queue_name(method.queue, (60, 20))
     h.check_access("read", "queue", name, (60, 20))
     vhost = h.current_vhost()
@@ -58,6 +62,7 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
             f"invalid arg 'x-priority': expected integer, got {priority!r}", 60, 20
         )
     consumer.priority = priority
+    consumer.timeout_ms = _consumer_timeout(method)
     if queue.stream is not None:
         _check_stream_consumer(channel, method, vhost.name, name)
         start = parse_stream_offset(
@@ -74,6 +79,20 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
     channel.consumers[tag] = consumer
     if not method.nowait:
         h.conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
+
+
+def _consumer_timeout(method: m.BasicConsume) -> int | None:
+    """x-consumer-timeout on basic.consume (RabbitMQ 3.12): ms, 0 for none."""
+    value = method.arguments.get("x-consumer-timeout")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.PreconditionFailed(
+            f"invalid arg 'x-consumer-timeout': expected a non-negative integer, got {value!r}",
+            60,
+            20,
+        )
+    return int(value)
 
 
 def _check_stream_consumer(
@@ -110,6 +129,8 @@ def _tracking(method: m.BasicConsume, tag: str) -> bool:
 
 def basic_cancel(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicCancel)
+    if reply_to.cancel(h, channel, method):
+        return
     consumer = channel.consumers.pop(method.consumer_tag, None)
     if consumer is not None:
         h.current_vhost().remove_consumer(consumer.queue, consumer)
@@ -129,6 +150,7 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
             60,
             70,
         )
+    queue.last_used_s = time.monotonic()  # basic.get renews the x-expires lease
     ready = vhost.take(queue, int(time.time() * 1000))
     if ready is None:
         h.conn.send_method(channel.id, m.BasicGetEmpty())
@@ -150,9 +172,11 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
         stored.body,
     )
     if method.no_ack:
+        queue.stats.get_no_ack += 1
         vhost.settle(queue, ready.offset)
     else:
-        channel.unacked[tag] = Unacked(queue, ready.offset, None)
+        queue.stats.get += 1
+        channel.unacked[tag] = Unacked(queue, ready.offset, None, monotonic_ms())
 
 
 def settle(
@@ -185,6 +209,7 @@ def apply_settle(
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
     for entry in settled:
         if ack:
+            entry.queue.stats.ack += 1
             vhost.settle(entry.queue, entry.offset, entry.consumer)
         elif not requeue:
             vhost.reject(entry.queue, entry.offset, entry.consumer)

@@ -9,6 +9,7 @@ server decides when to write it.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,22 +25,40 @@ if TYPE_CHECKING:
     from amqp_gateway.connection import Connection, Publish
 
 
+class Clock:
+    """A coarse clock (monotonic ms) that the server sets once per delivery drain and
+    housekeeping tick, so that stamping a delivery costs no clock read."""
+
+    __slots__ = ("now_ms",)
+
+    def __init__(self) -> None:
+        self.now_ms = monotonic_ms()
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class Owner(Protocol):
     """The server-side connection that owns the channels."""
 
     paused: bool  # the socket's write buffer is full: deliver nothing more for now
+    clock: Clock
 
     def note_output(self) -> None:
         """Deliveries were encoded into the outgoing buffer: write it soon."""
 
 
 class Unacked:
-    __slots__ = ("consumer", "offset", "queue")
+    __slots__ = ("consumer", "delivered_ms", "offset", "queue")
 
-    def __init__(self, queue: Queue, offset: int, consumer: GatewayConsumer | None) -> None:
+    def __init__(
+        self, queue: Queue, offset: int, consumer: GatewayConsumer | None, delivered_ms: int
+    ) -> None:
         self.queue = queue
         self.offset = offset
         self.consumer = consumer
+        self.delivered_ms = delivered_ms  # monotonic: the consumer timeout counts from here
 
 
 class ChannelSession:
@@ -49,6 +68,7 @@ class ChannelSession:
         self.id = channel_id
         self.connection = connection
         self.owner = owner
+        self.clock = owner.clock
         self.next_delivery_tag = 1
         self.unacked: dict[int, Unacked] = {}  # by delivery tag, in delivery order
         # Unacked deliveries to consumers: the global prefetch counts these, not basic.get
@@ -66,6 +86,9 @@ class ChannelSession:
         self.transactional = False
         self.tx_publishes: list[Publish] = []
         self.tx_acks: list[tuple[int, bool, bool, bool]] = []  # tag, multiple, ack, requeue
+        # Direct reply-to (amqp_gateway.reply_to): the reply consumer's tag and name.
+        self.reply_tag: str | None = None
+        self.reply_suffix: str | None = None
 
     def queue_name(self, name: str, ids: tuple[int, int]) -> str:
         """Spec rule: an empty queue name means the queue last declared on the channel."""
@@ -74,6 +97,24 @@ class ChannelSession:
         if self.last_queue is None:
             raise errors.NotFound("no previously declared queue", *ids)
         return self.last_queue
+
+    def timed_out(self, default_ms: int, now_ms: int) -> int | None:
+        """The consumer timeout that the oldest unacked delivery has outlived, if it has
+        (as RabbitMQ, only the oldest is looked at): the consumer's x-consumer-timeout,
+        else its queue's, else `default_ms`; 0 means none. None if within its time."""
+        if not self.unacked:
+            return None
+        oldest = next(iter(self.unacked.values()))  # tags are inserted in delivery order
+        timeout_ms = None
+        if oldest.consumer is not None:
+            timeout_ms = oldest.consumer.timeout_ms
+        if timeout_ms is None:
+            timeout_ms = oldest.queue.consumer_timeout_ms
+        if timeout_ms is None:
+            timeout_ms = default_ms
+        if timeout_ms and now_ms - oldest.delivered_ms >= timeout_ms:
+            return timeout_ms
+        return None
 
     def can_deliver(self) -> bool:
         return self.flow_active and (
@@ -126,6 +167,7 @@ class GatewayConsumer:
         "stream_tracker",
         "tag",
         "tag_raw",
+        "timeout_ms",
         "unacked",
     )
 
@@ -146,6 +188,7 @@ class GatewayConsumer:
         self.exclusive = exclusive
         self.prefetch = prefetch
         self.priority = 0
+        self.timeout_ms: int | None = None  # x-consumer-timeout on basic.consume
         self.unacked = 0
         self.stream_position = 0
         self.stream_redeliver: deque[int] = deque()
@@ -181,12 +224,13 @@ class GatewayConsumer:
         channel = self.channel
         tag = channel.take_tag()
         if not self.no_ack:
-            channel.unacked[tag] = Unacked(queue, message.offset, self)
+            channel.unacked[tag] = Unacked(queue, message.offset, self, channel.clock.now_ms)
             self.unacked += 1
             channel.consumer_unacked += 1
         connection = channel.connection
         properties_raw = stored.properties_raw
         if queue.stream is not None:
+            queue.stats.deliver += 1  # the vhost counts classic deliveries per batch
             properties_raw = with_long_header(properties_raw, "x-stream-offset", message.offset)
         elif message.delivery_count:
             properties_raw = with_long_header(

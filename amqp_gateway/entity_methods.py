@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from amqp_gateway import errors, reply_to
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
 from amqp_gateway.codec import methods as m
 from streamq.broker.exchange import Destination
@@ -73,6 +74,9 @@ def exchange_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -
 
 def queue_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.QueueDeclare)
+    if method.passive and method.queue.startswith(reply_to.REPLY_TO_QUEUE):
+        _declare_reply_to(h, channel, method)
+        return
     if not method.passive and method.queue:
         h.check_access("configure", "queue", method.queue, (50, 10))
     queue = h.current_vhost().declare_queue(
@@ -94,6 +98,18 @@ def queue_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
                 consumer_count=len(queue.consumers),
             ),
             always=False,
+        )
+
+
+def _declare_reply_to(h: AmqpHandler, channel: ChannelSession, method: m.QueueDeclare) -> None:
+    """queue.declare passive of direct reply-to names, as RabbitMQ answers it."""
+    if not reply_to.exists(h, method.queue):
+        raise errors.NotFound(
+            f"no queue '{method.queue}' in vhost '{h.current_vhost().name}'", 50, 10
+        )
+    if not method.nowait:
+        h.conn.send_method(
+            channel.id, m.QueueDeclareOk(queue=method.queue, message_count=0, consumer_count=1)
         )
 
 

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Final, cast
 
-from amqp_gateway import basic_methods, codec, entity_methods, errors
-from amqp_gateway.channels import ChannelSession
+from amqp_gateway import basic_methods, codec, entity_methods, errors, reply_to, routing
+from amqp_gateway.channels import ChannelSession, Clock, monotonic_ms
+from amqp_gateway.client_view import AmqpClient, AmqpPropertiesJson
 from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import (
     SERVER_CAPABILITIES,
@@ -33,11 +34,13 @@ from amqp_gateway.connection import (
 )
 from amqp_gateway.deaths import AmqpPropertiesCodec
 from amqp_gateway.errormap import to_amqp
+from amqp_gateway.reply_to import REPLY_PREFIX
 from streamq import __version__
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
+from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
@@ -51,6 +54,8 @@ SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
 # written and fsynced even when no publisher asks for a sync round.
 JOURNAL_FLUSH_INTERVAL_S: Final = 0.2
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
+# RabbitMQ's consumer_timeout: a delivery unacked this long closes its channel (0: never).
+CONSUMER_TIMEOUT_MS_DEFAULT: Final = 1_800_000
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024
@@ -89,22 +94,71 @@ METHOD_HANDLERS: Final[dict[type[m.Method], MethodHandler]] = {
 class Gateway:
     """The AMQP side of a broker: connection handlers and the delivery drain."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(
+        self, broker: Broker, consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT
+    ) -> None:
         self.broker = broker
+        self.consumer_timeout_ms = consumer_timeout_ms
+        self.clock = Clock()  # stamps deliveries: set per drain and per housekeeping tick
         self.handlers: set[AmqpHandler] = set()
         self._to_flush: set[AmqpHandler] = set()
         self._drain_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
         self._held_readers: list[AmqpHandler] = []
+        # Direct reply-to: reply consumers' channels by the suffix of their reply name.
+        self.reply_channels: dict[str, ChannelSession] = {}
+        # Delayed messages: one timer for the nearest deadline (epoch ms).
+        self._release_timer: asyncio.TimerHandle | None = None
+        self._release_deadline_ms = 0
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.broker.properties_json = AmqpPropertiesJson()
         for vhost in self.broker.vhosts.values():
-            vhost.wakeup = self.schedule_drain
-            vhost.properties_codec = AmqpPropertiesCodec()
+            self.attach_vhost(vhost)
+        self.broker.vhost_listeners.append(self.attach_vhost)  # vhosts created at run time
         self._housekeeping_task = loop.create_task(self._housekeeping())
+
+    def attach_vhost(self, vhost: VHost) -> None:
+        vhost.wakeup = self.schedule_drain
+        vhost.properties_codec = AmqpPropertiesCodec()
+        vhost.on_delay = self._release_at
+        deadline_ms = vhost.delayed.next_deadline_ms()
+        if deadline_ms is not None:
+            self._release_at(deadline_ms)  # delayed messages restored from disk
+
+    def _release_at(self, deadline_ms: int) -> None:
+        """Run `_release_delayed` at `deadline_ms` (epoch ms) unless a run is due sooner:
+        one timer for the nearest deadline of all delayed messages."""
+        loop = self._loop
+        if loop is None:
+            return
+        if self._release_timer is not None:
+            if self._release_deadline_ms <= deadline_ms:
+                return
+            self._release_timer.cancel()
+        delay_s = max(0.0, deadline_ms / 1000 - time.time())
+        self._release_deadline_ms = deadline_ms
+        self._release_timer = loop.call_later(delay_s, self._release_delayed)
+
+    def _release_delayed(self) -> None:
+        """Route the delayed messages whose time has come; set the timer for the next."""
+        self._release_timer = None
+        now_ms = int(time.time() * 1000)
+        nearest: int | None = None
+        for vhost in self.broker.vhosts.values():
+            try:
+                if routing.release_delayed(vhost, now_ms):
+                    self.schedule_drain()
+            except LogError as exc:
+                logger.error("vhost %s: delayed messages not routed: %s", vhost.name, exc)
+            deadline_ms = vhost.delayed.next_deadline_ms()
+            if deadline_ms is not None and (nearest is None or deadline_ms < nearest):
+                nearest = deadline_ms
+        if nearest is not None:
+            self._release_at(max(nearest, now_ms + 1))
 
     async def _housekeeping(self) -> None:
         """Flush queue journals that no sync round has covered lately, and drop log
@@ -118,10 +172,16 @@ class Gateway:
             if collect:
                 since_collect_s = 0.0
             self._check_resources()
+            self.broker.stats_sampler.tick(self.broker.vhosts.values(), time.monotonic())
             now_ms = int(time.time() * 1000)
+            self.clock.now_ms = monotonic_ms()
+            self._check_consumer_timeouts()
             for vhost in list(self.broker.vhosts.values()):
+                if self.broker.vhosts.get(vhost.name) is not vhost:
+                    continue  # deleted while an earlier one synced
                 if vhost.expire_heads(now_ms):
                     self.schedule_drain()
+                vhost.expire_queues(time.monotonic())
                 if vhost.streams_unsynced:
                     self._start_stream_syncs(vhost)
                 try:
@@ -131,6 +191,16 @@ class Gateway:
                         vhost.collect_segments()
                 except LogError as exc:
                     logger.error("vhost %s: housekeeping failed: %s", vhost.name, exc)
+
+    def _check_consumer_timeouts(self) -> None:
+        """RabbitMQ's consumer_timeout: close each channel whose oldest unacked delivery
+        has outlived its timeout (one look per channel per tick, no timer per message)."""
+        now_ms = self.clock.now_ms
+        for handler in list(self.handlers):
+            for channel in list(handler.channels.values()):
+                timeout_ms = channel.timed_out(self.consumer_timeout_ms, now_ms)
+                if timeout_ms is not None:
+                    handler.time_out(channel, timeout_ms)
 
     def _check_resources(self) -> None:
         """Block publishing connections while a resource alarm lasts (RabbitMQ: a
@@ -153,6 +223,9 @@ class Gateway:
     def stop(self) -> None:
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
 
     def schedule_drain(self) -> None:
         if not self._drain_scheduled and self._loop is not None:
@@ -161,6 +234,7 @@ class Gateway:
 
     def _drain(self) -> None:
         self._drain_scheduled = False
+        self.clock.now_ms = monotonic_ms()  # the delivery time of this batch
         for vhost in self.broker.vhosts.values():
             if vhost.streams_unsynced:
                 self._start_stream_syncs(vhost)
@@ -238,6 +312,7 @@ class AmqpHandler(asyncio.Protocol):
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VHost | None = None
         self.paused = False
+        self.clock = gateway.clock
         self.peer = "?"
         self._peer_is_loopback = False
         self._transport: asyncio.Transport | None = None
@@ -245,6 +320,10 @@ class AmqpHandler(asyncio.Protocol):
         self._confirming = False
         self._closing_timer: asyncio.TimerHandle | None = None
         self._connected_s = time.monotonic()
+        self.connected_at_ms = int(time.time() * 1000)
+        self.recv_oct = 0  # bytes read and written, for the management API
+        self.send_oct = 0
+        self.client: AmqpClient | None = None  # registered in Broker.clients once open
         # A reply that must wait for a sync round (Declare-Ok of a durable entity,
         # Commit-Ok); while one waits, reading stops and later events are held, so that
         # replies keep their order.
@@ -281,6 +360,7 @@ class AmqpHandler(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._now_ms = int(time.time() * 1000)  # the append timestamp of this read
+        self.recv_oct += len(data)
         events = self.conn.receive_data(data, time.monotonic())
         if self._waiting is not None or self._held:
             self._held.extend(events)  # behind a reply that waits, or a slice in progress
@@ -358,6 +438,10 @@ class AmqpHandler(asyncio.Protocol):
             held, self._held = self._held, []
             self._run(held)  # what was read before the block
 
+    @property
+    def blocked_by_alarm(self) -> bool:
+        return "alarm" in self._holds
+
     def _client_knows_blocked(self) -> bool:
         capabilities = self.conn.client_properties.get("capabilities")
         return isinstance(capabilities, dict) and capabilities.get("connection.blocked") is True
@@ -392,6 +476,7 @@ class AmqpHandler(asyncio.Protocol):
             return
         data = self.conn.take_outgoing(time.monotonic())
         if data:
+            self.send_oct += len(data)
             transport.write(data)
         if self.conn.state is State.CLOSED:
             transport.close()
@@ -496,6 +581,19 @@ class AmqpHandler(asyncio.Protocol):
             )
         self.vhost = vhost
         self.conn.accept_open(virtual_host)
+        self._register()
+
+    def _register(self) -> None:
+        """List the open connection in `Broker.clients` for the management API."""
+        transport = self._transport
+        if transport is None:
+            return
+        local = transport.get_extra_info("sockname")
+        peer = transport.get_extra_info("peername")
+        if not isinstance(local, tuple) or not isinstance(peer, tuple):
+            return  # not an IP socket
+        self.client = AmqpClient(self, (local[0], local[1]), (peer[0], peer[1]))
+        self.broker.clients[self.client.name] = self.client
 
     def check_access(
         self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]
@@ -548,6 +646,7 @@ class AmqpHandler(asyncio.Protocol):
         vhost = self.vhost
         if vhost is None:
             return
+        reply_to.forget(self, channel)
         for consumer in list(channel.consumers.values()):
             vhost.remove_consumer(consumer.queue, consumer)
         channel.consumers.clear()
@@ -555,6 +654,22 @@ class AmqpHandler(asyncio.Protocol):
         for entry in channel.unacked.values():
             vhost.requeue(entry.queue, entry.offset)
         channel.unacked.clear()
+
+    def time_out(self, channel: ChannelSession, timeout_ms: int) -> None:
+        """A delivery on `channel` stayed unacked past the consumer timeout: close the
+        channel with 406 in RabbitMQ's words, and requeue its unacked deliveries now,
+        rather than when close-ok comes (RabbitMQ's channel ends at once)."""
+        logger.warning(
+            "consumer timeout on channel %d of %s (%d ms)", channel.id, self.peer, timeout_ms
+        )
+        text = (
+            f"delivery acknowledgement on channel {channel.id} timed out. Timeout value used: "
+            f"{timeout_ms} ms. This timeout value can be configured, see consumers doc guide "
+            "to learn more"
+        )
+        self._fail(errors.PreconditionFailed(text, 0, 0), channel.id)
+        self._release_channel(channel)
+        self.flush()
 
     def _cleanup(self) -> None:
         if self._heartbeat is not None:
@@ -571,6 +686,9 @@ class AmqpHandler(asyncio.Protocol):
                 if queue.exclusive_owner is self:
                     self.vhost.remove_queue(queue)
         self.gateway.handlers.discard(self)
+        if self.client is not None:
+            self.broker.clients.pop(self.client.name, None)
+            self.client = None
         self.flush()
 
     # -- heartbeats ------------------------------------------------------------------------
@@ -615,7 +733,6 @@ class AmqpHandler(asyncio.Protocol):
         return channel.confirm
 
     def route_and_store(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> None:
-        headers = None
         exchange = vhost.exchanges.get(publish.exchange)
         if exchange is None:
             raise errors.NotFound(
@@ -627,20 +744,55 @@ class AmqpHandler(asyncio.Protocol):
                 60,
                 40,
             )
-        if exchange.type == "headers":
-            headers = codec.decode_properties(publish.properties_raw).headers
-        queues = vhost.route(publish.exchange, publish.routing_key, headers)
+        # Message stats: one dict lookup and a few increments per publish.
+        stats = vhost.exchange_stats.get(publish.exchange)
+        if stats is None:
+            stats = vhost.exchange_stats[publish.exchange] = MessageStats()
+        stats.publish_in += 1
+        properties_raw = publish.properties_raw
+        # Hot path: two flags and one flag-byte test decide that nothing below applies.
+        if (
+            exchange.reads_properties
+            or vhost.queue_dedupers
+            or (
+                properties_raw
+                and properties_raw[0] & routing.SLOW_FLAGS_BYTE0
+                and routing.needs_slow_path(vhost, exchange, properties_raw)
+            )
+        ):
+            routed = routing.route_publish(
+                vhost,
+                exchange,
+                publish.routing_key,
+                properties_raw,
+                publish.body,
+                self._now_ms,
+                channel.reply_suffix,
+            )
+            queues, properties_raw = routed.queues, routed.properties_raw
+            reply = not routed.held
+        else:
+            queues = vhost.route(publish.exchange, publish.routing_key, None)
+            reply = not queues
         offset = vhost.publish(
             publish.exchange,
             publish.routing_key,
-            publish.properties_raw,
+            properties_raw,
             publish.body,
             queues,
             self._now_ms,
         )
         if vhost.publish_rejected and channel.confirm:
             channel.rejected_seqs.append(channel.publish_seq)
-        if offset is None and publish.mandatory:
+        if reply and publish.exchange == "" and publish.routing_key.startswith(REPLY_PREFIX):
+            # Direct reply-to; still unrouted for `mandatory`, as RabbitMQ 3.x.
+            reply_to.deliver(self, publish.routing_key, properties_raw, publish.body)
+        if offset is not None:
+            stats.publish_out += 1
+        elif not publish.mandatory:
+            vhost.stats.drop_unroutable += 1
+        else:
+            vhost.stats.return_unroutable += 1
             self.conn.send_content(
                 channel.id,
                 m.BasicReturn(
@@ -649,7 +801,7 @@ class AmqpHandler(asyncio.Protocol):
                     exchange=publish.exchange,
                     routing_key=publish.routing_key,
                 ),
-                publish.properties_raw,
+                properties_raw,
                 publish.body,
             )
 
@@ -695,6 +847,8 @@ class AmqpHandler(asyncio.Protocol):
             done = refused
         if seq > done:
             codec.append_basic_ack(out, channel_id, codec.DeliveryTag(seq), True)
+        if self.vhost is not None:
+            self.vhost.stats.confirm += seq - channel.confirmed_seq
         channel.confirmed_seq = seq
 
     # -- methods (amqp_gateway.entity_methods and basic_methods) ---------------------------

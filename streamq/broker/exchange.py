@@ -1,8 +1,11 @@
 """Exchanges and their bindings: who gets a message, by exchange type.
 
-Owns routing for the types direct, fanout, topic and headers, bindings to queues and to
-other exchanges, and the equivalence rules of a redeclare. It does not know queues'
-contents, the log or the protocol; the vhost follows exchange-to-exchange destinations.
+Owns routing for the types direct, fanout, topic and headers, the plugin types
+`x-consistent-hash` (`consistent_hash.py`) and `x-delayed-message` (which routes as its
+`x-delayed-type` once a message's delay is over; the vhost holds delayed messages), the
+exchange's deduplication cache (`dedup.py`), bindings to queues and to other exchanges,
+and the equivalence rules of a redeclare. It does not know queues' contents, the log or
+the protocol; the vhost follows exchange-to-exchange destinations.
 """
 
 from __future__ import annotations
@@ -10,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
+from streamq.broker.consistent_hash import HashRing, weight_of
+from streamq.broker.dedup import Deduper, deduper_for
 from streamq.broker.equivalence import EXCHANGE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import CommandInvalid, PreconditionFailed
 
-EXCHANGE_TYPES: Final = frozenset({"direct", "fanout", "topic", "headers"})
+CONSISTENT_HASH: Final = "x-consistent-hash"
+DELAYED: Final = "x-delayed-message"
+EXCHANGE_TYPES: Final = frozenset(
+    {"direct", "fanout", "topic", "headers", CONSISTENT_HASH, DELAYED}
+)
 ROUTE_CACHE_ENTRIES_MAX: Final = 4096
 
 
@@ -56,6 +65,19 @@ class Exchange:
             raise CommandInvalid(f"unknown exchange type '{exchange_type}'")
         self.name = name
         self.type = exchange_type
+        # How it routes: its type, or a delayed exchange's x-delayed-type.
+        self.route_type = delayed_type(arguments) if exchange_type == DELAYED else exchange_type
+        self.delayed = exchange_type == DELAYED
+        self.hash_ring = HashRing(arguments) if self.route_type == CONSISTENT_HASH else None
+        self.deduper: Deduper | None = deduper_for(arguments)
+        # Whether a publish must decode the message's properties before routing: the
+        # hot path of the plain types skips the decode.
+        self.reads_properties = (
+            self.route_type == "headers"
+            or self.delayed
+            or self.deduper is not None
+            or (self.hash_ring is not None and self.hash_ring.reads_properties)
+        )
         self.durable = durable
         self.auto_delete = auto_delete
         self.internal = internal
@@ -64,6 +86,8 @@ class Exchange:
         self.policy: dict[str, object] = {}  # the effective policy definition
         self._direct: dict[str, set[Destination]] = {}
         self._cache: dict[str, frozenset[Destination]] = {}
+        # Consistent hash: (destination, key, weight) in binding order.
+        self._weighted: list[tuple[Destination, str, int]] = []
 
     @property
     def alternate_exchange(self) -> str | None:
@@ -77,12 +101,17 @@ class Exchange:
         self, destination: Destination, routing_key: str, arguments: Mapping[str, object]
     ) -> bool:
         """Add a binding; False if the same one existed."""
+        if self.hash_ring is not None:
+            weight_of(routing_key)  # raises for a key that is not a weight
         binding = Binding(destination, routing_key, freeze_arguments(arguments))
         if binding in self.bindings:
             return False
         self.bindings.add(binding)
         self._direct.setdefault(routing_key, set()).add(destination)
         self._cache.clear()
+        if self.hash_ring is not None:
+            self._weighted.append((destination, routing_key, weight_of(routing_key)))
+            self.hash_ring.rebuild([(w[0], w[2]) for w in self._weighted])
         return True
 
     def unbind(
@@ -103,17 +132,34 @@ class Exchange:
             self._rebuild_direct()
         return len(gone)
 
+    def bindings_in_order(self) -> list[Binding]:
+        """The bindings, a consistent hash exchange's in binding order (its ring depends
+        on that order, so a snapshot of the definitions keeps it)."""
+        if self.hash_ring is None:
+            return list(self.bindings)
+        rank = {(w[0], w[1]): n for n, w in enumerate(self._weighted)}
+        return sorted(self.bindings, key=lambda b: rank.get((b.destination, b.routing_key), 0))
+
     def _rebuild_direct(self) -> None:
         self._direct = {}
         for b in self.bindings:
             self._direct.setdefault(b.routing_key, set()).add(b.destination)
         self._cache.clear()
+        if self.hash_ring is not None:
+            bound = {(b.destination, b.routing_key) for b in self.bindings}
+            self._weighted = [w for w in self._weighted if (w[0], w[1]) in bound]
+            self.hash_ring.rebuild([(w[0], w[2]) for w in self._weighted])
 
     def route(
-        self, routing_key: str, headers: Mapping[str, object] | None, out: set[Destination]
+        self,
+        routing_key: str,
+        headers: Mapping[str, object] | None,
+        out: set[Destination],
+        properties: Mapping[str, object] | None = None,
     ) -> None:
-        """Hot path: add the destinations bound for this message to `out`."""
-        kind = self.type
+        """Hot path: add the destinations bound for this message to `out`. `properties`
+        (message_id, correlation_id, timestamp) matter to `hash-property` only."""
+        kind = self.route_type
         if kind == "direct":
             found = self._direct.get(routing_key)
             if found:
@@ -122,8 +168,13 @@ class Exchange:
             out.update(b.destination for b in self.bindings)
         elif kind == "topic":
             out.update(self._route_topic(routing_key))
-        else:
+        elif kind == "headers":
             out.update(b.destination for b in self.bindings if headers_match(b.arguments, headers))
+        else:
+            assert self.hash_ring is not None
+            picked = self.hash_ring.pick(routing_key, headers, properties)
+            if isinstance(picked, Destination):
+                out.add(picked)
 
     def _route_topic(self, routing_key: str) -> frozenset[Destination]:
         cached = self._cache.get(routing_key)
@@ -161,6 +212,25 @@ class Exchange:
         check_arguments(
             "exchange", self.name, vhost, self.arguments, arguments, EXCHANGE_CHECKED_ARGUMENTS
         )
+
+
+def delayed_type(arguments: Mapping[str, object]) -> str:
+    """The type an `x-delayed-message` exchange routes as; raises as RabbitMQ's plugin
+    (406, or 503 for a type that does not exist)."""
+    inner = arguments.get("x-delayed-type")
+    if isinstance(inner, bytes):
+        inner = inner.decode("utf-8", "replace")
+    if inner == DELAYED:
+        raise PreconditionFailed(
+            "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"
+        )
+    if not isinstance(inner, str):
+        raise PreconditionFailed(
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type"
+        )
+    if inner not in EXCHANGE_TYPES:
+        raise CommandInvalid(f"unknown exchange type '{inner}'")
+    return inner
 
 
 def _show(value: object) -> str:

@@ -30,6 +30,7 @@ from streamq.broker.deadletter import (
     cycles,
     may_expire,
 )
+from streamq.broker.dedup import deduper_for
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsJournal,
@@ -47,7 +48,10 @@ from streamq.broker.policies import (
     choose,
     effective,
 )
+from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
+from streamq.broker.queue_arguments import check_queue_arguments
+from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
     STREAM,
     check_stream_declaration,
@@ -58,6 +62,7 @@ from streamq.broker.streams import (
     track,
 )
 from streamq.broker.vhost_policies import VHostPolicies
+from streamq.broker.vhost_publish import VHostPublish
 from streamq.broker.vhost_store import (
     PREDECLARED,
     PREDECLARED_NAMES,
@@ -79,7 +84,7 @@ DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot s
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
 
 
-class VHost(VHostPolicies, VHostStore):
+class VHost(VHostPolicies, VHostStore, VHostPublish):
     def __init__(self, name: str, directory: str, syncer: Syncer) -> None:
         """Open the vhost and restore its durable state (blocking: start-up only).
 
@@ -106,6 +111,11 @@ class VHost(VHostPolicies, VHostStore):
         self.publish_rejected = False  # the last publish was refused by a full queue
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
+        # Message statistics (streamq.broker.stats): confirms and unroutable publishes,
+        # exchanges' publishes by name, and the counts of deleted queues.
+        self.stats = MessageStats()
+        self.exchange_stats: dict[str, MessageStats] = {}
+        self.retired_stats = MessageStats()
         for exchange_name, exchange_type in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, True, False, False, {}
@@ -120,6 +130,7 @@ class VHost(VHostPolicies, VHostStore):
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
         self._restore_queues()
+        self._open_publish_extras()
         self.apply_policies()
         self.log.add_sync_companion(self._prepare_sync)
 
@@ -136,6 +147,7 @@ class VHost(VHostPolicies, VHostStore):
         """An auto-delete exchange lost its last binding."""
         if exchange.auto_delete and not exchange.bindings and exchange.name in self.exchanges:
             self._drop_exchange(exchange.name)
+            self.delayed.drop_exchange(exchange.name)
             if exchange.durable:
                 self.definitions.record({"op": "exchange.delete", "name": exchange.name})
 
@@ -191,6 +203,7 @@ class VHost(VHostPolicies, VHostStore):
         if if_unused and (exchange.bindings or self._bound_as_destination(name)):
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
         self._drop_exchange(name)
+        self.delayed.drop_exchange(name)
         if exchange.durable:
             self.definitions.record({"op": "exchange.delete", "name": name})
 
@@ -264,7 +277,9 @@ class VHost(VHostPolicies, VHostStore):
         owner: object,
     ) -> Queue:
         if passive:
-            return self.queue(name, owner)
+            found = self.queue(name, owner)
+            found.last_used_s = time.monotonic()  # a declare renews the x-expires lease
+            return found
         if name == "":
             name = "amq.gen-" + secrets.token_urlsafe(16)
         elif name.startswith("amq."):
@@ -273,13 +288,17 @@ class VHost(VHostPolicies, VHostStore):
         if existing is not None:
             self.queue(name, owner)  # the exclusive check
             existing.check_equivalent(durable, exclusive, auto_delete, arguments, self.name)
+            existing.last_used_s = time.monotonic()  # a declare renews the x-expires lease
             return existing
         kind = queue_type(arguments, name, self.name)
         if kind == STREAM:
             check_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
         else:
             check_classic_arguments(name, self.name, arguments)
+            check_queue_arguments(name, self.name, arguments)
+        deduper = deduper_for(arguments)
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
+        self._queue_dedup(queue, deduper)
         if kind == STREAM:
             queue.stream = open_stream(self._stream_dir(name), queue, self._syncer)
             self._stream_count += 1
@@ -305,7 +324,9 @@ class VHost(VHostPolicies, VHostStore):
 
     def remove_queue(self, queue: Queue) -> int:
         count = queue.cursor.message_count
+        self.retired_stats.add(queue.stats.counts())
         del self.queues[queue.name]
+        self._queue_dedup(queue, None)
         self.dirty.discard(queue)
         for offset in queue.cursor.offsets():
             self.release(offset)
@@ -345,9 +366,14 @@ class VHost(VHostPolicies, VHostStore):
     # -- messages --------------------------------------------------------------------------
 
     def route(
-        self, exchange_name: str, routing_key: str, headers: Mapping[str, object] | None
+        self,
+        exchange_name: str,
+        routing_key: str,
+        headers: Mapping[str, object] | None,
+        properties: Mapping[str, object] | None = None,
     ) -> list[Queue]:
-        """The queues a message goes to. Raises NotFound for a missing exchange."""
+        """The queues a message goes to. Raises NotFound for a missing exchange.
+        `properties` matter to consistent hash exchanges with `hash-property` only."""
         if exchange_name == "":
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None and queue.failed is None else []
@@ -360,7 +386,7 @@ class VHost(VHostPolicies, VHostStore):
             exchange = pending.pop()
             depth += 1
             matched: set[Destination] = set()
-            exchange.route(routing_key, headers, matched)
+            exchange.route(routing_key, headers, matched, properties)
             if not matched and exchange.alternate_exchange not in (None, *seen):
                 alternate = self.exchanges.get(exchange.alternate_exchange or "")
                 if alternate is not None:
@@ -420,8 +446,15 @@ class VHost(VHostPolicies, VHostStore):
         if properties_raw and properties_raw[0] & EXPIRATION_FLAG_BYTE0:
             for queue in queues:
                 queue.holds_expiring = True
+        # Only a message with a priority pays for reading it (priority queues use it).
+        priority = (
+            message_priority(properties_raw)
+            if properties_raw and properties_raw[0] & PRIORITY_FLAG_BYTE0
+            else 0
+        )
         for queue in queues:
-            queue.cursor.enqueue(offset, size)
+            queue.cursor.enqueue(offset, size, priority)
+            queue.stats.publish += 1
             if queue.consumers:
                 dirty.add(queue)
         rejected = self.publish_rejected
@@ -523,6 +556,8 @@ class VHost(VHostPolicies, VHostStore):
             if consumer is not None:
                 track(queue.stream, consumer, offset)
             return
+        if self.queues.get(queue.name) is not queue:
+            return  # deleted meanwhile: remove_queue released all it held, unacked too
         queue.cursor.ack(offset)
         self.release(offset)
 
@@ -532,13 +567,20 @@ class VHost(VHostPolicies, VHostStore):
         if queue.stream is not None:
             if consumer is not None and consumer in queue.consumers:
                 consumer.stream_redeliver.append(offset)
+                queue.stats.redeliver += 1
                 self.kick(queue)
             return
-        if queue.name in self.queues:
-            queue.cursor.requeue(offset)
-            self.kick(queue)
-        else:
-            self.release(offset)
+        if self.queues.get(queue.name) is not queue:
+            return  # deleted meanwhile: remove_queue released all it held, unacked too
+        limit = queue.delivery_limit
+        if limit is not None and queue.cursor.delivery_count(offset) > limit:
+            # Requeued more often than x-delivery-limit allows (each delivery but this
+            # one ended in a requeue): dead-lettered, or dropped without a DLX.
+            self.dead_letter(queue, offset, "delivery_limit", int(time.time() * 1000))
+            return
+        queue.cursor.requeue(offset)
+        queue.stats.redeliver += 1
+        self.kick(queue)
 
     def kick(self, queue: Queue) -> None:
         """Ask for a drain of `queue` (it has new messages or its consumers new credit)."""
@@ -573,7 +615,8 @@ class VHost(VHostPolicies, VHostStore):
     async def sync(self) -> int:
         """Make every published message durable (group commit with all other callers),
         streams included."""
-        durable = await self.log.sync()
+        # A delayed message touches no log record: wait for a round of the companions.
+        durable = await self.log.sync(companions=self.delayed.unsynced)
         for queue in list(self.streams_unsynced):
             if queue.stream is not None:
                 await queue.stream.log.sync()
@@ -619,11 +662,22 @@ class VHost(VHostPolicies, VHostStore):
                 expired += 1
         return expired
 
+    def expire_queues(self, now_s: float) -> list[Queue]:
+        """Delete the queues unused for their x-expires (monotonic `now_s`); returns
+        them. The housekeeping timer calls it; deletions are durable after a sync round."""
+        expired = [q for q in self.queues.values() if q.expired(now_s)]
+        for queue in expired:
+            logger.info("vhost %s: queue %r expired (x-expires)", self.name, queue.name)
+            self.remove_queue(queue)
+        return expired
+
     def reject(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """A nack or reject without requeue: dead-lettered, or dropped without a DLX."""
         if queue.stream is not None:
             self.settle(queue, offset, consumer)
             return
+        if self.queues.get(queue.name) is not queue:
+            return  # deleted meanwhile: nothing to dead-letter from, nothing to release
         self.dead_letter(queue, offset, "rejected", int(time.time() * 1000))
 
     def dead_letter(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
@@ -678,6 +732,7 @@ class VHost(VHostPolicies, VHostStore):
     def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
+            queue.last_used_s = time.monotonic()  # the x-expires lease starts again
         if queue.auto_delete and not queue.consumers and queue.name in self.queues:
             self.remove_queue(queue)
 
@@ -735,6 +790,8 @@ class VHost(VHostPolicies, VHostStore):
         index = queue.next_consumer
         idle = 0
         empty = False
+        budget_given = budget
+        no_ack = 0
         # Hot path: one loop per queue and drain, no task or callback per message.
         while idle < count and budget > 0:
             consumer = consumers[index % count]
@@ -750,8 +807,13 @@ class VHost(VHostPolicies, VHostStore):
             consumer.deliver(queue, ready, messages[ready.offset])
             if consumer.no_ack:
                 self.settle(queue, ready.offset)
+                no_ack += 1
             budget -= 1
         queue.next_consumer = index % count
+        # Counted once per batch, not per message (the hot path).
+        stats = queue.stats
+        stats.deliver += budget_given - budget - no_ack
+        stats.deliver_no_ack += no_ack
         return budget, empty
 
     async def aclose(self) -> None:
@@ -776,6 +838,7 @@ class VHost(VHostPolicies, VHostStore):
 
     def _close_journals(self) -> None:
         self.definitions.close()
+        self.delayed.close()
         for queue in self.queues.values():
             if queue.stream is not None:
                 queue.stream.offsets.close()

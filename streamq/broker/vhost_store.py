@@ -24,9 +24,11 @@ from streamq.broker.definitions import (
     arguments_from_json,
     arguments_to_json,
 )
+from streamq.broker.delayed import DelayedStore
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
+from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue, StoredMessage
 from streamq.broker.streams import OFFSETS_SUFFIX, STREAM, delete_stream_files, open_stream
 from streamq.log.errors import LogError, SegmentCorrupted
@@ -67,6 +69,7 @@ class VHostStore:
     _queues_dir_dirty: bool
     _dirty_journals: set[QueueJournal]
     _stream_count: int
+    delayed: DelayedStore
     policies: dict[str, Policy]
     operator_policies: dict[str, Policy]
 
@@ -145,7 +148,7 @@ class VHostStore:
                     binding_op(
                         "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
                     )
-                    for b in exchange.bindings
+                    for b in exchange.bindings_in_order()
                     if self._persisted(b.destination)
                 ]
         ops += [policy_op(p, operator=False) for p in self.policies.values()]
@@ -280,7 +283,12 @@ class VHostStore:
                         message.offset,
                     )
                     continue
-                queue.cursor.restore(message.offset, len(stored.body), message.delivery_count)
+                priority = (
+                    message_priority(stored.properties_raw) if queue.max_priority is not None else 0
+                )
+                queue.cursor.restore(
+                    message.offset, len(stored.body), message.delivery_count, priority
+                )
                 if may_expire(stored.properties_raw):
                     queue.holds_expiring = True
         restored = sum(len(live) for live in held.values())
@@ -310,7 +318,12 @@ class VHostStore:
 
     def needs_sync(self) -> bool:
         """Whether definitions or queue journals hold changes not yet written."""
-        return self.definitions.dirty or bool(self._dirty_journals) or self._queues_dir_dirty
+        return (
+            self.definitions.dirty
+            or bool(self._dirty_journals)
+            or self._queues_dir_dirty
+            or self.delayed.dirty
+        )
 
     async def sync_all(self) -> None:
         """Make every change so far durable: messages, queue journals, definitions."""

@@ -1,0 +1,164 @@
+"""Routing of a publish whose properties matter: the slow path beside the hot one.
+
+Owns what a publish does when its exchange reads the message's properties (headers,
+delayed, consistent hash on a header or property, deduplication), when a queue
+deduplicates, or when the properties carry `CC`/`BCC` headers or a `reply_to` of
+`amq.rabbitmq.reply-to`. `needs_slow_path` decides that from the exchange's flags and
+a few byte searches of the raw properties, so a message that uses none of it is never
+decoded (STYLE.md section 11).
+
+RabbitMQ's rules kept here:
+- `CC` and `BCC` are arrays of routing keys: the message is also routed with each of
+  them on the same exchange; `BCC` is removed before the message is stored. Array
+  elements that are not strings are ignored; a `CC` or `BCC` that is not an array is a
+  406 "invalid message: {unacceptable_type_in_header,"CC",longstr}".
+- A delayed exchange holds a message with an integer `x-delay` above 0 for that many ms,
+  then routes it as its `x-delayed-type` (the message keeps its CC/BCC for then). Held
+  messages count as unrouted: with `mandatory` they are returned at once, as the
+  plugin does (it cannot know the queues of the future).
+- A duplicate (LavinMQ's deduplication) of an exchange is not routed (hence returned
+  when mandatory); for a queue, that queue does not take it. Both are still confirmed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final, NamedTuple
+
+from amqp_gateway import codec, errors
+from amqp_gateway.reply_to import REPLY_TO_QUEUE
+from streamq.broker.equivalence import type_name
+from streamq.broker.exchange import Exchange
+from streamq.broker.queue import Queue
+from streamq.broker.vhost import VHost
+
+HEADERS_FLAG_BYTE0: Final = 0x20  # property flags: bit 13, headers
+REPLY_TO_FLAG_BYTE0: Final = 0x02  # property flags: bit 9, reply-to
+SLOW_FLAGS_BYTE0: Final = HEADERS_FLAG_BYTE0 | REPLY_TO_FLAG_BYTE0
+# Field table keys are shortstrs: a length octet, then the name.
+CC_KEY: Final = b"\x02CC"
+BCC_KEY: Final = b"\x03BCC"
+REPLY_TO_MARK: Final = REPLY_TO_QUEUE.encode()
+PERSISTENT: Final = 2  # delivery-mode
+
+
+class Routed(NamedTuple):
+    queues: list[Queue]
+    properties_raw: bytes  # as stored and delivered (BCC removed, reply-to rewritten)
+    held: bool  # delayed or a duplicate: not routed now
+
+
+def needs_slow_path(vhost: VHost, exchange: Exchange, properties_raw: bytes) -> bool:
+    """Hot path: whether `route_publish` must look at this message."""
+    if exchange.reads_properties or vhost.queue_dedupers:
+        return True
+    if not properties_raw:
+        return False
+    flags = properties_raw[0]
+    if flags & HEADERS_FLAG_BYTE0 and (CC_KEY in properties_raw or BCC_KEY in properties_raw):
+        return True
+    return bool(flags & REPLY_TO_FLAG_BYTE0) and REPLY_TO_MARK in properties_raw
+
+
+def route_publish(
+    vhost: VHost,
+    exchange: Exchange,
+    routing_key: str,
+    properties_raw: bytes,
+    body: bytes,
+    now_ms: int,
+    reply_suffix: str | None,
+) -> Routed:
+    """Route a publish that `needs_slow_path`. `reply_suffix` is the publishing
+    channel's direct reply-to name, None if it has no reply consumer. Raises
+    PreconditionFailed (406) for CC/BCC of a wrong type and for a reply_to of
+    `amq.rabbitmq.reply-to` on a channel without reply consumer."""
+    properties = codec.decode_properties(properties_raw)
+    if properties.reply_to == REPLY_TO_QUEUE:
+        if reply_suffix is None:
+            raise errors.PreconditionFailed("fast reply consumer does not exist", 60, 40)
+        properties = dataclasses.replace(properties, reply_to=f"{REPLY_TO_QUEUE}.{reply_suffix}")
+        properties_raw = codec.encode_properties(properties)
+    headers = properties.headers
+    if exchange.deduper is not None and exchange.deduper.duplicate(headers, now_ms):
+        return Routed([], properties_raw, True)
+    if exchange.delayed and headers:
+        delay = headers.get("x-delay")
+        if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+            persistent = properties.delivery_mode == PERSISTENT
+            vhost.delay(exchange, routing_key, properties_raw, body, now_ms + delay, persistent)
+            return Routed([], properties_raw, True)
+    return route_now(vhost, exchange, routing_key, properties, properties_raw, now_ms)
+
+
+def route_now(
+    vhost: VHost,
+    exchange: Exchange,
+    routing_key: str,
+    properties: codec.BasicProperties,
+    properties_raw: bytes,
+    now_ms: int,
+) -> Routed:
+    """Route with CC and BCC and the queues' deduplication, not delaying: a publish,
+    or a delayed message whose time has come."""
+    headers = properties.headers
+    keys = [routing_key]
+    if headers and ("CC" in headers or "BCC" in headers):
+        keys += extra_routing_keys(headers, "CC") + extra_routing_keys(headers, "BCC")
+        if "BCC" in headers:
+            headers = {k: v for k, v in headers.items() if k != "BCC"}
+            properties = dataclasses.replace(properties, headers=headers)
+            properties_raw = codec.encode_properties(properties)
+    ring = exchange.hash_ring
+    by_property = None
+    if ring is not None and ring.prop is not None:
+        by_property = {
+            "message_id": properties.message_id,
+            "correlation_id": properties.correlation_id,
+            "timestamp": properties.timestamp,
+        }
+    queues = vhost.route(exchange.name, routing_key, headers, by_property)
+    for key in keys[1:]:
+        for queue in vhost.route(exchange.name, key, headers, by_property):
+            if queue not in queues:
+                queues.append(queue)
+    if vhost.queue_dedupers and queues:
+        queues = vhost.duplicate_free(queues, headers, now_ms)
+    return Routed(queues, properties_raw, False)
+
+
+def extra_routing_keys(headers: codec.FieldTable, name: str) -> list[str]:
+    """The routing keys of the `CC` or `BCC` header (RabbitMQ's `header_routes`)."""
+    value = headers.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise errors.PreconditionFailed(
+            f'invalid message: {{unacceptable_type_in_header,"{name}",{type_name(value)}}}',
+            60,
+            40,
+        )
+    return [key for key in value if isinstance(key, str)]
+
+
+def release_delayed(vhost: VHost, now_ms: int) -> int:
+    """Route and store the delayed messages whose time has come; returns how many.
+    A message whose exchange is gone meanwhile is dropped."""
+    due = vhost.due_delayed(now_ms)
+    for message in due:
+        exchange = vhost.exchanges.get(message.exchange)
+        if exchange is None or not exchange.delayed:
+            continue
+        properties = codec.decode_properties(message.properties_raw)
+        routed = route_now(
+            vhost, exchange, message.routing_key, properties, message.properties_raw, now_ms
+        )
+        vhost.publish(
+            message.exchange,
+            message.routing_key,
+            routed.properties_raw,
+            message.body,
+            routed.queues,
+            now_ms,
+        )
+    return len(due)
