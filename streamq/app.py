@@ -23,7 +23,7 @@ from typing import Final
 
 import uvloop
 
-from amqp_gateway.server import Gateway, start_amqp_server
+from amqp_gateway.server import CONSUMER_TIMEOUT_MS_DEFAULT, Gateway, start_amqp_server
 from http_gateway.server import HttpServer, start_http_server
 from streamq.broker.broker import Broker
 from streamq.broker.resources import ResourceLimits
@@ -40,6 +40,7 @@ class ServeConfig:
     amqp_port: int = 5672
     http_port: int = 15672
     limits: ResourceLimits | None = None  # None: RabbitMQ's defaults (see resources.py)
+    consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT  # 0: no consumer timeout
 
 
 class ServeError(Exception):
@@ -112,7 +113,7 @@ async def run_broker(
         broker = Broker(config.data_dir, config.limits)
         if on_broker is not None:
             on_broker(broker)
-        gateway = Gateway(broker)
+        gateway = Gateway(broker, config.consumer_timeout_ms)
         servers.append(
             await _listen(
                 lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
@@ -123,6 +124,10 @@ async def run_broker(
         )
         http = await _listen_http(broker, config.bind, config.http_port)
         servers.append(http.server)
+        broker.listeners[:] = [
+            ("amqp", config.bind, _bound_port(servers[0])),
+            ("http", config.bind, _bound_port(servers[1])),
+        ]
         logger.info(
             "listening amqp=%s:%d http=%s:%d data_dir=%s",
             config.bind,

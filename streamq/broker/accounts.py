@@ -210,6 +210,56 @@ class AccountStore:
         """
         self._update_user(name, tags=check_tags(tags))
 
+    def put_user(self, name: str, password_hash: str, tags: Iterable[str]) -> bool:
+        """Create the user or replace its password hash and tags (RabbitMQ's PUT
+        /api/users/{name}); returns whether it was created. `password_hash` is a
+        `rabbit_password_hashing_sha256` hash, or NO_PASSWORD. Fsyncs file and directory
+        before returning. Raises AccountValueInvalid.
+        """
+        user = User(check_name("user", name), check_password_hash(password_hash), check_tags(tags))
+        with self._lock:
+            state = self._state
+            self._commit(replace(state, users={**state.users, name: user}))
+        return name not in state.users
+
+    def delete_users(self, names: Iterable[str]) -> list[str]:
+        """Delete the users that exist and their permissions, in one change; returns the
+        names that did not exist. Fsyncs file and directory before returning."""
+        wanted = set(names)
+        with self._lock:
+            state = self._state
+            users = {key: user for key, user in state.users.items() if key not in wanted}
+            if len(users) != len(state.users):
+                trimmed = _with_permissions(replace(state, users=users), lambda p: p.user in users)
+                self._commit(trimmed)
+        return sorted(wanted.difference(state.users))
+
+    def merge(self, users: Iterable[User], permissions: Iterable[Permission]) -> None:
+        """Add or replace `users` and `permissions` in one change (a definitions import:
+        doing it twice changes nothing the second time). Fsyncs file and directory before
+        returning. Raises AccountValueInvalid, UserNotFound, VHostNotFound.
+        """
+        added = {
+            check_name("user", u.name): User(
+                u.name, check_password_hash(u.password_hash), check_tags(u.tags)
+            )
+            for u in users
+        }
+        granted = {(p.user, p.vhost): (p, _compile(p)) for p in permissions}
+        with self._lock:
+            state = self._state
+            merged = replace(state, users={**state.users, **added})
+            for user, vhost in granted:
+                _require_user(merged, user)
+                _require_vhost(merged, vhost)
+            merged = replace(
+                merged,
+                permissions={**state.permissions, **{k: p for k, (p, _) in granted.items()}},
+                grants={**state.grants, **{k: g for k, (_, g) in granted.items()}},
+            )
+            if merged != state:
+                self._commit(merged)
+
     def _update_user(
         self, name: str, *, password_hash: str | None = None, tags: tuple[str, ...] | None = None
     ) -> None:
@@ -363,6 +413,16 @@ def check_tags(tags: Iterable[str]) -> tuple[str, ...]:
             if tag:
                 found[tag] = None
     return tuple(found)
+
+
+def check_password_hash(password_hash: str) -> str:
+    """`password_hash` if it is a sha256 hash (or NO_PASSWORD); AccountValueInvalid otherwise."""
+    if not is_password_hash(password_hash):
+        raise AccountValueInvalid(
+            "password_hash is not a rabbit_password_hashing_sha256 hash "
+            "(base64 of a 4-byte salt and a 32-byte digest)"
+        )
+    return password_hash
 
 
 def _hash(password: str) -> str:

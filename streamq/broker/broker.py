@@ -7,18 +7,31 @@ sockets (the gateway does).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Final
 
-from streamq.broker.accounts import AccountStore
+from streamq.broker.accounts import AccountStore, VHostNotFound
+from streamq.broker.clients import Client, PropertiesJson
 from streamq.broker.errors import BrokerError, NotAllowed
 from streamq.broker.resources import ResourceLimits, ResourceMonitor
+from streamq.broker.stats import Sampler
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
+from streamq.log.files import fsync_directory
 from streamq.log.syncer import Syncer
 
 logger = logging.getLogger(__name__)
+
+VHOSTS_DIR: Final = "vhosts"
+DELETED_SUFFIX: Final = ".deleted"  # a deleted vhost's directory, renamed before removal
+# A deleted vhost's connections are closed; this long at most they may take to go away.
+CLIENTS_CLOSE_TIMEOUT_S: Final = 5.0
 
 
 class Broker:
@@ -29,16 +42,29 @@ class Broker:
         self.accounts = AccountStore.open(data_dir)
         self.vhosts: dict[str, VHost] = {}
         self.failed_vhosts: dict[str, str] = {}  # name: why it could not be opened
+        # Client connections by name (the AMQP gateway registers them, the management
+        # API lists and closes them), and the gateway's properties <-> JSON translation.
+        self.clients: dict[str, Client] = {}
+        self.properties_json: PropertiesJson | None = None
+        self.stats_sampler = Sampler()  # message rates, ticked by the gateway's timer
+        # Called with each vhost created at run time (the AMQP gateway hooks it up).
+        self.vhost_listeners: list[Callable[[VHost], None]] = []
+        self.started_s = time.monotonic()
+        # (protocol, address, port) of each listener, as the serving process records them.
+        self.listeners: list[tuple[str, str, int]] = []
+        _remove_deleted_vhost_dirs(os.path.join(data_dir, VHOSTS_DIR))
         # Every vhost is restored before the broker accepts a connection (the caller
         # starts listening only after this returns).
         for name in self.accounts.list_vhosts():
             self.add_vhost(name)
 
-    def add_vhost(self, name: str) -> VHost | None:
+    def vhost_directory(self, name: str) -> str:
         # As LavinMQ, a vhost's directory is named by the sha1 of its name.
-        directory = os.path.join(self.data_dir, "vhosts", hashlib.sha1(name.encode()).hexdigest())
+        return os.path.join(self.data_dir, VHOSTS_DIR, hashlib.sha1(name.encode()).hexdigest())
+
+    def add_vhost(self, name: str) -> VHost | None:
         try:
-            vhost = VHost(name, directory, self.syncer)
+            vhost = VHost(name, self.vhost_directory(name), self.syncer)
         except (BrokerError, LogError, OSError) as exc:
             # Only this vhost fails: its clients are refused with the reason; the others
             # run. Its files are left as they are for inspection.
@@ -56,6 +82,62 @@ class Broker:
             raise NotAllowed(f"vhost {name} not found")
         return found
 
+    async def create_vhost(self, name: str) -> VHost | None:
+        """Add vhost `name` to the accounts and open it (from the event loop): on return it
+        accepts connections. The accounts file and the vhost's directory are fsynced first;
+        the blocking work runs in a worker thread.
+
+        Raises VHostExists, AccountValueInvalid, OSError. Returns None if the vhost is
+        defined but its files could not be opened (it is then in `failed_vhosts`).
+        """
+        await asyncio.to_thread(self.accounts.add_vhost, name)
+        directory = self.vhost_directory(name)
+        try:
+            vhost = await asyncio.to_thread(VHost, name, directory, self.syncer)
+        except (BrokerError, LogError, OSError) as exc:
+            logger.error("vhost %s could not be opened: %s", name, exc)
+            self.failed_vhosts[name] = str(exc)
+            return None
+        self.vhosts[name] = vhost
+        for listener in self.vhost_listeners:
+            listener(vhost)
+        return vhost
+
+    async def delete_vhost(self, name: str) -> None:
+        """Delete vhost `name` (from the event loop): close its connections (320
+        CONNECTION_FORCED, as RabbitMQ), close it, then delete its definition, the
+        permissions on it and its data. Durable on return: the data directory is renamed
+        away (directory fsynced) before the accounts file changes, so a crash leaves either
+        the vhost or nothing of it. Raises VHostNotFound, OSError.
+        """
+        if not self.accounts.has_vhost(name):
+            raise VHostNotFound(name)
+        vhost = self.vhosts.pop(name, None)
+        self.failed_vhosts.pop(name, None)
+        await self._close_clients(name, f"vhost '{name}' is deleted")
+        if vhost is not None:
+            await vhost.aclose()
+        await asyncio.to_thread(self._delete_vhost_files, name)
+
+    async def _close_clients(self, vhost: str, reason: str) -> None:
+        for client in [c for c in self.clients.values() if c.vhost == vhost]:
+            client.close(reason)
+        deadline_s = time.monotonic() + CLIENTS_CLOSE_TIMEOUT_S
+        while any(c.vhost == vhost for c in self.clients.values()):
+            if time.monotonic() > deadline_s:
+                logger.warning("vhost %s: connections still open after close", vhost)
+                return
+            await asyncio.sleep(0.01)
+
+    def _delete_vhost_files(self, name: str) -> None:
+        directory = self.vhost_directory(name)
+        trash = directory + DELETED_SUFFIX
+        if os.path.isdir(directory):
+            os.rename(directory, trash)
+            fsync_directory(os.path.dirname(directory))
+        self.accounts.delete_vhost(name)
+        shutil.rmtree(trash, ignore_errors=True)
+
     def close(self) -> None:
         """Close every vhost (fsyncs what they buffered) and stop the fsync thread."""
         try:
@@ -71,3 +153,14 @@ class Broker:
                 await vhost.aclose()
         finally:
             self.syncer.close()
+
+
+def _remove_deleted_vhost_dirs(vhosts_dir: str) -> None:
+    """Finish deletions a crash interrupted: directories renamed away by `delete_vhost`."""
+    try:
+        names = os.listdir(vhosts_dir)
+    except FileNotFoundError:
+        return
+    for entry in names:
+        if entry.endswith(DELETED_SUFFIX):
+            shutil.rmtree(os.path.join(vhosts_dir, entry), ignore_errors=True)

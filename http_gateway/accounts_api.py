@@ -1,0 +1,303 @@
+"""`/api/users`, `/api/vhosts`, `/api/permissions` and `/api/whoami`, as RabbitMQ has them.
+
+Owns the account endpoints: users (list, get, put with `password` or `password_hash`,
+delete, bulk delete, without permissions), vhosts (list, get, put, delete: a new vhost
+accepts AMQP connections when the reply goes out, a deleted one has had its connections
+closed and its data removed) and permissions (by vhost, by user, one). Changes are durable
+before the reply: the account store fsyncs, in a worker thread. Users, permissions and
+vhost changes need `administrator`; any management user lists the vhosts it may see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from aiohttp import web
+
+from http_gateway.context import (
+    Caller,
+    caller,
+    read_json,
+    read_json_object,
+    require_tags,
+    vhost_for,
+    visible_vhosts,
+)
+from http_gateway.errors import HttpError
+from streamq.broker.accounts import PERMISSION_KINDS, Permission
+from streamq.broker.users import HASHING_ALGORITHM, NO_PASSWORD, User, hash_password
+from streamq.broker.vhost import VHost
+
+ADMIN_TAGS: Final = frozenset({"administrator"})
+BULK_DELETE_USERS_MAX: Final = 10_000
+
+routes = web.RouteTableDef()
+
+
+def _admin(request: web.Request) -> Caller:
+    who = caller(request)
+    require_tags(who, ADMIN_TAGS)
+    return who
+
+
+def user_json(user: User) -> dict[str, object]:
+    return {
+        "name": user.name,
+        "password_hash": user.password_hash,
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": list(user.tags),
+        "limits": {},
+    }
+
+
+def permission_json(permission: Permission) -> dict[str, object]:
+    return {
+        "user": permission.user,
+        "vhost": permission.vhost,
+        "configure": permission.configure,
+        "write": permission.write,
+        "read": permission.read,
+    }
+
+
+def vhost_json(vhost: VHost | None, name: str) -> dict[str, object]:
+    """RabbitMQ's vhost object; `vhost` is None for one that failed to open."""
+    ready = unacked = 0
+    if vhost is not None:
+        for queue in vhost.queues.values():
+            ready += queue.message_count
+            unacked += queue.cursor.unacked_count
+    return {
+        "name": name,
+        "description": "",
+        "tags": [],
+        "metadata": {"description": "", "tags": []},
+        "default_queue_type": "classic",
+        "tracing": False,
+        "cluster_state": {"streamq": "running" if vhost is not None else "stopped"},
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+    }
+
+
+# -- whoami --------------------------------------------------------------------------------
+
+
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    user = caller(request).user
+    return web.json_response({"name": user.name, "tags": list(user.tags)})
+
+
+# -- users ---------------------------------------------------------------------------------
+
+
+@routes.get("/api/users")
+async def list_users(request: web.Request) -> web.Response:
+    who = _admin(request)
+    return web.json_response([user_json(u) for u in who.broker.accounts.list_users()])
+
+
+@routes.get("/api/users/without-permissions")
+async def users_without_permissions(request: web.Request) -> web.Response:
+    accounts = _admin(request).broker.accounts
+    granted = {p.user for p in accounts.list_permissions()}
+    return web.json_response([user_json(u) for u in accounts.list_users() if u.name not in granted])
+
+
+@routes.post("/api/users/bulk-delete")
+async def bulk_delete_users(request: web.Request) -> web.Response:
+    accounts = _admin(request).broker.accounts
+    names = (await read_json_object(request)).get("users")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise HttpError(400, "'users' must be a list of user names")
+    if len(names) > BULK_DELETE_USERS_MAX:
+        raise HttpError(400, f"at most {BULK_DELETE_USERS_MAX} users at once")
+    missing = await asyncio.to_thread(accounts.delete_users, names)
+    if missing:  # RabbitMQ deletes the others and reports the first missing one
+        raise HttpError(400, f"no_such_user: {', '.join(missing)}")
+    return web.Response(status=204)
+
+
+def _user(who: Caller, name: str) -> User:
+    user = who.broker.accounts.user(name)
+    if user is None:
+        raise HttpError(404, "Not Found")
+    return user
+
+
+@routes.get("/api/users/{name}")
+async def get_user(request: web.Request) -> web.Response:
+    who = _admin(request)
+    return web.json_response(user_json(_user(who, request.match_info["name"])))
+
+
+def parse_tags(value: object) -> list[str]:
+    """RabbitMQ's `tags`: a comma-separated string or a list of strings. Raises HttpError."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(tag, str) for tag in value):
+        return value
+    raise HttpError(400, "tags must be a comma-separated string or a list of strings")
+
+
+def password_hash_of(body: dict[str, object]) -> str:
+    """The hash a PUT user body asks for: from `password` (which wins, as in RabbitMQ),
+    from `password_hash` (+ `hashing_algorithm`), or none (password logins refused).
+    Raises HttpError 400."""
+    password = body.get("password")
+    if password is not None:
+        if not isinstance(password, str):
+            raise HttpError(400, "password must be a string")
+        try:
+            return hash_password(password)
+        except UnicodeEncodeError:
+            raise HttpError(400, "password is not valid UTF-8") from None
+    given = body.get("password_hash")
+    if given is None:
+        return NO_PASSWORD
+    algorithm = body.get("hashing_algorithm", HASHING_ALGORITHM)
+    if not isinstance(given, str) or algorithm != HASHING_ALGORITHM:
+        raise HttpError(400, f"password_hash must be a string hashed with {HASHING_ALGORITHM}")
+    return given
+
+
+@routes.put("/api/users/{name}")
+async def put_user(request: web.Request) -> web.Response:
+    accounts = _admin(request).broker.accounts
+    body = await read_json_object(request)
+    password_hash = password_hash_of(body)
+    tags = parse_tags(body.get("tags"))
+    created = await asyncio.to_thread(
+        accounts.put_user, request.match_info["name"], password_hash, tags
+    )
+    return web.Response(status=201 if created else 204)
+
+
+@routes.delete("/api/users/{name}")
+async def delete_user(request: web.Request) -> web.Response:
+    who = _admin(request)
+    name = request.match_info["name"]
+    _user(who, name)
+    missing = await asyncio.to_thread(who.broker.accounts.delete_users, [name])
+    if missing:  # deleted meanwhile by another request
+        raise HttpError(404, "Not Found")
+    return web.Response(status=204)
+
+
+@routes.get("/api/users/{name}/permissions")
+async def user_permissions(request: web.Request) -> web.Response:
+    who = _admin(request)
+    name = request.match_info["name"]
+    _user(who, name)
+    found = who.broker.accounts.list_permissions(user=name)
+    return web.json_response([permission_json(p) for p in found])
+
+
+# -- vhosts --------------------------------------------------------------------------------
+
+
+@routes.get("/api/vhosts")
+async def list_vhosts(request: web.Request) -> web.Response:
+    who = caller(request)
+    shown = [vhost_json(v, v.name) for v in visible_vhosts(who)]
+    if who.is_admin or "monitoring" in who.user.tags:
+        shown += [vhost_json(None, name) for name in sorted(who.broker.failed_vhosts)]
+    return web.json_response(sorted(shown, key=lambda v: str(v["name"])))
+
+
+@routes.get("/api/vhosts/{name}")
+async def get_vhost(request: web.Request) -> web.Response:
+    who = caller(request)
+    vhost = vhost_for(who, request.match_info["name"])
+    return web.json_response(vhost_json(vhost, vhost.name))
+
+
+@routes.put("/api/vhosts/{name}")
+async def put_vhost(request: web.Request) -> web.Response:
+    broker = _admin(request).broker
+    name = request.match_info["name"]
+    body = await read_json(request)  # description, tags, default_queue_type: not kept
+    if body is not None and not isinstance(body, dict):
+        raise HttpError(400, "the body must be a JSON object")
+    if broker.accounts.has_vhost(name):
+        return web.Response(status=204)
+    if await broker.create_vhost(name) is None:
+        raise HttpError(503, f"vhost {name} is unavailable: {broker.failed_vhosts[name]}")
+    return web.Response(status=201)
+
+
+@routes.delete("/api/vhosts/{name}")
+async def delete_vhost(request: web.Request) -> web.Response:
+    broker = _admin(request).broker
+    name = request.match_info["name"]
+    if not broker.accounts.has_vhost(name):
+        raise HttpError(404, "Not Found")
+    await broker.delete_vhost(name)
+    return web.Response(status=204)
+
+
+@routes.get("/api/vhosts/{name}/permissions")
+async def vhost_permissions(request: web.Request) -> web.Response:
+    accounts = _admin(request).broker.accounts
+    name = request.match_info["name"]
+    if not accounts.has_vhost(name):
+        raise HttpError(404, "Not Found")
+    return web.json_response([permission_json(p) for p in accounts.list_permissions(vhost=name)])
+
+
+# -- permissions ---------------------------------------------------------------------------
+
+
+@routes.get("/api/permissions")
+async def list_permissions(request: web.Request) -> web.Response:
+    accounts = _admin(request).broker.accounts
+    return web.json_response([permission_json(p) for p in accounts.list_permissions()])
+
+
+def _permission(request: web.Request) -> tuple[Caller, str, str]:
+    return _admin(request), request.match_info["vhost"], request.match_info["user"]
+
+
+@routes.get("/api/permissions/{vhost}/{user}")
+async def get_permission(request: web.Request) -> web.Response:
+    who, vhost, user = _permission(request)
+    found = who.broker.accounts.permissions(user, vhost)
+    if found is None:
+        raise HttpError(404, "Not Found")
+    return web.json_response(permission_json(found))
+
+
+def parse_permission(body: dict[str, object]) -> tuple[str, str, str]:
+    """configure, write and read regexes of a PUT permissions body. Raises HttpError 400."""
+    missing = [kind for kind in PERMISSION_KINDS if not isinstance(body.get(kind), str)]
+    if missing:
+        raise HttpError(400, f"{', '.join(missing)} missing or not a string")
+    configure, write, read = (str(body[kind]) for kind in PERMISSION_KINDS)
+    return configure, write, read
+
+
+@routes.put("/api/permissions/{vhost}/{user}")
+async def put_permission(request: web.Request) -> web.Response:
+    who, vhost, user = _permission(request)
+    accounts = who.broker.accounts
+    regexes = parse_permission(await read_json_object(request))
+    if accounts.user(user) is None or not accounts.has_vhost(vhost):
+        raise HttpError(400, "vhost_or_user_not_found")
+    existed = accounts.permissions(user, vhost) is not None
+    await asyncio.to_thread(accounts.set_permissions, user, vhost, *regexes)
+    return web.Response(status=204 if existed else 201)
+
+
+@routes.delete("/api/permissions/{vhost}/{user}")
+async def delete_permission(request: web.Request) -> web.Response:
+    who, vhost, user = _permission(request)
+    accounts = who.broker.accounts
+    if accounts.permissions(user, vhost) is None:
+        raise HttpError(404, "Not Found")
+    await asyncio.to_thread(accounts.clear_permissions, user, vhost)
+    return web.Response(status=204)

@@ -1,0 +1,190 @@
+"""`/api/overview`, `/api/nodes`, `/api/aliveness-test/{vhost}`, as RabbitMQ has them.
+
+Owns the broker-wide views: the overview (versions, node, listeners, object and queue
+totals, message stats), the one node (streamq is a single node: memory, file descriptors,
+disk and their limits and alarms, uptime) and the aliveness test (declare the
+`aliveness-test` queue, publish a message to it and get it back, as RabbitMQ does). The
+views count what the caller may see; nodes need `monitoring` or `administrator`.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import threading
+import time
+from typing import Final
+
+from aiohttp import web
+
+from http_gateway.context import (
+    SEES_ALL_VHOSTS_TAGS,
+    Caller,
+    caller,
+    require_tags,
+    vhost_for,
+    visible_vhosts,
+)
+from http_gateway.errors import HttpError
+from streamq import __version__
+from streamq.broker.broker import Broker
+from streamq.broker.resources import disk_free_bytes, process_memory_bytes
+from streamq.broker.stats import message_stats_json
+from streamq.broker.vhost import VHost
+
+PRODUCT_NAME: Final = "streamq"
+ALIVENESS_QUEUE: Final = "aliveness-test"
+ALIVENESS_BODY: Final = b"test_message"
+EMPTY_PROPERTIES: Final = b"\x00\x00"  # AMQP basic properties: no flags set
+
+routes = web.RouteTableDef()
+
+
+def node_name() -> str:
+    """The node's name, RabbitMQ style (`rabbit@host`)."""
+    return f"{PRODUCT_NAME}@{socket.gethostname()}"
+
+
+def queue_totals(vhosts: list[VHost]) -> dict[str, int]:
+    ready = unacked = 0
+    for vhost in vhosts:
+        for queue in vhost.queues.values():
+            ready += queue.message_count
+            unacked += queue.cursor.unacked_count
+    return {
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+    }
+
+
+def object_totals(broker: Broker, vhosts: list[VHost]) -> dict[str, int]:
+    names = {vhost.name for vhost in vhosts}
+    clients = [c for c in broker.clients.values() if c.vhost in names]
+    return {
+        "connections": len(clients),
+        "channels": sum(len(c.channels()) for c in clients),
+        "exchanges": sum(len(v.exchanges) for v in vhosts),
+        "queues": sum(len(v.queues) for v in vhosts),
+        "consumers": sum(len(q.consumers) for v in vhosts for q in v.queues.values()),
+    }
+
+
+def message_stats(broker: Broker, vhosts: list[VHost]) -> dict[str, object]:
+    """The overview's `message_stats`: counts and rates over `vhosts` (filled in by the
+    message statistics, `streamq.broker.stats`)."""
+    counts, rates = broker.stats_sampler.overall(vhosts)
+    return message_stats_json(counts, rates)
+
+
+def listeners(broker: Broker, request: web.Request) -> list[dict[str, object]]:
+    """The broker's listeners (as the process registered them), or at least this one."""
+    found = [{"protocol": p, "ip_address": ip, "port": port} for p, ip, port in broker.listeners]
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    if sockname and not any(entry["protocol"] == "http" for entry in found):
+        found.append({"protocol": "http", "ip_address": sockname[0], "port": sockname[1]})
+    return [{"node": node_name(), **entry} for entry in found]
+
+
+def overview(who: Caller, request: web.Request) -> dict[str, object]:
+    """RabbitMQ's overview, counting what `who` may see."""
+    broker = who.broker
+    vhosts = visible_vhosts(who)
+    return {
+        "management_version": __version__,
+        "rabbitmq_version": __version__,
+        "product_name": PRODUCT_NAME,
+        "product_version": __version__,
+        "cluster_name": node_name(),
+        "node": node_name(),
+        "rates_mode": "basic",
+        "exchange_types": [
+            {"name": kind, "enabled": True}
+            for kind in ("direct", "fanout", "headers", "topic", "x-consistent-hash")
+        ],
+        "listeners": listeners(broker, request),
+        "object_totals": object_totals(broker, vhosts),
+        "queue_totals": queue_totals(vhosts),
+        "message_stats": message_stats(broker, vhosts),
+    }
+
+
+@routes.get("/api/overview")
+async def get_overview(request: web.Request) -> web.Response:
+    return web.json_response(overview(caller(request), request))
+
+
+def _fd_used() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def node(broker: Broker) -> dict[str, object]:
+    """RabbitMQ's node object for this process (`/api/nodes/{name}`)."""
+    limits = broker.resources.limits
+    alarm = broker.resources.check()
+    try:
+        disk_free = disk_free_bytes(broker.data_dir)
+    except OSError:
+        disk_free = 0
+    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return {
+        "name": node_name(),
+        "type": "disc",
+        "running": True,
+        "os_pid": str(os.getpid()),
+        "mem_used": process_memory_bytes(),
+        "mem_limit": limits.memory_high_watermark_bytes,
+        "mem_alarm": "memory" in alarm,
+        "disk_free": disk_free,
+        "disk_free_limit": limits.disk_free_limit_bytes,
+        "disk_free_alarm": "disk" in alarm,
+        "fd_used": _fd_used(),
+        "fd_total": fd_total,
+        "sockets_used": len(broker.clients),
+        "sockets_total": fd_total,
+        "proc_used": threading.active_count(),
+        "proc_total": threading.active_count(),
+        "processors": os.cpu_count() or 1,
+        "run_queue": 0,
+        "uptime": int((time.monotonic() - broker.started_s) * 1000),
+        "rates_mode": "basic",
+        "db_dir": os.path.abspath(broker.data_dir),
+        "partitions": [],
+    }
+
+
+@routes.get("/api/nodes")
+async def list_nodes(request: web.Request) -> web.Response:
+    who = caller(request)
+    require_tags(who, SEES_ALL_VHOSTS_TAGS)
+    return web.json_response([node(who.broker)])
+
+
+@routes.get("/api/nodes/{name}")
+async def get_node(request: web.Request) -> web.Response:
+    who = caller(request)
+    require_tags(who, SEES_ALL_VHOSTS_TAGS)
+    if request.match_info["name"] != node_name():
+        raise HttpError(404, "Not Found")
+    return web.json_response(node(who.broker))
+
+
+@routes.get("/api/aliveness-test/{vhost}")
+async def aliveness_test(request: web.Request) -> web.Response:
+    """Declare `aliveness-test`, publish a message to it, get it back (RabbitMQ's test)."""
+    vhost = vhost_for(caller(request), request.match_info["vhost"])
+    queue = vhost.declare_queue(ALIVENESS_QUEUE, False, False, False, False, {}, None)
+    vhost.purge_queue(ALIVENESS_QUEUE, None)
+    vhost.publish("", ALIVENESS_QUEUE, EMPTY_PROPERTIES, ALIVENESS_BODY, [queue])
+    ready = vhost.take(queue, int(time.time() * 1000))
+    if ready is None:
+        return web.json_response({"status": "failed", "reason": "no message"}, status=503)
+    body = vhost.messages[ready.offset].body
+    vhost.settle(queue, ready.offset)
+    if body != ALIVENESS_BODY:
+        return web.json_response({"status": "failed", "reason": "wrong message"}, status=503)
+    return web.json_response({"status": "ok"})
