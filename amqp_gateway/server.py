@@ -125,6 +125,7 @@ class Gateway:
         vhost.wakeup = self.schedule_drain
         vhost.properties_codec = AmqpPropertiesCodec()
         vhost.on_delay = self._release_at
+        vhost.decode_for_route = routing.fields_for_route
         deadline_ms = vhost.delayed.next_deadline_ms()
         if deadline_ms is not None:
             self._release_at(deadline_ms)  # delayed messages restored from disk
@@ -771,9 +772,15 @@ class AmqpHandler(asyncio.Protocol):
             )
             queues, properties_raw = routed.queues, routed.properties_raw
             reply = not routed.held
+            routed_later = routed.routed_later
         else:
-            queues = vhost.route(publish.exchange, publish.routing_key, None)
+            # The headers are decoded only if the route reaches an exchange that reads
+            # them (a headers exchange bound to this one).
+            queues = vhost.route(
+                publish.exchange, publish.routing_key, None, properties_raw=properties_raw
+            )
             reply = not queues
+            routed_later = False
         offset = vhost.publish(
             publish.exchange,
             publish.routing_key,
@@ -787,7 +794,7 @@ class AmqpHandler(asyncio.Protocol):
         if reply and publish.exchange == "" and publish.routing_key.startswith(REPLY_PREFIX):
             # Direct reply-to; still unrouted for `mandatory`, as RabbitMQ 3.x.
             reply_to.deliver(self, publish.routing_key, properties_raw, publish.body)
-        if offset is not None:
+        if offset is not None or routed_later:
             stats.publish_out += 1
         elif not publish.mandatory:
             vhost.stats.drop_unroutable += 1

@@ -17,7 +17,20 @@ from typing import Final
 
 from aiohttp import web
 
-from http_gateway import policies_api, segments_api
+from http_gateway import (
+    accounts_api,
+    bindings_api,
+    connections_api,
+    definitions_api,
+    exchanges_api,
+    metrics_api,
+    openapi_api,
+    overview_api,
+    policies_api,
+    queues_api,
+    segments_api,
+    ui,
+)
 from http_gateway.auth import FAILED_LOGINS_KEY, FailedLogins, authenticate
 from http_gateway.context import BODY_BYTES_MAX, BROKER_KEY
 from http_gateway.errors import HttpError, error_response
@@ -26,7 +39,20 @@ from streamq.broker.broker import Broker
 
 logger = logging.getLogger(__name__)
 
-ROUTE_MODULES: Final = (policies_api, segments_api)
+ROUTE_MODULES: Final = (
+    policies_api,
+    segments_api,
+    ui,
+    queues_api,
+    exchanges_api,
+    bindings_api,
+    connections_api,
+    metrics_api,
+    accounts_api,
+    overview_api,
+    definitions_api,
+    openapi_api,
+)
 # Paths a user without a management tag may read (the Spark source's remote reads).
 ANY_USER_PREFIXES: Final = ("/api/stream-files/",)
 # Domain errors and the status RabbitMQ's management API answers them with.

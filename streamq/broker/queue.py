@@ -7,15 +7,19 @@ to it and the round-robin order in which they get messages. The cursor
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Protocol
 
 from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
+from streamq.broker.queue_arguments import max_priority, smaller
+from streamq.broker.stats import MessageStats
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import QueueJournal
 from streamq.queues.offsets import AckWatermark
+from streamq.queues.priority import PriorityQueue
 from streamq.queues.stream import StreamQueue
 
 
@@ -94,6 +98,7 @@ class Queue:
         "failed",
         "had_consumers",
         "holds_expiring",
+        "last_used_s",
         "max_length",
         "max_length_bytes",
         "message_ttl_ms",
@@ -101,6 +106,7 @@ class Queue:
         "next_consumer",
         "overflow",
         "policy",
+        "stats",
         "stream",
     )
 
@@ -117,13 +123,15 @@ class Queue:
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
         self.arguments = dict(arguments)
-        self.cursor = ClassicQueue()
+        priorities = max_priority(self.arguments)
+        self.cursor = ClassicQueue() if priorities is None else PriorityQueue(priorities)
         self.consumers: list[Consumer] = []
         self.next_consumer = 0
         self.had_consumers = False
         self.failed: str | None = None  # why its durable state could not be restored
         self.stream: StreamQueue | None = None  # set for x-queue-type stream
         self.policy: dict[str, object] = {}  # the effective policy definition
+        self.stats = MessageStats()  # counted on the hot path, sampled for rates
         # From arguments and policy (see VHost._apply_policy): TTL and dead-lettering.
         self.message_ttl_ms: int | None = None
         # Set once a message with its own `expiration` was enqueued: only then does every
@@ -135,6 +143,9 @@ class Queue:
         self.overflow = "drop-head"
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
+        # x-expires: when the queue was last used (declared, consumed from, basic.get),
+        # on the monotonic clock. A restart starts the lease again, as in RabbitMQ.
+        self.last_used_s = time.monotonic()
 
     @property
     def exclusive(self) -> bool:
@@ -146,6 +157,41 @@ class Queue:
         if self.stream is not None:
             return self.stream.message_count
         return self.cursor.message_count
+
+    @property
+    def max_priority(self) -> int | None:
+        """x-max-priority: None for a queue without priorities."""
+        cursor = self.cursor
+        return cursor.max_priority if isinstance(cursor, PriorityQueue) else None
+
+    @property
+    def delivery_limit(self) -> int | None:
+        """x-delivery-limit or policy delivery-limit (the smaller): how many times a
+        message may be requeued before it is dead-lettered (reason delivery_limit)."""
+        return smaller(self.arguments, "x-delivery-limit", self.policy, "delivery-limit")
+
+    @property
+    def consumer_timeout_ms(self) -> int | None:
+        """x-consumer-timeout or policy consumer-timeout (the smaller); None: the
+        broker's default applies."""
+        return smaller(self.arguments, "x-consumer-timeout", self.policy, "consumer-timeout")
+
+    @property
+    def expires_ms(self) -> int | None:
+        """x-expires or policy expires (the smaller): how long the queue may stay
+        unused before it is deleted."""
+        if "x-expires" not in self.arguments and "expires" not in self.policy:
+            return None  # the common case, checked for every queue on every timer tick
+        expires = smaller(self.arguments, "x-expires", self.policy, "expires")
+        return expires if expires else None
+
+    def expired(self, now_s: float) -> bool:
+        """Whether the queue has gone unused for its x-expires (never while it has
+        consumers: RabbitMQ counts a queue with consumers as used)."""
+        expires = self.expires_ms
+        if expires is None or self.consumers:
+            return False
+        return (now_s - self.last_used_s) * 1000 >= expires
 
     @property
     def persisted(self) -> bool:

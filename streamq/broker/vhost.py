@@ -371,9 +371,13 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         routing_key: str,
         headers: Mapping[str, object] | None,
         properties: Mapping[str, object] | None = None,
+        properties_raw: bytes | None = None,
     ) -> list[Queue]:
         """The queues a message goes to. Raises NotFound for a missing exchange.
-        `properties` matter to consistent hash exchanges with `hash-property` only."""
+        `properties` matter to consistent hash exchanges with `hash-property` only.
+        A caller that has not decoded the message passes `properties_raw` instead: the
+        headers and properties are decoded from it (once) if the route reaches an
+        exchange that reads them, say a headers exchange bound to a direct one."""
         if exchange_name == "":
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None and queue.failed is None else []
@@ -385,6 +389,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         while pending and depth < ROUTE_DEPTH_MAX:
             exchange = pending.pop()
             depth += 1
+            if properties_raw and exchange.reads_properties:
+                headers, properties = self.decode_for_route(properties_raw)
+                properties_raw = None
             matched: set[Destination] = set()
             exchange.route(routing_key, headers, matched, properties)
             if not matched and exchange.alternate_exchange not in (None, *seen):
@@ -644,6 +651,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
                 ttl = own if ttl is None else min(ttl, own)
         return ttl is not None and now_ms >= stored.timestamp_ms + ttl and ttl >= 0
 
+    def _expiry_check(self, queue: Queue, now_ms: int) -> Callable[[int], bool]:
+        """Whether the message at an offset of `queue` has expired at `now_ms`."""
+        messages = self.messages
+        return lambda offset: self._expired(queue, messages[offset], now_ms)
+
     def expire_heads(self, now_ms: int) -> int:
         """Dead-letter what has expired at the head of each queue, consumers or not (as
         RabbitMQ); returns how many. The housekeeping timer calls it."""
@@ -653,13 +665,10 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
                 continue
             if queue.message_ttl_ms is None and not queue.holds_expiring:
                 continue
-            while (offset := queue.cursor.peek()) is not None:
-                if not self._expired(queue, self.messages[offset], now_ms):
-                    break
-                taken = queue.cursor.take()
-                assert taken is not None and taken.offset == offset
+            taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms))
+            for offset in taken:
                 self.dead_letter(queue, offset, "expired", now_ms)
-                expired += 1
+            expired += len(taken)
         return expired
 
     def expire_queues(self, now_s: float) -> list[Queue]:
@@ -699,12 +708,17 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
                 queue.name, reason, stored.exchange, (stored.routing_key,), now_ms // 1000
             )
             properties = codec.with_death(stored.properties_raw, death)
-            deaths = codec.deaths(properties)
+            # A first death (no x-death yet: the common case) needs no decoding back.
+            deaths = (
+                codec.deaths(properties)
+                if b"x-death" in stored.properties_raw
+                else [(queue.name, reason)]
+            )
             # deaths[0] is this one: a queue already on the way back is a cycle unless a
             # rejection came in between.
             targets = [
                 q
-                for q in self.route(exchange_name, routing_key, None)
+                for q in self.route(exchange_name, routing_key, None, properties_raw=properties)
                 if not cycles(deaths, q.name)
             ]
             self.publish(exchange_name, routing_key, properties, stored.body, targets, now_ms)

@@ -1,0 +1,325 @@
+"""RabbitMQ's JSON for runtime objects, and the checks the routes on them share.
+
+Owns how queues, exchanges, bindings, connections, channels and consumers look in the
+management API (RabbitMQ's field names), which connections a user may see, the AMQP
+permission check of a write (`require_permission`) and binding `properties_key`s. It reads
+broker state; it changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+from collections.abc import Mapping
+from typing import Final
+from urllib.parse import unquote
+
+from http_gateway.context import SEES_ALL_VHOSTS_TAGS, Caller
+from http_gateway.errors import HttpError
+from streamq.broker.accounts import PermissionKind
+from streamq.broker.broker import Broker
+from streamq.broker.clients import ChannelInfo, Client
+from streamq.broker.exchange import Binding, Exchange
+from streamq.broker.policies import choose
+from streamq.broker.queue import Queue
+from streamq.broker.vhost import VHost
+
+NODE: Final = f"streamq@{socket.gethostname()}"
+
+
+def require_permission(
+    who: Caller, vhost: str, kind: PermissionKind, resource: str, name: str
+) -> None:
+    """What AMQP would check: 403 unless the user's `kind` regex on `vhost` allows `name`."""
+    if not who.broker.accounts.permitted(who.user.name, vhost, kind, name):
+        shown = name or "amq.default"
+        raise HttpError(
+            403,
+            f"access to {resource} '{shown}' in vhost '{vhost}' refused for user '{who.user.name}'",
+        )
+
+
+def sees_all_connections(who: Caller) -> bool:
+    return who.has_any_tag(SEES_ALL_VHOSTS_TAGS)
+
+
+def visible_clients(who: Caller, vhost: str | None = None) -> list[Client]:
+    """The connections the caller may see (management users: their own), by name."""
+    everyone = sees_all_connections(who)
+    return [
+        client
+        for name, client in sorted(who.broker.clients.items())
+        if (everyone or client.user == who.user.name) and (vhost is None or client.vhost == vhost)
+    ]
+
+
+def client_by_name(who: Caller, name: str) -> Client:
+    client = who.broker.clients.get(name)
+    if client is None or not (sees_all_connections(who) or client.user == who.user.name):
+        raise HttpError(404, "Object Not Found")
+    return client
+
+
+def connection_json(client: Client) -> dict[str, object]:
+    return {
+        "name": client.name,
+        "node": NODE,
+        "type": "network",
+        "state": "blocked" if client.blocked else "running",
+        "protocol": client.protocol,
+        "vhost": client.vhost,
+        "user": client.user,
+        "user_who_performed_action": client.user,
+        "auth_mechanism": "PLAIN",
+        "ssl": False,
+        "host": client.host,
+        "port": client.port,
+        "peer_host": client.peer_host,
+        "peer_port": client.peer_port,
+        "connected_at": client.connected_at_ms,
+        "channels": len(client.channels()),
+        "channel_max": client.channel_max,
+        "frame_max": client.frame_max,
+        "timeout": client.heartbeat_s,
+        "client_properties": dict(client.client_properties),
+        "recv_oct": client.recv_oct,
+        "send_oct": client.send_oct,
+    }
+
+
+def channel_name(client: Client, number: int) -> str:
+    return f"{client.name} ({number})"
+
+
+def channel_details(client: Client, number: int) -> dict[str, object]:
+    return {
+        "name": channel_name(client, number),
+        "number": number,
+        "connection_name": client.name,
+        "peer_host": client.peer_host,
+        "peer_port": client.peer_port,
+        "user": client.user,
+    }
+
+
+def channel_json(client: Client, info: ChannelInfo) -> dict[str, object]:
+    return {
+        "name": channel_name(client, info.number),
+        "number": info.number,
+        "node": NODE,
+        "state": "running",
+        "vhost": client.vhost,
+        "user": client.user,
+        "user_who_performed_action": client.user,
+        "connection_details": {
+            "name": client.name,
+            "peer_host": client.peer_host,
+            "peer_port": client.peer_port,
+        },
+        "consumer_count": len(info.consumers),
+        "messages_unacknowledged": info.messages_unacknowledged,
+        "messages_unconfirmed": info.messages_unconfirmed,
+        "messages_uncommitted": 0,
+        "acks_uncommitted": 0,
+        "prefetch_count": info.prefetch_count,
+        "global_prefetch_count": info.global_prefetch_count,
+        "confirm": info.confirm,
+        "transactional": info.transactional,
+        "consumer_details": [
+            consumer_json(
+                client,
+                info.number,
+                c.tag,
+                c.queue,
+                c.ack_required,
+                c.exclusive,
+                c.prefetch_count,
+                c.arguments,
+            )
+            for c in info.consumers
+        ],
+    }
+
+
+def consumer_json(
+    client: Client,
+    number: int,
+    tag: str,
+    queue: str,
+    ack_required: bool,
+    exclusive: bool,
+    prefetch_count: int,
+    arguments: Mapping[str, object],
+) -> dict[str, object]:
+    return {
+        "consumer_tag": tag,
+        "channel_details": channel_details(client, number),
+        "queue": {"name": queue, "vhost": client.vhost},
+        "ack_required": ack_required,
+        "exclusive": exclusive,
+        "prefetch_count": prefetch_count,
+        "arguments": dict(arguments),
+        "active": True,
+        "activity_status": "up",
+    }
+
+
+def consumers_of(broker: Broker, vhost: str) -> dict[str, list[dict[str, object]]]:
+    """consumer_details of every queue of `vhost`, by queue name."""
+    out: dict[str, list[dict[str, object]]] = {}
+    for client in broker.clients.values():
+        if client.vhost != vhost:
+            continue
+        for info in client.channels():
+            for c in info.consumers:
+                out.setdefault(c.queue, []).append(
+                    consumer_json(
+                        client,
+                        info.number,
+                        c.tag,
+                        c.queue,
+                        c.ack_required,
+                        c.exclusive,
+                        c.prefetch_count,
+                        c.arguments,
+                    )
+                )
+    return out
+
+
+def queue_type_of(queue: Queue) -> str:
+    return "stream" if queue.arguments.get("x-queue-type") == "stream" else "classic"
+
+
+def queue_json(
+    vhost: VHost,
+    queue: Queue,
+    consumers: list[dict[str, object]],
+) -> dict[str, object]:
+    kind = queue_type_of(queue)
+    policy = choose(vhost.policies, "queue", queue.name, kind)
+    operator = choose(vhost.operator_policies, "queue", queue.name, kind)
+    out: dict[str, object] = {
+        "name": queue.name,
+        "vhost": vhost.name,
+        "node": NODE,
+        "type": kind,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive,
+        "arguments": queue.arguments,
+        "policy": policy.name if policy is not None else None,
+        "operator_policy": operator.name if operator is not None else None,
+        "effective_policy_definition": queue.policy,
+        "state": "running" if queue.failed is None else "crashed",
+        "consumers": len(queue.consumers),
+        "consumer_details": consumers,
+        "message_stats": queue.stats.to_json(),
+    }
+    if queue.failed is not None:
+        out["reason"] = queue.failed
+    stream = queue.stream
+    if stream is not None:
+        log = stream.log
+        out.update(
+            messages=stream.message_count,
+            messages_ready=stream.message_count,
+            messages_unacknowledged=0,
+            first_offset=log.start_offset,
+            last_offset=log.next_offset - 1,
+            committed_offset=log.durable_next - 1,
+            segments=log.segment_count,
+        )
+        return out
+    cursor = queue.cursor
+    ready = cursor.message_count
+    unacked = cursor.unacked_count
+    out.update(
+        messages=ready + unacked,
+        messages_ready=ready,
+        messages_unacknowledged=unacked,
+        message_bytes_ready=cursor.bytes_ready,
+        memory=cursor.bytes_ready,  # the bodies held in memory for ready messages
+    )
+    return out
+
+
+def exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, object]:
+    policy = choose(vhost.policies, "exchange", exchange.name, "")
+    stats = vhost.exchange_stats.get(exchange.name)
+    return {
+        "name": exchange.name,
+        "vhost": vhost.name,
+        "type": exchange.type,
+        "durable": exchange.durable,
+        "auto_delete": exchange.auto_delete,
+        "internal": exchange.internal,
+        "arguments": exchange.arguments,
+        "policy": policy.name if policy is not None else None,
+        "user_who_performed_action": "",
+        "message_stats": stats.to_json() if stats is not None else {},
+    }
+
+
+# -- bindings ------------------------------------------------------------------------------
+
+
+def _quote(text: str) -> str:
+    return text.replace("%", "%25").replace("~", "%7E")
+
+
+def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
+    """RabbitMQ's binding key in paths: the routing key ("~" when empty), and "~" and a
+    hash of the arguments when there are any."""
+    if not arguments:
+        return _quote(routing_key) if routing_key else "~"
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode())
+    hashed = base64.urlsafe_b64encode(digest.digest()[:12]).decode()
+    return f"{_quote(routing_key)}~{hashed}"
+
+
+def unfrozen(arguments: tuple[tuple[str, object], ...]) -> dict[str, object]:
+    return {key: value for key, value in arguments}
+
+
+def binding_json(vhost: str, source: str, binding: Binding) -> dict[str, object]:
+    arguments = unfrozen(binding.arguments)
+    return {
+        "source": source,
+        "vhost": vhost,
+        "destination": binding.destination.name,
+        "destination_type": binding.destination.kind,
+        "routing_key": binding.routing_key,
+        "arguments": arguments,
+        "properties_key": properties_key(binding.routing_key, arguments),
+    }
+
+
+def default_binding_json(vhost: str, queue: str) -> dict[str, object]:
+    """The default exchange's implicit binding of every queue, as RabbitMQ lists it."""
+    return {
+        "source": "",
+        "vhost": vhost,
+        "destination": queue,
+        "destination_type": "queue",
+        "routing_key": queue,
+        "arguments": {},
+        "properties_key": _quote(queue),
+    }
+
+
+def all_bindings(vhost: VHost) -> list[dict[str, object]]:
+    out = [default_binding_json(vhost.name, name) for name in sorted(vhost.queues)]
+    for name, exchange in sorted(vhost.exchanges.items()):
+        out += [
+            binding_json(vhost.name, name, b)
+            for b in sorted(exchange.bindings, key=lambda b: (b.destination, b.routing_key))
+        ]
+    return out
+
+
+def routing_key_of(props: str) -> str:
+    """The routing key part of a properties_key (the part before "~")."""
+    return unquote(props.split("~", 1)[0])

@@ -1,0 +1,120 @@
+"""The broker's registry of client connections, as the management API shows them.
+
+Owns what a gateway publishes about its connections (`Client`: who, from where, which
+channels and consumers) so that another gateway (HTTP) can list and close them without
+importing the first. The AMQP gateway registers each connection in `Broker.clients` once
+it is open and removes it when it closes. Views are snapshots taken on request (never on
+the hot path). Also owns `PropertiesJson`, the AMQP gateway's translation of message
+properties to and from JSON (for publishing and getting messages over HTTP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    """One basic.consume, as RabbitMQ's consumer_details lists it."""
+
+    tag: str
+    queue: str
+    ack_required: bool
+    exclusive: bool
+    prefetch_count: int
+    arguments: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    """One open channel of a connection."""
+
+    number: int
+    prefetch_count: int  # basic.qos global=false (per consumer)
+    global_prefetch_count: int  # basic.qos global=true
+    confirm: bool
+    transactional: bool
+    messages_unacknowledged: int
+    messages_unconfirmed: int
+    consumers: tuple[ConsumerInfo, ...]
+
+
+class Client(Protocol):
+    """A client connection a gateway registered in `Broker.clients` (by `name`)."""
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "127.0.0.1:54321 -> 127.0.0.1:5672"."""
+
+    @property
+    def vhost(self) -> str: ...
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def protocol(self) -> str:
+        """ "AMQP 0-9-1"."""
+
+    @property
+    def host(self) -> str:
+        """The broker's address of the connection."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def peer_host(self) -> str: ...
+
+    @property
+    def peer_port(self) -> int: ...
+
+    @property
+    def connected_at_ms(self) -> int:
+        """Epoch milliseconds."""
+
+    @property
+    def client_properties(self) -> Mapping[str, object]: ...
+
+    @property
+    def frame_max(self) -> int: ...
+
+    @property
+    def channel_max(self) -> int: ...
+
+    @property
+    def heartbeat_s(self) -> int: ...
+
+    @property
+    def recv_oct(self) -> int:
+        """Bytes received so far."""
+
+    @property
+    def send_oct(self) -> int:
+        """Bytes sent so far."""
+
+    @property
+    def blocked(self) -> bool:
+        """A resource alarm blocks this publisher."""
+
+    def channels(self) -> list[ChannelInfo]:
+        """The open channels, by number."""
+
+    def close(self, reason: str) -> None:
+        """Close with 320 CONNECTION_FORCED and `reason` (RabbitMQ's management close)."""
+
+
+class PropertiesJson(Protocol):
+    """AMQP basic properties to and from RabbitMQ's management JSON (`delivery_mode`,
+    `headers`, ...); the AMQP gateway sets one on the broker."""
+
+    def to_json(self, properties_raw: bytes) -> dict[str, object]:
+        """The properties present, by RabbitMQ's JSON names."""
+
+    def from_json(self, properties: Mapping[str, object]) -> bytes:
+        """The wire form. Raises ValueError for an unknown name or a bad value."""
+
+    def headers(self, properties_raw: bytes) -> Mapping[str, object] | None:
+        """The `headers` table, for routing by a headers exchange."""
