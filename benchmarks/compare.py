@@ -4,7 +4,8 @@ Usage: python benchmarks/compare.py URL_A URL_B [--pid-a PID] [--pid-b PID]
            [--name-a NAME] [--name-b NAME] [--quick] [--full] [--only KEYS] [--json FILE]
            [--streamq COMMAND]
 
-Runs every scenario of `benchmarks/scenarios.py` against A and B in turn, A B A B, three
+Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
+`benchmarks/queue_features.py`) against A and B in turn, A B A B, three
 repetitions of 5 s (--quick: one of 2 s; the 1M-message fills stay 1M), and prints per
 scenario the medians, the A/B ratio and whether A is at least 1.5 times better than B,
 then each broker's peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
@@ -42,6 +43,7 @@ from benchmarks.compare_report import (
     row_summary,
 )
 from benchmarks.perf_process import ScenarioError, default_streamq
+from benchmarks.queue_features import queue_feature_scenarios
 from benchmarks.rss import RssSampler, read_status_kib
 from benchmarks.scenarios import Broker, Run, Scenario, Settings, matrix
 
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         Broker(args.name_a, args.url_a, args.pid_a),
         Broker(args.name_b, args.url_b, args.pid_b),
     )
-    scenarios = select(matrix(settings), args.only)
+    scenarios = select(matrix(settings) + queue_feature_scenarios(), args.only)
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
     peaks = Peaks()

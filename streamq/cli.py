@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from amqp_gateway.server import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq import __version__, ctl, perf
 from streamq.app import ServeConfig, ServeError, serve
 from streamq.broker.resources import ResourceLimits, parse_memory_limit, parse_size
@@ -27,6 +28,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port out of range 0-65535: {port}")
     return port
+
+
+def _milliseconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
 
 
 def _size(text: str) -> int:
@@ -71,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="block publishers when the data dir's disk has less free (64MiB)",
     )
+    run.add_argument(
+        "--consumer-timeout-ms",
+        type=_milliseconds,
+        default=CONSUMER_TIMEOUT_MS_DEFAULT,
+        metavar="MS",
+        help="close a channel whose delivery stays unacked this long; 0: never (1800000)",
+    )
     ctl.add_parser(commands)
     perf.add_parser(commands)
     return parser
@@ -110,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         amqp_port=args.amqp_port,
         http_port=args.http_port,
         limits=_limits(args.memory_high_watermark, args.disk_free_limit),
+        consumer_timeout_ms=args.consumer_timeout_ms,
     )
     try:
         serve(config)

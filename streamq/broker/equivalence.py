@@ -14,7 +14,8 @@ from typing import Final
 
 from streamq.broker.errors import PreconditionFailed
 
-# rabbit_amqqueue:declare_args() and rabbit_stream_queue's, as of RabbitMQ 3.10.
+# rabbit_amqqueue:declare_args() and rabbit_stream_queue's, as of RabbitMQ 3.10, and
+# x-consumer-timeout (RabbitMQ 3.12).
 QUEUE_CHECKED_ARGUMENTS: Final = frozenset(
     {
         "x-expires",
@@ -30,6 +31,7 @@ QUEUE_CHECKED_ARGUMENTS: Final = frozenset(
         "x-queue-mode",
         "x-queue-version",
         "x-single-active-consumer",
+        "x-consumer-timeout",
         "x-queue-type",
         "x-quorum-initial-group-size",
         "x-delivery-limit",
@@ -110,8 +112,12 @@ def _plain(value: object) -> str:
     return str(value)
 
 
+def type_name(value: object) -> str:
+    """The AMQP field type of a decoded value, as RabbitMQ names it ("longstr")."""
+    return _TYPE_NAMES.get(type(value).__name__, type(value).__name__)
+
+
 def _typed(value: object) -> str:
     if value is _MISSING:
         return "none"
-    type_name = _TYPE_NAMES.get(type(value).__name__, type(value).__name__)
-    return f"the value '{_plain(value)}' of type '{type_name}'"
+    return f"the value '{_plain(value)}' of type '{type_name(value)}'"

@@ -22,11 +22,19 @@ APPLY_TO: Final = ("all", "queues", "exchanges", "classic_queues", "streams")
 # Keys and the type of their values; keys that belong to later features are accepted and
 # stored, and take effect when those features land.
 INTEGER_KEYS: Final = frozenset(
-    {"max-length", "max-length-bytes", "message-ttl", "expires", "delivery-limit"}
+    {
+        "max-length",
+        "max-length-bytes",
+        "message-ttl",
+        "expires",
+        "delivery-limit",
+        "consumer-timeout",
+    }
 )
 STRING_KEYS: Final = frozenset(
     {"max-age", "overflow", "dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange"}
 )
+BOOLEAN_KEYS: Final = frozenset({"delayed-message"})  # LavinMQ's: delay like x-delayed-exchange
 OPERATOR_KEYS: Final = frozenset(
     {"max-length", "max-length-bytes", "message-ttl", "expires", "delivery-limit"}
 )
@@ -94,7 +102,7 @@ def make_policy(name: str, body: Mapping[str, object], *, operator: bool = False
     definition = body.get("definition")
     if not isinstance(definition, dict) or not definition:
         raise PolicyInvalid("'definition' must be a non-empty object")
-    allowed = OPERATOR_KEYS if operator else INTEGER_KEYS | STRING_KEYS
+    allowed = OPERATOR_KEYS if operator else INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS
     for key, value in definition.items():
         _check_key(key, value, allowed)
     return Policy(name, pattern, str(apply_to), priority, dict(definition), compiled)
@@ -106,6 +114,11 @@ def _check_key(key: object, value: object, allowed: frozenset[str]) -> None:
     if key in INTEGER_KEYS:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise PolicyInvalid(f"{key!r} must be a non-negative integer")
+        if key == "expires" and value == 0:
+            raise PolicyInvalid("'expires' must be at least 1 (ms), as RabbitMQ")
+    elif key in BOOLEAN_KEYS:
+        if not isinstance(value, bool):
+            raise PolicyInvalid(f"{key!r} must be a boolean")
     elif not isinstance(value, str):
         raise PolicyInvalid(f"{key!r} must be a string")
     elif key == "max-age" and age_ms(value) is None:

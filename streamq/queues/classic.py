@@ -9,6 +9,7 @@ vhost's log and cache have those), and does no I/O.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -53,20 +54,25 @@ class ClassicQueue:
     def unacked_count(self) -> int:
         return len(self.unacked)
 
-    def enqueue(self, offset: int, size_bytes: int) -> None:
+    def enqueue(self, offset: int, size_bytes: int, priority: int = 0) -> None:
+        """A new message, last in line (`priority` matters to priority queues only)."""
         self._ready.append(offset)
         self._sizes[offset] = size_bytes
         self.bytes_ready += size_bytes
         if self.journal is not None:
             self.journal.enqueued(offset)
 
-    def restore(self, offset: int, size_bytes: int, delivery_count: int) -> None:
+    def restore(self, offset: int, size_bytes: int, delivery_count: int, priority: int = 0) -> None:
         """Start-up: the journal says the queue holds `offset` (in offset order)."""
         self._ready.append(offset)
         self._sizes[offset] = size_bytes
         self.bytes_ready += size_bytes
         if delivery_count:
             self._delivery_counts[offset] = delivery_count
+
+    def delivery_count(self, offset: int) -> int:
+        """How many times the message at `offset` was delivered so far."""
+        return self._delivery_counts.get(offset, 0)
 
     def peek(self) -> int | None:
         """The offset `take` would return next, without taking it."""
@@ -91,6 +97,15 @@ class ClassicQueue:
         if self.journal is not None:
             self.journal.delivered(offset, count + 1)
         return ReadyMessage(offset, count > 0, count)
+
+    def take_expired(self, expired: Callable[[int], bool]) -> list[int]:
+        """Take the messages at the head for which `expired(offset)` holds, stopping at
+        the first that does not; they are in flight, as after `take`."""
+        taken = []
+        while (offset := self.peek()) is not None and expired(offset):
+            self.take()
+            taken.append(offset)
+        return taken
 
     def ack(self, offset: int) -> int:
         """The message is gone from the queue (acked, or rejected without requeue).
