@@ -12,10 +12,16 @@ RabbitMQ's rules kept here:
   them on the same exchange; `BCC` is removed before the message is stored. Array
   elements that are not strings are ignored; a `CC` or `BCC` that is not an array is a
   406 "invalid message: {unacceptable_type_in_header,"CC",longstr}".
-- A delayed exchange holds a message with an integer `x-delay` above 0 for that many ms,
-  then routes it as its `x-delayed-type` (the message keeps its CC/BCC for then). Held
-  messages count as unrouted: with `mandatory` they are returned at once, as the
-  plugin does (it cannot know the queues of the future).
+- A delayed exchange holds a message with an `x-delay` above 0 (and at most 2^32 - 1)
+  for that many ms, then routes it as its `x-delayed-type` (the message keeps its CC/BCC
+  for then). As the plugin's `get_delay`, integer types count, a string is parsed as an
+  integer and a float is truncated. The held copy's `x-delay` becomes `-delay` (the
+  plugin's `swap_delay_header`: not delayed again, and consumers can tell). Held messages
+  count as unrouted: with `mandatory` they are returned at once (as they were
+  published), as the plugin does (it cannot know the queues of the future).
+- LavinMQ's delayed exchanges (`x-delayed-exchange: true` or the policy key
+  `delayed-message`) hold the same way, but drop `x-delay` from the held copy and count
+  a held message as routed (no return), as LavinMQ's delayed exchange queue does.
 - A duplicate (LavinMQ's deduplication) of an exchange is not routed (hence returned
   when mandatory); for a queue, that queue does not take it. Both are still confirmed.
 """
@@ -23,6 +29,9 @@ RabbitMQ's rules kept here:
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+from decimal import Decimal
 from typing import Final, NamedTuple
 
 from amqp_gateway import codec, errors
@@ -31,6 +40,7 @@ from streamq.broker.equivalence import type_name
 from streamq.broker.exchange import Exchange
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
+from streamq.broker.vhost_publish import RouteFields
 
 HEADERS_FLAG_BYTE0: Final = 0x20  # property flags: bit 13, headers
 REPLY_TO_FLAG_BYTE0: Final = 0x02  # property flags: bit 9, reply-to
@@ -40,12 +50,15 @@ CC_KEY: Final = b"\x02CC"
 BCC_KEY: Final = b"\x03BCC"
 REPLY_TO_MARK: Final = REPLY_TO_QUEUE.encode()
 PERSISTENT: Final = 2  # delivery-mode
+DELAY_MS_MAX: Final = 4294967295  # the plugin's limit: Erlang's longest timer
+_INTEGER: Final = re.compile(r"[+-]?[0-9]+")  # what Erlang's binary_to_integer takes
 
 
 class Routed(NamedTuple):
     queues: list[Queue]
     properties_raw: bytes  # as stored and delivered (BCC removed, reply-to rewritten)
     held: bool  # delayed or a duplicate: not routed now
+    routed_later: bool = False  # held by a LavinMQ-style delayed exchange: counts as routed
 
 
 def needs_slow_path(vhost: VHost, exchange: Exchange, properties_raw: bytes) -> bool:
@@ -83,12 +96,50 @@ def route_publish(
     if exchange.deduper is not None and exchange.deduper.duplicate(headers, now_ms):
         return Routed([], properties_raw, True)
     if exchange.delayed and headers:
-        delay = headers.get("x-delay")
-        if isinstance(delay, int) and not isinstance(delay, bool) and delay > 0:
+        delay = delay_ms(headers)
+        if delay is not None:
+            held = dict(headers)
+            if exchange.delayed_lavinmq:
+                del held["x-delay"]
+            else:
+                held["x-delay"] = -delay
+            held_raw = codec.encode_properties(dataclasses.replace(properties, headers=held))
             persistent = properties.delivery_mode == PERSISTENT
-            vhost.delay(exchange, routing_key, properties_raw, body, now_ms + delay, persistent)
-            return Routed([], properties_raw, True)
+            vhost.delay(exchange, routing_key, held_raw, body, now_ms + delay, persistent)
+            return Routed([], properties_raw, True, exchange.delayed_lavinmq)
     return route_now(vhost, exchange, routing_key, properties, properties_raw, now_ms)
+
+
+def delay_ms(headers: codec.FieldTable) -> int | None:
+    """The message's delay as the plugin reads `x-delay`; None if it is not delayed."""
+    value = headers.get("x-delay")
+    delay: int
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        delay = value
+    elif isinstance(value, float | Decimal) and math.isfinite(value):
+        delay = math.trunc(value)
+    elif isinstance(value, str) and _INTEGER.fullmatch(value):
+        delay = int(value)
+    else:
+        return None
+    return delay if 0 < delay <= DELAY_MS_MAX else None
+
+
+def fields_for_route(properties_raw: bytes) -> RouteFields:
+    """A message's headers and `hash-property` fields, for a route that reaches an
+    exchange reading them (`VHost.route` calls it at most once per message)."""
+    properties = codec.decode_properties(properties_raw)
+    return properties.headers, _hashed_properties(properties)
+
+
+def _hashed_properties(properties: codec.BasicProperties) -> dict[str, object]:
+    return {
+        "message_id": properties.message_id,
+        "correlation_id": properties.correlation_id,
+        "timestamp": properties.timestamp,
+    }
 
 
 def route_now(
@@ -109,14 +160,8 @@ def route_now(
             headers = {k: v for k, v in headers.items() if k != "BCC"}
             properties = dataclasses.replace(properties, headers=headers)
             properties_raw = codec.encode_properties(properties)
-    ring = exchange.hash_ring
-    by_property = None
-    if ring is not None and ring.prop is not None:
-        by_property = {
-            "message_id": properties.message_id,
-            "correlation_id": properties.correlation_id,
-            "timestamp": properties.timestamp,
-        }
+    # Built for every slow-path message: an exchange further on may hash by property.
+    by_property = _hashed_properties(properties)
     queues = vhost.route(exchange.name, routing_key, headers, by_property)
     for key in keys[1:]:
         for queue in vhost.route(exchange.name, key, headers, by_property):
@@ -143,11 +188,12 @@ def extra_routing_keys(headers: codec.FieldTable, name: str) -> list[str]:
 
 def release_delayed(vhost: VHost, now_ms: int) -> int:
     """Route and store the delayed messages whose time has come; returns how many.
-    A message whose exchange is gone meanwhile is dropped."""
+    A message whose exchange is gone meanwhile is dropped; one whose exchange no longer
+    delays (a LavinMQ policy went away) is released all the same."""
     due = vhost.due_delayed(now_ms)
     for message in due:
         exchange = vhost.exchanges.get(message.exchange)
-        if exchange is None or not exchange.delayed:
+        if exchange is None:
             continue
         properties = codec.decode_properties(message.properties_raw)
         routed = route_now(

@@ -2,7 +2,8 @@
 
 Owns routing for the types direct, fanout, topic and headers, the plugin types
 `x-consistent-hash` (`consistent_hash.py`) and `x-delayed-message` (which routes as its
-`x-delayed-type` once a message's delay is over; the vhost holds delayed messages), the
+`x-delayed-type` once a message's delay is over; the vhost holds delayed messages), which
+exchanges delay (that type, or LavinMQ's `x-delayed-exchange` argument or policy), the
 exchange's deduplication cache (`dedup.py`), bindings to queues and to other exchanges,
 and the equivalence rules of a redeclare. It does not know queues' contents, the log or
 the protocol; the vhost follows exchange-to-exchange destinations.
@@ -67,9 +68,35 @@ class Exchange:
         self.type = exchange_type
         # How it routes: its type, or a delayed exchange's x-delayed-type.
         self.route_type = delayed_type(arguments) if exchange_type == DELAYED else exchange_type
-        self.delayed = exchange_type == DELAYED
         self.hash_ring = HashRing(arguments) if self.route_type == CONSISTENT_HASH else None
         self.deduper: Deduper | None = deduper_for(arguments)
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = dict(arguments)
+        self.bindings: set[Binding] = set()
+        self.policy = {}  # the effective policy definition; sets the flags below
+        self._direct: dict[str, set[Destination]] = {}
+        self._cache: dict[str, frozenset[Destination]] = {}
+        # Consistent hash: (destination, key, weight) in binding order.
+        self._weighted: list[tuple[Destination, str, int]] = []
+
+    @property
+    def policy(self) -> dict[str, object]:
+        return self._policy
+
+    @policy.setter
+    def policy(self, definition: dict[str, object]) -> None:
+        """Set the effective policy and the flags that depend on it (LavinMQ's policy key
+        `delayed-message` turns delaying on)."""
+        self._policy = definition
+        # LavinMQ's way: any type delays with the argument `x-delayed-exchange: true` or
+        # the policy key `delayed-message: true`; a held message then counts as routed.
+        self.delayed_lavinmq = self.type != DELAYED and (
+            self.arguments.get("x-delayed-exchange") is True
+            or definition.get("delayed-message") is True
+        )
+        self.delayed = self.type == DELAYED or self.delayed_lavinmq
         # Whether a publish must decode the message's properties before routing: the
         # hot path of the plain types skips the decode.
         self.reads_properties = (
@@ -78,16 +105,6 @@ class Exchange:
             or self.deduper is not None
             or (self.hash_ring is not None and self.hash_ring.reads_properties)
         )
-        self.durable = durable
-        self.auto_delete = auto_delete
-        self.internal = internal
-        self.arguments = dict(arguments)
-        self.bindings: set[Binding] = set()
-        self.policy: dict[str, object] = {}  # the effective policy definition
-        self._direct: dict[str, set[Destination]] = {}
-        self._cache: dict[str, frozenset[Destination]] = {}
-        # Consistent hash: (destination, key, weight) in binding order.
-        self._weighted: list[tuple[Destination, str, int]] = []
 
     @property
     def alternate_exchange(self) -> str | None:

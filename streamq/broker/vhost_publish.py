@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from typing import TypeAlias
 
 from streamq.broker.dedup import Deduper, deduper_for
 from streamq.broker.delayed import DelayedMessage, DelayedStore
@@ -21,6 +22,9 @@ from streamq.broker.queue import Queue
 from streamq.log.log import SegmentLog
 
 logger = logging.getLogger(__name__)
+
+# A message's headers and the properties `hash-property` reads (None: unknown or absent).
+RouteFields: TypeAlias = tuple[Mapping[str, object] | None, Mapping[str, object] | None]
 
 DELAYED_FILE = "delayed"
 
@@ -37,17 +41,21 @@ class VHostPublish:
     queue_dedupers: dict[str, Deduper]
     # The gateway's timer: called with a deadline nearer than any before it.
     on_delay: Callable[[int], None]
+    # The gateway's decoder of (headers, properties) from raw properties, for a route
+    # that reaches an exchange reading them (the broker core does not parse AMQP).
+    decode_for_route: Callable[[bytes], RouteFields]
 
     def _open_publish_extras(self) -> None:
         """Load delayed messages (dropping those whose exchange is gone) and build the
         queues' deduplication caches (empty: they live in memory only). Start-up only:
         may rewrite and fsync the delayed file."""
         self.on_delay = _no_timer
+        self.decode_for_route = _no_fields
         self.delayed = DelayedStore.open(os.path.join(self.directory, DELAYED_FILE))
         orphans = {
             m.exchange
             for m in self.delayed.messages()
-            if not _is_delayed(self.exchanges.get(m.exchange))
+            if not _keeps_delayed(self.exchanges.get(m.exchange))
         }
         for exchange in orphans:
             self.delayed.drop_exchange(exchange)
@@ -103,9 +111,15 @@ class VHostPublish:
             self.queue_dedupers.pop(queue.name, None)
 
 
-def _is_delayed(exchange: Exchange | None) -> bool:
-    return exchange is not None and exchange.delayed and exchange.durable
+def _keeps_delayed(exchange: Exchange | None) -> bool:
+    # Not `exchange.delayed`: policies (LavinMQ's `delayed-message`) are applied later,
+    # and a message held before its policy went away is still released.
+    return exchange is not None and exchange.durable
 
 
 def _no_timer(deadline_ms: int) -> None:
     pass
+
+
+def _no_fields(properties_raw: bytes) -> RouteFields:
+    return None, None
