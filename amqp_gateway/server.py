@@ -183,6 +183,7 @@ class Gateway:
                 if vhost.expire_heads(now_ms):
                     self.schedule_drain()
                 vhost.expire_queues(time.monotonic())
+                vhost.page_out()
                 if vhost.streams_unsynced:
                     self._start_stream_syncs(vhost)
                 try:
@@ -339,8 +340,10 @@ class AmqpHandler(asyncio.Protocol):
         self._holds: set[str] = set()
         self._now_ms = 0
         self.user = ""
-        # Permissions change only while the broker is stopped (streamq ctl), so each
-        # connection caches its answers.
+        # Each connection caches its permission answers, as RabbitMQ caches them per
+        # connection and channel: a permission changed over the management API (or
+        # `streamq ctl`) applies to connections opened afterwards; deleting a user closes
+        # that user's connections.
         self._permits: dict[tuple[str, str, str], bool] = {}
 
     # -- socket events ---------------------------------------------------------------------

@@ -43,6 +43,7 @@ from streamq.broker.errors import (
     ResourceLocked,
 )
 from streamq.broker.exchange import Destination, Exchange
+from streamq.broker.paging import MessageUnreadable, Pager
 from streamq.broker.policies import (
     Policy,
     choose,
@@ -95,6 +96,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.messages: dict[int, StoredMessage] = {}
+        self.pager = Pager()
         self.log = SegmentLog.open(os.path.join(directory, "messages"), syncer=syncer)
         self.dirty: set[Queue] = set()
         self.wakeup: Callable[[], None] = lambda: None
@@ -448,6 +450,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
             offset, exchange_name, routing_key, properties_raw, body, len(queues), timestamp_ms
         )
         size = len(body)
+        pager = self.pager  # bodies leave memory past its budget (paging.py)
+        pager.resident_bytes += size
+        pager.order.append(offset)
         dirty = self.dirty
         was_idle = not dirty
         if properties_raw and properties_raw[0] & EXPIRATION_FLAG_BYTE0:
@@ -554,6 +559,12 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
             stored.refs -= 1
             if stored.refs <= 0:
                 del self.messages[offset]
+                if stored.__class__ is StoredMessage:  # not paged out
+                    self.pager.resident_bytes -= len(stored.body)
+
+    def page_out(self) -> int:
+        """Move the oldest durable bodies out of memory when over budget (paging.py)."""
+        return self.pager.page_out(self.messages, self.log)
 
     def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""
@@ -818,7 +829,13 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
                 empty = True
                 break
             idle = 0
-            consumer.deliver(queue, ready, messages[ready.offset])
+            held = messages[ready.offset]
+            if held.__class__ is not StoredMessage:  # paged out: read the body back once
+                resident = self._page_in(queue, held)
+                if resident is None:
+                    return budget, True  # the queue failed
+                held = resident
+            consumer.deliver(queue, ready, held)
             if consumer.no_ack:
                 self.settle(queue, ready.offset)
                 no_ack += 1
@@ -829,6 +846,24 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         stats.deliver += budget_given - budget - no_ack
         stats.deliver_no_ack += no_ack
         return budget, empty
+
+    def _page_in(self, queue: Queue, paged: StoredMessage) -> StoredMessage | None:
+        """A resident copy of a paged message for one delivery (memory stays bounded:
+        the copy is not kept); None, with the queue failed, if the log cannot give it."""
+        try:
+            body = paged.body
+        except MessageUnreadable as exc:
+            self.fail_queue(queue, str(exc))
+            return None
+        return StoredMessage(
+            paged.offset,
+            paged.exchange,
+            paged.routing_key,
+            paged.properties_raw,
+            body,
+            paged.refs,
+            paged.timestamp_ms,
+        )
 
     async def aclose(self) -> None:
         """Write and fsync everything buffered (after any round in flight), then close."""

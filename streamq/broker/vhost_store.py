@@ -27,6 +27,7 @@ from streamq.broker.definitions import (
 from streamq.broker.delayed import DelayedStore
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination, Exchange
+from streamq.broker.paging import PagedMessage, Pager, body_size
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue, StoredMessage
@@ -61,6 +62,7 @@ class VHostStore:
     exchanges: dict[str, Exchange]
     queues: dict[str, Queue]
     messages: dict[int, StoredMessage]
+    pager: Pager
     log: SegmentLog
     definitions: DefinitionsJournal
     _syncer: Syncer
@@ -234,6 +236,7 @@ class VHostStore:
                 refs[message.offset] = refs.get(message.offset, 0) + 1
         wanted = sorted(refs)
         messages = self.messages
+        pager = self.pager
         damaged: list[tuple[int, int, str]] = []  # segments that fail their CRC
         index = 0
         while index < len(wanted):
@@ -252,7 +255,7 @@ class VHostStore:
             for record in records:
                 count = refs.get(record.offset)
                 if count is not None:
-                    messages[record.offset] = StoredMessage(
+                    kept = StoredMessage(
                         record.offset,
                         record.exchange.decode("utf-8", "surrogateescape"),
                         record.routing_key.decode("utf-8", "surrogateescape"),
@@ -261,6 +264,14 @@ class VHostStore:
                         count,
                         record.timestamp_ms,
                     )
+                    size = len(record.body)
+                    if pager.resident_bytes + size > pager.bytes_max:
+                        # Past the memory budget the body stays in the log (paging.py).
+                        kept = PagedMessage(kept, size, self.log)
+                    else:
+                        pager.resident_bytes += size
+                        pager.order.append(record.offset)
+                    messages[record.offset] = kept
             last = records[-1].offset
             while index < len(wanted) and wanted[index] <= last:
                 index += 1
@@ -287,7 +298,7 @@ class VHostStore:
                     message_priority(stored.properties_raw) if queue.max_priority is not None else 0
                 )
                 queue.cursor.restore(
-                    message.offset, len(stored.body), message.delivery_count, priority
+                    message.offset, body_size(stored), message.delivery_count, priority
                 )
                 if may_expire(stored.properties_raw):
                     queue.holds_expiring = True
