@@ -1,4 +1,5 @@
-"""`streamq ctl` as an operator runs it: a real process on a data directory under tmp_path."""
+"""`streamq ctl --data-dir` as an operator runs it: a real process editing the accounts of a
+stopped broker's data directory under tmp_path (the HTTP verbs are test_ctl_http.py)."""
 
 from __future__ import annotations
 
@@ -63,16 +64,18 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 def test_fresh_directory_lists_the_defaults(data_dir: Path) -> None:
-    assert ok(data_dir, "list_users") == "user\ttags\nguest\t[administrator]\n"
+    assert ok(data_dir, "list_users") == "user   tags\nguest  [administrator]\n"
     assert ok(data_dir, "list_vhosts") == "name\n/\n"
-    assert ok(data_dir, "list_permissions") == "user\tconfigure\twrite\tread\nguest\t.*\t.*\t.*\n"
+    assert ok(data_dir, "list_permissions") == (
+        "user   configure  write  read\nguest  .*         .*     .*\n"
+    )
     assert not (data_dir / "definitions").exists()  # listing writes nothing
 
 
 def test_users_added_listed_changed_and_deleted(data_dir: Path) -> None:
     ok(data_dir, "add_user", "bob", "secret")
     ok(data_dir, "set_user_tags", "bob", "monitoring", "management")
-    assert "bob\t[monitoring, management]\n" in ok(data_dir, "list_users")
+    assert "bob    [monitoring, management]\n" in ok(data_dir, "list_users")
     users = json.loads(ok(data_dir, "list_users", "--json"))
     assert users == [
         {"user": "bob", "tags": ["monitoring", "management"]},
@@ -87,7 +90,7 @@ def test_users_added_listed_changed_and_deleted(data_dir: Path) -> None:
     ok(data_dir, "clear_password", "bob")
     fails(data_dir, "authenticate_user", "bob", "new")
     ok(data_dir, "delete_user", "bob")
-    assert ok(data_dir, "list_users") == "user\ttags\nguest\t[administrator]\n"
+    assert ok(data_dir, "list_users") == "user   tags\nguest  [administrator]\n"
 
 
 def test_vhosts_and_permissions(data_dir: Path) -> None:
@@ -95,18 +98,18 @@ def test_vhosts_and_permissions(data_dir: Path) -> None:
     ok(data_dir, "add_user", "bob", "x")
     ok(data_dir, "set_permissions", "-p", "dev", "bob", "^bob-.*", "", ".*")
     assert ok(data_dir, "list_permissions", "-p", "dev") == (
-        "user\tconfigure\twrite\tread\nbob\t^bob-.*\t\t.*\n"
+        'user  configure  write  read\nbob   ^bob-.*    ""     .*\n'
     )
     assert json.loads(ok(data_dir, "list_user_permissions", "bob", "--json")) == [
         {"vhost": "dev", "configure": "^bob-.*", "write": "", "read": ".*"}
     ]
-    assert ok(data_dir, "list_vhosts", "--json") == '[{"name": "/"}, {"name": "dev"}]\n'
+    assert ok(data_dir, "list_vhosts", "--json") == '[\n{"name": "/"},\n{"name": "dev"}\n]\n'
     ok(data_dir, "clear_permissions", "-p", "dev", "bob")
-    assert ok(data_dir, "list_user_permissions", "bob") == "vhost\tconfigure\twrite\tread\n"
+    assert ok(data_dir, "list_user_permissions", "bob") == "vhost  configure  write  read\n"
     ok(data_dir, "set_permissions", "-p", "dev", "bob", ".*", ".*", ".*")
     ok(data_dir, "delete_vhost", "dev")
     assert ok(data_dir, "list_vhosts") == "name\n/\n"
-    assert ok(data_dir, "list_user_permissions", "bob") == "vhost\tconfigure\twrite\tread\n"
+    assert ok(data_dir, "list_user_permissions", "bob") == "vhost  configure  write  read\n"
 
 
 def test_data_dir_may_come_before_the_subcommand(data_dir: Path) -> None:
@@ -174,7 +177,7 @@ def test_refuses_while_the_broker_holds_the_data_dir(data_dir: Path) -> None:
         fails(data_dir, "list_users")
     assert error == (
         f"streamq ctl: the broker (pid 4242) is running on data directory {data_dir}; "
-        "stop it first (online management comes with the HTTP API)"
+        "stop it first, or leave out --data-dir to manage it over HTTP"
     )
     assert not (data_dir / "definitions").exists()
     ok(data_dir, "add_user", "bob", "x")  # released: ctl works again
@@ -184,3 +187,18 @@ def test_ctl_releases_the_lock(data_dir: Path) -> None:
     ok(data_dir, "add_vhost", "v")
     with locked(data_dir, pid=os.getpid()):
         pass  # would raise BlockingIOError if ctl had left the lock held
+
+
+def test_changes_are_confirmed_on_stdout(data_dir: Path) -> None:
+    assert ok(data_dir, "add_user", "bob", "x") == 'Added user "bob".\n'
+    assert ok(data_dir, "add_vhost", "dev", "--format", "json") == ""  # JSON: nothing
+
+
+def test_verbs_without_an_offline_form_refuse_a_data_dir(data_dir: Path) -> None:
+    done = ctl(data_dir, "list_queues")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "streamq ctl: list_queues needs a running broker: leave out --data-dir "
+        "(which serves only the user, vhost and permission verbs)\n"
+    )
+    assert not data_dir.exists()  # refused before touching the directory
