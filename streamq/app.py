@@ -23,9 +23,10 @@ from typing import Final
 
 import uvloop
 
-from amqp_gateway.server import CONSUMER_TIMEOUT_MS_DEFAULT, Gateway, start_amqp_server
+from amqp_gateway.server import Gateway, start_amqp_server
 from http_gateway.server import HttpServer, start_http_server
 from streamq.broker.broker import Broker
+from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
 
 logger = logging.getLogger("streamq")

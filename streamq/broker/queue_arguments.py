@@ -13,10 +13,14 @@ frames and holds no state.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from streamq.broker.equivalence import type_name
 from streamq.broker.errors import PreconditionFailed
 from streamq.queues.priority import PRIORITY_MAX
+
+# RabbitMQ's consumer_timeout: a delivery unacked this long closes its channel (0: never).
+CONSUMER_TIMEOUT_MS_DEFAULT: Final = 1_800_000
 
 
 def _as_int(value: object) -> int | None:
