@@ -6,7 +6,11 @@ SegmentLog while the broker is stopped, restarts the broker and measures:
 - `decode`: the executor's work alone, in this process (BatchReader.read over every
   partition, Arrow batches built), with no Spark, direct and over HTTP (`url`);
 - `spark`: `spark.read.format("streamq")...write.format("noop")` on a local[N] session,
-  direct and remote;
+  direct and remote, with one partition per segment (the default) and with
+  `maxRecordsPerPartition` = messages / N (one partition per core); besides wall-clock
+  rows/s it reports rows per CPU-second of the JVM and its Python workers (user + system
+  time of the process tree), which is rows/s per core and does not depend on what else
+  the machine runs;
 - `amqp`: one pika consumer reading `--amqp-messages` of them from `first` (prefetch 1000,
   one multiple ack per 1000), the way an AMQP client reads the same stream.
 Prints the hardware, message size and fsync mode with the numbers (STYLE.md section 8).
@@ -81,16 +85,42 @@ def write_log(data_dir: str, messages: int, body_bytes: int) -> None:
     log.close_blocking()
 
 
-def bench_decode(where: dict[str, str]) -> tuple[int, float]:
+def bench_decode(where: dict[str, str]) -> tuple[int, float, float]:
+    """(rows, wall s, CPU s of this process) for every partition read in this process."""
     reader = BatchReader(parse_options({**where, "stream": "events"}))
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     rows = sum(batch.num_rows for part in reader.partitions() for batch in reader.read(part))
-    return rows, time.perf_counter() - began
+    return rows, time.perf_counter() - began, time.process_time() - cpu
+
+
+def tree_cpu_s(root: int) -> float:
+    """User + system CPU seconds of `root` and its descendants (children that exited
+    count through their parent's cutime/cstime), from /proc."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(v) for v in fields[11:15]) / tick
+    total, frontier = 0.0, [root]
+    while frontier:
+        pid = frontier.pop()
+        total += times.get(pid, 0.0)
+        frontier.extend(child for child, parent in parents.items() if parent == pid)
+    return total
 
 
 def bench_spark(
     wheres: dict[str, dict[str, str]], cores: int, runs: int
-) -> list[tuple[str, int, float]]:
+) -> list[tuple[str, int, float, float]]:
+    """(label, rows, wall s, CPU s of the JVM and Python workers) per run."""
     from pyspark.sql import SparkSession  # noqa: PLC0415  # the decode bench needs no JVM
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -109,10 +139,12 @@ def bench_spark(
             for key, value in where.items():
                 reader = reader.option(key, value)
             df = reader.option("minPartitions", str(cores)).load()
+            cpu = tree_cpu_s(os.getpid())
             began = time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
             elapsed = time.perf_counter() - began
-            results.append((label, df.count(), elapsed))
+            cpu = tree_cpu_s(os.getpid()) - cpu
+            results.append((label, df.count(), elapsed, cpu))
     spark.stop()
     return results
 
@@ -147,16 +179,24 @@ def main() -> None:
                 "remote": {"url": f"http://127.0.0.1:{broker.http_port}"},
             }
             for label, where in wheres.items():
-                rows, elapsed = bench_decode(where)
+                rows, elapsed, cpu = bench_decode(where)
                 print(
                     f"decode {label} (1 process, no Spark): {rows} rows in {elapsed:.2f} s, "
-                    f"{rows / elapsed:,.0f} rows/s"
+                    f"{rows / elapsed:,.0f} rows/s, {rows / cpu:,.0f} rows per CPU-second"
                 )
+            grouped = str(-(-args.messages // args.cores))
+            sparks = {
+                "direct": wheres["direct"],
+                "direct grouped": {**wheres["direct"], "maxRecordsPerPartition": grouped},
+                "remote grouped": {**wheres["remote"], "maxRecordsPerPartition": grouped},
+            }
             if not args.no_spark:
-                for label, rows, elapsed in bench_spark(wheres, args.cores, args.runs):
+                for label, rows, elapsed, cpu in bench_spark(sparks, args.cores, args.runs):
                     print(
                         f"spark {label} local[{args.cores}] noop write: {rows} rows in "
-                        f"{elapsed:.2f} s, {rows / elapsed:,.0f} rows/s"
+                        f"{elapsed:.2f} s, {rows / elapsed:,.0f} rows/s, "
+                        f"{rows / elapsed / args.cores:,.0f} rows/s/core (wall), "
+                        f"{rows / cpu:,.0f} rows per CPU-second (JVM, workers, this process)"
                     )
             rows, elapsed = bench_amqp(broker.amqp_port, min(args.amqp_messages, args.messages))
             print(

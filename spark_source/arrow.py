@@ -17,9 +17,11 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Final
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
 
 from spark_source import logdir
+from spark_source.columns import RecordColumns
 from spark_source.planning import DataLoss, SegmentRange
 from spark_source.properties import PROPERTY_NAMES, PropertyValue, decode_properties
 from streamq.log import format as fmt
@@ -27,6 +29,7 @@ from streamq.log import format as fmt
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS_MAX: Final = 10_000  # rows per Arrow batch, Spark's maxRecordsPerBatch
+TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
 
 _PROPERTY_TYPES: Final[dict[str, pa.DataType]] = {
     "delivery_mode": pa.int32(),
@@ -75,10 +78,10 @@ def read_partition(
     """
     schema = arrow_schema(include_headers)
     try:
-        for records in logdir.read_range(
+        for columns in logdir.read_range_columns(
             part.store, part.base, part.start, part.end, BATCH_RECORDS_MAX
         ):
-            yield to_batch(records, part.stream, schema, include_headers)
+            yield columns_to_batch(columns, part.stream, schema, include_headers)
     except logdir.SegmentGone as exc:
         lost = f"stream {part.stream!r}: offsets {part.start}..{part.end - 1} are gone ({exc})"
         if fail_on_data_loss:
@@ -86,11 +89,92 @@ def read_partition(
         log.warning("%s; skipping them", lost)
 
 
+def columns_to_batch(
+    columns: RecordColumns, stream: str, schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
+    """One batch of decoded columns, equal to `to_batch` of the same records.
+
+    The fixed fields are numpy arrays handed to Arrow as they are. The chunk itself,
+    without a copy, becomes one Arrow binary array of five spans per record (header,
+    exchange, routing key, properties, body), and each variable column is an Arrow
+    `take` of its spans (one memcpy per value, in C). Properties are decoded once per
+    distinct value (Arrow's hash dictionary encode), then spread to the rows with `take`.
+    """
+    c = columns
+    count = c.record_count
+    spans = _spans(c)
+    exchange, routing_key, properties, body = (
+        spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
+    )
+    encoded = properties.dictionary_encode()
+    decoded = [decode_properties(raw) for raw in encoded.dictionary.to_pylist()]
+    take = encoded.indices
+    arrays = [
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(c.offsets)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(c.timestamps_ms * 1000)]),
+        _repeated(stream, count),
+        _utf8(exchange),
+        _utf8(routing_key),
+        body,
+        _properties_column(_properties_array(decoded), take),
+    ]
+    if include_headers:
+        arrays.append(pa.array([d.get("headers") for d in decoded], HEADERS_TYPE).take(take))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _properties_column(distinct: pa.StructArray, take: pa.Array) -> pa.StructArray:
+    """`distinct.take(take)`, skipping the children that are null in every distinct
+    value (most of the 13 properties are absent): a struct take copies every child, and
+    measured 60 ns/row here against 15 for this."""
+    children = [
+        pa.nulls(len(take), child.type) if child.null_count == len(child) else child.take(take)
+        for child in distinct.flatten()
+    ]
+    return pa.StructArray.from_arrays(children, fields=list(PROPERTIES_TYPE))
+
+
+def _spans(c: RecordColumns) -> pa.Array:
+    """The records as a binary array over `c.buffer`: header, exchange, routing key,
+    properties and body of each record, back to back as they are in the segment."""
+    exchange = c.positions + fmt.RECORD_HEADER_BYTES
+    routing_key = exchange + c.exchange_lens
+    properties = routing_key + c.routing_key_lens
+    body = properties + c.properties_lens
+    bounds = np.empty(5 * c.record_count + 1, np.int64)
+    for k, starts in enumerate((c.positions, exchange, routing_key, properties, body)):
+        bounds[k:-1:5] = starts
+    bounds[-1] = c.ends[-1] if c.record_count else 0
+    if len(c.buffer) >= 1 << 31:
+        raise ValueError(f"a {len(c.buffer)}-byte record is past Arrow's 2 GiB per value")
+    offsets = pa.py_buffer(bounds.astype(np.int32))
+    return pa.Array.from_buffers(
+        pa.binary(), 5 * c.record_count, [None, offsets, pa.py_buffer(c.buffer)]
+    )
+
+
+def _repeated(text: str, count: int) -> pa.Array:
+    raw = text.encode("utf-8", "surrogateescape")
+    offsets = np.arange(count + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(
+        pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(raw * count)]
+    )
+
+
+def _utf8(values: pa.Array) -> pa.Array:
+    """A binary array as strings, invalid UTF-8 replaced as `_text` does."""
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        return _text(values.to_pylist())
+
+
 def to_batch(
     records: Sequence[fmt.Record], stream: str, schema: pa.Schema, include_headers: bool
 ) -> pa.RecordBatch:
-    """One batch of `records`. Properties are decoded once per distinct byte string (most
-    messages of a stream share a few), then spread to the rows with `take`."""
+    """One batch of `records`: the per-record reference for `columns_to_batch`, used by
+    the tests. Properties are decoded once per distinct byte string (most messages of a
+    stream share a few), then spread to the rows with `take`."""
     distinct: dict[bytes, int] = {}
     indices = [distinct.setdefault(r.properties, len(distinct)) for r in records]
     decoded = [decode_properties(raw) for raw in distinct]

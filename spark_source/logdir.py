@@ -19,11 +19,19 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Final, NamedTuple
 
+from spark_source.columns import RecordColumns, decode_columns
 from spark_source.store import SegmentFile, Store, stream_directory
 from streamq.log import format as fmt
 from streamq.log.errors import SegmentCorrupted
 
-__all__ = ["LogView", "SegmentGone", "first_at_or_after", "read_range", "stream_directory"]
+__all__ = [
+    "LogView",
+    "SegmentGone",
+    "first_at_or_after",
+    "read_range",
+    "read_range_columns",
+    "stream_directory",
+]
 
 READ_CHUNK_BYTES: Final = 1 << 20  # one read; a larger record is read whole on its own
 DURABLE_READ_ATTEMPTS_MAX: Final = 5  # the broker rewrites the marker in place
@@ -123,13 +131,57 @@ def read_range(
     """
     segment, where = _open_segment(store, base)
     try:
-        fmt.decode_segment_header(segment.pread(fmt.SEGMENT_HEADER_BYTES, 0), where)
-        offset, position = _seek_offset(_load_index(store, base, segment.size()), base, start)
+        offset, position = _seek(store, segment, where, base, start)
         yield from _read_from(segment, where, position, offset, start, end, records_max)
     except FileNotFoundError as exc:  # a remote segment deleted between two reads
         raise SegmentGone(where) from exc
     finally:
         segment.close()
+
+
+def read_range_columns(
+    store: Store, base: int, start: int, end: int, records_max: int
+) -> Iterator[RecordColumns]:
+    """`read_range`, decoded in bulk: the same records and errors, as columns."""
+    segment, where = _open_segment(store, base)
+    try:
+        offset, position = _seek(store, segment, where, base, start)
+        while offset < end:
+            data = _read_chunk(segment, position)
+            columns, result = decode_columns(
+                data, position, 0, offset, end, records_max, where, skip_before=start
+            )
+            position, offset = _advance(where, position, offset, result)
+            if columns.record_count:
+                yield columns
+    except FileNotFoundError as exc:
+        raise SegmentGone(where) from exc
+    finally:
+        segment.close()
+
+
+def _seek(store: Store, segment: SegmentFile, where: str, base: int, start: int) -> tuple[int, int]:
+    """Check the segment header; (offset, position) to read from to reach `start`."""
+    fmt.decode_segment_header(segment.pread(fmt.SEGMENT_HEADER_BYTES, 0), where)
+    return _seek_offset(_load_index(store, base, segment.size()), base, start)
+
+
+def _read_chunk(segment: SegmentFile, position: int) -> bytes:
+    """READ_CHUNK_BYTES from `position`, or the whole record there if it is longer."""
+    data = segment.pread(READ_CHUNK_BYTES, position)
+    if len(data) >= 4:
+        need = 4 + int.from_bytes(data[:4], "little")
+        if need > len(data):
+            data = segment.pread(need, position)
+    return data
+
+
+def _advance(where: str, position: int, offset: int, result: fmt.DecodeResult) -> tuple[int, int]:
+    """(position, offset) after a decode; raises SegmentCorrupted when it made no progress
+    (a record the durable marker covers is missing or truncated)."""
+    if result.next_offset == offset:
+        raise SegmentCorrupted(where, position, f"record {offset} is missing or truncated")
+    return position + result.position, result.next_offset
 
 
 def _read_from(
@@ -143,19 +195,12 @@ def _read_from(
 ) -> Iterator[list[fmt.Record]]:
     """Decode records from `position` (which holds `offset`), returning those >= start."""
     while offset < end:
-        data = segment.pread(READ_CHUNK_BYTES, position)
-        if len(data) >= 4:
-            need = 4 + int.from_bytes(data[:4], "little")
-            if need > len(data):
-                data = segment.pread(need, position)
+        data = _read_chunk(segment, position)
         out: list[fmt.Record] = []
         result = fmt.decode_records(
             data, position, 0, offset, end, out, records_max, where, skip_before=start
         )
-        if result.next_offset == offset:
-            raise SegmentCorrupted(where, position, f"record {offset} is missing or truncated")
-        position += result.position
-        offset = result.next_offset
+        position, offset = _advance(where, position, offset, result)
         if out:
             yield out
 

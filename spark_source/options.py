@@ -40,6 +40,7 @@ KNOWN: Final = frozenset(
         "minoffsetspertrigger",
         "maxtriggerdelay",
         "minpartitions",
+        "maxrecordsperpartition",
         "failondataloss",
         "includeheaders",
     }
@@ -75,6 +76,8 @@ class SourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     ending_given: bool  # endingOffsets or endingTimestamp was set (batch only)
+    # Partitions span segments, up to this many records each; None: one per segment.
+    max_records_per_partition: int | None = None
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -125,6 +128,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_boolean(opts, "failondataloss", "failOnDataLoss", default=True),
         include_headers=_boolean(opts, "includeheaders", "includeHeaders", default=False),
         ending_given="endingoffsets" in opts or "endingtimestamp" in opts,
+        max_records_per_partition=_positive(
+            opts, "maxrecordsperpartition", "maxRecordsPerPartition"
+        ),
     )
 
 

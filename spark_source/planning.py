@@ -160,6 +160,42 @@ def _segment_ranges(name: str, view: logdir.LogView, first: int, last: int) -> l
     return ranges
 
 
+def group(
+    ranges: list[SegmentRange], records_max: int | None, min_partitions: int
+) -> list[tuple[SegmentRange, ...]]:
+    """The ranges of `plan` packed into partitions: with `records_max`, consecutive
+    ranges of a stream share a partition of at most that many records (cut at that
+    count, across segments), and at most total / min_partitions so that there are still
+    at least `min_partitions` when the records allow; without it, one range each.
+
+    Fewer, larger partitions matter: Spark spends tens of milliseconds of fixed cost
+    per task, as much as decoding ~50k records (docs/benchmarks.md, Spark section).
+    """
+    if records_max is None:
+        return [(r,) for r in ranges]
+    total = sum(r.end - r.start for r in ranges)
+    cap = max(1, min(records_max, math.ceil(total / min_partitions)))
+    groups: list[tuple[SegmentRange, ...]] = []
+    current: list[SegmentRange] = []
+    filled = 0
+    for r in ranges:
+        if current and current[-1].stream != r.stream:
+            groups.append(tuple(current))
+            current, filled = [], 0
+        lo = r.start
+        while lo < r.end:
+            hi = min(r.end, lo + cap - filled)
+            current.append(r._replace(start=lo, end=hi))
+            filled += hi - lo
+            lo = hi
+            if filled == cap:
+                groups.append(tuple(current))
+                current, filled = [], 0
+    if current:
+        groups.append(tuple(current))
+    return groups
+
+
 def _split(ranges: list[SegmentRange], min_partitions: int) -> list[SegmentRange]:
     if len(ranges) >= min_partitions:
         return ranges

@@ -83,24 +83,35 @@ def spark_schema(include_headers: bool) -> StructType:
 
 
 class StreamqPartition(InputPartition):
-    """One `SegmentRange` to read, with the per-read settings (plain, picklable fields)."""
+    """`SegmentRange`s to read in order (one, unless maxRecordsPerPartition groups them),
+    with the per-read settings (plain, picklable fields)."""
 
-    def __init__(self, part: planning.SegmentRange, include_headers: bool, fail: bool) -> None:
-        super().__init__(part)
-        self.part = part
+    def __init__(
+        self, ranges: tuple[planning.SegmentRange, ...], include_headers: bool, fail: bool
+    ) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
         self.include_headers = include_headers
         self.fail_on_data_loss = fail
 
+    @property
+    def part(self) -> planning.SegmentRange:
+        """The range of a one-range partition (the default planning)."""
+        assert len(self.ranges) == 1, "a grouped partition has several ranges"
+        return self.ranges[0]
+
 
 def _partitions(opts: SourceOptions, ranges: list[planning.SegmentRange]) -> list[StreamqPartition]:
-    return [StreamqPartition(r, opts.include_headers, opts.fail_on_data_loss) for r in ranges]
+    groups = planning.group(ranges, opts.max_records_per_partition, opts.min_partitions)
+    return [StreamqPartition(g, opts.include_headers, opts.fail_on_data_loss) for g in groups]
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, StreamqPartition):
         # Spark turns an empty partition list into one partition of its own: no rows.
-        return iter(())
-    return read_partition(partition.part, partition.include_headers, partition.fail_on_data_loss)
+        return
+    for part in partition.ranges:
+        yield from read_partition(part, partition.include_headers, partition.fail_on_data_loss)
 
 
 def _stream_names(opts: SourceOptions) -> tuple[str, ...]:

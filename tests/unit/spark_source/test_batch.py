@@ -179,3 +179,24 @@ def test_invalid_utf8_routing_key_is_replaced(tmp_path: Path, write_stream: Stre
     _, table = read_all(tmp_path, stream="events")
     assert table.column("routing_key").to_pylist() == ["key.0", "bad\ufffd"]
     assert table.column("properties").to_pylist()[1]["content_type"] is None
+
+
+def test_max_records_per_partition_groups_segments(
+    tmp_path: Path, write_stream: StreamWriter
+) -> None:
+    write_stream("events", 120)
+    _, per_segment = read_all(tmp_path, stream="events")
+    parts, table = read_all(tmp_path, stream="events", maxRecordsPerPartition="50")
+    assert [sum(r.end - r.start for r in p.ranges) for p in parts] == [50, 50, 20]
+    assert len(parts[0].ranges) > 1  # the small segments share a partition
+    assert table.equals(per_segment)
+    parts, table = read_all(
+        tmp_path, stream="events", maxRecordsPerPartition="1000", minPartitions="3"
+    )
+    assert [sum(r.end - r.start for r in p.ranges) for p in parts] == [40, 40, 40]
+    assert table.equals(per_segment)
+
+
+def test_max_records_per_partition_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="maxRecordsPerPartition must be a positive integer"):
+        parse_options({"path": str(tmp_path), "stream": "s", "maxRecordsPerPartition": "0"})
