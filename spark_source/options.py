@@ -19,6 +19,9 @@ from typing import Final
 EARLIEST: Final = -2
 LATEST: Final = -1
 PARTITIONS_MAX: Final = 10_000  # minPartitions beyond this is a typo, not a plan
+# Spark's fixed cost per task (tens of ms) makes one task per 8 MiB segment half as fast
+# as tasks of a million records or more (docs/spark.md, Measured).
+RECORDS_PER_PARTITION_DEFAULT: Final = 1_000_000
 DELAY_UNITS_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 TRIGGER_DELAY_DEFAULT_MS: Final = 15 * 60_000  # Kafka's maxTriggerDelay default
 
@@ -76,7 +79,8 @@ class SourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     ending_given: bool  # endingOffsets or endingTimestamp was set (batch only)
-    # Partitions span segments, up to this many records each; None: one per segment.
+    # Partitions span segments, up to this many records each (None: one per segment,
+    # for callers that build Options directly).
     max_records_per_partition: int | None = None
 
 
@@ -130,7 +134,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         ending_given="endingoffsets" in opts or "endingtimestamp" in opts,
         max_records_per_partition=_positive(
             opts, "maxrecordsperpartition", "maxRecordsPerPartition"
-        ),
+        )
+        or RECORDS_PER_PARTITION_DEFAULT,
     )
 
 
