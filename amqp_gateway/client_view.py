@@ -101,6 +101,15 @@ class AmqpClient:
     def close(self, reason: str) -> None:
         self._handler.force_close(reason)
 
+    def cancel_consumer(self, channel: int, tag: str) -> bool:
+        session = self._handler.channels.get(channel)
+        consumer = session.consumers.get(tag) if session is not None else None
+        if consumer is None:
+            return False
+        self._handler.current_vhost().remove_consumer(consumer.queue, consumer)
+        consumer.cancel_by_broker()
+        return True
+
 
 def _json_value(value: object) -> object:
     if isinstance(value, dict):

@@ -1,11 +1,12 @@
 """`/api/users`, `/api/vhosts`, `/api/permissions` and `/api/whoami`, as RabbitMQ has them.
 
 Owns the account endpoints: users (list, get, put with `password` or `password_hash`,
-delete, bulk delete, without permissions), vhosts (list, get, put, delete: a new vhost
-accepts AMQP connections when the reply goes out, a deleted one has had its connections
-closed and its data removed) and permissions (by vhost, by user, one). Changes are durable
-before the reply: the account store fsyncs, in a worker thread. Users, permissions and
-vhost changes need `administrator`; any management user lists the vhosts it may see.
+delete and bulk delete, which close the users' connections, without permissions),
+vhosts (list, get, put, delete: a new vhost accepts AMQP connections when the reply goes
+out, a deleted one has had its connections closed and its data removed) and permissions
+(by vhost, by user, one). Changes are durable before the reply: the account store fsyncs,
+in a worker thread. Users, permissions and vhost changes need `administrator`; any
+management user lists the vhosts it may see.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from http_gateway.context import (
     visible_vhosts,
 )
 from http_gateway.errors import HttpError
+from http_gateway.listing import list_response
 from streamq.broker.accounts import PERMISSION_KINDS, Permission
+from streamq.broker.stats import Sampler
 from streamq.broker.users import HASHING_ALGORITHM, NO_PASSWORD, User, hash_password
 from streamq.broker.vhost import VHost
 
@@ -61,7 +64,7 @@ def permission_json(permission: Permission) -> dict[str, object]:
     }
 
 
-def vhost_json(vhost: VHost | None, name: str) -> dict[str, object]:
+def vhost_json(vhost: VHost | None, name: str, sampler: Sampler) -> dict[str, object]:
     """RabbitMQ's vhost object; `vhost` is None for one that failed to open."""
     ready = unacked = 0
     if vhost is not None:
@@ -79,6 +82,7 @@ def vhost_json(vhost: VHost | None, name: str) -> dict[str, object]:
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
+        "message_stats": sampler.vhost_json(vhost) if vhost is not None else {},
     }
 
 
@@ -97,7 +101,8 @@ async def whoami(request: web.Request) -> web.Response:
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
     who = _admin(request)
-    return web.json_response([user_json(u) for u in who.broker.accounts.list_users()])
+    users = [user_json(u) for u in who.broker.accounts.list_users()]
+    return list_response(request, users, pageable=False)  # RabbitMQ sorts users, pages not
 
 
 @routes.get("/api/users/without-permissions")
@@ -109,16 +114,25 @@ async def users_without_permissions(request: web.Request) -> web.Response:
 
 @routes.post("/api/users/bulk-delete")
 async def bulk_delete_users(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    who = _admin(request)
+    accounts = who.broker.accounts
     names = (await read_json_object(request)).get("users")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise HttpError(400, "'users' must be a list of user names")
     if len(names) > BULK_DELETE_USERS_MAX:
         raise HttpError(400, f"at most {BULK_DELETE_USERS_MAX} users at once")
     missing = await asyncio.to_thread(accounts.delete_users, names)
+    close_connections_of(who, set(names).difference(missing))
     if missing:  # RabbitMQ deletes the others and reports the first missing one
         raise HttpError(400, f"no_such_user: {', '.join(missing)}")
     return web.Response(status=204)
+
+
+def close_connections_of(who: Caller, users: set[str]) -> None:
+    """As RabbitMQ: a deleted user's connections close (320, "user 'x' is deleted")."""
+    for client in list(who.broker.clients.values()):
+        if client.user in users:
+            client.close(f"user '{client.user}' is deleted")
 
 
 def _user(who: Caller, name: str) -> User:
@@ -186,6 +200,7 @@ async def delete_user(request: web.Request) -> web.Response:
     missing = await asyncio.to_thread(who.broker.accounts.delete_users, [name])
     if missing:  # deleted meanwhile by another request
         raise HttpError(404, "Not Found")
+    close_connections_of(who, {name})
     return web.Response(status=204)
 
 
@@ -204,17 +219,18 @@ async def user_permissions(request: web.Request) -> web.Response:
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
     who = caller(request)
-    shown = [vhost_json(v, v.name) for v in visible_vhosts(who)]
+    sampler = who.broker.stats_sampler
+    shown = [vhost_json(v, v.name, sampler) for v in visible_vhosts(who)]
     if who.is_admin or "monitoring" in who.user.tags:
-        shown += [vhost_json(None, name) for name in sorted(who.broker.failed_vhosts)]
-    return web.json_response(sorted(shown, key=lambda v: str(v["name"])))
+        shown += [vhost_json(None, name, sampler) for name in sorted(who.broker.failed_vhosts)]
+    return list_response(request, sorted(shown, key=lambda v: str(v["name"])))
 
 
 @routes.get("/api/vhosts/{name}")
 async def get_vhost(request: web.Request) -> web.Response:
     who = caller(request)
     vhost = vhost_for(who, request.match_info["name"])
-    return web.json_response(vhost_json(vhost, vhost.name))
+    return web.json_response(vhost_json(vhost, vhost.name, who.broker.stats_sampler))
 
 
 @routes.put("/api/vhosts/{name}")

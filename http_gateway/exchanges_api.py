@@ -18,6 +18,7 @@ from aiohttp import web
 
 from http_gateway.context import caller, read_json_object, vhost_for, visible_vhosts
 from http_gateway.errors import HttpError
+from http_gateway.listing import list_response
 from http_gateway.views import binding_json, exchange_json, require_permission
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.stats import MessageStats
@@ -32,21 +33,21 @@ def exchange_name(path_name: str) -> str:
     return "" if path_name == DEFAULT_EXCHANGE_PATH_NAME else path_name
 
 
-def _list(vhosts: list[VHost]) -> web.Response:
+def _list(request: web.Request, vhosts: list[VHost]) -> web.Response:
     out = []
     for vhost in vhosts:
         out += [exchange_json(vhost, e) for _, e in sorted(vhost.exchanges.items())]
-    return web.json_response(out)
+    return list_response(request, out)
 
 
 @routes.get("/api/exchanges")
 async def list_all(request: web.Request) -> web.Response:
-    return _list(visible_vhosts(caller(request)))
+    return _list(request, visible_vhosts(caller(request)))
 
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
-    return _list([vhost_for(caller(request), request.match_info["vhost"])])
+    return _list(request, [vhost_for(caller(request), request.match_info["vhost"])])
 
 
 def _exchange(request: web.Request) -> tuple[VHost, Exchange]:

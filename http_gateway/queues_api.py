@@ -17,6 +17,7 @@ from aiohttp import web
 
 from http_gateway.context import caller, read_json_object, vhost_for, visible_vhosts
 from http_gateway.errors import HttpError
+from http_gateway.listing import list_response
 from http_gateway.views import (
     binding_json,
     consumers_of,
@@ -45,7 +46,7 @@ def _list(request: web.Request, vhosts: list[VHost]) -> web.Response:
             queue_json(vhost, q, consumers.get(name, []))
             for name, q in sorted(vhost.queues.items())
         ]
-    return web.json_response(out)
+    return list_response(request, out)
 
 
 @routes.get("/api/queues")

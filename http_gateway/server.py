@@ -29,6 +29,7 @@ from http_gateway import (
     policies_api,
     queues_api,
     segments_api,
+    streams_api,
     ui,
 )
 from http_gateway.auth import FAILED_LOGINS_KEY, FailedLogins, authenticate
@@ -51,6 +52,7 @@ ROUTE_MODULES: Final = (
     accounts_api,
     overview_api,
     definitions_api,
+    streams_api,
     openapi_api,
 )
 # Paths a user without a management tag may read (the Spark source's remote reads).

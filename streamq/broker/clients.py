@@ -105,6 +105,11 @@ class Client(Protocol):
     def close(self, reason: str) -> None:
         """Close with 320 CONNECTION_FORCED and `reason` (RabbitMQ's management close)."""
 
+    def cancel_consumer(self, channel: int, tag: str) -> bool:
+        """Cancel consumer `tag` of `channel` as the broker does when its queue goes: the
+        client gets basic.cancel (consumer_cancel_notify); its unacked deliveries stay
+        with the channel. False if there is no such consumer."""
+
 
 class PropertiesJson(Protocol):
     """AMQP basic properties to and from RabbitMQ's management JSON (`delivery_mode`,
