@@ -40,6 +40,7 @@ from streamq.broker.accounts import PermissionKind
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
+from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
@@ -54,8 +55,6 @@ SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
 # written and fsynced even when no publisher asks for a sync round.
 JOURNAL_FLUSH_INTERVAL_S: Final = 0.2
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
-# RabbitMQ's consumer_timeout: a delivery unacked this long closes its channel (0: never).
-CONSUMER_TIMEOUT_MS_DEFAULT: Final = 1_800_000
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024
