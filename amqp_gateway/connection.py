@@ -317,6 +317,7 @@ class Connection:
                 raise ChannelError(f"channel {channel_id} exceeds channel_max", 20, 10)
             self._channels[channel_id] = _Channel()
             self.send_method(channel_id, m.ChannelOpenOk())
+            events.append(MethodReceived(channel_id, method))  # the server lists it now
             return
         if channel is None:
             raise ChannelError(

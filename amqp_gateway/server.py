@@ -621,9 +621,9 @@ class AmqpHandler(asyncio.Protocol):
     def _method(self, channel_id: int, method: m.Method) -> None:
         channel = self.channels.get(channel_id)
         if channel is None:
-            if isinstance(method, m.ChannelOpen):
-                return
             channel = self.channels[channel_id] = ChannelSession(channel_id, self.conn, self)
+            if isinstance(method, m.ChannelOpen):
+                return  # listed from now on (the management API shows open channels)
         handler = METHOD_HANDLERS.get(type(method))
         if handler is None:
             raise errors.CommandInvalid(

@@ -96,3 +96,13 @@ def test_own_connection_closed_by_its_user(mgmt_broker: RunningBroker) -> None:
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker):
         conn.process_data_events(time_limit=5)
         conn.channel()
+
+
+def test_a_channel_is_listed_as_soon_as_it_is_open(mgmt_broker: RunningBroker) -> None:
+    b = mgmt_broker
+    with connect(b, "mgr") as conn:
+        conn.channel()  # channel.open and nothing else, as RabbitMQ lists it
+        conn.channel()
+        listed = call(b, "GET", "/api/channels")[1]
+        assert sorted(c["number"] for c in listed) == [1, 2]
+        assert call(b, "GET", "/api/connections")[1][0]["channels"] == 2
