@@ -20,7 +20,7 @@ from http_gateway.context import SEES_ALL_VHOSTS_TAGS, Caller
 from http_gateway.errors import HttpError
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.broker import Broker
-from streamq.broker.clients import ChannelInfo, Client
+from streamq.broker.clients import ChannelInfo, Client, ConsumerInfo
 from streamq.broker.exchange import Binding, Exchange
 from streamq.broker.policies import choose
 from streamq.broker.queue import Queue
@@ -127,40 +127,19 @@ def channel_json(client: Client, info: ChannelInfo) -> dict[str, object]:
         "global_prefetch_count": info.global_prefetch_count,
         "confirm": info.confirm,
         "transactional": info.transactional,
-        "consumer_details": [
-            consumer_json(
-                client,
-                info.number,
-                c.tag,
-                c.queue,
-                c.ack_required,
-                c.exclusive,
-                c.prefetch_count,
-                c.arguments,
-            )
-            for c in info.consumers
-        ],
+        "consumer_details": [consumer_json(client, info.number, c) for c in info.consumers],
     }
 
 
-def consumer_json(
-    client: Client,
-    number: int,
-    tag: str,
-    queue: str,
-    ack_required: bool,
-    exclusive: bool,
-    prefetch_count: int,
-    arguments: Mapping[str, object],
-) -> dict[str, object]:
+def consumer_json(client: Client, number: int, consumer: ConsumerInfo) -> dict[str, object]:
     return {
-        "consumer_tag": tag,
+        "consumer_tag": consumer.tag,
         "channel_details": channel_details(client, number),
-        "queue": {"name": queue, "vhost": client.vhost},
-        "ack_required": ack_required,
-        "exclusive": exclusive,
-        "prefetch_count": prefetch_count,
-        "arguments": dict(arguments),
+        "queue": {"name": consumer.queue, "vhost": client.vhost},
+        "ack_required": consumer.ack_required,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch_count,
+        "arguments": dict(consumer.arguments),
         "active": True,
         "activity_status": "up",
     }
@@ -174,18 +153,7 @@ def consumers_of(broker: Broker, vhost: str) -> dict[str, list[dict[str, object]
             continue
         for info in client.channels():
             for c in info.consumers:
-                out.setdefault(c.queue, []).append(
-                    consumer_json(
-                        client,
-                        info.number,
-                        c.tag,
-                        c.queue,
-                        c.ack_required,
-                        c.exclusive,
-                        c.prefetch_count,
-                        c.arguments,
-                    )
-                )
+                out.setdefault(c.queue, []).append(consumer_json(client, info.number, c))
     return out
 
 
