@@ -6,8 +6,8 @@ SegmentLog while the broker is stopped, restarts the broker and measures:
 - `decode`: the executor's work alone, in this process (BatchReader.read over every
   partition, Arrow batches built), with no Spark, direct and over HTTP (`url`);
 - `spark`: `spark.read.format("streamq")...write.format("noop")` on a local[N] session,
-  direct and remote, with one partition per segment (the default) and with
-  `maxRecordsPerPartition` = messages / N (one partition per core); besides wall-clock
+  direct with the default partitions (a million records each), and direct and remote
+  with `maxRecordsPerPartition` = messages / N (one partition per core); besides wall-clock
   rows/s it reports rows per CPU-second of the JVM and its Python workers (user + system
   time of the process tree), which is rows/s per core and does not depend on what else
   the machine runs;
@@ -186,7 +186,7 @@ def main() -> None:
                 )
             grouped = str(-(-args.messages // args.cores))
             sparks = {
-                "direct": wheres["direct"],
+                "direct default": wheres["direct"],
                 "direct grouped": {**wheres["direct"], "maxRecordsPerPartition": grouped},
                 "remote grouped": {**wheres["remote"], "maxRecordsPerPartition": grouped},
             }
