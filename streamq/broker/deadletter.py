@@ -5,7 +5,8 @@ smaller wins) or its own `expiration` (the smaller of the two) after it was publ
 and an expired message never reaches a consumer; a message that expires or is rejected
 without requeue goes to the queue's dead-letter exchange (`x-dead-letter-exchange` /
 policy `dead-letter-exchange`, with the routing key `x-dead-letter-routing-key` or its
-own), carrying the `x-death` header, or is dropped when there is none or it is missing.
+own and its `CC` keys), carrying the `x-death` header, or is dropped when there is none
+or it is missing.
 A message that would go round a cycle of queues without any rejection is dropped.
 
 The AMQP property encoding is not the broker core's business: the gateway provides a
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from streamq.broker.errors import PreconditionFailed
+from streamq.broker.queue import Queue
 
 EXPIRATION_FLAG_BYTE0: Final = 0x01  # basic properties flag word: bit 8, expiration
 
@@ -28,20 +30,38 @@ class Death:
     queue: str
     reason: str  # expired, rejected, maxlen, delivery_limit
     exchange: str
-    routing_keys: tuple[str, ...]
+    routing_keys: tuple[str, ...]  # the message's routing key and its CC keys
     time_s: int
+    # RabbitMQ removes CC when the queue has a dead-letter routing key (dlx.md, "Effects").
+    remove_cc: bool = False
+
+
+class DeadLetterRun(NamedTuple):
+    """A dead letter as republished, for the next message of a run to reuse when its
+    properties, exchange and routing key are the same (`VHost.dead_letter_many`)."""
+
+    properties_raw: bytes  # before
+    exchange: str
+    routing_key: str
+    dead_routing_key: str  # what the copy is published with
+    properties: bytes  # after: x-death added
+    targets: list[Queue]
 
 
 class PropertiesCodec(Protocol):
     def expiration_ms(self, properties_raw: bytes) -> int | None:
         """The message's own TTL (`expiration`, in ms), None if it has none or a bad one."""
 
+    def cc_keys(self, properties_raw: bytes) -> tuple[str, ...]:
+        """The routing keys of the message's `CC` header, () without one."""
+
     def deaths(self, properties_raw: bytes) -> list[tuple[str, str]]:
         """The (queue, reason) pairs of the message's `x-death` header, newest first."""
 
     def with_death(self, properties_raw: bytes, death: Death) -> bytes:
         """The properties with `death` recorded in `x-death` (and `x-first-death-*`), and
-        without `expiration` (RabbitMQ drops it so the copy does not expire again)."""
+        without `expiration` (RabbitMQ drops it so the copy does not expire again), nor
+        `CC` when `death.remove_cc`."""
 
 
 def may_expire(properties_raw: bytes) -> bool:

@@ -24,6 +24,7 @@ from typing import Final
 
 from streamq.broker.deadletter import (
     EXPIRATION_FLAG_BYTE0,
+    DeadLetterRun,
     Death,
     PropertiesCodec,
     check_classic_arguments,
@@ -665,6 +666,12 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
     def _expiry_check(self, queue: Queue, now_ms: int) -> Callable[[int], bool]:
         """Whether the message at an offset of `queue` has expired at `now_ms`."""
         messages = self.messages
+        ttl = queue.message_ttl_ms
+        if ttl is not None and ttl >= 0 and not queue.holds_expiring:
+            # No message of its own TTL: only the publish time counts (the scan of a
+            # large expired head runs this per message).
+            published_max_ms = now_ms - ttl
+            return lambda offset: messages[offset].timestamp_ms <= published_max_ms
         return lambda offset: self._expired(queue, messages[offset], now_ms)
 
     def expire_heads(self, now_ms: int) -> int:
@@ -677,8 +684,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
             if queue.message_ttl_ms is None and not queue.holds_expiring:
                 continue
             taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms))
-            for offset in taken:
-                self.dead_letter(queue, offset, "expired", now_ms)
+            self.dead_letter_many(queue, taken, "expired", now_ms)
             expired += len(taken)
         return expired
 
@@ -708,31 +714,83 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
             self._dead_letter_stored(queue, stored, reason, now_ms)
         self.settle(queue, offset)
 
+    def dead_letter_many(self, queue: Queue, offsets: list[int], reason: str, now_ms: int) -> None:
+        """`dead_letter` for each offset, in order. A run of messages with the same
+        exchange, routing key and properties (say, expired messages of one publisher)
+        shares one x-death splice and one route: nothing can change routing while this
+        synchronous loop runs, and the same input gives the same properties."""
+        run: DeadLetterRun | None = None
+        messages = self.messages
+        for offset in offsets:
+            stored = messages.get(offset)
+            if stored is not None:
+                run = self._dead_letter_stored(queue, stored, reason, now_ms, run)
+            self.settle(queue, offset)
+
     def _dead_letter_stored(
-        self, queue: Queue, stored: StoredMessage, reason: str, now_ms: int
-    ) -> None:
+        self,
+        queue: Queue,
+        stored: StoredMessage,
+        reason: str,
+        now_ms: int,
+        run: DeadLetterRun | None = None,
+    ) -> DeadLetterRun | None:
+        """Republish `stored` as a dead letter of `queue`; returns what a following
+        message of the same run can reuse (see `dead_letter_many`)."""
         exchange_name = queue.dead_letter_exchange
         codec = self.properties_codec
-        if exchange_name is not None and codec is not None and exchange_name in self.exchanges:
-            routing_key = queue.dead_letter_routing_key or stored.routing_key
-            death = Death(
-                queue.name, reason, stored.exchange, (stored.routing_key,), now_ms // 1000
+        if exchange_name is None or codec is None or exchange_name not in self.exchanges:
+            return None
+        if (
+            run is not None
+            and run.properties_raw == stored.properties_raw
+            and run.exchange == stored.exchange
+            and run.routing_key == stored.routing_key
+        ):
+            self.publish(
+                exchange_name,
+                run.dead_routing_key,
+                run.properties,
+                stored.body,
+                run.targets,
+                now_ms,
             )
-            properties = codec.with_death(stored.properties_raw, death)
-            # A first death (no x-death yet: the common case) needs no decoding back.
-            deaths = (
-                codec.deaths(properties)
-                if b"x-death" in stored.properties_raw
-                else [(queue.name, reason)]
-            )
-            # deaths[0] is this one: a queue already on the way back is a cycle unless a
-            # rejection came in between.
-            targets = [
+            return run
+        # As RabbitMQ: x-death lists the routing key and the CC keys; without a
+        # dead-letter routing key the copy is routed with all of them (BCC keys are
+        # not stored, so they are not among them), with one the CC header goes.
+        keys = (stored.routing_key, *codec.cc_keys(stored.properties_raw))
+        own_key = queue.dead_letter_routing_key
+        death = Death(
+            queue.name, reason, stored.exchange, keys, now_ms // 1000, own_key is not None
+        )
+        properties = codec.with_death(stored.properties_raw, death)
+        # A first death (no x-death yet: the common case) needs no decoding back.
+        deaths = (
+            codec.deaths(properties)
+            if b"x-death" in stored.properties_raw
+            else [(queue.name, reason)]
+        )
+        route_keys = keys if own_key is None else (own_key,)
+        routed = self.route(exchange_name, route_keys[0], None, properties_raw=properties)
+        for key in route_keys[1:]:
+            routed += [
                 q
-                for q in self.route(exchange_name, routing_key, None, properties_raw=properties)
-                if not cycles(deaths, q.name)
+                for q in self.route(exchange_name, key, None, properties_raw=properties)
+                if q not in routed
             ]
-            self.publish(exchange_name, routing_key, properties, stored.body, targets, now_ms)
+        # deaths[0] is this one: a queue already on the way back is a cycle unless a
+        # rejection came in between.
+        targets = [q for q in routed if not cycles(deaths, q.name)]
+        self.publish(exchange_name, route_keys[0], properties, stored.body, targets, now_ms)
+        return DeadLetterRun(
+            stored.properties_raw,
+            stored.exchange,
+            stored.routing_key,
+            route_keys[0],
+            properties,
+            targets,
+        )
 
     def fail_queue(self, queue: Queue, reason: str) -> None:
         """The queue's data cannot be read: it refuses everything but deletion from now
