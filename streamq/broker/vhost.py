@@ -741,6 +741,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         codec = self.properties_codec
         if exchange_name is None or codec is None or exchange_name not in self.exchanges:
             return None
+        try:
+            body = stored.body  # read back from the log if paged out
+        except MessageUnreadable as exc:
+            self.fail_queue(queue, str(exc))  # as a delivery would (paging.py)
+            return None
         if (
             run is not None
             and run.properties_raw == stored.properties_raw
@@ -751,7 +756,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
                 exchange_name,
                 run.dead_routing_key,
                 run.properties,
-                stored.body,
+                body,
                 run.targets,
                 now_ms,
             )
@@ -782,7 +787,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         # deaths[0] is this one: a queue already on the way back is a cycle unless a
         # rejection came in between.
         targets = [q for q in routed if not cycles(deaths, q.name)]
-        self.publish(exchange_name, route_keys[0], properties, stored.body, targets, now_ms)
+        self.publish(exchange_name, route_keys[0], properties, body, targets, now_ms)
         return DeadLetterRun(
             stored.properties_raw,
             stored.exchange,

@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from amqp_gateway.deaths import AmqpPropertiesCodec
+from streamq.broker.exchange import Destination
 from streamq.broker.paging import MessageUnreadable, PagedMessage, Pager, body_size
 from streamq.broker.queue import StoredMessage
-from streamq.log.log import SegmentLog
+from streamq.broker.vhost import VHost
+from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
+
+NO_PROPERTIES = b"\x00\x00"  # AMQP basic properties with no flag set
 
 
 @pytest.fixture
@@ -65,3 +70,39 @@ def test_a_body_missing_from_the_log_is_unreadable(log: SegmentLog) -> None:
         _ = paged.body
     with pytest.raises(AttributeError, match="lives in the log"):
         paged.body = b"other"
+
+
+def _damaged_paged_vhost(tmp_path: Path):
+    """A vhost whose queue "q" (dead-lettering to "dead") holds paged messages in a
+    sealed segment whose bytes were then damaged on disk."""
+    vhost = VHost("/", str(tmp_path / "vhost"), Syncer())
+    vhost.log.close_blocking()
+    log_dir = tmp_path / "small"
+    vhost.log = SegmentLog.open(str(log_dir), LogConfig(segment_bytes_max=4096))
+    vhost.properties_codec = AmqpPropertiesCodec()
+    vhost.pager = Pager(bytes_max=0, bytes_low=0)
+    owner = object()
+    vhost.declare_exchange("dlx", "fanout", False, True, False, False, {})
+    dead = vhost.declare_queue("dead", False, True, False, False, {}, owner)
+    vhost.bind(Destination("queue", "dead"), "dlx", "", {})
+    queue = vhost.declare_queue(
+        "q", False, True, False, False, {"x-dead-letter-exchange": "dlx"}, owner
+    )
+    for i in range(100):
+        vhost.publish("", "q", NO_PROPERTIES, bytes([i]) * 100, vhost.route("", "q", None))
+    vhost.log.sync_blocking()
+    assert vhost.page_out() == 100
+    first = min(log_dir.glob("*.seg"))
+    data = bytearray(first.read_bytes())
+    data[-50] ^= 0xFF  # inside the last record of the first (sealed) segment
+    first.write_bytes(bytes(data))
+    return vhost, queue, dead
+
+
+def test_an_unreadable_paged_message_fails_its_queue_when_dead_lettered(tmp_path: Path) -> None:
+    vhost, queue, dead = _damaged_paged_vhost(tmp_path)
+    while (ready := queue.cursor.take()) is not None and queue.failed is None:
+        vhost.reject(queue, ready.offset)
+    assert queue.failed is not None and "offset" in queue.failed
+    assert 0 < dead.cursor.message_count < 100, "those before the damage went on"
+    vhost.close()
