@@ -42,6 +42,7 @@ SEGMENT_BYTES_DEFAULT: Final = 8 * 1024 * 1024
 SEGMENT_BYTES_MAX: Final = 3 * 1024 * 1024 * 1024  # RabbitMQ's stream segment cap
 OFFSETS_SUFFIX: Final = ".offsets"
 DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot starve others
+_new: Final = tuple.__new__  # skips the NamedTuple constructor (as `format.decode_records`)
 
 
 def queue_type(arguments: Mapping[str, object], name: str, vhost: str) -> str:
@@ -149,24 +150,30 @@ def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budge
             redelivered = False
         if not records:
             break
+        # Hot path: consecutive records mostly share exchange and routing key, so each
+        # is decoded once per read, not once per record.
+        filtered = consumer.stream_filtered
+        can_take, deliver = consumer.can_take, consumer.deliver
+        exchange_raw = routing_key_raw = b""
+        exchange = routing_key = ""
         for record in records:
-            if budget <= 0 or not consumer.can_take():
+            if budget <= 0 or not can_take():
                 break
             budget -= 1
+            offset = record.offset
             if not redelivered:
-                consumer.stream_position = record.offset + 1
-            if consumer.stream_filtered and not consumer.accepts(record.properties):
-                track(stream, consumer, record.offset)  # passed over: as good as acked
+                consumer.stream_position = offset + 1
+            if filtered and not consumer.accepts(record.properties):
+                track(stream, consumer, offset)  # passed over: as good as acked
                 continue
-            stored = StoredMessage(
-                record.offset,
-                record.exchange.decode("utf-8", "surrogateescape"),
-                record.routing_key.decode("utf-8", "surrogateescape"),
-                record.properties,
-                record.body,
-                0,
-            )
-            consumer.deliver(queue, ReadyMessage(record.offset, redelivered, 0), stored)
+            if record.exchange != exchange_raw:
+                exchange_raw = record.exchange
+                exchange = exchange_raw.decode("utf-8", "surrogateescape")
+            if record.routing_key != routing_key_raw:
+                routing_key_raw = record.routing_key
+                routing_key = routing_key_raw.decode("utf-8", "surrogateescape")
+            stored = StoredMessage(offset, exchange, routing_key, record.properties, record.body, 0)
+            deliver(queue, _new(ReadyMessage, (offset, redelivered, 0)), stored)
     return budget
 
 

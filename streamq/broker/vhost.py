@@ -429,21 +429,35 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
             return None
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        if self._stream_count and any(q.stream is not None for q in queues):
-            stream_offset = self._append_to_streams(
-                queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
-            )
-            queues = [q for q in queues if q.stream is None]
-            if not queues:
-                return stream_offset
+        if self._stream_count:
+            # A loop, not any() over a generator: this test runs for every publish while
+            # the vhost has a stream (the generator cost about 1 us per message).
+            for queue in queues:
+                if queue.stream is not None:
+                    stream_offset = self._append_to_streams(
+                        queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
+                    )
+                    if len(queues) == 1:
+                        return stream_offset
+                    queues = [q for q in queues if q.stream is None]
+                    if not queues:
+                        return stream_offset
+                    break
         self.publish_rejected = False
-        limited = [q for q in queues if q.max_length is not None or q.max_length_bytes is not None]
-        if limited:
-            queues = self._refuse_when_full(
-                limited, queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
-            )
-            if not queues:
-                return -1  # routed, but every queue refused it (not a mandatory return)
+        limited: list[Queue] = []
+        # A loop finds that no queue has a length limit (the common case) without the
+        # list comprehension, a function call per publish.
+        for queue in queues:
+            if queue.max_length is not None or queue.max_length_bytes is not None:
+                limited = [
+                    q for q in queues if q.max_length is not None or q.max_length_bytes is not None
+                ]
+                queues = self._refuse_when_full(
+                    limited, queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
+                )
+                if not queues:
+                    return -1  # routed, but every queue refused it (not a mandatory return)
+                break
         offset = self.log.append_one(
             exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
         )

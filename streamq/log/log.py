@@ -37,6 +37,7 @@ from streamq.log.segment import Segment, read_records
 from streamq.log.syncer import Syncer
 
 MIB: Final = 1 << 20
+_encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module attribute
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,9 @@ class SegmentLog:
     ) -> None:
         self.directory = directory
         self.config = config
+        self._record_bytes_max = config.record_bytes_max
+        self._segment_bytes_max = config.segment_bytes_max
+        self._write_buffer_bytes_max = config.write_buffer_bytes_max
         self._syncer = syncer
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -144,6 +148,11 @@ class SegmentLog:
     def durable_next(self) -> int:
         """Every record below this offset is durable; readers see only those."""
         return self._durable_next
+
+    @property
+    def last_timestamp_ms(self) -> int:
+        """The timestamp of the newest append (appends never go below it)."""
+        return self._last_timestamp_ms
 
     @property
     def start_offset(self) -> int:
@@ -215,17 +224,33 @@ class SegmentLog:
         """
         if self._failed is not None or self._closed:
             self._check_usable()
-        timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
-        self._last_timestamp_ms = timestamp_ms
+        # Per message: comparisons rather than max(), one attribute read per field.
+        if timestamp_ms < self._last_timestamp_ms:  # noqa: PLR1730 (max() is a call)
+            timestamp_ms = self._last_timestamp_ms
         offset = self._next_offset
-        record = fmt.encode_record_parts(
-            offset, timestamp_ms, exchange, routing_key, properties, body
-        )
-        if len(record) > self.config.record_bytes_max:
-            raise RecordTooLarge(
-                f"record of {len(record)} bytes exceeds {self.config.record_bytes_max}"
-            )
-        self._place(record, timestamp_ms)
+        record = _encode_record_parts(offset, timestamp_ms, exchange, routing_key, properties, body)
+        size = len(record)
+        if size > self._record_bytes_max:
+            raise RecordTooLarge(f"record of {size} bytes exceeds {self._record_bytes_max}")
+        self._last_timestamp_ms = timestamp_ms
+        segment = self._active
+        position = segment.size_bytes
+        index = segment.index
+        if (
+            position + size > self._segment_bytes_max
+            or position - index.last_position >= index.interval_bytes
+            or segment.first_timestamp_ms < 0
+        ):
+            self._place(record, timestamp_ms)  # a roll, an index entry or a first record
+            return offset
+        # The common case of `_place`, inline: no roll, no index entry.
+        buffer = self._buffer
+        buffer += record
+        segment.last_timestamp_ms = timestamp_ms
+        segment.size_bytes = position + size
+        segment.next_offset = self._next_offset = offset + 1
+        if len(buffer) >= self._write_buffer_bytes_max:
+            self._flush(segment, buffer)
         return offset
 
     def _place(self, record: bytes, timestamp_ms: int) -> None:

@@ -16,6 +16,12 @@ from streamq.log.log import SegmentLog
 from streamq.queues.offsets import OffsetStore
 
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
+# The newest appends stay in memory as records (the tail), so that consumers at the end
+# of the stream (the common case) get them without a pread, a decode and a CRC check.
+# A few sync rounds' worth; the bytes cap bounds the memory per stream.
+TAIL_RECORDS_MAX: Final = 4096
+TAIL_BYTES_MAX: Final = 1024 * 1024  # of bodies and properties
+_new: Final = tuple.__new__
 
 
 class StreamStart(NamedTuple):
@@ -32,7 +38,15 @@ NEXT: Final = StreamStart("next")
 class StreamQueue:
     """A stream's log; the broker's event-loop thread only."""
 
-    __slots__ = ("_checked_segments", "log", "offsets", "retention")
+    __slots__ = (
+        "_checked_segments",
+        "_tail",
+        "_tail_base",
+        "_tail_bytes",
+        "log",
+        "offsets",
+        "retention",
+    )
 
     def __init__(self, log: SegmentLog, retention: RetentionRules, offsets: OffsetStore) -> None:
         self.log = log
@@ -40,6 +54,9 @@ class StreamQueue:
         self.offsets = offsets  # broker-side offset tracking
         log.add_sync_companion(offsets.prepare_sync)
         self._checked_segments = -1  # segment count at the last retention check
+        self._tail: list[fmt.Record] = []  # the records of offsets _tail_base and on
+        self._tail_base = log.next_offset
+        self._tail_bytes = 0
 
     @property
     def message_count(self) -> int:
@@ -49,7 +66,32 @@ class StreamQueue:
         self, exchange: bytes, routing_key: bytes, properties: bytes, body: bytes, timestamp_ms: int
     ) -> int:
         """Buffered: readable and durable after the log's next sync round."""
-        return self.log.append_one(exchange, routing_key, properties, body, timestamp_ms)
+        log = self.log
+        offset = log.append_one(exchange, routing_key, properties, body, timestamp_ms)
+        tail = self._tail
+        size = len(body) + len(properties)
+        if size > TAIL_BYTES_MAX:  # a large message is read back from the log
+            tail.clear()
+            self._tail_base, self._tail_bytes = offset + 1, 0
+            return offset
+        if len(tail) >= TAIL_RECORDS_MAX or self._tail_bytes + size > TAIL_BYTES_MAX:
+            self._trim_tail()
+        # tuple.__new__ skips the NamedTuple constructor (as `format.decode_records`).
+        tail.append(
+            _new(
+                fmt.Record, (offset, log.last_timestamp_ms, exchange, routing_key, properties, body)
+            )
+        )
+        self._tail_bytes += size
+        return offset
+
+    def _trim_tail(self) -> None:
+        """Drop the older half of the tail (amortised: O(1) per append)."""
+        tail = self._tail
+        half = (len(tail) + 1) // 2
+        self._tail_bytes -= sum([len(r.body) + len(r.properties) for r in tail[:half]])
+        del tail[:half]
+        self._tail_base += half
 
     def start_offset(self, start: StreamStart) -> int:
         """The first offset a consumer starting at `start` reads (RabbitMQ's meanings;
@@ -90,5 +132,12 @@ class StreamQueue:
 
     def read(self, offset: int) -> list[fmt.Record]:
         """Durable records from `offset` (raised to the stream's start if retention has
-        dropped it), at most READ_RECORDS_MAX."""
-        return self.log.read(max(offset, self.log.start_offset), READ_RECORDS_MAX)
+        dropped it), at most READ_RECORDS_MAX: from the tail in memory when it holds
+        `offset`, else from the log."""
+        log = self.log
+        offset = max(offset, log.start_offset)
+        first = offset - self._tail_base
+        if first >= 0 and log.failed is None:
+            end = min(first + READ_RECORDS_MAX, log.durable_next - self._tail_base)
+            return self._tail[first:end] if end > first else []
+        return log.read(offset, READ_RECORDS_MAX)
