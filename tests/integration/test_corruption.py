@@ -12,6 +12,7 @@ import pika.exceptions
 import pytest
 
 from streamq.broker.accounts import AccountStore
+from streamq.queues.stream import TAIL_RECORDS_MAX
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 10
@@ -145,9 +146,15 @@ def test_a_stream_segment_damaged_while_running_cancels_its_consumers(
     broker: RunningBroker,
 ) -> None:
     fill(broker)
+    conn = connect(broker)
+    channel = conn.channel()
+    # A stream serves its newest appends from memory (stream.TAIL_RECORDS_MAX): push the
+    # first segment out of that window, so that reading from `first` reads the disk.
+    channel.confirm_delivery()
+    for n in range(TAIL_RECORDS_MAX + 100):
+        channel.basic_publish("", "events", f"more-{n}".encode())
     [stream_dir] = [p for p in (broker.data_dir / "vhosts").glob("*/streams/*") if p.is_dir()]
     flip_byte(sorted(stream_dir.glob("*.seg"))[0], 200)
-    conn = connect(broker)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     cancelled: list[object] = []
