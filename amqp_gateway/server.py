@@ -59,6 +59,11 @@ HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake cl
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024
 EVENTS_PER_SLICE: Final = 512  # events handled per drain while deliveries are pending
+# Publisher flow control: a connection that published to a queue in flow (see
+# VHost._drain_queue) stops reading until the queue leaves flow, or for this long at most
+# (checked after each drain and each housekeeping tick): a consumer that never acks slows
+# publishers to a read per hold, it does not stop them.
+FLOW_HOLD_MS_MAX: Final = 100
 
 
 MethodHandler = Callable[["AmqpHandler", ChannelSession, m.Method], None]
@@ -105,6 +110,7 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
         self._held_readers: list[AmqpHandler] = []
+        self.flow_held: set[AmqpHandler] = set()  # publishers held by a queue in flow
         # Direct reply-to: reply consumers' channels by the suffix of their reply name.
         self.reply_channels: dict[str, ChannelSession] = {}
         # Delayed messages: one timer for the nearest deadline (epoch ms).
@@ -176,6 +182,7 @@ class Gateway:
             now_ms = int(time.time() * 1000)
             self.clock.now_ms = monotonic_ms()
             self._check_consumer_timeouts()
+            self._release_flow(self.clock.now_ms)
             for vhost in list(self.broker.vhosts.values()):
                 if self.broker.vhosts.get(vhost.name) is not vhost:
                     continue  # deleted while an earlier one synced
@@ -245,6 +252,15 @@ class Gateway:
         held, self._held_readers = self._held_readers, []
         for handler in held:
             handler.resume_after_drain()
+        if self.flow_held:
+            self._release_flow(self.clock.now_ms)
+
+    def _release_flow(self, now_ms: int) -> None:
+        """Let publishers held by flow control read again once their queue left flow
+        or FLOW_HOLD_MS_MAX passed."""
+        for handler in list(self.flow_held):
+            if handler.release_flow(now_ms):
+                self.flow_held.discard(handler)
 
     def _start_stream_syncs(self, vhost: VHost) -> None:
         """One sync round per stream with new appends, per loop turn at most: appends
@@ -335,8 +351,12 @@ class AmqpHandler(asyncio.Protocol):
         self._blocked_sent = False  # connection.blocked went out, unblocked not yet
         # Why reading from the socket is paused: "sync" (a reply waits for a sync round),
         # "drain" (a publisher waits for one delivery drain), "alarm" (a resource alarm
-        # blocks publishers). Reading resumes when the set is empty.
+        # blocks publishers), "flow" (it published to a queue in flow). Reading resumes
+        # when the set is empty.
         self._holds: set[str] = set()
+        # "flow": published to this queue while it was in flow (publisher flow control).
+        self._flow_queue: Queue | None = None
+        self._flow_since_ms = 0
         self._now_ms = 0
         self.user = ""
         # Each connection caches its permission answers, as RabbitMQ caches them per
@@ -384,6 +404,10 @@ class AmqpHandler(asyncio.Protocol):
             self.has_published = True
             if self.gateway.alarm:
                 self.block(self.gateway.alarm)
+        if self._flow_queue is not None and "flow" not in self._holds:
+            self._hold("flow")
+            self._flow_since_ms = monotonic_ms()
+            self.gateway.flow_held.add(self)
         if self._waiting is not None or (self.gateway.alarm and published):
             return  # held by the sync round or the alarm; they resume it
         wait = self._held or (published and self.gateway.drain_pending)
@@ -400,6 +424,16 @@ class AmqpHandler(asyncio.Protocol):
             self._run(held)  # may hold "drain" again for the next slice
         if not self._holds:
             self._read_again()
+
+    def release_flow(self, now_ms: int) -> bool:
+        """Read again if the queue that held this publisher left flow or the hold has
+        lasted FLOW_HOLD_MS_MAX; True once released."""
+        queue = self._flow_queue
+        if queue is not None and queue.in_flow and now_ms - self._flow_since_ms < FLOW_HOLD_MS_MAX:
+            return False
+        self._flow_queue = None
+        self._unhold("flow")
+        return True
 
     def _hold(self, reason: str) -> None:
         transport = self._transport
@@ -689,6 +723,7 @@ class AmqpHandler(asyncio.Protocol):
                 if queue.exclusive_owner is self:
                     self.vhost.remove_queue(queue)
         self.gateway.handlers.discard(self)
+        self.gateway.flow_held.discard(self)
         if self.client is not None:
             self.broker.clients.pop(self.client.name, None)
             self.client = None
@@ -791,6 +826,9 @@ class AmqpHandler(asyncio.Protocol):
             queues,
             self._now_ms,
         )
+        for queue in queues:  # publisher flow control: one flag per routed queue
+            if queue.in_flow:
+                self._flow_queue = queue
         if vhost.publish_rejected and channel.confirm:
             channel.rejected_seqs.append(channel.publish_seq)
         if reply and publish.exchange == "" and publish.routing_key.startswith(REPLY_PREFIX):

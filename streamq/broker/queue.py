@@ -98,6 +98,7 @@ class Queue:
         "failed",
         "had_consumers",
         "holds_expiring",
+        "in_flow",
         "last_used_s",
         "max_length",
         "max_length_bytes",
@@ -128,6 +129,11 @@ class Queue:
         self.consumers: list[Consumer] = []
         self.next_consumer = 0
         self.had_consumers = False
+        # Publisher flow control (classic queues): set by a delivery round that left every
+        # consumer out of credit with a ready backlog past FLOW_READY_HIGH; cleared below
+        # FLOW_READY_LOW, without consumers, or when the queue is deleted or fails. The
+        # gateway holds a connection that publishes here (see VHost._drain_queue).
+        self.in_flow = False
         self.failed: str | None = None  # why its durable state could not be restored
         self.stream: StreamQueue | None = None  # set for x-queue-type stream
         self.policy: dict[str, object] = {}  # the effective policy definition

@@ -83,6 +83,11 @@ from streamq.queues.journal import QueueJournal
 logger = logging.getLogger(__name__)
 
 DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
+# Publisher flow control: a classic queue whose consumers are all out of credit after a
+# delivery round and whose ready backlog exceeds the high mark is "in flow" (publishers to
+# it are held briefly) until the backlog falls below the low mark.
+FLOW_READY_HIGH: Final = 10_000
+FLOW_READY_LOW: Final = FLOW_READY_HIGH // 2
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
 
 
@@ -329,6 +334,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         count = queue.cursor.message_count
         self.retired_stats.add(queue.stats.counts())
         del self.queues[queue.name]
+        queue.in_flow = False
         self._queue_dedup(queue, None)
         self.dirty.discard(queue)
         for offset in queue.cursor.offsets():
@@ -816,6 +822,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         on, its consumers are cancelled, and the rest of the broker goes on."""
         logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
         queue.failed = reason
+        queue.in_flow = False
         consumers, queue.consumers = list(queue.consumers), []
         for consumer in consumers:
             consumer.cancel_by_broker()
@@ -835,6 +842,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
             queue.last_used_s = time.monotonic()  # the x-expires lease starts again
+        if not queue.consumers:
+            queue.in_flow = False
         if queue.auto_delete and not queue.consumers and queue.name in self.queues:
             self.remove_queue(queue)
 
@@ -855,6 +864,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
             return
         consumers = queue.consumers
         if not consumers:
+            queue.in_flow = False
             return
         take = queue.cursor.take
         if queue.message_ttl_ms is not None or queue.holds_expiring:
@@ -873,10 +883,19 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         for group in groups:
             budget, empty = self._round_robin(queue, group, take, budget)
             if empty:
+                queue.in_flow = False
                 return
             if budget <= 0:
                 self.kick(queue)
+                if queue.in_flow and queue.cursor.message_count < FLOW_READY_LOW:
+                    queue.in_flow = False
                 return
+        # Every consumer is out of credit: flow control (one comparison per round).
+        ready = queue.cursor.message_count
+        if ready > FLOW_READY_HIGH:
+            queue.in_flow = True
+        elif ready < FLOW_READY_LOW:
+            queue.in_flow = False
 
     def _round_robin(
         self,
