@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import uvloop
@@ -19,6 +20,7 @@ from streamq.broker.broker import Broker
 from streamq.broker.resources import ResourceLimits
 
 START_TIMEOUT_S = 20
+T = TypeVar("T")
 
 
 class RunningBroker:
@@ -75,6 +77,19 @@ class RunningBroker:
         """Run `fn` on the broker's event loop (the broker is not thread-safe)."""
         assert self._loop is not None
         self._loop.call_soon_threadsafe(fn)
+
+    def ask(self, fn: Callable[[], T]) -> T:
+        """`fn()` run on the broker's event loop, waited for: read broker state safely."""
+        done = threading.Event()
+        out: list[T] = []
+
+        def run() -> None:
+            out.append(fn())
+            done.set()
+
+        self.call(run)
+        assert done.wait(START_TIMEOUT_S), "the broker's loop did not answer"
+        return out[0]
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread.is_alive():

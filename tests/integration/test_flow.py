@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pika
 import pytest
@@ -26,7 +25,6 @@ LOW = 150
 BODY_BYTES = 1024
 # What one socket read can carry at most (asyncio and uvloop read 256 KiB at a time).
 READ_MESSAGES = 256 * 1024 // BODY_BYTES
-T = TypeVar("T")
 
 
 @pytest.fixture
@@ -42,19 +40,6 @@ def running(tmp_path: Path, low_marks: None) -> Iterator[RunningBroker]:
     started.stop()
 
 
-def _on_loop(running: RunningBroker, fn: Callable[[], T]) -> T:
-    done = threading.Event()
-    out: list[T] = []
-
-    def run() -> None:
-        out.append(fn())
-        done.set()
-
-    running.call(run)
-    assert done.wait(10)
-    return out[0]
-
-
 def _queue_state(running: RunningBroker, name: str) -> tuple[int, bool]:
     """(ready messages, in flow) of queue `name` in vhost /."""
 
@@ -62,7 +47,7 @@ def _queue_state(running: RunningBroker, name: str) -> tuple[int, bool]:
         queue = running.broker.vhosts["/"].queues[name]
         return queue.cursor.message_count, queue.in_flow
 
-    return _on_loop(running, read)
+    return running.ask(read)
 
 
 def _connect(port: int) -> pika.BlockingConnection:

@@ -6,11 +6,9 @@ intact; the same after a restart, which restores past the budget without loading
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pika
 import pytest
@@ -22,7 +20,6 @@ from tests.integration.conftest import RunningBroker
 BUDGET_BYTES = 1024 * 1024
 BODY_BYTES = 64 * 1024
 COUNT = 96
-T = TypeVar("T")
 
 
 @pytest.fixture
@@ -38,19 +35,6 @@ def running(tmp_path: Path, small_budget: None) -> Iterator[RunningBroker]:
     started.stop()
 
 
-def _on_loop(running: RunningBroker, fn: Callable[[], T]) -> T:
-    done = threading.Event()
-    out: list[T] = []
-
-    def run() -> None:
-        out.append(fn())
-        done.set()
-
-    running.call(run)
-    assert done.wait(10)
-    return out[0]
-
-
 def _memory(running: RunningBroker) -> tuple[int, int]:
     """(resident body bytes, paged messages) of vhost /."""
 
@@ -60,7 +44,7 @@ def _memory(running: RunningBroker) -> tuple[int, int]:
         paged = sum(1 for m in vhost.messages.values() if isinstance(m, PagedMessage))
         return vhost.pager.resident_bytes, paged
 
-    return _on_loop(running, read)
+    return running.ask(read)
 
 
 def _body(i: int) -> bytes:
