@@ -90,6 +90,10 @@ class ClassicQueue:
             offset = self._ready.popleft()
         else:
             return None
+        return self._in_flight(offset)
+
+    def _in_flight(self, offset: int) -> ReadyMessage:
+        """The ready message at `offset`, just taken from its list, is now in flight."""
         self.bytes_ready -= self._sizes[offset]
         count = self._delivery_counts.get(offset, 0)
         self._delivery_counts[offset] = count + 1
@@ -133,6 +137,11 @@ class ClassicQueue:
         purged = [int(o) for o in self._requeued] + list(self._ready)
         self._requeued.clear()
         self._ready.clear()
+        self._forget(purged)
+        return purged
+
+    def _forget(self, purged: list[int]) -> None:
+        """The ready messages `purged`, taken off their lists, are gone from the queue."""
         journal = self.journal
         for offset in purged:
             self._sizes.pop(offset, None)
@@ -140,7 +149,6 @@ class ClassicQueue:
             if journal is not None:
                 journal.acked(offset)
         self.bytes_ready = 0
-        return purged
 
     def offsets(self) -> list[int]:
         """Every offset the queue still holds, ready or in flight."""

@@ -123,15 +123,8 @@ class PriorityQueue(ClassicQueue):
         return taken
 
     def _take_from(self, level: _Level) -> ReadyMessage:
-        offset = level.pop()
         self._ready_count -= 1
-        self.bytes_ready -= self._sizes[offset]
-        count = self._delivery_counts.get(offset, 0)
-        self._delivery_counts[offset] = count + 1
-        self.unacked.add(offset)
-        if self.journal is not None:
-            self.journal.delivered(offset, count + 1)
-        return ReadyMessage(offset, count > 0, count)
+        return self._in_flight(level.pop())
 
     def ack(self, offset: int) -> int:
         self._priorities.pop(offset, None)
@@ -152,15 +145,10 @@ class PriorityQueue(ClassicQueue):
             purged += level.ready
             level.requeued.clear()
             level.ready.clear()
-        journal = self.journal
         for offset in purged:
-            self._sizes.pop(offset, None)
-            self._delivery_counts.pop(offset, None)
             self._priorities.pop(offset, None)
-            if journal is not None:
-                journal.acked(offset)
+        self._forget(purged)
         self._ready_count = 0
-        self.bytes_ready = 0
         return purged
 
     def offsets(self) -> list[int]:
