@@ -28,7 +28,7 @@ from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
-from streamq.log.files import fsync_directory
+from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,9 @@ class DelayedStore:
         if not clean or not data:
             if not clean:
                 logger.info("delayed messages: rewriting %s with %d live", path, len(live))
-            _write_atomic(path, HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values()))
+            write_file_atomic(
+                path, HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values()), fsync_dir=True
+            )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, live)
 
@@ -245,7 +247,7 @@ class DelayedStore:
             return self._compact()
         if not self._buffer:
             return CompanionWork(())
-        _write_all(self._fd, bytes(self._buffer))
+        write_all(self._fd, self._buffer)
         self._buffer = bytearray()
         return CompanionWork((self._fd,))
 
@@ -270,7 +272,7 @@ class DelayedStore:
 
         def replace() -> None:
             try:
-                _write_all(work, snapshot)
+                write_all(work, snapshot)
                 os.fsync(work)
             finally:
                 os.close(work)
@@ -289,7 +291,7 @@ class DelayedStore:
                 self._buffer += encode_remove(seq)
             self._removable, self._released = [], []
             if self._buffer:
-                _write_all(self._fd, bytes(self._buffer))
+                write_all(self._fd, self._buffer)
                 self._buffer = bytearray()
                 os.fsync(self._fd)
         finally:
@@ -299,22 +301,3 @@ class DelayedStore:
 
 def _encode_all(messages: Iterable[DelayedMessage]) -> bytes:
     return b"".join(encode_add(m) for m in messages if m.persistent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write a temp file, fsync it, rename it, fsync the directory."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(os.path.dirname(path))
