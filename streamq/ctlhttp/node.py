@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Final
 
 from streamq.ctlhttp.client import ApiClient, CtlError, JsonValue, path
 from streamq.ctlhttp.output import Done, Fields, Result, Table, Value
+from streamq.log.files import write_file_atomic
 
 CONNECTION_COLUMNS: Final = ("name", "user", "vhost", "state", "channels")
 CLOSE_REASON_DEFAULT: Final = "Closed via streamq ctl"
@@ -97,20 +97,11 @@ def export_definitions(client: ApiClient, args: argparse.Namespace) -> Result:
     if args.file in (None, STDIO):
         return Value(definitions, text)
     try:
-        _write_file(args.file, text + "\n")
+        # Replaced whole (temp file, fsync, rename): a failed export keeps the old one.
+        write_file_atomic(args.file, (text + "\n").encode(), fsync_dir=True)
     except OSError as exc:
         raise CtlError(f"cannot write {args.file}: {exc.strerror}") from None
     return Done(f"Exported definitions to {args.file}.")
-
-
-def _write_file(file: str, text: str) -> None:
-    """Replace `file` whole (temp file, fsync, rename): a failed export keeps the old one."""
-    temp = f"{file}.tmp"
-    with open(temp, "w", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, file)
 
 
 def import_definitions(client: ApiClient, args: argparse.Namespace) -> Result:
