@@ -10,10 +10,7 @@ broker's reason.
 
 from __future__ import annotations
 
-import base64
-import json
 import struct
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -50,12 +47,9 @@ def log_in(driver: WebDriver, broker: RunningBroker, username: str, password: st
 
 
 def api_get(broker: RunningBroker, path: str) -> object:
-    token = base64.b64encode(b"guest:guest").decode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{broker.http_port}{path}", headers={"Authorization": f"Basic {token}"}
-    )
-    with urllib.request.urlopen(request, timeout=WAIT_S) as response:
-        return json.loads(response.read())
+    status, parsed, _ = broker.http("GET", path)
+    assert status == 200, f"GET {path}: {status} {parsed}"
+    return parsed
 
 
 def check_png(path: Path) -> None:

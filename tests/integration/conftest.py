@@ -62,16 +62,40 @@ class RunningBroker:
             self.error = exc
             self._ready.set()
 
-    def put_policy(self, name: str, body: dict[str, object]) -> int:
-        """PUT /api/policies/%2F/{name} as guest; the HTTP status."""
+    def http(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        user: str = "guest",
+        password: str = "guest",
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, object, http.client.HTTPResponse]:
+        """One request to the HTTP port with basic auth: (status, the body parsed as JSON
+        when it is JSON, else its text or None, the response). A bytes `body` goes as is,
+        anything else as JSON."""
         conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=START_TIMEOUT_S)
-        token = base64.b64encode(b"guest:guest").decode()
-        headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        sent = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+        sent.update(headers or {})
+        payload = body if isinstance(body, bytes) else None if body is None else json.dumps(body)
         try:
-            conn.request("PUT", f"/api/policies/%2F/{name}", json.dumps(body), headers)
-            return conn.getresponse().status
+            conn.request(method, path, payload, sent)
+            response = conn.getresponse()
+            data = response.read()
         finally:
             conn.close()
+        parsed = (
+            json.loads(data)
+            if data and response.getheader("Content-Type", "").startswith("application/json")
+            else (data.decode() if data else None)
+        )
+        return response.status, parsed, response
+
+    def put_policy(self, name: str, body: dict[str, object]) -> int:
+        """PUT /api/policies/%2F/{name} as guest; the HTTP status."""
+        return self.http("PUT", f"/api/policies/%2F/{name}", body)[0]
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the broker's event loop (the broker is not thread-safe)."""

@@ -3,9 +3,7 @@ a broker with users of each kind, and pika connections."""
 
 from __future__ import annotations
 
-import base64
 import http.client
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,25 +33,9 @@ def call(
     user: str = "guest",
     headers: dict[str, str] | None = None,
 ) -> tuple[int, object, http.client.HTTPResponse]:
-    """One request; (status, JSON body or None, response)."""
+    """One request as `user` (guest or one of USERS); (status, parsed body, response)."""
     password = "guest" if user == "guest" else USERS[user][0]
-    conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    sent = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-    sent.update(headers or {})
-    payload = None if body is None else json.dumps(body)
-    try:
-        conn.request(method, path, payload, sent)
-        response = conn.getresponse()
-        data = response.read()
-    finally:
-        conn.close()
-    parsed = (
-        json.loads(data)
-        if data and response.getheader("Content-Type", "").startswith("application/json")
-        else (data.decode() if data else None)
-    )
-    return response.status, parsed, response
+    return broker.http(method, path, body, user=user, password=password, headers=headers)
 
 
 def q(name: str) -> str:

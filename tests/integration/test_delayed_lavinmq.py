@@ -8,9 +8,6 @@ Beside it, what RabbitMQ's plugin does to `x-delay` (`swap_delay_header`: it bec
 
 from __future__ import annotations
 
-import base64
-import http.client
-import json
 import time
 from decimal import Decimal
 
@@ -53,16 +50,7 @@ def delayed(delay: object, persistent: bool = True, **headers: object) -> pika.B
 
 
 def http_call(broker: RunningBroker, method: str, path: str, body: object = None) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(b"guest:guest").decode()
-    headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-    try:
-        conn.request(method, path, None if body is None else json.dumps(body), headers)
-        response = conn.getresponse()
-        response.read()
-        return response.status
-    finally:
-        conn.close()
+    return broker.http(method, path, body)[0]
 
 
 DELAYED_POLICY = {

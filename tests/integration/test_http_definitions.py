@@ -10,8 +10,6 @@ hashed1/hashed-secret (set by hash), mgmt1/mgmt-secret, monitor1/monitor-secret.
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,17 +31,8 @@ def call(
     body: object = None,
     user: tuple[str, str] = GUEST,
 ) -> tuple[int, object]:
-    conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()
-    headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-    data = body if isinstance(body, bytes) else None if body is None else json.dumps(body)
-    try:
-        conn.request(method, path, data, headers)
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
+    status, parsed, _ = broker.http(method, path, body, user=user[0], password=user[1])
+    return status, parsed
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ argument and policy, alternate exchanges, and persistence across a restart."""
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import socket
 import subprocess
@@ -31,15 +29,8 @@ def call(
     user: str = "guest",
     password: str = "guest",
 ) -> tuple[int, object]:
-    conn = http.client.HTTPConnection("127.0.0.1", broker.http_port, timeout=TIMEOUT_S)
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-    payload = None if body is None else json.dumps(body)
-    conn.request(method, path, payload, headers)
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, (json.loads(data) if data else None)
+    status, parsed, _ = broker.http(method, path, body, user=user, password=password)
+    return status, parsed
 
 
 @pytest.fixture
