@@ -105,7 +105,10 @@ def route_publish(
                 held["x-delay"] = -delay
             held_raw = codec.encode_properties(dataclasses.replace(properties, headers=held))
             persistent = properties.delivery_mode == PERSISTENT
-            vhost.delay(exchange, routing_key, held_raw, body, now_ms + delay, persistent)
+            # now_ms is the read's time floored to the ms: one ms more, so that a message
+            # is never released before `delay` ms have passed since it arrived.
+            deadline_ms = now_ms + delay + 1
+            vhost.delay(exchange, routing_key, held_raw, body, deadline_ms, persistent)
             return Routed([], properties_raw, True, exchange.delayed_lavinmq)
     return route_now(vhost, exchange, routing_key, properties, properties_raw, now_ms)
 
