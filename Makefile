@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+# The C accelerators (setup.py) build in place at install: a changed source reinstalls.
+C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c)
 
 .PHONY: run test check lint typecheck contracts pytest bench clean
 
@@ -33,13 +35,14 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+$(RUN_STAMP): pyproject.toml $(C_SOURCES) | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+$(TEST_STAMP): pyproject.toml $(C_SOURCES) | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[test,spark,dev]'
 	touch $(RUN_STAMP) $@
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
+	find amqp_gateway streamq -name '*.so' -delete

@@ -30,6 +30,7 @@ from amqp_gateway.connection import (
     MethodReceived,
     OpenRequested,
     Publish,
+    PublishRun,
     State,
 )
 from amqp_gateway.deaths import AmqpPropertiesCodec
@@ -58,7 +59,10 @@ HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within t
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024
-EVENTS_PER_SLICE: Final = 512  # events handled per drain while deliveries are pending
+# Messages handled per drain while deliveries are pending (a PublishRun counts each of
+# its messages, any other event one).
+EVENTS_PER_SLICE: Final = 512
+_IMMEDIATE: Final = 2  # basic.publish's second bit
 # Publisher flow control: a connection that published to a queue in flow (see
 # VHost._drain_queue) stops reading until the queue leaves flow, or for this long at most
 # (checked after each drain and each housekeeping tick): a consumer that never acks slows
@@ -395,8 +399,10 @@ class AmqpHandler(asyncio.Protocol):
         the rest wait, reading stops, and the next slice runs after the drain. A read of
         a fast publisher holds thousands of messages; without slices consumers would get
         one turn per read, and their acks would wait behind it."""
-        if len(events) > EVENTS_PER_SLICE and self.gateway.drain_pending:
-            events, self._held = events[:EVENTS_PER_SLICE], events[EVENTS_PER_SLICE:]
+        if len(events) > 1 and self.gateway.drain_pending:
+            cut = _slice_end(events)
+            if cut < len(events):
+                events, self._held = events[:cut], events[cut:]
         self._handle_events(events)
         self.flush()
         published, self._published = self._published, False
@@ -527,7 +533,10 @@ class AmqpHandler(asyncio.Protocol):
                 self._held.extend(events[index:])
                 break
             try:
-                if type(event) is Publish:
+                if type(event) is PublishRun:
+                    self._published = True
+                    confirm_needed |= self._publish_run(event)
+                elif type(event) is Publish:
                     self._published = True
                     confirm_needed |= self._publish(event)
                 elif isinstance(event, MethodReceived):
@@ -770,6 +779,68 @@ class AmqpHandler(asyncio.Protocol):
         self.route_and_store(vhost, channel, publish)
         return channel.confirm
 
+    def _publish_run(self, run: PublishRun) -> bool:
+        """Route and store a run of publishes (one channel, exchange and routing key);
+        True if confirms are owed. The common case routes once and stores the lot in one
+        step; anything else (a transaction, immediate, a slow-path property, no route, a
+        queue with a length limit, a stream) goes through `_publish` one by one."""
+        channel = self._channel(run.channel)
+        if channel.transactional or run.bits & _IMMEDIATE or not self._store_run(channel, run):
+            channel_id = run.channel
+            publish = self._publish
+            for properties_raw, body, exchange, routing_key, bits in run.messages:
+                publish(
+                    Publish(
+                        channel_id,
+                        exchange,
+                        routing_key,
+                        bool(bits & 1),
+                        bool(bits & _IMMEDIATE),
+                        properties_raw,
+                        body,
+                    )
+                )
+        return channel.confirm and not channel.transactional
+
+    def _store_run(self, channel: ChannelSession, run: PublishRun) -> bool:
+        """`route_and_store` of a whole run when its common case holds; False, having
+        stored nothing, otherwise."""
+        vhost = self.vhost
+        assert vhost is not None
+        messages = run.messages
+        _, _, exchange_name, routing_key, _ = messages[0]
+        exchange = vhost.exchanges.get(exchange_name)
+        if (
+            exchange is None
+            or exchange.internal
+            or exchange.reads_properties
+            or vhost.queue_dedupers
+            or (
+                run.flags & routing.SLOW_FLAGS_BYTE0
+                and any(routing.needs_slow_path(vhost, exchange, m[0]) for m in messages)
+            )
+        ):
+            return False
+        self.check_access("write", "exchange", exchange_name, (60, 40))
+        queues = vhost.route_run(exchange_name, routing_key)
+        # None: the route reads properties; []: unroutable (mandatory, direct reply-to).
+        if not queues or not vhost.publish_run(
+            exchange_name, routing_key, messages, queues, self._now_ms
+        ):
+            return False
+        count = len(messages)
+        stats = vhost.exchange_stats.get(exchange_name)
+        if stats is None:
+            stats = vhost.exchange_stats[exchange_name] = MessageStats()
+        stats.publish_in += count
+        stats.publish_out += count
+        if channel.confirm:
+            channel.publish_seq += count
+        for queue in queues:  # publisher flow control: one flag per routed queue
+            if queue.in_flow:
+                self._flow_queue = queue
+        return True
+
     def route_and_store(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> None:
         exchange = vhost.exchanges.get(publish.exchange)
         if exchange is None:
@@ -903,6 +974,16 @@ class AmqpHandler(asyncio.Protocol):
     def current_vhost(self) -> VHost:
         assert self.vhost is not None
         return self.vhost
+
+
+def _slice_end(events: list[Event]) -> int:
+    """How many of `events` make one slice: EVENTS_PER_SLICE messages, at least one event."""
+    weight = 0
+    for index, event in enumerate(events):
+        weight += len(event.messages) if type(event) is PublishRun else 1
+        if weight > EVENTS_PER_SLICE:
+            return max(index, 1)
+    return len(events)
 
 
 async def start_amqp_server(gateway: Gateway, host: str, port: int) -> asyncio.Server:

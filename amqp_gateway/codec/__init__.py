@@ -72,6 +72,7 @@ from amqp_gateway.codec.properties import (
     decode_properties,
     encode_properties,
 )
+from amqp_gateway.codec.scan_shim import scan_publishes
 from amqp_gateway.codec.values import (
     FieldArray,
     FieldTable,
@@ -151,5 +152,6 @@ __all__ = [
     "read_basic_publish",
     "read_frame",
     "read_publish",
+    "scan_publishes",
     "split_frames",
 ]

@@ -65,6 +65,7 @@ from streamq.broker.streams import (
 )
 from streamq.broker.vhost_policies import VHostPolicies
 from streamq.broker.vhost_publish import VHostPublish
+from streamq.broker.vhost_runs import VHostRuns
 from streamq.broker.vhost_store import (
     PREDECLARED,
     PREDECLARED_NAMES,
@@ -91,7 +92,7 @@ FLOW_READY_LOW: Final = FLOW_READY_HIGH // 2
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
 
 
-class VHost(VHostPolicies, VHostStore, VHostPublish):
+class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def __init__(self, name: str, directory: str, syncer: Syncer) -> None:
         """Open the vhost and restore its durable state (blocking: start-up only).
 
@@ -387,6 +388,25 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         A caller that has not decoded the message passes `properties_raw` instead: the
         headers and properties are decoded from it (once) if the route reaches an
         exchange that reads them, say a headers exchange bound to a direct one."""
+        queues = self._route(exchange_name, routing_key, headers, properties, properties_raw)
+        assert queues is not None  # only a run's route declines to read properties
+        return queues
+
+    def route_run(self, exchange_name: str, routing_key: str) -> list[Queue] | None:
+        """`route` for a run of messages with this exchange and routing key: None when
+        an exchange on the route reads properties (each message must route on its own)."""
+        return self._route(exchange_name, routing_key, None, None, None, run=True)
+
+    def _route(
+        self,
+        exchange_name: str,
+        routing_key: str,
+        headers: Mapping[str, object] | None,
+        properties: Mapping[str, object] | None,
+        properties_raw: bytes | None,
+        *,
+        run: bool = False,
+    ) -> list[Queue] | None:
         if exchange_name == "":
             queue = self.queues.get(routing_key)
             return [queue] if queue is not None and queue.failed is None else []
@@ -398,9 +418,12 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
         while pending and depth < ROUTE_DEPTH_MAX:
             exchange = pending.pop()
             depth += 1
-            if properties_raw and exchange.reads_properties:
-                headers, properties = self.decode_for_route(properties_raw)
-                properties_raw = None
+            if exchange.reads_properties:
+                if run:
+                    return None
+                if properties_raw:
+                    headers, properties = self.decode_for_route(properties_raw)
+                    properties_raw = None
             matched: set[Destination] = set()
             exchange.route(routing_key, headers, matched, properties)
             if not matched and exchange.alternate_exchange not in (None, *seen):
@@ -549,10 +572,14 @@ class VHost(VHostPolicies, VHostStore, VHostPublish):
                 offset = queue.stream.append(
                     exchange_raw, routing_key_raw, properties_raw, body, timestamp_ms
                 )
-                if queue not in self.streams_unsynced:
-                    self.streams_unsynced.add(queue)
-                    self.wakeup()  # the gateway starts a sync round for it
+                self.stream_appended(queue)
         return offset
+
+    def stream_appended(self, queue: Queue) -> None:
+        """The stream `queue` has unsynced appends: the gateway starts a sync round."""
+        if queue not in self.streams_unsynced:
+            self.streams_unsynced.add(queue)
+            self.wakeup()
 
     def streams_to_sync(self) -> list[Queue]:
         """Streams with appends and no sync round in flight; they are now in flight."""

@@ -62,6 +62,16 @@ class ClassicQueue:
         if self.journal is not None:
             self.journal.enqueued(offset)
 
+    def enqueue_run(self, first: int, sizes: list[int], priorities: list[int] | None) -> None:
+        """`enqueue` of the messages at offsets `first`, `first + 1`, ... with `sizes`
+        (one run of publishes; `priorities` matters to priority queues only)."""
+        offsets = range(first, first + len(sizes))
+        self._ready.extend(offsets)
+        self._sizes.update(zip(offsets, sizes, strict=True))
+        self.bytes_ready += sum(sizes)
+        if self.journal is not None:
+            self.journal.enqueued_run(first, len(sizes))
+
     def restore(self, offset: int, size_bytes: int, delivery_count: int, priority: int = 0) -> None:
         """Start-up: the journal says the queue holds `offset` (in offset order)."""
         self._ready.append(offset)

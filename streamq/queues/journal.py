@@ -229,6 +229,14 @@ class QueueJournal:
         self._buffer.append(offset | ENQUEUE)
         self._live += 1
 
+    def enqueued_run(self, first: int, count: int) -> None:
+        """`enqueued` for the `count` offsets from `first` on (one run of publishes)."""
+        if not self._buffer:
+            self._dirty.add(self)
+        start = first | ENQUEUE  # offsets stay below bit 48, so the kind bits add up
+        self._buffer.extend(range(start, start + count))
+        self._live += count
+
     def delivered(self, offset: int, count: int) -> None:
         if not self._buffer:
             self._dirty.add(self)

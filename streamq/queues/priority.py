@@ -89,6 +89,13 @@ class PriorityQueue(ClassicQueue):
         if self.journal is not None:
             self.journal.enqueued(offset)
 
+    def enqueue_run(self, first: int, sizes: list[int], priorities: list[int] | None) -> None:
+        add = self._add
+        for index, size_bytes in enumerate(sizes):
+            add(first + index, size_bytes, priorities[index] if priorities else 0)
+        if self.journal is not None:
+            self.journal.enqueued_run(first, len(sizes))
+
     def restore(self, offset: int, size_bytes: int, delivery_count: int, priority: int = 0) -> None:
         self._add(offset, size_bytes, priority)
         if delivery_count:

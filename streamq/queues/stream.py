@@ -8,11 +8,12 @@ knows no AMQP; the gateway parses the argument into a `StreamStart`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from retention.rules import RetentionRules, drop_before
 from streamq.log import format as fmt
-from streamq.log.log import SegmentLog
+from streamq.log.log import RunMessage, SegmentLog
 from streamq.queues.offsets import OffsetStore
 
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
@@ -68,22 +69,49 @@ class StreamQueue:
         """Buffered: readable and durable after the log's next sync round."""
         log = self.log
         offset = log.append_one(exchange, routing_key, properties, body, timestamp_ms)
+        self._remember(offset, log.last_timestamp_ms, exchange, routing_key, properties, body)
+        return offset
+
+    def append_run(
+        self,
+        exchange: bytes,
+        routing_key: bytes,
+        messages: Sequence[RunMessage],
+        timestamp_ms: int,
+    ) -> int:
+        """`append` of a run of messages (`SegmentLog.append_run`); returns the first
+        offset. Buffered: readable and durable after the log's next sync round."""
+        log = self.log
+        first = log.append_run(exchange, routing_key, messages, timestamp_ms)
+        timestamp_ms = log.last_timestamp_ms
+        remember = self._remember
+        for offset, message in enumerate(messages, first):
+            remember(offset, timestamp_ms, exchange, routing_key, message[0], message[1])
+        return first
+
+    def _remember(
+        self,
+        offset: int,
+        timestamp_ms: int,
+        exchange: bytes,
+        routing_key: bytes,
+        properties: bytes,
+        body: bytes,
+    ) -> None:
+        """Keep the newest appends in the tail (within its bounds) for consumers there."""
         tail = self._tail
         size = len(body) + len(properties)
         if size > TAIL_BYTES_MAX:  # a large message is read back from the log
             tail.clear()
             self._tail_base, self._tail_bytes = offset + 1, 0
-            return offset
+            return
         if len(tail) >= TAIL_RECORDS_MAX or self._tail_bytes + size > TAIL_BYTES_MAX:
             self._trim_tail()
         # tuple.__new__ skips the NamedTuple constructor (as `format.decode_records`).
         tail.append(
-            _new(
-                fmt.Record, (offset, log.last_timestamp_ms, exchange, routing_key, properties, body)
-            )
+            _new(fmt.Record, (offset, timestamp_ms, exchange, routing_key, properties, body))
         )
         self._tail_bytes += size
-        return offset
 
     def _trim_tail(self) -> None:
         """Drop the older half of the tail (amortised: O(1) per append)."""

@@ -18,6 +18,7 @@ from amqp_gateway.connection import (
     MethodReceived,
     OpenRequested,
     Publish,
+    PublishRun,
     State,
 )
 
@@ -125,13 +126,34 @@ def test_a_method_out_of_order_in_the_handshake_is_503() -> None:
     assert "expected 'connection.start-ok', got 'connection.open'" in close.reply_text
 
 
-def publish_frames(channel: int, body: bytes, frame_max: int = FRAME_MAX) -> bytes:
+def publish_frames(
+    channel: int,
+    body: bytes,
+    frame_max: int = FRAME_MAX,
+    *,
+    exchange: str = "amq.direct",
+    routing_key: str = "rk",
+) -> bytes:
     out = bytearray()
-    method = m.BasicPublish(exchange="amq.direct", routing_key="rk", mandatory=True)
+    method = m.BasicPublish(exchange=exchange, routing_key=routing_key, mandatory=True)
     codec.append_content_frames(
         out, codec.ChannelId(channel), method, codec.EMPTY_PROPERTIES_RAW, body, frame_max
     )
     return bytes(out)
+
+
+def publishes(events: list[Event]) -> list[Publish]:
+    """The publishes among `events`, those of runs as if each came alone."""
+    found: list[Publish] = []
+    for event in events:
+        if isinstance(event, PublishRun):
+            found += [
+                Publish(event.channel, e, k, bool(b & 1), bool(b & 2), p, body)
+                for p, body, e, k, b in event.messages
+            ]
+        elif isinstance(event, Publish):
+            found.append(event)
+    return found
 
 
 @pytest.mark.parametrize("body", [b"", b"x", b"y" * 20000])
@@ -143,7 +165,7 @@ def test_publishes_are_assembled_from_frames_fed_one_byte_at_a_time(body: bytes)
     for i in range(len(data)):
         events += client.send(data[i : i + 1])
     expected = Publish(1, "amq.direct", "rk", True, False, codec.EMPTY_PROPERTIES_RAW, body)
-    assert events == [expected, expected]
+    assert publishes(events) == [expected, expected]
 
 
 def test_a_message_over_the_max_size_closes_the_channel_with_406() -> None:
@@ -223,12 +245,33 @@ def test_a_batch_of_publishes_between_other_frames_keeps_its_order() -> None:
         + publish_frames(1, b"two", 4096)
     )
     events = client.send(data)
+    # Consecutive whole publishes with one exchange and routing key make one run.
     assert [type(e).__name__ for e in events] == [
-        "Publish",
+        "PublishRun",
         "MethodReceived",
         "Publish",
-        "Publish",
-        "Publish",
+        "PublishRun",
     ]
-    bodies = [e.body for e in events if isinstance(e, Publish)]
-    assert bodies == [b"one", big, b"", b"two"]
+    assert [p.body for p in publishes(events)] == [b"one", big, b"", b"two"]
+
+
+def test_a_run_ends_where_the_exchange_routing_key_or_channel_changes() -> None:
+    client = Client()
+    client.open()
+    client.send_method(2, m.ChannelOpen())
+    data = b"".join(
+        publish_frames(channel, body, exchange=exchange, routing_key=routing_key)
+        for channel, exchange, routing_key, body in [
+            (1, "amq.direct", "a", b"1"),
+            (1, "amq.direct", "a", b"2"),
+            (1, "amq.direct", "b", b"3"),
+            (1, "amq.topic", "b", b"4"),
+            (2, "amq.topic", "b", b"5"),
+            (2, "amq.topic", "b", b"6"),
+        ]
+    )
+    events = client.send(data)
+    runs = [(e.channel, [p[1] for p in e.messages]) for e in events if isinstance(e, PublishRun)]
+    assert runs == [(1, [b"1", b"2"]), (1, [b"3"]), (1, [b"4"]), (2, [b"5", b"6"])]
+    [run] = [e for e in events if isinstance(e, PublishRun) and e.channel == 2]
+    assert run.messages[0][2] is run.messages[1][2]  # one str for the run's exchange

@@ -1,0 +1,26 @@
+"""Build configuration for streamq's two C accelerators (the rest is in pyproject.toml).
+
+Both sit on the per-message hot path (STYLE.md section 11) and are measured in
+docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into one run,
+`streamq.log._records` encodes a run of log records with their CRC32C. They need a C
+compiler and Python's headers at install time (`pip install -e .` builds them in place).
+"""
+
+from setuptools import Extension, setup
+
+_FLAGS = ["-O2", "-Wall", "-Wextra"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "amqp_gateway.codec._scan",
+            ["amqp_gateway/codec/_scan.c"],
+            extra_compile_args=_FLAGS,
+        ),
+        Extension(
+            "streamq.log._records",
+            ["streamq/log/_records.c"],
+            extra_compile_args=_FLAGS,
+        ),
+    ]
+)
