@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from streamq.log import format as fmt
+from streamq.log._records import encode_records as _encode_records
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -44,37 +45,6 @@ _encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module 
 # exchange, routing key and bits, which the log ignores (the gateway's tuples as they
 # come from its frame scanner, so that no per-message tuple is built for the log).
 RunMessage = tuple[bytes, bytes, str, str, int]
-
-
-def _encode_records(  # temporary Python stand-in for streamq.log._records.encode_records
-    buffer: bytearray,
-    first_offset: int,
-    timestamp_ms: int,
-    exchange: bytes,
-    routing_key: bytes,
-    messages: Sequence[RunMessage],
-    start: int,
-    start_limit: int,
-    end_limit: int,
-    record_bytes_max: int,
-) -> int:
-    origin = len(buffer)
-    index = start
-    offset = first_offset
-    while index < len(messages):
-        here = len(buffer) - origin
-        if here >= start_limit:
-            break
-        message = messages[index]
-        record = _encode_record_parts(
-            offset, timestamp_ms, exchange, routing_key, message[0], message[1]
-        )
-        if len(record) > record_bytes_max or here + len(record) > end_limit:
-            break
-        buffer += record
-        index += 1
-        offset += 1
-    return index
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +264,7 @@ class SegmentLog:
         self,
         exchange: bytes,
         routing_key: bytes,
-        messages: Sequence[RunMessage],
+        messages: list[RunMessage],
         timestamp_ms: int,
     ) -> int:
         """`append_one` for every message of `messages` (items start with properties
@@ -331,10 +301,13 @@ class SegmentLog:
                 routing_key,
                 messages,
                 done,
-                index.last_position + index.interval_bytes - position,
-                min(
-                    self._segment_bytes_max - position,
-                    self._write_buffer_bytes_max - buffered,
+                max(index.last_position + index.interval_bytes - position, 0),
+                max(
+                    min(
+                        self._segment_bytes_max - position,
+                        self._write_buffer_bytes_max - buffered,
+                    ),
+                    0,
                 )
                 if segment.first_timestamp_ms >= 0
                 else 0,
