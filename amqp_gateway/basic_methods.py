@@ -25,6 +25,8 @@ from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
     from amqp_gateway.server import AmqpHandler
+    from streamq.broker.queue import Queue
+    from streamq.broker.vhost import VHost
 
 
 def basic_qos(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
@@ -207,15 +209,36 @@ def apply_settle(
     settled = channel.settle_tags(tag, multiple)
     if not settled and not (multiple and tag == 0):
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
+    if ack:
+        _ack(vhost, settled)
+        return
     for entry in settled:
-        if ack:
-            entry.queue.stats.ack += 1
-            vhost.settle(entry.queue, entry.offset, entry.consumer)
-        elif not requeue:
+        if not requeue:
             vhost.reject(entry.queue, entry.offset, entry.consumer)
         else:
             vhost.requeue(entry.queue, entry.offset, entry.consumer)
         vhost.kick(entry.queue)
+
+
+def _ack(vhost: VHost, settled: list[Unacked]) -> None:
+    """Acks, grouped by classic queue: one settle call, one count and one kick per queue
+    rather than per message (an ack with `multiple` settles hundreds at once)."""
+    groups: dict[Queue, list[int]] = {}
+    for entry in settled:
+        queue = entry.queue
+        if queue.stream is not None:  # tracks the consumer's offset: one at a time
+            queue.stats.ack += 1
+            vhost.settle(queue, entry.offset, entry.consumer)
+            vhost.kick(queue)
+            continue
+        offsets = groups.get(queue)
+        if offsets is None:
+            offsets = groups[queue] = []
+        offsets.append(entry.offset)
+    for queue, offsets in groups.items():
+        queue.stats.ack += len(offsets)
+        vhost.settle_classic(queue, offsets)
+        vhost.kick(queue)
 
 
 def basic_ack(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:

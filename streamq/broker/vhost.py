@@ -627,6 +627,16 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.cursor.ack(offset)
         self.release(offset)
 
+    def settle_classic(self, queue: Queue, offsets: list[int]) -> None:
+        """`settle` of several messages of one classic queue (acks with `multiple`)."""
+        if self.queues.get(queue.name) is not queue:
+            return  # deleted meanwhile: remove_queue released all it held, unacked too
+        ack = queue.cursor.ack
+        release = self.release
+        for offset in offsets:
+            ack(offset)
+            release(offset)
+
     def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """Back to the queue; on a stream, back to the consumer that had it, if it is
         still there (nothing to do otherwise: the message stays in the stream)."""

@@ -8,7 +8,6 @@ knows no AMQP; the gateway parses the argument into a `StreamStart`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from retention.rules import RetentionRules, drop_before
@@ -76,7 +75,7 @@ class StreamQueue:
         self,
         exchange: bytes,
         routing_key: bytes,
-        messages: Sequence[RunMessage],
+        messages: list[RunMessage],
         timestamp_ms: int,
     ) -> int:
         """`append` of a run of messages (`SegmentLog.append_run`); returns the first
