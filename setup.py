@@ -1,8 +1,9 @@
-"""Build configuration for streamq's two C accelerators (the rest is in pyproject.toml).
+"""Build configuration for streamq's C accelerators (the rest is in pyproject.toml).
 
-Both sit on the per-message hot path (STYLE.md section 11) and are measured in
-docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into one run,
-`streamq.log._records` encodes a run of log records with their CRC32C. They need a C
+All sit on the per-message hot path (STYLE.md section 11) and are measured in
+docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into runs,
+`amqp_gateway.codec._deliver` writes a delivery's frames, and `streamq.log._records`
+encodes a run of log records with their CRC32C. They need a C
 compiler and Python's headers at install time (`pip install -e .` builds them in place).
 """
 
@@ -15,6 +16,11 @@ setup(
         Extension(
             "amqp_gateway.codec._scan",
             ["amqp_gateway/codec/_scan.c"],
+            extra_compile_args=_FLAGS,
+        ),
+        Extension(
+            "amqp_gateway.codec._deliver",
+            ["amqp_gateway/codec/_deliver.c"],
             extra_compile_args=_FLAGS,
         ),
         Extension(

@@ -19,6 +19,7 @@ paths) and `ids` (the `NewType`s).
 
 from __future__ import annotations
 
+from amqp_gateway.codec._scan import scan_publishes
 from amqp_gateway.codec.basic import (
     BASIC_PUBLISH_IDS,
     PublishedMessage,
@@ -72,7 +73,6 @@ from amqp_gateway.codec.properties import (
     decode_properties,
     encode_properties,
 )
-from amqp_gateway.codec.scan_shim import scan_publishes
 from amqp_gateway.codec.values import (
     FieldArray,
     FieldTable,

@@ -52,6 +52,9 @@ _BODY_START = struct.Struct(">BHI")
 _FRAME_HEADER: Final = 2
 _FRAME_BODY: Final = 3
 _PROPERTIES_AT: Final = 7 + 12  # header frame envelope, class, weight, body size
+# class, weight, body size and the property flag word: a shorter content header payload
+# is a FrameError for `content.decode_content_header`, so the fast path declines it.
+_HEADER_PAYLOAD_MIN: Final = 12 + 2
 
 
 _new_tuple = tuple.__new__  # builds a NamedTuple without its constructor's overhead
@@ -100,6 +103,7 @@ def read_publish(
             or header_channel != channel
             or class_id != _BASIC
             or size > payload_max
+            or size < _HEADER_PAYLOAD_MIN
             or data[header_end] != FRAME_END
         ):
             return None
@@ -112,6 +116,7 @@ def read_publish(
                 kind != _FRAME_BODY
                 or body_channel != channel
                 or size != body_size
+                or size > payload_max
                 or data[body_end] != FRAME_END
             ):
                 return None

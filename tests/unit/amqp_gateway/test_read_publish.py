@@ -93,3 +93,29 @@ def test_content_on_another_channel_or_a_bad_frame_end_is_declined() -> None:
     bad_utf8 = bytearray(publish(b"", exchange="ab"))
     bad_utf8[15] = 0xFF  # inside the exchange name
     assert codec.read_publish(bytes(bad_utf8), 0, PAYLOAD_MAX) is None
+
+
+def test_a_body_frame_over_payload_max_is_declined() -> None:
+    # A body frame is a frame like any other: over frame_max it is a FRAME_ERROR that
+    # only the frame path reports, even when its size matches the header's body-size.
+    data = publish(b"z" * 100)
+    assert codec.read_publish(data, 0, 100) is not None
+    assert codec.read_publish(data, 0, 99) is None
+
+
+@pytest.mark.parametrize(
+    ("size", "after_envelope"),
+    [
+        (2, b"\x00\x3c\xce" + bytes(9)),  # the frame ends where the weight would be
+        (12, b"\x00\x3c\x00\x00" + bytes(8) + b"\xce"),  # no property flag word
+        (13, b"\x00\x3c\x00\x00" + bytes(9) + b"\xce"),  # half a flag word
+    ],
+)
+def test_a_content_header_without_property_flags_is_declined(
+    size: int, after_envelope: bytes
+) -> None:
+    # decode_content_header raises FrameError below 14 payload bytes; the fast path must
+    # not accept such a header, nor read its fixed fields past its frame-end octet.
+    method_frame = publish(b"")[: 7 + 9 + len("amq.direct") + len("rk") + 1]
+    header = b"\x02\x00\x01" + size.to_bytes(4, "big") + after_envelope
+    assert codec.read_publish(method_frame + header, 0, PAYLOAD_MAX) is None
