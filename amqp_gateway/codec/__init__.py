@@ -19,6 +19,7 @@ paths) and `ids` (the `NewType`s).
 
 from __future__ import annotations
 
+from amqp_gateway.codec._deliver import encode_deliver
 from amqp_gateway.codec._scan import scan_publishes
 from amqp_gateway.codec.basic import (
     BASIC_PUBLISH_IDS,
@@ -26,7 +27,6 @@ from amqp_gateway.codec.basic import (
     append_basic_ack,
     decode_basic_ack,
     decode_basic_publish,
-    encode_deliver,
     read_basic_publish,
     read_publish,
 )

@@ -7,9 +7,10 @@ replaces the table-driven reader and writer of `method_frame.py`; the tests chec
 paths against each other and against pamqp byte for byte.
 
 Measured with `benchmarks/codec_bench.py` (CPython 3.11, Xeon): `read_basic_publish`
-2.2M msgs/s against 0.5M for the generic reader (0.8M when a `BasicPublish` is built);
-`encode_deliver` 0.83M deliveries/s against 0.30M through a `BasicDeliver` dataclass
-and the generic writer.
+2.2M msgs/s against 0.5M for the generic reader (0.8M when a `BasicPublish` is built).
+The receive loop splits publishes with the C scanner `_scan.scan_publishes`, for which
+`read_publish` is the reference (its tests compare the two); `encode_deliver` is the C
+function of `_deliver.c` (7x the Python one it replaced, `benchmarks/deliver_bench.py`).
 
 Rules:
 1. Pure functions, no state. Decoders raise only `AMQPSyntaxError` (502); writers
@@ -22,7 +23,6 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
-from amqp_gateway.codec.content import append_body_frames, append_content_header_frame
 from amqp_gateway.codec.frame import FRAME_END, FRAME_METHOD
 from amqp_gateway.codec.ids import ChannelId, DeliveryTag
 from amqp_gateway.codec.methods import BasicAck, BasicPublish
@@ -30,19 +30,13 @@ from amqp_gateway.errors import AMQPSyntaxError
 
 _ACK_FIELDS = struct.Struct(">QB")
 _ACK_PAYLOAD_BYTES: Final = 4 + _ACK_FIELDS.size
-# Frame envelope, class-id, method-id and the first shortstr's length, in one pack.
-_METHOD_FRAME_START = struct.Struct(">BHIHHB")
-# basic.deliver after the consumer tag: delivery-tag, redelivered, exchange length.
-_DELIVER_MIDDLE = struct.Struct(">QBB")
 # basic.ack as a whole frame: envelope, ids, delivery-tag, multiple, frame-end.
 _ACK_FRAME = struct.Struct(">BHIHHQBB")
-_SHORTSTR_BYTES_MAX: Final = 255
 BASIC_PUBLISH_IDS: Final = b"\x00\x3c\x00\x28"
 """The first 4 payload bytes of a basic.publish method frame (class 60, method 40), for
 a protocol layer that picks the fast path with `payload.startswith(BASIC_PUBLISH_IDS)`."""
 _BASIC: Final = 60
 _PUBLISH: Final = 40
-_DELIVER: Final = 60
 _ACK: Final = 80
 # A whole publish: method frame envelope + ids + ticket + exchange length; then the
 # content header frame's envelope and fixed fields; then a body frame's envelope.
@@ -180,59 +174,6 @@ def decode_basic_ack(payload: bytes) -> BasicAck:
         raise AMQPSyntaxError(f"basic.ack: {problem}", _BASIC, _ACK)
     delivery_tag, bits = _ACK_FIELDS.unpack_from(payload, 4)
     return BasicAck(delivery_tag, bool(bits & 1))
-
-
-def _encoded(value: str | bytes) -> bytes:
-    raw = value.encode() if isinstance(value, str) else value
-    if len(raw) > _SHORTSTR_BYTES_MAX:
-        raise ValueError(f"shortstr of {len(raw)} bytes exceeds {_SHORTSTR_BYTES_MAX}")
-    return raw
-
-
-def encode_deliver(
-    out: bytearray,
-    channel: ChannelId,
-    consumer_tag: str | bytes,
-    delivery_tag: DeliveryTag,
-    redelivered: bool,
-    exchange: str | bytes,
-    routing_key: str | bytes,
-    properties_raw: bytes,
-    body: bytes | memoryview,
-    frame_max: int,
-) -> None:
-    """Append basic.deliver, its content header and body frames to `out`.
-
-    `properties_raw` is the property list in wire form (flag word first), as stored.
-    Strings may be given already UTF-8 encoded. Raises `ValueError`, with nothing
-    appended, when a shortstr exceeds 255 bytes or the properties exceed one frame.
-    """
-    consumer_tag_raw = _encoded(consumer_tag)
-    exchange_raw = _encoded(exchange)
-    routing_key_raw = _encoded(routing_key)
-    # ids (4) + tag length and tag + delivery-tag (8) + bits (1) + two more shortstrs.
-    size = 4 + 1 + len(consumer_tag_raw) + 9 + 1 + len(exchange_raw) + 1 + len(routing_key_raw)
-    try:
-        start = _METHOD_FRAME_START.pack(
-            FRAME_METHOD, channel, size, _BASIC, _DELIVER, len(consumer_tag_raw)
-        )
-        middle = _DELIVER_MIDDLE.pack(delivery_tag, redelivered, len(exchange_raw))
-    except struct.error as exc:
-        raise ValueError(f"basic.deliver: cannot encode channel or delivery tag: {exc}") from exc
-    mark = len(out)
-    out += start
-    out += consumer_tag_raw
-    out += middle
-    out += exchange_raw
-    out.append(len(routing_key_raw))
-    out += routing_key_raw
-    out.append(FRAME_END)
-    try:
-        append_content_header_frame(out, channel, len(body), properties_raw, frame_max)
-    except ValueError:
-        del out[mark:]
-        raise
-    append_body_frames(out, channel, body, frame_max)
 
 
 def append_basic_ack(

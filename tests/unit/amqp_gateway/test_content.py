@@ -15,7 +15,8 @@ from pamqp import commands
 from pamqp import frame as pamqp_frame
 from pamqp import header as pamqp_header
 
-from amqp_gateway.codec.basic import append_basic_ack, encode_deliver, read_basic_publish
+from amqp_gateway.codec import encode_deliver
+from amqp_gateway.codec.basic import append_basic_ack, read_basic_publish
 from amqp_gateway.codec.content import (
     ContentHeader,
     append_body_frames,
