@@ -28,6 +28,7 @@ from http_gateway.server import HttpServer, start_http_server
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
+from streamq.heap import keep_heap
 
 logger = logging.getLogger("streamq")
 
@@ -160,7 +161,11 @@ async def _main(config: ServeConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await run_broker(config, stop)
+    heap = loop.create_task(keep_heap())  # the collector policy of a broker process
+    try:
+        await run_broker(config, stop)
+    finally:
+        heap.cancel()
 
 
 def serve(config: ServeConfig) -> None:

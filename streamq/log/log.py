@@ -39,6 +39,7 @@ from streamq.log.syncer import Syncer
 
 MIB: Final = 1 << 20
 _encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module attribute
+_RECORD_HEADER_BYTES: Final = fmt.RECORD_HEADER_BYTES
 
 
 # A message of a run given to `append_run`: its properties and body, then the publish's
@@ -291,28 +292,30 @@ class SegmentLog:
             position = segment.size_bytes
             index = segment.index
             buffered = len(buffer)
-            # One C call encodes the records up to the next index entry, segment roll or
-            # full write buffer; the record there takes `_place`, the general path.
-            end = _encode_records(
-                buffer,
-                self._next_offset,
-                timestamp_ms,
-                exchange,
-                routing_key,
-                messages,
-                done,
-                max(index.last_position + index.interval_bytes - position, 0),
-                max(
-                    min(
-                        self._segment_bytes_max - position,
-                        self._write_buffer_bytes_max - buffered,
-                    ),
-                    0,
+            end = done
+            room = self._segment_bytes_max - position
+            if segment.first_timestamp_ms >= 0 and room > 0:
+                if position - index.last_position >= index.interval_bytes:
+                    # The next record starts an index interval: its entry, then the run
+                    # goes on (the index then covers it even if `_place` writes it).
+                    message = messages[done]
+                    size = _RECORD_HEADER_BYTES + len(exchange) + len(routing_key)
+                    if size + len(message[0]) + len(message[1]) <= room:
+                        index.add(self._next_offset - segment.base_offset, position, timestamp_ms)
+                # One C call encodes the records up to the next index entry, segment
+                # roll or full write buffer; a record that does not fit takes `_place`.
+                end = _encode_records(
+                    buffer,
+                    self._next_offset,
+                    timestamp_ms,
+                    exchange,
+                    routing_key,
+                    messages,
+                    done,
+                    max(index.last_position + index.interval_bytes - position, 0),
+                    min(room, max(self._write_buffer_bytes_max - buffered, 0)),
+                    self._record_bytes_max,
                 )
-                if segment.first_timestamp_ms >= 0
-                else 0,
-                self._record_bytes_max,
-            )
             if end > done:
                 segment.last_timestamp_ms = timestamp_ms
                 segment.size_bytes = position + len(buffer) - buffered
