@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pamqp import frame as pamqp_frame
 
@@ -40,6 +40,7 @@ from amqp_gateway.codec.basic import BASIC_PUBLISH_IDS, decode_basic_publish, re
 from amqp_gateway.codec.method_frame import _read_fields
 from amqp_gateway.codec.methods import BasicDeliver, BasicPublish
 from amqp_gateway.codec.properties import BasicProperties
+from benchmarks.machine import best_seconds, cpu_model
 
 BODY_BYTES = 16
 FRAME_MAX = 131072
@@ -47,25 +48,6 @@ READ_BYTES = 65536
 FLUSH_EVERY = 100
 ROUNDS = 5
 CHANNEL = ChannelId(1)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def best_seconds(run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(ROUNDS):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def publish_stream(messages: int) -> bytes:
@@ -175,55 +157,55 @@ def main() -> None:
     report(
         "split_frames, whole buffer",
         frame_count,
-        best_seconds(lambda: split_frames(stream, FRAME_MAX)),
+        best_seconds(lambda: split_frames(stream, FRAME_MAX), ROUNDS),
         "frames",
     )
     report(
         f"split_frames, {READ_BYTES // 1024} KiB reads",
         frame_count,
-        best_seconds(lambda: split_in_reads(stream)),
+        best_seconds(lambda: split_in_reads(stream), ROUNDS),
         "frames",
     )
     report(
         "64 KiB reads: split + read_basic_publish + header",
         messages,
-        best_seconds(lambda: receive_publishes(stream, fast=True)),
+        best_seconds(lambda: receive_publishes(stream, fast=True), ROUNDS),
         "msgs",
     )
     report(
         "64 KiB reads: split + decode_method + header",
         messages,
-        best_seconds(lambda: receive_publishes(stream, fast=False)),
+        best_seconds(lambda: receive_publishes(stream, fast=False), ROUNDS),
         "msgs",
     )
     report(
         "read_basic_publish (tuple)",
         messages,
-        best_seconds(lambda: [read_basic_publish(p) for p in publish_payloads]),
+        best_seconds(lambda: [read_basic_publish(p) for p in publish_payloads], ROUNDS),
         "msgs",
     )
     report(
         "decode_basic_publish (dataclass)",
         messages,
-        best_seconds(lambda: [decode_basic_publish(p) for p in publish_payloads]),
+        best_seconds(lambda: [decode_basic_publish(p) for p in publish_payloads], ROUNDS),
         "msgs",
     )
     report(
         "decode basic.publish, generic table-driven path",
         messages,
-        best_seconds(lambda: decode_publishes_generic(publish_payloads)),
+        best_seconds(lambda: decode_publishes_generic(publish_payloads), ROUNDS),
         "msgs",
     )
     report(
         "encode_deliver (deliver + header + body frames)",
         messages,
-        best_seconds(lambda: deliveries(messages, properties_raw, body)),
+        best_seconds(lambda: deliveries(messages, properties_raw, body), ROUNDS),
         "deliveries",
     )
     report(
         "deliver via dataclass + generic writer",
         messages,
-        best_seconds(lambda: deliveries_generic(messages, properties_raw, body)),
+        best_seconds(lambda: deliveries_generic(messages, properties_raw, body), ROUNDS),
         "deliveries",
     )
     # pamqp decodes one frame per call from the start of its input; give it each frame.
@@ -231,7 +213,7 @@ def main() -> None:
     report(
         "pamqp.frame.unmarshal, one frame per call (reference)",
         len(frame_bytes),
-        best_seconds(lambda: pamqp_decode(frame_bytes)),
+        best_seconds(lambda: pamqp_decode(frame_bytes), ROUNDS),
         "frames",
     )
 

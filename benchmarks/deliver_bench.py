@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' refer
 
 from amqp_gateway.codec import BasicProperties, ChannelId, DeliveryTag, encode_properties
 from amqp_gateway.codec._deliver import encode_deliver as c_encode_deliver
+from benchmarks.machine import best_seconds, cpu_model
 from tests.unit.amqp_gateway.deliver_reference import encode_deliver as python_encode_deliver
 
 FRAME_MAX = 131072
@@ -36,25 +36,6 @@ ROUNDS = 5
 CHANNEL = ChannelId(1)
 # Body size -> deliveries per round at --scale 1 (about 0.1-0.3 s per round in Python).
 BODY_SIZES = {16: 200_000, 1024: 200_000, 200 * 1024: 4_000}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def best_seconds(run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(ROUNDS):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def deliveries(
@@ -98,9 +79,11 @@ def main() -> None:
         body = b"x" * size
         assert same_output(properties_raw, body), "the two functions disagree"
         python = best_seconds(
-            partial(deliveries, python_encode_deliver, messages, properties_raw, body)
+            partial(deliveries, python_encode_deliver, messages, properties_raw, body), ROUNDS
         )
-        c = best_seconds(partial(deliveries, c_encode_deliver, messages, properties_raw, body))
+        c = best_seconds(
+            partial(deliveries, c_encode_deliver, messages, properties_raw, body), ROUNDS
+        )
         print(f"body {size:>7,} B ({messages:,} deliveries):")
         print(f"  {'Python encode_deliver':<24} {messages / python:>12,.0f} deliveries/s")
         print(f"  {'C encode_deliver':<24} {messages / c:>12,.0f} deliveries/s  x{python / c:.2f}")

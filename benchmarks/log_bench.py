@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.machine import cpu_model
 from streamq.log.format import Message
 from streamq.log.log import LogConfig, SegmentLog
 
@@ -34,14 +35,7 @@ MIB = 1024 * KIB
 
 
 def environment(directory: str) -> dict[str, str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     fs = subprocess.run(
         ["df", "-T", directory], capture_output=True, text=True, check=False
     ).stdout.splitlines()

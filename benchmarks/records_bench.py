@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import crc32c as crc32c_package
 
+from benchmarks.machine import cpu_model
 from streamq.log import _records
 from streamq.log.format import encode_record_parts
 
@@ -41,14 +42,7 @@ ROUNDS = 5
 
 
 def environment() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return (
         f"cpu: {cpu}, {os.cpu_count()} cores; python {platform.python_version()} "
         f"({platform.python_implementation()}); crc32c hardware: C module "

@@ -7,7 +7,8 @@ basic.publish messages (method, content header, one 16-byte body frame):
 - the C `_scan.scan_publishes`, in runs of `count_max` messages (1 = one call per
   message, the worst case; unbounded = the whole buffer in one call).
 Both over the same buffer, once with one routing key for all messages (names and
-properties are shared objects) and once with a different key per message.
+properties are shared objects) and once with a different key per message (a run ends
+where the routing key changes, so each call then reads one message).
 
 Run: .venv/bin/python benchmarks/scan_bench.py [--messages N]
 Needs the extension built in place (see amqp_gateway/codec/_scan.c). Reports hardware
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from amqp_gateway.codec import (
     FRAME_OVERHEAD_BYTES,
     BasicProperties,
@@ -34,6 +37,7 @@ from amqp_gateway.codec import (
 from amqp_gateway.codec._scan import scan_publishes
 from amqp_gateway.codec.basic import read_publish
 from amqp_gateway.codec.methods import BasicPublish
+from benchmarks.machine import cpu_model
 
 BODY_BYTES = 16
 FRAME_MAX = 131072
@@ -41,16 +45,6 @@ PAYLOAD_MAX = FRAME_MAX - FRAME_OVERHEAD_BYTES
 ROUNDS = 5
 CHANNEL = ChannelId(1)
 RUN_SIZES = (1, 16, 256, sys.maxsize)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def best_seconds(run: Callable[[], int], messages: int) -> float:
@@ -89,7 +83,7 @@ def scan_loop(stream: bytes, count_max: int) -> int:
     position = 0
     with memoryview(stream) as view:
         while True:
-            _, position, messages = scan_publishes(
+            _, position, messages, _, _ = scan_publishes(
                 view, position, PAYLOAD_MAX, PAYLOAD_MAX, count_max
             )
             if not messages:

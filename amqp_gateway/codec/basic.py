@@ -72,9 +72,11 @@ def read_publish(
     """The common case of a publish at `offset`: method, content header and at most one
     body frame, all complete in `data`, on one channel, well formed. None otherwise.
 
-    This is the per-message fast path of the receive loop: one call per message instead
-    of three frames. It never raises; when it returns None, the caller reads the next
-    frame the generic way, which validates it and reports any error with the right code.
+    The receive loop's fast path is the C `_scan.scan_publishes`, which takes a whole run
+    of publishes in one call; this function is its reference (the scanner's tests compare
+    them message by message) and reads one publish for tools and tests. It never raises;
+    when it returns None, the frame-by-frame path must read what is at `offset`, which
+    validates it and reports any error with the right code.
     """
     try:
         kind, channel, size, class_id, method_id, _, exchange_size = _PUBLISH_START.unpack_from(
