@@ -28,7 +28,7 @@ from http_gateway.server import HttpServer, start_http_server
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
-from streamq.heap import keep_heap
+from streamq.heap import tune_collector
 
 logger = logging.getLogger("streamq")
 
@@ -161,14 +161,11 @@ async def _main(config: ServeConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    heap = loop.create_task(keep_heap())  # the collector policy of a broker process
-    try:
-        await run_broker(config, stop)
-    finally:
-        heap.cancel()
+    await run_broker(config, stop)
 
 
 def serve(config: ServeConfig) -> None:
     """Run the broker on uvloop until SIGTERM or SIGINT. Raises ServeError on start-up."""
+    tune_collector()  # the broker process's collector setting (heap.py)
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(_main(config))

@@ -1,7 +1,7 @@
-"""The broker process's collector policy (streamq/heap.py): a tick freezes what survived,
-so automatic collections no longer scan it; a sweep frees cycles frozen while alive.
+"""The broker process's collector setting (streamq/heap.py): young collections far less
+often, the older generations' rules and cycle collection as CPython's.
 
-Method: real objects and the real collector; each test restores the interpreter's state.
+Method: the real collector; each test restores the interpreter's thresholds.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from streamq.heap import SWEEP_INTERVAL_S, HeapPolicy
+from streamq.heap import YOUNG_THRESHOLD, tune_collector
 
 
 class Node:
@@ -21,45 +21,29 @@ class Node:
 
 
 @pytest.fixture(autouse=True)
-def unfrozen() -> Iterator[None]:
-    gc.unfreeze()
+def thresholds() -> Iterator[None]:
+    saved = gc.get_threshold()
     yield
-    gc.unfreeze()
+    gc.set_threshold(*saved)
 
 
-def cycle() -> weakref.ref[Node]:
-    """A two-object reference cycle, unreachable once this returns; a weak reference."""
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    return weakref.ref(a)
+def test_only_the_young_threshold_changes() -> None:
+    gc.set_threshold(700, 10, 10)
+    assert tune_collector() == (700, 10, 10)
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
 
 
-def test_a_tick_freezes_the_survivors_and_their_cycles_wait_for_the_sweep() -> None:
-    policy = HeapPolicy(now_s=0.0)
-    alive = [Node() for _ in range(1000)]
+def test_young_collections_wait_for_the_threshold_and_cycles_are_still_freed() -> None:
+    tune_collector()
+    gc.collect()
+    start = gc.get_stats()[0]["collections"]
+    keep = [Node() for _ in range(YOUNG_THRESHOLD // 2)]  # half the threshold: no collection
+    assert gc.get_stats()[0]["collections"] == start
     a, b = Node(), Node()
     a.other, b.other = b, a
     gone = weakref.ref(a)
-    policy.tick(1.0)
-    assert gc.get_freeze_count() >= len(alive)
     del a, b
-    gc.collect()  # an automatic collection of any generation skips frozen objects
-    assert gone() is not None
-    policy.tick(SWEEP_INTERVAL_S)  # the sweep: everything is collected once
+    keep += [Node() for _ in range(YOUNG_THRESHOLD)]  # past it: a young collection ran
+    assert gc.get_stats()[0]["collections"] > start
     assert gone() is None
-    assert policy.sweeps == 1
-    assert gc.get_freeze_count() >= len(alive)  # frozen again after the sweep
-
-
-def test_young_cycles_are_collected_as_usual_between_ticks() -> None:
-    HeapPolicy(now_s=0.0).tick(1.0)
-    gone = cycle()
-    gc.collect(0)
-    assert gone() is None
-
-
-def test_no_sweep_before_its_interval() -> None:
-    policy = HeapPolicy(now_s=100.0)
-    policy.tick(100.0 + SWEEP_INTERVAL_S - 1)
-    assert policy.sweeps == 0
-    assert policy.next_sweep_s == 100.0 + SWEEP_INTERVAL_S
+    assert len(keep) == YOUNG_THRESHOLD // 2 + YOUNG_THRESHOLD
