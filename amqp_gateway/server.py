@@ -765,6 +765,8 @@ class AmqpHandler(asyncio.Protocol):
 
     def _publish(self, publish: Publish) -> bool:
         """Route and store one message; True if a confirm is now owed."""
+        if not self.conn.is_channel_open(publish.channel):
+            return False  # see _publish_run
         channel = self._channel(publish.channel)
         vhost = self.vhost
         assert vhost is not None
@@ -784,6 +786,10 @@ class AmqpHandler(asyncio.Protocol):
         True if confirms are owed. The common case routes once and stores the lot in one
         step; anything else (a transaction, immediate, a slow-path property, no route, a
         queue with a length limit, a stream) goes through `_publish` one by one."""
+        if not self.conn.is_channel_open(run.channel):
+            # An error earlier in this read closed the channel: what the client sent on it
+            # before it saw the close is discarded (connection.py, rule 2), as RabbitMQ.
+            return False
         channel = self._channel(run.channel)
         if channel.transactional or run.bits & _IMMEDIATE or not self._store_run(channel, run):
             channel_id = run.channel
