@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 TARGET_RATIO: Final = 1.5
-"""A meets the target when it is at least this many times better than B."""
+"""The throughput target of issue 4: A's rate at least this many times B's."""
+NO_WORSE: Final = 1.0
+"""The latency and memory target of issue 4: A no worse than B (A/B at most 1)."""
 NOT_AVAILABLE: Final = "n/a"
 _THOUSAND: Final = 1000.0
 _MILLION: Final = 1_000_000.0
@@ -28,6 +30,9 @@ class Metric:
     label: str
     unit: str
     higher_is_better: bool
+    # The A/B ratio A must reach: at least it for rates, at most it where lower is
+    # better; None: reported without a target (latency p50).
+    target: float | None = TARGET_RATIO
 
 
 @dataclass(slots=True)
@@ -55,14 +60,18 @@ def ratio(value_a: float | None, value_b: float | None) -> float | None:
     return value_a / value_b
 
 
-def verdict(a_over_b: float | None, higher_is_better: bool, target: float = TARGET_RATIO) -> str:
-    """'met' when A is at least `target` times better than B: A/B >= target for rates,
-    A/B <= 1/target for latency and memory, where lower is better."""
+def verdict(a_over_b: float | None, metric: Metric) -> str:
+    """Whether A meets the metric's target against B, the target first: '≥1.5: met' for
+    a rate, '≤1: not met' for latency or memory; '-' without a target."""
+    if metric.target is None:
+        return "-"
     if a_over_b is None:
         return NOT_AVAILABLE
-    if higher_is_better:
-        return "met" if a_over_b >= target else "not met"
-    return "met" if a_over_b <= 1 / target else "not met"
+    if metric.higher_is_better:
+        met = a_over_b >= metric.target
+        return f"≥{metric.target:g}: {'met' if met else 'not met'}"
+    met = a_over_b <= metric.target
+    return f"≤{metric.target:g}: {'met' if met else 'not met'}"
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -100,7 +109,7 @@ def cell(values: Sequence[float], errors: Sequence[str], unit: str) -> str:
 def markdown_table(rows: Sequence[Row], name_a: str, name_b: str) -> str:
     """The comparison as a Markdown table: medians, A/B and whether A meets the target."""
     lines = [
-        f"| scenario | flags | {name_a} | {name_b} | {name_a}/{name_b} | target ≥{TARGET_RATIO}x |",
+        f"| scenario | flags | {name_a} | {name_b} | {name_a}/{name_b} | target |",
         "|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -110,7 +119,7 @@ def markdown_table(rows: Sequence[Row], name_a: str, name_b: str) -> str:
             f"| {cell(row.values_a, row.errors_a, row.metric.unit)} "
             f"| {cell(row.values_b, row.errors_b, row.metric.unit)} "
             f"| {format_ratio(a_over_b)} "
-            f"| {verdict(a_over_b, row.metric.higher_is_better)} |"
+            f"| {verdict(a_over_b, row.metric)} |"
         )
     return "\n".join(lines)
 
@@ -142,5 +151,5 @@ def row_summary(row: Row) -> dict[str, object]:
         "median_a": median_a,
         "median_b": median_b,
         "ratio": a_over_b,
-        "target": verdict(a_over_b, row.metric.higher_is_better),
+        "target": verdict(a_over_b, row.metric),
     }

@@ -27,7 +27,7 @@ from benchmarks.rss import is_steady, parse_status_kib
 from benchmarks.scenarios import CONSUME, PUBLISH, matrix, summary_metrics
 
 RATE = Metric("publish_rate", "publish", "msgs/s", higher_is_better=True)
-LATENCY = Metric("latency_p99_ms", "latency p99", "ms", higher_is_better=False)
+LATENCY = Metric("latency_p99_ms", "latency p99", "ms", higher_is_better=False, target=1.0)
 URLS = ["amqp://guest:guest@127.0.0.1:5710/%2f", "amqp://guest:guest@127.0.0.1:5711/%2f"]
 PERF_JSON = (
     '{"elapsed_s": 5.0, "publishers": 1, "consumers": 1, "body_bytes": 16, '
@@ -50,20 +50,25 @@ def test_ratio_is_a_over_b_and_none_when_undefined() -> None:
     assert ratio(100.0, 0.0) is None
 
 
+P50 = Metric("latency_p50_ms", "latency p50", "ms", higher_is_better=False, target=None)
+MEMORY = Metric("bytes_per_message", "RSS each", "B", higher_is_better=False, target=1.0)
+
+
 @pytest.mark.parametrize(
-    ("a_over_b", "higher_is_better", "expected"),
+    ("a_over_b", "metric", "expected"),
     [
-        (1.5, True, "met"),
-        (1.49, True, "not met"),
-        (0.66, False, "met"),
-        (0.9, False, "not met"),
-        (None, True, "n/a"),
+        (1.5, RATE, "≥1.5: met"),
+        (1.49, RATE, "≥1.5: not met"),
+        (1.0, MEMORY, "≤1: met"),
+        (1.05, MEMORY, "≤1: not met"),
+        (0.5, P50, "-"),
+        (None, RATE, "n/a"),
     ],
 )
-def test_verdict_reads_the_ratio_by_direction(
-    a_over_b: float | None, higher_is_better: bool, expected: str
+def test_verdict_reads_the_ratio_by_the_metrics_target(
+    a_over_b: float | None, metric: Metric, expected: str
 ) -> None:
-    assert verdict(a_over_b, higher_is_better) == expected
+    assert verdict(a_over_b, metric) == expected
 
 
 @pytest.mark.parametrize(
@@ -100,7 +105,8 @@ def test_markdown_table_has_medians_ratio_and_verdict() -> None:
 
     assert lines[0].startswith("| scenario | flags | streamq | RabbitMQ | streamq/RabbitMQ |")
     assert lines[2] == (
-        "| publish only, 16 B: publish | `-x 1 -y 0 -s 16` | 300 msgs/s | 100 msgs/s | 3.00 | met |"
+        "| publish only, 16 B: publish | `-x 1 -y 0 -s 16` | 300 msgs/s | 100 msgs/s | 3.00 "
+        "| ≥1.5: met |"
     )
     assert lines[3] == (
         "| stream: latency p99 | `-l` | 0.100 ms | n/a (not supported) | n/a | n/a |"
@@ -116,7 +122,7 @@ def test_row_summary_keeps_raw_values_and_the_verdict() -> None:
     summary = row_summary(Row("s", "f", RATE, [2.0, 4.0, 3.0], [2.0, 2.0, 2.0]))
     assert summary["median_a"] == 3.0
     assert summary["ratio"] == 1.5
-    assert summary["target"] == "met"
+    assert summary["target"] == "≥1.5: met"
     assert summary["values_a"] == [2.0, 4.0, 3.0]
 
 
