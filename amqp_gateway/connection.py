@@ -538,6 +538,11 @@ class Connection:
         state = self._channels.get(channel)
         return state is not None and state.state is ChannelState.OPEN
 
+    def is_channel_closing(self, channel: int) -> bool:
+        """We closed the channel (an error) and wait for the close-ok (rule 2)."""
+        state = self._channels.get(channel)
+        return state is not None and state.state is ChannelState.CLOSING
+
     # -- heartbeats --------------------------------------------------------------------------
 
     def check_heartbeat(self, now_s: float) -> bool:

@@ -765,7 +765,7 @@ class AmqpHandler(asyncio.Protocol):
 
     def _publish(self, publish: Publish) -> bool:
         """Route and store one message; True if a confirm is now owed."""
-        if not self.conn.is_channel_open(publish.channel):
+        if self.conn.is_channel_closing(publish.channel):
             return False  # see _publish_run
         channel = self._channel(publish.channel)
         vhost = self.vhost
@@ -786,9 +786,11 @@ class AmqpHandler(asyncio.Protocol):
         True if confirms are owed. The common case routes once and stores the lot in one
         step; anything else (a transaction, immediate, a slow-path property, no route, a
         queue with a length limit, a stream) goes through `_publish` one by one."""
-        if not self.conn.is_channel_open(run.channel):
+        if self.conn.is_channel_closing(run.channel):
             # An error earlier in this read closed the channel: what the client sent on it
             # before it saw the close is discarded (connection.py, rule 2), as RabbitMQ.
+            # Not a channel the client closed: the protocol may have read its close while
+            # these publishes waited (a drain, flow control), and they come first.
             return False
         channel = self._channel(run.channel)
         if channel.transactional or run.bits & _IMMEDIATE or not self._store_run(channel, run):

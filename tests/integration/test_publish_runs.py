@@ -169,3 +169,19 @@ def test_publishes_after_a_channel_error_in_the_same_read_are_discarded(
     assert close.reply_code == 404
     raw.sock.close()
     assert drain(channel, "kept") == [b"before"]
+
+
+def test_publishes_before_the_clients_own_channel_close_are_kept(
+    broker: RunningBroker, channel: BlockingChannel
+) -> None:
+    """The client's channel.close read together with its publishes ends the channel only
+    after them: the protocol has seen the close when the server routes the runs."""
+    channel.queue_declare("kept")
+    raw = open_raw(broker.amqp_port)
+    raw.sock.sendall(
+        publishes("", "kept", numbered("m", 300))
+        + codec.encode_method_frame(codec.ChannelId(1), m.ChannelClose(200, "bye", 0, 0))
+    )
+    raw.until(received(m.ChannelCloseOk))
+    raw.sock.close()
+    assert drain(channel, "kept") == numbered("m", 300)
