@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import http.client
 import json
 import threading
@@ -120,6 +121,17 @@ class RunningBroker:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(START_TIMEOUT_S)
         assert not self._thread.is_alive(), "broker did not stop"
+
+
+@contextlib.contextmanager
+def broker_on(data_dir: Path, limits: ResourceLimits | None = None) -> Iterator[RunningBroker]:
+    """A broker on an existing data directory for the `with` block: the restart of one
+    that a test stopped (or whose files it damaged)."""
+    running = RunningBroker(data_dir, limits)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pika
 import pytest
 
 from streamq.broker.resources import ResourceLimits
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 TERABYTE = 1 << 40
@@ -74,8 +74,7 @@ def test_publishers_are_blocked_until_the_alarm_clears(alarmed_broker: RunningBr
 
 
 def test_the_disk_limit_blocks_publishers_too(tmp_path: Path) -> None:
-    running = RunningBroker(tmp_path / "data", ResourceLimits(TERABYTE, TERABYTE * 1024))
-    try:
+    with broker_on(tmp_path / "data", ResourceLimits(TERABYTE, TERABYTE * 1024)) as running:
         conn = connect(running)
         blocked: list[object] = []
         conn.add_on_connection_blocked_callback(lambda _c, frame: blocked.append(frame))
@@ -93,5 +92,3 @@ def test_the_disk_limit_blocks_publishers_too(tmp_path: Path) -> None:
         running.call(clear)
         wait_for(conn, unblocked)
         conn.close()
-    finally:
-        running.stop()

@@ -13,7 +13,7 @@ import pytest
 
 from streamq.broker.accounts import AccountStore
 from streamq.queues.stream import TAIL_RECORDS_MAX
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 SMALL_STREAM = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 4096}
@@ -72,8 +72,7 @@ def test_a_corrupt_stream_segment_fails_that_stream_only(broker: RunningBroker) 
     first_segment = sorted(stream_dir.glob("*.seg"))[0]
     (stream_dir / first_segment.name.replace(".seg", ".idx")).unlink()  # force a scan
     flip_byte(first_segment, 200)  # inside an early record of a closed segment
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         error = unavailable(restarted, consume_stream)
         assert error.reply_code == 404
         assert "queue 'events' in vhost '/' is unavailable" in error.reply_text
@@ -85,8 +84,6 @@ def test_a_corrupt_stream_segment_fails_that_stream_only(broker: RunningBroker) 
         channel.queue_declare("events", durable=True, arguments=SMALL_STREAM)
         assert channel.queue_declare("events", passive=True).method.message_count == 0
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_a_corrupt_queue_journal_fails_that_queue_only(broker: RunningBroker) -> None:
@@ -95,8 +92,7 @@ def test_a_corrupt_queue_journal_fails_that_queue_only(broker: RunningBroker) ->
     journals = sorted((broker.data_dir / "vhosts").glob("*/queues/*.journal"))
     assert len(journals) == 2
     flip_byte(journals[0], 16 + 8 + 3)  # in the first entry of the first of two blocks
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         results = {}
         for queue in ("jobs", "other"):
             conn = connect(restarted)
@@ -107,8 +103,6 @@ def test_a_corrupt_queue_journal_fails_that_queue_only(broker: RunningBroker) ->
             except pika.exceptions.ChannelClosedByBroker as exc:
                 results[queue] = exc.reply_code
         assert sorted(map(str, results.values())) == ["404", f"b'{_other(results)}-0'"]
-    finally:
-        restarted.stop()
 
 
 def _other(results: dict[str, object]) -> str:
@@ -130,16 +124,13 @@ def test_a_corrupt_definitions_file_fails_that_vhost_only(tmp_path: Path) -> Non
         p for p in (data_dir / "vhosts").glob("*/definitions") if b"q0" in p.read_bytes()
     ]
     flip_byte(definitions[0], 20)  # in the first record, followed by good ones
-    restarted = RunningBroker(data_dir)
-    try:
+    with broker_on(data_dir) as restarted:
         with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as refused:
             connect(restarted, "broken")
         assert "vhost broken is unavailable" in str(refused.value)
         conn = connect(restarted)
         conn.channel().queue_declare("fine", durable=True)
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_a_stream_segment_damaged_while_running_cancels_its_consumers(
@@ -191,8 +182,7 @@ def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages
     segments = sorted(messages_dir.glob("*.seg"))
     assert len(segments) >= 2
     flip_byte(segments[0], 3 << 20)
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         error = unavailable(restarted, lambda ch: ch.basic_get("early"))
         assert error.reply_code == 404
         assert "in a damaged segment" in error.reply_text
@@ -205,5 +195,3 @@ def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages
         channel.basic_publish("", "fresh", b"new")
         assert channel.basic_get("fresh", auto_ack=True)[2] == b"new"
         conn.close()
-    finally:
-        restarted.stop()

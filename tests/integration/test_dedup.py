@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 DEDUP = "x-deduplication-header"
@@ -146,8 +146,7 @@ def test_deduplication_still_applies_after_a_restart(broker: RunningBroker) -> N
     channel.queue_bind("dq-durable", "dd-durable", "k")
     conn.close()
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         channel = conn.channel()
         channel.confirm_delivery()
@@ -156,8 +155,6 @@ def test_deduplication_still_applies_after_a_restart(broker: RunningBroker) -> N
         channel.basic_publish("", "dq-durable", b"3", keyed("r"))
         assert bodies(channel, "dq-durable") == [b"1"]
         conn.close()
-    finally:
-        restarted.stop()
 
 
 async def test_deduplication_with_aio_pika(broker: RunningBroker) -> None:

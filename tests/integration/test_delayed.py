@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 
@@ -163,8 +163,7 @@ def test_delays_survive_a_restart_with_their_deadlines(broker: RunningBroker) ->
     conn.close()
     broker.stop()
     time.sleep(max(0.0, 0.3 - (time.monotonic() - start)))
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         channel = conn.channel()
         got = collect(channel, "due", 2)
@@ -173,8 +172,6 @@ def test_delays_survive_a_restart_with_their_deadlines(broker: RunningBroker) ->
         time.sleep(0.05)
         assert channel.basic_get("due")[0] is None
         conn.close()
-    finally:
-        restarted.stop()
     again = RunningBroker(broker.data_dir)  # released ones are not released twice
     try:
         conn = connect(again)

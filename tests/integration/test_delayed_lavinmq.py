@@ -15,7 +15,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 LAVINMQ_DELAYED = {"x-delayed-exchange": True}
@@ -160,8 +160,7 @@ def test_held_messages_survive_a_restart(broker: RunningBroker) -> None:
     conn.close()
     broker.stop()
     time.sleep(max(0.0, 0.25 - (time.monotonic() - start)))
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         channel = conn.channel()
         got = collect(channel, "due", 4)
@@ -181,8 +180,6 @@ def test_held_messages_survive_a_restart(broker: RunningBroker) -> None:
         got = collect(channel, "due", 1)
         assert got[0][0] - start >= 0.1
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_plugin_rewrites_x_delay_on_delivery(broker: RunningBroker) -> None:

@@ -10,7 +10,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 
@@ -114,8 +114,7 @@ def test_the_delivery_count_survives_a_restart(broker: RunningBroker) -> None:
     channel.basic_nack(method.delivery_tag, requeue=True)  # requeue 1
     conn.close()
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         channel = conn.channel()
         method, properties, _ = channel.basic_get("src")
@@ -124,8 +123,6 @@ def test_the_delivery_count_survives_a_restart(broker: RunningBroker) -> None:
         assert channel.basic_get("src")[0] is None
         assert channel.basic_get("dead", auto_ack=True)[2] == b"job"
         conn.close()
-    finally:
-        restarted.stop()
 
 
 @pytest.mark.parametrize(

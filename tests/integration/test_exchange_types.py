@@ -11,7 +11,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 
@@ -228,8 +228,7 @@ def test_consistent_hash_routes_the_same_after_a_restart(broker: RunningBroker) 
     before = {q: sorted(int(b) for _, b in drain(channel, q)) for q in ("s1", "s2", "s3")}
     conn.close()
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         channel = conn.channel()
         channel.confirm_delivery()
@@ -238,8 +237,6 @@ def test_consistent_hash_routes_the_same_after_a_restart(broker: RunningBroker) 
         after = {q: sorted(int(b) for _, b in drain(channel, q)) for q in ("s1", "s2", "s3")}
         assert after == before
         conn.close()
-    finally:
-        restarted.stop()
 
 
 async def test_consistent_hash_with_aio_pika(broker: RunningBroker) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 DATA = Path(__file__).parent.parent / "data" / "rabbitmq-3.10-definitions.json"
@@ -116,13 +116,10 @@ def test_a_rabbitmq_export_imports_works_and_exports_back(running: RunningBroker
 def test_imported_definitions_survive_a_restart(running: RunningBroker) -> None:
     original = import_rabbitmq(running)
     running.stop()
-    again = RunningBroker(running.data_dir)
-    try:
+    with broker_on(running.data_dir) as again:
         status, exported = call(again, "GET", "/api/definitions")
         assert status == 200 and isinstance(exported, dict)
         assert normalised(exported) == normalised(original)
-    finally:
-        again.stop()
 
 
 def test_vhost_export_and_import(running: RunningBroker) -> None:

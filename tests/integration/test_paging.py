@@ -15,7 +15,7 @@ import pytest
 
 from streamq.broker import paging
 from streamq.broker.paging import PagedMessage
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 BUDGET_BYTES = 1024 * 1024
 BODY_BYTES = 64 * 1024
@@ -101,16 +101,10 @@ def test_bodies_past_the_budget_are_paged_and_delivered_intact(running: RunningB
 def test_a_restart_restores_past_the_budget_without_loading_it(
     tmp_path: Path, small_budget: None
 ) -> None:
-    first = RunningBroker(tmp_path / "data")
-    try:
+    with broker_on(tmp_path / "data") as first:
         _publish(first.amqp_port)
-    finally:
-        first.stop()
-    second = RunningBroker(tmp_path / "data")
-    try:
+    with broker_on(tmp_path / "data") as second:
         resident, paged = _memory(second)
         assert resident <= BUDGET_BYTES
         assert paged == COUNT - resident // BODY_BYTES
         assert _consume_all(second.amqp_port) == [_body(i) for i in range(COUNT)]
-    finally:
-        second.stop()

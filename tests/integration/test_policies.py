@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from streamq.broker.accounts import AccountStore
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 SMALL_STREAM = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 4096}
@@ -124,16 +124,13 @@ def test_a_policy_applies_to_a_live_stream_at_once_and_survives_restart(
     assert after_low > 150  # applied at once, without a publish
     conn.close()
     policy_broker.stop()
-    restarted = RunningBroker(policy_broker.data_dir)
-    try:
+    with broker_on(policy_broker.data_dir) as restarted:
         assert call(restarted, "GET", "/api/policies/%2F/low")[0] == 200
         # the higher priority policy wins: max-length 100 keeps what max-length 20 kept
         assert call(restarted, "PUT", "/api/policies/%2F/high", high)[0] == 201
         conn = connect(restarted)
         assert first_offset(conn.channel(), "events.orders") == after_low
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_an_alternate_exchange_by_policy(policy_broker: RunningBroker) -> None:

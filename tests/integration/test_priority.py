@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 ORDER_PUBLISHED = [("none", None), ("p1", 1), ("p5a", 5), ("p10", 10), ("p5b", 5), ("p20", 20)]
@@ -98,8 +98,7 @@ def test_priority_order_survives_a_restart(broker: RunningBroker) -> None:
     assert body == b"p10"
     conn.close()  # p10 goes back to its place
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         channel = conn.channel()
         declared = channel.queue_declare(
@@ -109,8 +108,6 @@ def test_priority_order_survives_a_restart(broker: RunningBroker) -> None:
         publish(channel, "durable-pq", "p7", 7)
         assert get_all(channel, "durable-pq") == ["p10", "p20", "p7", "p5a", "p5b", "p1", "none"]
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_message_ttl_applies_to_every_priority(broker: RunningBroker) -> None:

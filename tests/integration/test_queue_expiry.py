@@ -14,7 +14,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 POLL_S = 0.05
@@ -107,16 +107,13 @@ def test_a_restart_starts_the_lease_again(broker: RunningBroker) -> None:
     conn.close()
     broker.stop()
     time.sleep(0.8)  # down for longer than the period
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         started = time.monotonic()
         conn = connect(restarted)
         probe = probe_channel(conn)
         assert exists(probe, "durable-temp")
         assert wait_gone(probe, "durable-temp") - started >= 0.6
         conn.close()
-    finally:
-        restarted.stop()
     again = RunningBroker(broker.data_dir)  # the deletion was durable
     try:
         conn = connect(again)

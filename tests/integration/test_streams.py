@@ -14,7 +14,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 SMALL_SEGMENTS = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": 4096}
@@ -237,16 +237,13 @@ def test_streams_and_classic_queues_from_one_publish_and_a_restart(
     assert channel.queue_declare("log", passive=True).method.message_count == 30
     conn.close()
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         got = read(conn, "log", "first", 30)
         assert offsets(got) == list(range(30))
         assert [b for _, b, _ in got] == [f"{n:04d}".encode() for n in range(30)]
         assert conn.channel().queue_declare("work", passive=True).method.message_count == 30
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def first_offset(connection: pika.BlockingConnection, name: str) -> int:
@@ -377,13 +374,10 @@ def test_offset_tracking_resumes_after_what_was_acked_across_reconnect_and_resta
     assert take(conn, [4, 5, 6], 3) == [4, 5, 6]
     conn.close()
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         assert take(conn, [], 3) == [7, 8, 9]
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_offset_tracking_needs_a_named_consumer(broker: RunningBroker) -> None:
@@ -422,13 +416,10 @@ def test_a_restart_keeps_exactly_what_the_rules_kept(broker: RunningBroker) -> N
     count = channel.queue_declare("ruled", passive=True).method.message_count
     conn.close()
     broker.stop()
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         assert first_offset(conn, "ruled") == before
         channel = conn.channel()
         assert channel.queue_declare("ruled", passive=True).method.message_count == count
         assert offsets(read(conn, "ruled", "first", 150 - before)) == list(range(before, 150))
         conn.close()
-    finally:
-        restarted.stop()

@@ -11,7 +11,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from streamq.broker.accounts import AccountStore
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, broker_on
 
 TIMEOUT_S = 10
 
@@ -146,14 +146,11 @@ def test_messages_expire_across_a_restart(broker: RunningBroker) -> None:
     conn.close()
     broker.stop()
     time.sleep(0.4)
-    restarted = RunningBroker(broker.data_dir)
-    try:
+    with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
         got = wait_for(conn.channel(), "dead", 20)
         assert sorted(int(body) for _, body in got) == list(range(20))
         conn.close()
-    finally:
-        restarted.stop()
 
 
 def test_the_seed_scenario_several_hops_and_vhosts_stopped_longer_than_the_ttl(
@@ -190,8 +187,7 @@ def test_the_seed_scenario_several_hops_and_vhosts_stopped_longer_than_the_ttl(
         conn.close()
     broker.stop()
     time.sleep(0.7)  # longer than both TTLs together
-    restarted = RunningBroker(data_dir)
-    try:
+    with broker_on(data_dir) as restarted:
         load = vhost_connection(restarted, "/")
         load_channel = load.channel()
         load_channel.queue_declare("busy", durable=True)
@@ -207,8 +203,6 @@ def test_the_seed_scenario_several_hops_and_vhosts_stopped_longer_than_the_ttl(
             assert reasons == ["expired", "expired"]
             conn.close()
         load.close()
-    finally:
-        restarted.stop()
 
 
 def vhost_connection(broker: RunningBroker, vhost: str) -> pika.BlockingConnection:
