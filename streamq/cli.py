@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from streamq import __version__, ctl, perf
+from streamq.argtypes import non_negative_int
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits, parse_memory_limit, parse_size
 
@@ -29,14 +30,7 @@ def _port(text: str) -> int:
     return port
 
 
-def _milliseconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
+_milliseconds = non_negative_int("a number of milliseconds")
 
 
 def _size(text: str) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from streamq.argtypes import non_negative_int
 from streamq.ctlhttp import accounts, entities, node
 from streamq.ctlhttp.client import (
     DEFAULT_URI,
@@ -44,14 +45,7 @@ class Verb:
     options: Options | None = None
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
+_count = non_negative_int("a whole number")
 
 
 def _seconds(text: str) -> float:
