@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import pytest
 import uvloop
+from pika.adapters.blocking_connection import BlockingChannel
 
 from streamq.app import ServeConfig, run_broker
 from streamq.broker.broker import Broker
@@ -121,6 +122,17 @@ class RunningBroker:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(START_TIMEOUT_S)
         assert not self._thread.is_alive(), "broker did not stop"
+
+
+def drain_bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
+    """Every message in `queue` now, in order: basic.get with auto-ack until it is empty
+    (what the same connection published before is routed by then)."""
+    bodies = []
+    while True:
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
 
 
 @contextlib.contextmanager

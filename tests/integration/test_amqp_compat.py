@@ -18,7 +18,7 @@ import pika.spec
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, drain_bodies
 
 TIMEOUT_S = 10
 SETTLE_S = 0.3  # how long to wait for deliveries that must not come
@@ -51,16 +51,6 @@ def channel(connection: pika.BlockingConnection) -> BlockingChannel:
 
 def message_count(channel: BlockingChannel, queue: str) -> int:
     return channel.queue_declare(queue, passive=True).method.message_count
-
-
-def drain_bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
-    """Every message in `queue`, taken with basic.get and auto-ack."""
-    bodies = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
 
 
 def wait_until(

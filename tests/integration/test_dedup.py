@@ -10,9 +10,8 @@ import time
 import aio_pika
 import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, drain_bodies
 
 TIMEOUT_S = 10
 DEDUP = "x-deduplication-header"
@@ -26,15 +25,6 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
 
 def keyed(key: object, **more: object) -> pika.BasicProperties:
     return pika.BasicProperties(headers={DEDUP: key, **more})
-
-
-def bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
-    got = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return got
-        got.append(body)
 
 
 def test_exchange_drops_duplicates_and_confirms_them(broker: RunningBroker) -> None:
@@ -51,8 +41,8 @@ def test_exchange_drops_duplicates_and_confirms_them(broker: RunningBroker) -> N
     channel.basic_publish("dd", "", b"b", keyed("k2"))
     channel.basic_publish("dd", "", b"no-key")
     channel.basic_publish("dd", "", b"no-key")
-    assert bodies(channel, "q1") == [b"a", b"b", b"no-key", b"no-key"]
-    assert bodies(channel, "q2") == [b"a", b"b", b"no-key", b"no-key"]
+    assert drain_bodies(channel, "q1") == [b"a", b"b", b"no-key", b"no-key"]
+    assert drain_bodies(channel, "q2") == [b"a", b"b", b"no-key", b"no-key"]
     with pytest.raises(pika.exceptions.UnroutableError):  # as LavinMQ: not routed
         channel.basic_publish("dd", "", b"a-3", keyed("k1"), mandatory=True)
     conn.close()
@@ -71,8 +61,8 @@ def test_queue_deduplicates_on_its_own(broker: RunningBroker) -> None:
     for body in (b"1", b"2"):
         channel.basic_publish("plain", "", body, keyed("same"))
     channel.basic_publish("", "dq", b"3", keyed("same"))  # the default exchange too
-    assert bodies(channel, "dq") == [b"1"]
-    assert bodies(channel, "pq") == [b"1", b"2"]
+    assert drain_bodies(channel, "dq") == [b"1"]
+    assert drain_bodies(channel, "pq") == [b"1", b"2"]
     conn.close()
 
 
@@ -98,7 +88,7 @@ def test_custom_header_cache_size_and_ttl(broker: RunningBroker) -> None:
     send("c", b"c1")  # the cache holds 2: "a" goes
     send("a", b"a3")  # no longer known
     channel.basic_publish("", "small", b"x", keyed("a"))  # the default header is not used
-    assert bodies(channel, "small") == [b"a1", b"b1", b"c1", b"a3", b"x"]
+    assert drain_bodies(channel, "small") == [b"a1", b"b1", b"c1", b"a3", b"x"]
     channel.queue_declare("timed", arguments={"x-message-deduplication": True, "x-cache-ttl": 100})
     channel.basic_publish("", "timed", b"t1", keyed("t"))
     channel.basic_publish("", "timed", b"t2", keyed("t"))
@@ -106,7 +96,7 @@ def test_custom_header_cache_size_and_ttl(broker: RunningBroker) -> None:
     time.sleep(0.15)
     channel.basic_publish("", "timed", b"t3", keyed("t"))  # its 100 ms are over
     channel.basic_publish("", "timed", b"u2", keyed("u"))  # its own TTL holds
-    assert bodies(channel, "timed") == [b"t1", b"u1", b"t3"]
+    assert drain_bodies(channel, "timed") == [b"t1", b"u1", b"t3"]
     conn.close()
 
 
@@ -153,7 +143,7 @@ def test_deduplication_still_applies_after_a_restart(broker: RunningBroker) -> N
         channel.basic_publish("dd-durable", "k", b"1", keyed("r"))
         channel.basic_publish("dd-durable", "k", b"2", keyed("r"))
         channel.basic_publish("", "dq-durable", b"3", keyed("r"))
-        assert bodies(channel, "dq-durable") == [b"1"]
+        assert drain_bodies(channel, "dq-durable") == [b"1"]
         conn.close()
 
 

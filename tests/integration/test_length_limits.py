@@ -9,20 +9,13 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, drain_bodies
 
 
 def connect(broker: RunningBroker) -> pika.BlockingConnection:
     return pika.BlockingConnection(
         pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
     )
-
-
-def bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
-    got = []
-    while (message := channel.basic_get(queue, auto_ack=True))[0] is not None:
-        got.append(message[2])
-    return got
 
 
 def setup(channel: BlockingChannel, **arguments: object) -> None:
@@ -41,7 +34,7 @@ def test_drop_head_dead_letters_the_oldest(broker: RunningBroker, limit: dict) -
     setup(channel, **limit)
     for n in range(5):
         channel.basic_publish("", "limited", f"m{n:03d}".encode())  # 4 bytes each
-    assert bodies(channel, "limited") == [b"m002", b"m003", b"m004"]
+    assert drain_bodies(channel, "limited") == [b"m002", b"m003", b"m004"]
     dead = []
     while (message := channel.basic_get("dead", auto_ack=True))[0] is not None:
         dead.append((message[2], message[1].headers["x-death"][0]["reason"]))
@@ -58,10 +51,10 @@ def test_reject_publish_nacks_under_confirms(broker: RunningBroker) -> None:
     channel.basic_publish("", "limited", b"b")
     with pytest.raises(pika.exceptions.NackError):
         channel.basic_publish("", "limited", b"c")
-    assert bodies(channel, "limited") == [b"a", b"b"]
+    assert drain_bodies(channel, "limited") == [b"a", b"b"]
     channel.basic_publish("", "limited", b"d")  # room again: acked
-    assert bodies(channel, "limited") == [b"d"]
-    assert bodies(channel, "dead") == []  # reject-publish does not dead-letter
+    assert drain_bodies(channel, "limited") == [b"d"]
+    assert drain_bodies(channel, "dead") == []  # reject-publish does not dead-letter
     conn.close()
 
 
@@ -73,8 +66,8 @@ def test_reject_publish_dlx_dead_letters_the_refused_message(broker: RunningBrok
     channel.basic_publish("", "limited", b"kept")
     with pytest.raises(pika.exceptions.NackError):
         channel.basic_publish("", "limited", b"refused")
-    assert bodies(channel, "limited") == [b"kept"]
-    assert bodies(channel, "dead") == [b"refused"]
+    assert drain_bodies(channel, "limited") == [b"kept"]
+    assert drain_bodies(channel, "dead") == [b"refused"]
     conn.close()
 
 
@@ -86,7 +79,7 @@ def test_a_policy_sets_the_limit(broker: RunningBroker) -> None:
     assert broker.put_policy("cap", policy) == 201
     for n in range(4):
         channel.basic_publish("", "limited", str(n).encode())
-    assert bodies(channel, "limited") == [b"2", b"3"]
+    assert drain_bodies(channel, "limited") == [b"2", b"3"]
     conn.close()
 
 

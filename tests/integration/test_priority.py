@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, drain_bodies
 
 TIMEOUT_S = 10
 ORDER_PUBLISHED = [("none", None), ("p1", 1), ("p5a", 5), ("p10", 10), ("p5b", 5), ("p20", 20)]
@@ -30,12 +30,7 @@ def publish(channel: BlockingChannel, queue: str, body: str, priority: int | Non
 
 
 def get_all(channel: BlockingChannel, queue: str) -> list[str]:
-    bodies = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body.decode())
+    return [body.decode() for body in drain_bodies(channel, queue)]
 
 
 def test_higher_priority_first_and_fifo_within_a_priority(broker: RunningBroker) -> None:

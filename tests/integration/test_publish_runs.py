@@ -19,7 +19,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, drain_bodies
 
 TIMEOUT_S = 10
 FRAME_MAX = 131072
@@ -100,16 +100,6 @@ def publishes(
     return bytes(out)
 
 
-def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
-    """Every message in `queue`, in order (basic.get until empty)."""
-    bodies = []
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
 def numbered(prefix: str, count: int) -> list[bytes]:
     return [f"{prefix}-{i}".encode() for i in range(count)]
 
@@ -146,11 +136,11 @@ def test_a_burst_of_runs_lands_in_order_in_every_queue(
     assert not any(isinstance(x, m.BasicNack) for x in methods)
     [returned] = [x for x in methods if isinstance(x, m.BasicReturn)]
     assert (returned.reply_code, returned.routing_key) == (312, "nowhere")
-    assert drain(channel, "a") == [*numbered("a", 300), b"cc-to-b", b"last"]
-    assert drain(channel, "b") == [b"cc-to-b", *numbered("b", 20)]
-    assert drain(channel, "f1") == numbered("fan", 50)
-    assert drain(channel, "f2") == numbered("fan", 50)
-    assert drain(channel, "capped") == numbered("capped", 8)[3:]  # drop-head kept the last 5
+    assert drain_bodies(channel, "a") == [*numbered("a", 300), b"cc-to-b", b"last"]
+    assert drain_bodies(channel, "b") == [b"cc-to-b", *numbered("b", 20)]
+    assert drain_bodies(channel, "f1") == numbered("fan", 50)
+    assert drain_bodies(channel, "f2") == numbered("fan", 50)
+    assert drain_bodies(channel, "capped") == numbered("capped", 8)[3:]  # drop-head kept the last 5
 
 
 def test_publishes_after_a_channel_error_in_the_same_read_are_discarded(
@@ -168,7 +158,7 @@ def test_publishes_after_a_channel_error_in_the_same_read_are_discarded(
     [close] = [x for x in raw.until(received(m.ChannelClose)) if isinstance(x, m.ChannelClose)]
     assert close.reply_code == 404
     raw.sock.close()
-    assert drain(channel, "kept") == [b"before"]
+    assert drain_bodies(channel, "kept") == [b"before"]
 
 
 def test_publishes_before_the_clients_own_channel_close_are_kept(
@@ -184,4 +174,4 @@ def test_publishes_before_the_clients_own_channel_close_are_kept(
     )
     raw.until(received(m.ChannelCloseOk))
     raw.sock.close()
-    assert drain(channel, "kept") == numbered("m", 300)
+    assert drain_bodies(channel, "kept") == numbered("m", 300)
