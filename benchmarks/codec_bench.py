@@ -40,6 +40,7 @@ from amqp_gateway.codec.basic import BASIC_PUBLISH_IDS, decode_basic_publish, re
 from amqp_gateway.codec.method_frame import _read_fields
 from amqp_gateway.codec.methods import BasicDeliver, BasicPublish
 from amqp_gateway.codec.properties import BasicProperties
+from benchmarks.deliver_bench import deliveries
 from benchmarks.machine import best_seconds, cpu_model
 
 BODY_BYTES = 16
@@ -102,17 +103,6 @@ def decode_publishes_generic(payloads: list[bytes]) -> None:
     for payload in payloads:
         values, _ = _read_fields(plan, payload)
         BasicPublish(*values)
-
-
-def deliveries(messages: int, properties_raw: bytes, body: bytes) -> None:
-    out = bytearray()
-    for i in range(messages):
-        encode_deliver(
-            out, CHANNEL, "ctag-1", DeliveryTag(i + 1), False, "amq.topic", "k.1",
-            properties_raw, body, FRAME_MAX,
-        )  # fmt: skip
-        if i % FLUSH_EVERY == 0:
-            out.clear()
 
 
 def deliveries_generic(messages: int, properties_raw: bytes, body: bytes) -> None:
@@ -199,7 +189,7 @@ def main() -> None:
     report(
         "encode_deliver (deliver + header + body frames)",
         messages,
-        best_seconds(lambda: deliveries(messages, properties_raw, body), ROUNDS),
+        best_seconds(lambda: deliveries(encode_deliver, messages, properties_raw, body), ROUNDS),
         "deliveries",
     )
     report(
