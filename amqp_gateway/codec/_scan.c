@@ -224,22 +224,47 @@ typedef struct {
     PyObject *properties_bytes;
 } Previous;
 
-/* A new reference to `raw` decoded as strict UTF-8 (method shortstrs must be UTF-8,
- * basic.py rule 2), the previous message's str when the bytes are equal, or NULL. When
- * NULL and no error is set, the bytes are not valid UTF-8: the scan stops there. */
-static PyObject *
-shortstr(const unsigned char *raw, Py_ssize_t size, const unsigned char *previous,
-         Py_ssize_t previous_size, PyObject *previous_str)
+/* Whether two spans hold the same bytes. */
+static inline int
+same_span(const unsigned char *a, Py_ssize_t a_size, const unsigned char *b, Py_ssize_t b_size)
 {
-    if (previous_str != NULL && size == previous_size && memcmp(raw, previous, size) == 0) {
-        Py_INCREF(previous_str);
-        return previous_str;
-    }
+    return a_size == b_size && memcmp(a, b, (size_t)a_size) == 0;
+}
+
+/* A new reference to `raw` decoded as strict UTF-8 (method shortstrs must be UTF-8,
+ * basic.py rule 2), or NULL. When NULL and no error is set, the bytes are not valid
+ * UTF-8: the scan stops there. */
+static PyObject *
+decode_shortstr(const unsigned char *raw, Py_ssize_t size)
+{
     PyObject *text = PyUnicode_DecodeUTF8((const char *)raw, size, NULL);
     if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
         PyErr_Clear();
     }
     return text;
+}
+
+/* A tuple of the `count` new references in `items`, which it steals in every case;
+ * NULL with MemoryError if one of them is NULL or the tuple cannot be made. */
+static PyObject *
+steal_tuple(PyObject **items, Py_ssize_t count)
+{
+    PyObject *tuple = PyTuple_New(count);
+    int complete = tuple != NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        complete = complete && items[i] != NULL;
+    }
+    if (!complete) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            Py_XDECREF(items[i]);
+        }
+        Py_XDECREF(tuple);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyTuple_SET_ITEM(tuple, i, items[i]);
+    }
+    return tuple;
 }
 
 /* The message tuple (properties_raw, body, exchange, routing_key, bits), stealing the
@@ -250,8 +275,8 @@ message_tuple(const Publish *publish, const Previous *previous, PyObject *exchan
 {
     PyObject *properties;
     if (previous->properties_bytes != NULL
-        && publish->properties_size == previous->properties_size
-        && memcmp(publish->properties, previous->properties, publish->properties_size) == 0) {
+        && same_span(publish->properties, publish->properties_size, previous->properties,
+                     previous->properties_size)) {
         properties = previous->properties_bytes;
         Py_INCREF(properties);
     }
@@ -259,25 +284,15 @@ message_tuple(const Publish *publish, const Previous *previous, PyObject *exchan
         properties = PyBytes_FromStringAndSize((const char *)publish->properties,
                                                publish->properties_size);
     }
-    /* With size 0 this returns CPython's shared empty bytes object. */
-    PyObject *body = PyBytes_FromStringAndSize((const char *)publish->body, publish->body_size);
-    PyObject *bits = PyLong_FromUnsignedLong(publish->bits); /* a cached small int */
-    PyObject *message = PyTuple_New(5);
-    if (properties == NULL || body == NULL || bits == NULL || message == NULL) {
-        Py_XDECREF(properties);
-        Py_XDECREF(body);
-        Py_XDECREF(bits);
-        Py_XDECREF(message);
-        Py_DECREF(exchange);
-        Py_DECREF(routing_key);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(message, 0, properties);
-    PyTuple_SET_ITEM(message, 1, body);
-    PyTuple_SET_ITEM(message, 2, exchange);
-    PyTuple_SET_ITEM(message, 3, routing_key);
-    PyTuple_SET_ITEM(message, 4, bits);
-    return message;
+    PyObject *items[5] = {
+        properties,
+        /* With size 0 this returns CPython's shared empty bytes object. */
+        PyBytes_FromStringAndSize((const char *)publish->body, publish->body_size),
+        exchange,
+        routing_key,
+        PyLong_FromUnsignedLong(publish->bits), /* a cached small int */
+    };
+    return steal_tuple(items, 5);
 }
 
 /* An integer argument >= 0 (anything with __index__); a value past PY_SSIZE_T_MAX is
@@ -309,34 +324,14 @@ static PyObject *
 scan_result(uint32_t channel, Py_ssize_t end, PyObject *messages, unsigned int bits,
             unsigned int flags)
 {
-    PyObject *result = PyTuple_New(5);
-    PyObject *channel_int = PyLong_FromUnsignedLong(channel);
-    PyObject *end_int = PyLong_FromSsize_t(end);
-    PyObject *bits_int = PyLong_FromUnsignedLong(bits);
-    PyObject *flags_int = PyLong_FromUnsignedLong(flags);
-    if (result == NULL || channel_int == NULL || end_int == NULL || bits_int == NULL
-        || flags_int == NULL) {
-        Py_XDECREF(result);
-        Py_XDECREF(channel_int);
-        Py_XDECREF(end_int);
-        Py_XDECREF(bits_int);
-        Py_XDECREF(flags_int);
-        Py_DECREF(messages);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(result, 0, channel_int);
-    PyTuple_SET_ITEM(result, 1, end_int);
-    PyTuple_SET_ITEM(result, 2, messages);
-    PyTuple_SET_ITEM(result, 3, bits_int);
-    PyTuple_SET_ITEM(result, 4, flags_int);
-    return result;
-}
-
-/* Whether two shortstr spans hold the same bytes. */
-static inline int
-same_span(const unsigned char *a, Py_ssize_t a_size, const unsigned char *b, Py_ssize_t b_size)
-{
-    return a_size == b_size && memcmp(a, b, (size_t)a_size) == 0;
+    PyObject *items[5] = {
+        PyLong_FromUnsignedLong(channel),
+        PyLong_FromSsize_t(end),
+        messages,
+        PyLong_FromUnsignedLong(bits),
+        PyLong_FromUnsignedLong(flags),
+    };
+    return steal_tuple(items, 5);
 }
 
 /* The loop over the buffer: appends the accepted messages to `messages` and returns the
@@ -366,24 +361,29 @@ scan(const unsigned char *data, Py_ssize_t length, Py_ssize_t position,
                               previous.routing_key, previous.routing_key_size))) {
             break;
         }
-        PyObject *exchange = shortstr(publish.exchange, publish.exchange_size,
-                                      previous.exchange, previous.exchange_size,
-                                      previous.exchange_str);
-        if (exchange == NULL) {
-            if (PyErr_Occurred()) {
-                return -1;
-            }
-            break;
+        /* Decoded once per run: the later messages share the first one's objects. */
+        PyObject *exchange = previous.exchange_str;
+        PyObject *routing_key = previous.routing_key_str;
+        if (count > 0) {
+            Py_INCREF(exchange);
+            Py_INCREF(routing_key);
         }
-        PyObject *routing_key = shortstr(publish.routing_key, publish.routing_key_size,
-                                         previous.routing_key, previous.routing_key_size,
-                                         previous.routing_key_str);
-        if (routing_key == NULL) {
-            Py_DECREF(exchange);
-            if (PyErr_Occurred()) {
-                return -1;
+        else {
+            exchange = decode_shortstr(publish.exchange, publish.exchange_size);
+            if (exchange == NULL) {
+                if (PyErr_Occurred()) {
+                    return -1;
+                }
+                break;
             }
-            break;
+            routing_key = decode_shortstr(publish.routing_key, publish.routing_key_size);
+            if (routing_key == NULL) {
+                Py_DECREF(exchange);
+                if (PyErr_Occurred()) {
+                    return -1;
+                }
+                break;
+            }
         }
         PyObject *message = message_tuple(&publish, &previous, exchange, routing_key);
         if (message == NULL) {
