@@ -9,10 +9,12 @@ import contextlib
 import http.client
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import pika
 import pytest
 import uvloop
 from pika.adapters.blocking_connection import BlockingChannel
@@ -133,6 +135,24 @@ def drain_bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
         if method is None:
             return bodies
         bodies.append(body)
+
+
+def poll_messages(
+    channel: BlockingChannel, queue: str, count: int, every_s: float = 0.01, timeout_s: float = 10
+) -> list[tuple[float, pika.BasicProperties, bytes]]:
+    """(arrival time, properties, body) of the next `count` messages of `queue`, taken
+    with basic.get and auto-ack; while it is empty the connection processes events for
+    `every_s`. Fails after `timeout_s` (for messages a timer releases: TTL, delays)."""
+    got: list[tuple[float, pika.BasicProperties, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"only {len(got)} of {count} in {queue}"
+        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            channel.connection.process_data_events(time_limit=every_s)
+            continue
+        got.append((time.monotonic(), properties, body))
+    return got
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, poll_messages
 
 TIMEOUT_S = 10
 
@@ -33,16 +33,8 @@ def setup(channel: BlockingChannel, kind: str = "direct", durable: bool = True) 
 
 def collect(channel: BlockingChannel, queue: str, count: int) -> list[tuple[float, bytes]]:
     """(arrival time, body) of `count` messages, polling every 10 ms."""
-    got: list[tuple[float, bytes]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count}"
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            channel.connection.process_data_events(time_limit=0.01)
-            continue
-        got.append((time.monotonic(), body))
-    return got
+    got = poll_messages(channel, queue, count, timeout_s=TIMEOUT_S)
+    return [(arrived, body) for arrived, _, body in got]
 
 
 def delayed(ms: int, persistent: bool = True) -> pika.BasicProperties:

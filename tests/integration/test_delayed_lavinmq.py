@@ -15,7 +15,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, poll_messages
 
 TIMEOUT_S = 10
 LAVINMQ_DELAYED = {"x-delayed-exchange": True}
@@ -31,16 +31,8 @@ def collect(
     channel: BlockingChannel, queue: str, count: int
 ) -> list[tuple[float, bytes, dict[str, object]]]:
     """(arrival time, body, headers) of `count` messages, polling every 10 ms."""
-    got: list[tuple[float, bytes, dict[str, object]]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count}"
-        method, properties, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            channel.connection.process_data_events(time_limit=0.01)
-            continue
-        got.append((time.monotonic(), body, dict(properties.headers or {})))
-    return got
+    got = poll_messages(channel, queue, count, timeout_s=TIMEOUT_S)
+    return [(arrived, body, dict(properties.headers or {})) for arrived, properties, body in got]
 
 
 def delayed(delay: object, persistent: bool = True, **headers: object) -> pika.BasicProperties:

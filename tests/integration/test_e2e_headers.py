@@ -7,13 +7,11 @@ deliveries."""
 
 from __future__ import annotations
 
-import time
-
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, poll_messages
 
 TIMEOUT_S = 10
 
@@ -26,13 +24,8 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
 
 def get_body(channel: BlockingChannel, queue: str) -> bytes:
     """The next message of `queue`, polling until it comes (or failing after TIMEOUT_S)."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        method, _, body = channel.basic_get(queue, auto_ack=True)
-        if method is not None:
-            return body
-        assert time.monotonic() < deadline, f"nothing in {queue}"
-        channel.connection.process_data_events(time_limit=0.01)
+    [(_, _, body)] = poll_messages(channel, queue, 1, timeout_s=TIMEOUT_S)
+    return body
 
 
 def headers_exchange(channel: BlockingChannel) -> None:

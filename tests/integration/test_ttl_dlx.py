@@ -11,7 +11,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from streamq.broker.accounts import AccountStore
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, poll_messages
 
 TIMEOUT_S = 10
 
@@ -24,16 +24,8 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
 
 def wait_for(channel: BlockingChannel, queue: str, count: int) -> list[tuple[object, bytes]]:
     """basic.get until `count` messages came (polling: expiry runs on a 200 ms timer)."""
-    got: list[tuple[object, bytes]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count} in {queue}"
-        method, properties, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            channel.connection.process_data_events(time_limit=0.05)
-            continue
-        got.append((properties, body))
-    return got
+    got = poll_messages(channel, queue, count, every_s=0.05, timeout_s=TIMEOUT_S)
+    return [(properties, body) for _, properties, body in got]
 
 
 def dead_letter_setup(channel: BlockingChannel, **source: object) -> None:
