@@ -137,6 +137,17 @@ def drain_bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
         bodies.append(body)
 
 
+def dead_letter_setup(
+    channel: BlockingChannel, source: str, durable: bool = False, **arguments: object
+) -> None:
+    """A fanout exchange `dlx` bound to a queue `dead`, and the queue `source` declared
+    with `arguments` (which name `dlx` as its dead-letter exchange where a test wants)."""
+    channel.exchange_declare("dlx", "fanout", durable=durable)
+    channel.queue_declare("dead", durable=durable)
+    channel.queue_bind("dead", "dlx")
+    channel.queue_declare(source, durable=durable, arguments=arguments)
+
+
 def poll_messages(
     channel: BlockingChannel, queue: str, count: int, every_s: float = 0.01, timeout_s: float = 10
 ) -> list[tuple[float, pika.BasicProperties, bytes]]:

@@ -10,7 +10,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, dead_letter_setup
 
 TIMEOUT_S = 10
 
@@ -20,10 +20,7 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
 
 
 def setup(channel: BlockingChannel, durable: bool = False, **arguments: object) -> None:
-    channel.exchange_declare("dlx", "fanout", durable=durable)
-    channel.queue_declare("dead", durable=durable)
-    channel.queue_bind("dead", "dlx")
-    channel.queue_declare("src", durable=durable, arguments=arguments)
+    dead_letter_setup(channel, "src", durable, **arguments)
 
 
 def test_requeued_past_the_limit_is_dead_lettered_with_x_death(broker: RunningBroker) -> None:

@@ -9,7 +9,7 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.integration.conftest import RunningBroker, drain_bodies
+from tests.integration.conftest import RunningBroker, dead_letter_setup, drain_bodies
 
 
 def connect(broker: RunningBroker) -> pika.BlockingConnection:
@@ -19,10 +19,7 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
 
 
 def setup(channel: BlockingChannel, **arguments: object) -> None:
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare("dead")
-    channel.queue_bind("dead", "dlx")
-    channel.queue_declare("limited", arguments={"x-dead-letter-exchange": "dlx", **arguments})
+    dead_letter_setup(channel, "limited", **{"x-dead-letter-exchange": "dlx", **arguments})
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pika
 from pika.adapters.blocking_connection import BlockingChannel
 
 from streamq.broker.accounts import AccountStore
-from tests.integration.conftest import RunningBroker, broker_on, poll_messages
+from tests.integration.conftest import RunningBroker, broker_on, dead_letter_setup, poll_messages
 
 TIMEOUT_S = 10
 
@@ -28,17 +28,12 @@ def wait_for(channel: BlockingChannel, queue: str, count: int) -> list[tuple[obj
     return [(properties, body) for _, properties, body in got]
 
 
-def dead_letter_setup(channel: BlockingChannel, **source: object) -> None:
-    channel.exchange_declare("dlx", "fanout", durable=True)
-    channel.queue_declare("dead", durable=True)
-    channel.queue_bind("dead", "dlx")
-    channel.queue_declare("source", durable=True, arguments=source)
-
-
 def test_queue_ttl_dead_letters_with_x_death(broker: RunningBroker) -> None:
     conn = connect(broker)
     channel = conn.channel()
-    dead_letter_setup(channel, **{"x-message-ttl": 100, "x-dead-letter-exchange": "dlx"})
+    dead_letter_setup(
+        channel, "source", True, **{"x-message-ttl": 100, "x-dead-letter-exchange": "dlx"}
+    )
     for n in range(5):
         channel.basic_publish("", "source", str(n).encode())
     got = wait_for(channel, "dead", 5)
@@ -76,7 +71,7 @@ def test_rejected_messages_are_dead_lettered_and_without_dlx_dropped(
 ) -> None:
     conn = connect(broker)
     channel = conn.channel()
-    dead_letter_setup(channel, **{"x-dead-letter-exchange": "dlx"})
+    dead_letter_setup(channel, "source", True, **{"x-dead-letter-exchange": "dlx"})
     channel.queue_declare("nodlx", durable=True)
     for queue in ("source", "nodlx"):
         channel.basic_publish("", queue, b"bad")
@@ -115,7 +110,7 @@ def test_a_missing_dead_letter_exchange_drops_and_a_cycle_ends(broker: RunningBr
 def test_ttl_and_dead_lettering_by_policy(broker: RunningBroker) -> None:
     conn = connect(broker)
     channel = conn.channel()
-    dead_letter_setup(channel)
+    dead_letter_setup(channel, "source", True)
     policy = {
         "pattern": "^source$",
         "definition": {"message-ttl": 50, "dead-letter-exchange": "dlx"},
@@ -131,7 +126,9 @@ def test_messages_expire_across_a_restart(broker: RunningBroker) -> None:
     every message goes to its dead-letter queue, none is dropped."""
     conn = connect(broker)
     channel = conn.channel()
-    dead_letter_setup(channel, **{"x-message-ttl": 300, "x-dead-letter-exchange": "dlx"})
+    dead_letter_setup(
+        channel, "source", True, **{"x-message-ttl": 300, "x-dead-letter-exchange": "dlx"}
+    )
     channel.confirm_delivery()
     for n in range(20):
         channel.basic_publish("", "source", str(n).encode())
