@@ -16,8 +16,11 @@ again) fails only the reads of it, with SegmentCorrupted. Other logs are not aff
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
@@ -32,10 +35,11 @@ from streamq.log.errors import (
     RecordTooLarge,
     SegmentCorrupted,
 )
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.files import fsync_directory, write_file_atomic
 from streamq.log.recovery import create_segment, recover
 from streamq.log.segment import Segment, read_records
 from streamq.log.syncer import Syncer
+from streamq.log.writer import SegmentWriter
 
 MIB: Final = 1 << 20
 _encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module attribute
@@ -55,8 +59,13 @@ class LogConfig:
     # A record holds a message of up to 128 MiB (the broker's max message size) plus its
     # exchange, routing key and properties.
     record_bytes_max: int = 128 * MIB + MIB
-    # Appends are held in memory up to this size before they are written to the OS.
+    # Appends are held in memory up to this size, then handed to the Syncer thread, which
+    # writes them (see `writer`); at most `writes_pending_bytes_max` wait there, beyond
+    # which appending blocks until the disk catches up.
     write_buffer_bytes_max: int = MIB
+    writes_pending_bytes_max: int = 8 * MIB
+    # Segment writes bypass the page cache (O_DIRECT) where the file system allows it.
+    direct_io: bool = True
     read_chunk_bytes: int = 256 * 1024
     read_fds_max: int = 32
 
@@ -125,6 +134,11 @@ class SegmentLog:
         self._companions: list[Callable[[], CompanionWork]] = []
         self._failed: LogFailed | None = None
         self._closed = False
+        # Writes handed to the Syncer thread and not yet seen done, with their sizes; the
+        # first error a write met (set on that thread, raised by the next round or flush).
+        self._writes: deque[tuple[concurrent.futures.Future[None], int]] = deque()
+        self._writes_bytes = 0
+        self._write_error: BaseException | None = None
         self._read_fds: dict[int, int] = {}
         self._durable_fd = os.open(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
@@ -362,12 +376,49 @@ class SegmentLog:
             self._flush(segment, buffer)
 
     def _flush(self, segment: Segment, buffer: bytearray) -> None:
-        """Write buffered appends to the OS (not durable until fsynced)."""
-        try:
-            write_all(segment.write_fd, buffer)
-        except OSError as exc:
-            raise self._fail(exc) from exc
+        """Hand buffered appends (the last bytes of `segment`) to the Syncer thread to write
+        (not durable until a round that follows it). Blocks while more than
+        `writes_pending_bytes_max` wait to be written: the disk sets the pace."""
+        if self._write_error is not None:
+            raise self._fail(self._write_error)
+        if not buffer:
+            return
+        position = segment.size_bytes - len(buffer)
+        writer = segment.writer
+        if writer is None:
+            try:
+                writer = SegmentWriter(segment.path, position, direct=self.config.direct_io)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            segment.writer = writer
+        data = bytes(buffer)
         del buffer[:]
+        writes = self._writes
+        writes.append((self._submit_write(writer, position, data), len(data)))
+        self._writes_bytes += len(data)
+        while writes and (
+            writes[0][0].done() or self._writes_bytes > self.config.writes_pending_bytes_max
+        ):
+            future, size = writes.popleft()
+            future.result()  # waits if not done; a write's error is in `_write_error`
+            self._writes_bytes -= size
+
+    def _submit_write(
+        self, writer: SegmentWriter, position: int, data: bytes
+    ) -> concurrent.futures.Future[None]:
+        staging = self._syncer.staging
+
+        def write() -> None:  # on the Syncer thread
+            if self._write_error is None:
+                try:
+                    writer.write(position, data, staging)
+                except (OSError, LogError) as exc:
+                    self._write_error = exc
+
+        try:
+            return self._syncer.submit_write(write)
+        except RuntimeError as exc:  # the Syncer was shut down
+            raise self._fail(exc) from exc
 
     def _seal_active(self, offset: int, position: int) -> None:
         """Close the active segment for appends and start the next one at `offset`."""
@@ -375,6 +426,7 @@ class SegmentLog:
         old.size_bytes = position
         old.next_offset = offset
         self._flush(old, self._buffer)
+        self._finish_writer(old, cut_padding=True)
         self._unsealed.append(old)
         try:
             # The new segment's floor is the newest timestamp the log holds before it.
@@ -440,8 +492,9 @@ class SegmentLog:
         if self._durable_next < self._next_offset or self._dir_dirty or self._companions:
             work = self._prepare_round()
             try:
-                self._run_round(work)
-            except OSError as exc:
+                # On the Syncer thread, after the writes handed to it.
+                self._syncer.submit(lambda: self._run_round(work)).result()
+            except (OSError, LogError, RuntimeError) as exc:
                 raise self._fail(exc) from exc
             self._finish_round(work)
         return self._durable_next
@@ -481,9 +534,12 @@ class SegmentLog:
         return _Round(self._next_offset, fds, companion_fds, actions, sealing, writes, fsync_dir)
 
     def _run_round(self, work: _Round) -> None:
-        """Runs on the Syncer thread: segment data first, then their index files, then the
-        directory, so that an index on disk always describes durable data.
+        """Runs on the Syncer thread, after the writes flushed before the round: segment
+        data first, then their index files, then the directory, so that an index on disk
+        always describes durable data.
         """
+        if self._write_error is not None:
+            raise self._write_error
         try:
             for fd in work.fds:
                 os.fdatasync(fd)
@@ -618,11 +674,21 @@ class SegmentLog:
             try:
                 await self.sync(companions=bool(self._companions))
             finally:
-                self._release()
+                self._release(cut_padding=True, wait=False)
+                await self._writes_done()
         else:
             if self._inflight is not None:
                 await asyncio.wait([self._inflight])
-            self._release()
+            self._release(wait=False)
+            await self._writes_done()
+
+    async def _writes_done(self) -> None:
+        """Wait for the Syncer thread to finish what this log handed it."""
+        try:
+            done = self._syncer.submit_write(lambda: None)
+        except RuntimeError:  # the Syncer was shut down, with every write done
+            return
+        await asyncio.wrap_future(done)
 
     def close_blocking(self) -> None:
         """`close()` for callers without an event loop."""
@@ -632,14 +698,17 @@ class SegmentLog:
             if self._failed is None:
                 self.sync_blocking()
         finally:
-            self._release()
+            self._release(cut_padding=True)
 
     def discard(self) -> None:
         """Close without syncing: the log is being deleted with its directory."""
         if not self._closed:
-            self._release()
+            self._release(wait=False)
 
-    def _release(self) -> None:
+    def _release(self, *, cut_padding: bool = False, wait: bool = True) -> None:
+        """Close every file. The writer's file closes on the Syncer thread, after the writes
+        queued there; with `wait`, this returns once it has. With `cut_padding` the active
+        segment loses its padding (a clean close); without, it keeps it, as after a kill."""
         self._closed = True
         for fd in self._read_fds.values():
             os.close(fd)
@@ -649,6 +718,29 @@ class SegmentLog:
                 os.close(segment.write_fd)
                 segment.write_fd = -1
         os.close(self._durable_fd)
+        self._finish_writer(self._active, cut_padding=cut_padding and self._failed is None)
+        if wait:
+            with contextlib.suppress(RuntimeError):  # a Syncer shut down has nothing queued
+                self._syncer.submit_write(lambda: None).result()
+
+    def _finish_writer(self, segment: Segment, *, cut_padding: bool) -> None:
+        """Close the segment's writer on the Syncer thread, after its queued writes."""
+        writer = segment.writer
+        if writer is None:
+            return
+        segment.writer = None
+
+        def finish() -> None:
+            try:
+                writer.finish(cut_padding=cut_padding and self._write_error is None)
+            except OSError as exc:
+                if self._write_error is None:
+                    self._write_error = exc
+
+        try:
+            self._syncer.submit_write(finish)
+        except RuntimeError:  # the Syncer was shut down, with every write done
+            finish()
 
 
 def _header_floor(segment: Segment) -> int:

@@ -14,6 +14,7 @@ from typing import BinaryIO, NamedTuple
 from streamq.log import format as fmt
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.index import SparseIndex
+from streamq.log.writer import SegmentWriter
 
 SCAN_CHUNK_BYTES = 1 << 20  # read unit of scans, bounded so a scan never holds a whole file
 
@@ -31,6 +32,7 @@ class Segment:
         "sealed",
         "size_bytes",
         "write_fd",
+        "writer",
     )
 
     def __init__(self, path: str, base_offset: int, index: SparseIndex) -> None:
@@ -44,6 +46,8 @@ class Segment:
         # Sealed: closed for appends, its data and index file durable.
         self.sealed = False
         self.write_fd = -1
+        # Writes this segment's appends on the Syncer thread; None until the first one.
+        self.writer: SegmentWriter | None = None
 
     @property
     def record_count(self) -> int:

@@ -1,8 +1,9 @@
 """The fsync worker: the one place where the log's fsync calls run.
 
-Owns a single background thread. Logs hand it whole rounds of work (fdatasync of several
-files, index files, a directory fsync) so that fsync never runs on the event-loop thread;
-the log itself does the group commit (one round covers every append made before it).
+Owns a single background thread. Logs hand it their segment writes (see `writer`) and
+whole rounds of work (fdatasync of several files, index files, a directory fsync), in
+order, so that neither writes nor fsync run on the event-loop thread; the log itself does
+the group commit (one round covers every append made before it).
 It times each round (`round_seconds`, a histogram for the metrics endpoint): two clock
 reads and a few integer additions per round, on the fsync thread.
 """
@@ -14,6 +15,8 @@ import concurrent.futures
 import time
 from collections.abc import Callable
 from typing import Final, TypeVar
+
+from streamq.log.writer import staging_buffer
 
 T = TypeVar("T")
 
@@ -62,9 +65,16 @@ class Syncer:
             max_workers=1, thread_name_prefix="streamq-fsync"
         )
         self.round_seconds = Histogram(ROUND_SECONDS_BUCKETS)
+        # The aligned buffer segment writes are assembled in, used only on the thread.
+        self.staging = staging_buffer()
 
     def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run an fsync round on the thread, timed into `round_seconds`."""
         return self._executor.submit(self._timed, fn)
+
+    def submit_write(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run a segment write on the thread, after everything submitted before it."""
+        return self._executor.submit(fn)
 
     def _timed(self, fn: Callable[[], T]) -> T:
         started = time.perf_counter()

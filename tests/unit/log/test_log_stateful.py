@@ -1,5 +1,6 @@
 """A hypothesis state machine drives random appends, reads, seeks, syncs, reopens, crashes
-(abandoning the log without a sync) and head drops against an in-memory model of the log.
+(abandoning the log without a sync) and head drops against an in-memory model of the log,
+with direct-I/O segment writes and with plain ones.
 
 The model is the list of every record ever appended (offset = index) plus the first
 retained offset. After a crash-reopen the log may keep any number of the unsynced records
@@ -8,6 +9,7 @@ that reached the OS, but never fewer than were durable and never different ones.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 import tempfile
@@ -37,10 +39,12 @@ batches = st.lists(
 
 
 class LogMachine(RuleBasedStateMachine):
+    config = CONFIG  # segment writes with direct I/O: a crash leaves zero padding to cut
+
     def __init__(self) -> None:
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="sq-stateful-")
-        self.log = SegmentLog.open(self.directory, CONFIG)
+        self.log = SegmentLog.open(self.directory, self.config)
         self.model: list[tuple[int, fmt.Message]] = []  # (timestamp_ms, message) by offset
         self.start = 0
         self.clock = 1000
@@ -105,7 +109,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.log.close_blocking()
-        self.log = SegmentLog.open(self.directory, CONFIG)
+        self.log = SegmentLog.open(self.directory, self.config)
         assert self.log.next_offset == self.log.durable_next == len(self.model)
 
     @rule()
@@ -114,7 +118,7 @@ class LogMachine(RuleBasedStateMachine):
         than what was durable may."""
         durable = self.log.durable_next
         self.log._release()  # drop the buffer and file descriptors, as a kill would
-        self.log = SegmentLog.open(self.directory, CONFIG)
+        self.log = SegmentLog.open(self.directory, self.config)
         survived = self.log.next_offset
         assert durable <= survived <= len(self.model)
         del self.model[survived:]
@@ -141,5 +145,13 @@ class LogMachine(RuleBasedStateMachine):
         assert all(a.next_offset == b.base_offset for a, b in itertools.pairwise(infos))
 
 
+class BufferedLogMachine(LogMachine):
+    """The same with plain writes, as on a file system without direct I/O."""
+
+    config = dataclasses.replace(CONFIG, direct_io=False)
+
+
 LogMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+BufferedLogMachine.TestCase.settings = LogMachine.TestCase.settings
 TestLogStateful = LogMachine.TestCase
+TestBufferedLogStateful = BufferedLogMachine.TestCase
