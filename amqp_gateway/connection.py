@@ -45,6 +45,7 @@ PUBLISH_RUN_MESSAGES_MAX: Final = 256
 FRAME_MIN_SIZE: Final = 4096
 # Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
 _PRE_TUNE_FRAME_MAX: Final = FRAME_MIN_SIZE
+_NO_READ: Final = bytearray()
 _BASIC_CLASS: Final = 60
 
 SERVER_CAPABILITIES: Final[dict[str, codec.FieldValue]] = {
@@ -178,6 +179,7 @@ class Connection:
         self.client_properties: codec.FieldTable = {}
         self._server_properties = server_properties
         self._buffer = bytearray()
+        self._read_into = _NO_READ  # the buffer `read_buffer` handed out
         self._channels: dict[int, _Channel] = {}
         self._last_received_s = now_s
         self._last_sent_s = now_s
@@ -210,27 +212,61 @@ class Connection:
         elif buffer:
             buffer += data  # a partial frame waited for the rest
             source = buffer
-        position = 0
-        try:
-            with memoryview(source) as view:
-                # After this loop at most one partial frame is left, and read_frame
-                # rejects a frame over frame_max from its header alone.
-                while True:
-                    if self.state is State.OPEN:
-                        position = self._receive_publishes(view, position, events)
-                    frame, position = codec.read_frame(view, position, self.frame_max)
-                    if frame is None:
-                        break
-                    self._receive_frame(frame, events)
-                    if self._is_closed():
-                        break
-        except ConnectionException as exc:
-            self.fail(exc, 0, events)
+        with memoryview(source) as view:
+            position = self._receive_frames(view, events)
         if source is buffer:
             del buffer[:position]
         elif position < len(data):
             buffer += data[position:]
         return events
+
+    def read_buffer(self, shared: bytearray, room_max: int) -> memoryview:
+        """Where the next read from the socket goes (asyncio's BufferedProtocol): the
+        partial frame left by the last read is copied to the start of `shared`, and the
+        read lands right after it, at most `room_max` bytes. `receive_read` then parses
+        both in place. `shared` serves every connection: nothing refers to it once
+        `receive_read` returns. A leftover too large for it gets a buffer of its own."""
+        pending = self._buffer
+        size = len(pending)
+        if size + room_max > len(shared):
+            shared = bytearray(size + room_max)
+        shared[:size] = pending
+        self._read_into = shared
+        return memoryview(shared)[size : size + room_max]
+
+    def receive_read(self, nbytes: int, now_s: float) -> list[Event]:
+        """`receive_data` for `nbytes` read into the buffer from `read_buffer`."""
+        shared = self._read_into
+        self._read_into = _NO_READ
+        pending = len(self._buffer)
+        if self.state is not State.OPEN:
+            # Handshakes and closes are rare: the copying path does them.
+            return self.receive_data(bytes(shared[pending : pending + nbytes]), now_s)
+        self._last_received_s = now_s
+        events: list[Event] = []
+        with memoryview(shared) as whole, whole[: pending + nbytes] as view:
+            position = self._receive_frames(view, events)
+            self._buffer = bytearray(view[position:])
+        return events
+
+    def _receive_frames(self, view: memoryview, events: list[Event]) -> int:
+        """Parse whole frames of `view` into `events`; returns where the rest starts."""
+        position = 0
+        try:
+            # After this loop at most one partial frame is left, and read_frame rejects a
+            # frame over frame_max from its header alone.
+            while True:
+                if self.state is State.OPEN:
+                    position = self._receive_publishes(view, position, events)
+                frame, position = codec.read_frame(view, position, self.frame_max)
+                if frame is None:
+                    break
+                self._receive_frame(frame, events)
+                if self._is_closed():
+                    break
+        except ConnectionException as exc:
+            self.fail(exc, 0, events)
+        return position
 
     def _receive_publishes(self, data: memoryview, position: int, events: list[Event]) -> int:
         """Hot path: whole, well-formed publishes from `position` on become PublishRun

@@ -76,7 +76,7 @@ from streamq.broker.vhost_store import (
 )
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
-from streamq.log.log import SegmentLog
+from streamq.log.log import MIB, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
 from streamq.queues.journal import QueueJournal
@@ -89,6 +89,12 @@ DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot s
 # it are held briefly) until the backlog falls below the low mark.
 FLOW_READY_HIGH: Final = 10_000
 FLOW_READY_LOW: Final = FLOW_READY_HIGH // 2
+# The log of the vhost's classic-queue messages rolls every 64 MiB: each roll costs about
+# a millisecond on the event loop and as much on the Syncer thread (a file created, an
+# index written and fsynced, the directory fsynced), which at 8 MiB segments was 8 us of
+# every 64 KiB publish (docs/perf.md, "Direct I/O segment writes"). The price: disk comes
+# back in 64 MiB steps as queues move on.
+MESSAGE_LOG_CONFIG: Final = LogConfig(segment_bytes_max=64 * MIB)
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
 
 
@@ -104,7 +110,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.queues: dict[str, Queue] = {}
         self.messages: dict[int, StoredMessage] = {}
         self.pager = Pager()
-        self.log = SegmentLog.open(os.path.join(directory, "messages"), syncer=syncer)
+        self.log = SegmentLog.open(
+            os.path.join(directory, "messages"), MESSAGE_LOG_CONFIG, syncer=syncer
+        )
         self.dirty: set[Queue] = set()
         self.wakeup: Callable[[], None] = lambda: None
         self._syncer = syncer

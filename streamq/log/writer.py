@@ -62,7 +62,7 @@ class SegmentWriter:
         self.tail = b""  # the bytes from `block_start` to `end`
         self.fd = self._open()
 
-    def write(self, position: int, data: bytes, staging: mmap.mmap) -> None:
+    def write(self, position: int, data: bytes | bytearray, staging: mmap.mmap) -> None:
         """Write `data` at `position`, the segment's current end. Raises OSError, and
         LogError when `position` is not where the previous write ended (a broken caller)."""
         if self.fd < 0:
@@ -109,7 +109,7 @@ class SegmentWriter:
                 self.direct = False  # the file system does not do direct I/O
         return os.open(self.path, os.O_WRONLY)
 
-    def _write_direct(self, data: bytes, staging: mmap.mmap) -> None:
+    def _write_direct(self, data: bytes | bytearray, staging: mmap.mmap) -> None:
         """Assemble tail + data in `staging`, write whole blocks, keep the new tail."""
         capacity = len(staging)
         view = memoryview(data)

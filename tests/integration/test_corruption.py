@@ -12,6 +12,7 @@ import pika.exceptions
 import pytest
 
 from streamq.broker.accounts import AccountStore
+from streamq.broker.vhost import MESSAGE_LOG_CONFIG
 from streamq.queues.stream import TAIL_RECORDS_MAX
 from tests.integration.conftest import RunningBroker, broker_on
 
@@ -172,7 +173,8 @@ def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages
     channel.queue_declare("late", durable=True)
     channel.confirm_delivery()
     megabyte = b"m" * (1 << 20)
-    for _ in range(8):  # the first segment (8 MiB) holds seven of them
+    segment_mib = MESSAGE_LOG_CONFIG.segment_bytes_max >> 20
+    for _ in range(segment_mib):  # the first segment holds all but the last of them
         channel.basic_publish("", "early", megabyte)
     for _ in range(6):  # all in the second segment
         channel.basic_publish("", "late", megabyte)

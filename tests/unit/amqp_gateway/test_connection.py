@@ -4,6 +4,8 @@ codec: handshake, tuning limits, content assembly, error closes and heartbeats."
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
@@ -275,3 +277,61 @@ def test_a_run_ends_where_the_exchange_routing_key_or_channel_changes() -> None:
     assert runs == [(1, [b"1", b"2"]), (1, [b"3"]), (1, [b"4"]), (2, [b"5", b"6"])]
     [run] = [e for e in events if isinstance(e, PublishRun) and e.channel == 2]
     assert run.messages[0][2] is run.messages[1][2]  # one str for the run's exchange
+
+
+def read_through_shared_buffer(
+    client: Client, shared: bytearray, data: bytes, cuts: list[int], room_max: int
+) -> list[Event]:
+    """Feed `data` as the server's reads do: each read lands in `shared` behind the
+    partial frame left by the one before, and the buffer is scribbled over between reads,
+    as other connections' reads would."""
+    events: list[Event] = []
+    position = 0
+    for cut in [min(c, len(data)) for c in cuts] + [len(data)]:
+        while position < cut:
+            room = client.server.read_buffer(shared, room_max)
+            size = min(len(room), cut - position)
+            room[:size] = data[position : position + size]
+            room.release()
+            events += client.server.receive_read(size, 0.0)
+            position += size
+            shared[:] = b"\xee" * len(shared)
+    return events
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=9000), min_size=1, max_size=8),
+    cuts=st.lists(st.integers(0, 60000), max_size=10),
+    room_max=st.sampled_from([7, 1000, 5000, 65536]),
+)
+def test_reads_into_a_shared_buffer_give_the_events_of_one_whole_read(
+    bodies: list[bytes], cuts: list[int], room_max: int
+) -> None:
+    """Reads of any size through the shared read buffer, including a partial frame larger
+    than it (which gets a buffer of its own), give the publishes and methods that the same
+    bytes give fed whole."""
+    qos = bytearray()
+    codec.append_method_frame(qos, codec.ChannelId(1), m.BasicQos(prefetch_count=5))
+    data = b"".join(publish_frames(1, body, 4096) + bytes(qos) for body in bodies)
+    whole = Client()
+    whole.open(frame_max=4096)
+    expected = whole.send(data)
+    pieces = Client()
+    pieces.open(frame_max=4096)
+    got = read_through_shared_buffer(pieces, bytearray(8192), data, sorted(cuts), room_max)
+    assert publishes(got) == publishes(expected)
+    assert [e for e in got if isinstance(e, MethodReceived)] == [
+        e for e in expected if isinstance(e, MethodReceived)
+    ]
+    assert [p.body for p in publishes(got)] == bodies
+
+
+def test_a_read_before_the_connection_is_open_takes_the_copying_path() -> None:
+    """The handshake is parsed by `receive_data` whichever way it was read."""
+    client = Client()
+    shared = bytearray(64)
+    events = read_through_shared_buffer(client, shared, b"AMQP\x00\x00\x09\x01", [3], 64)
+    assert events == []
+    [(channel, start)] = client.methods()
+    assert channel == 0 and isinstance(start, m.ConnectionStart)
