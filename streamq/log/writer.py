@@ -19,7 +19,8 @@ is sealed or closed. A crash leaves them, and recovery cuts them as it cuts any 
 (a zero record length is never valid). Readers never see them: they read only below the
 durable offset.
 
-A file system that refuses O_DIRECT (EINVAL at open) gets plain positional writes.
+A file system that refuses O_DIRECT (EINVAL at open, or at the first direct write of a
+`write`, before any of it landed) gets plain positional writes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from typing import Final
 from streamq.log.errors import LogError
 
 BLOCK_BYTES: Final = 4096  # alignment of direct I/O: covers 512-byte and 4 KiB devices
-STAGING_BYTES: Final = 4 << 20  # the aligned buffer a direct write is assembled in
+# The aligned buffer a direct write is assembled in: a 4 MiB write buffer and the block
+# in front of it fit in one write.
+STAGING_BYTES: Final = 8 << 20
 _ZEROS: Final = bytes(BLOCK_BYTES)
 
 
@@ -40,6 +43,10 @@ def staging_buffer() -> mmap.mmap:
     """An aligned buffer for `SegmentWriter.write` (anonymous memory is page-aligned). One
     per Syncer thread: writes never share it concurrently."""
     return mmap.mmap(-1, STAGING_BYTES)
+
+
+class _Refused(Exception):
+    """The first direct write of a `write` got EINVAL: nothing of it reached the file."""
 
 
 class SegmentWriter:
@@ -50,7 +57,7 @@ class SegmentWriter:
     only on the Syncer thread afterwards.
     """
 
-    __slots__ = ("block_start", "direct", "end", "fd", "path", "tail")
+    __slots__ = ("_first", "block_start", "direct", "end", "fd", "path", "tail")
 
     def __init__(self, path: str, end: int, *, direct: bool) -> None:
         """Open the segment at `path`, whose bytes up to `end` are written (by a buffered
@@ -60,6 +67,7 @@ class SegmentWriter:
         self.end = end  # the logical end: where the next write must start
         self.block_start = end - end % BLOCK_BYTES  # file position of the block holding `end`
         self.tail = b""  # the bytes from `block_start` to `end`
+        self._first = True  # no direct write of the current `write` has landed yet
         self.fd = self._open()
 
     def write(self, position: int, data: bytes | bytearray, staging: mmap.mmap) -> None:
@@ -70,8 +78,15 @@ class SegmentWriter:
         if position != self.end:
             raise LogError(f"{self.path}: write at {position}, but the segment ends at {self.end}")
         if self.direct:
-            self._write_direct(data, staging)
-        else:
+            try:
+                self._write_direct(data, staging)
+            except _Refused:
+                # The file system took O_DIRECT at open but refuses these writes (its
+                # alignment is not ours): plain writes from here on, nothing was written.
+                os.close(self.fd)
+                self.fd = os.open(self.path, os.O_WRONLY)
+                self.direct = False
+        if not self.direct:
             view = memoryview(data)
             at = position
             while view:
@@ -86,8 +101,8 @@ class SegmentWriter:
         if self.fd < 0:
             return
         try:
-            if cut_padding and self.direct:
-                os.ftruncate(self.fd, self.end)
+            if cut_padding:
+                os.ftruncate(self.fd, self.end)  # also after a fall back to plain writes
         finally:
             os.close(self.fd)
             self.fd = -1
@@ -117,6 +132,7 @@ class SegmentWriter:
         filled = len(self.tail)
         staging[:filled] = self.tail
         done = 0
+        self._first = True
         while True:
             take = min(size - done, capacity - filled)
             staging[filled : filled + take] = view[done : done + take]
@@ -135,8 +151,14 @@ class SegmentWriter:
         self.block_start += whole
 
     def _pwrite_all(self, staging: mmap.mmap, length: int) -> None:
-        with memoryview(staging) as view:
-            written = os.pwrite(self.fd, view[:length], self.block_start)
+        try:
+            with memoryview(staging) as view:
+                written = os.pwrite(self.fd, view[:length], self.block_start)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and self._first:
+                raise _Refused from exc
+            raise
+        self._first = False
         if written != length:
             # A direct write that stops short (a full disk) cannot go on unaligned.
             raise OSError(errno.EIO, f"{self.path}: wrote {written} of {length} bytes")

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamq.log import format as fmt
+from streamq.log import writer as writer_module
 from streamq.log.errors import LogError, LogFailed
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.writer import BLOCK_BYTES, SegmentWriter
@@ -167,3 +168,21 @@ def test_appends_wait_for_the_disk_beyond_the_pending_limit(tmp_path: Path) -> N
     log.sync_blocking()
     assert [r.offset for r in log.read(0, 1000)] == list(range(200))
     log.close_blocking()
+
+
+def test_direct_writes_the_file_system_refuses_fall_back_to_plain_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block size the device does not take (100 bytes here) makes the kernel refuse the
+    direct write with EINVAL: the writer goes on with plain writes, losing nothing."""
+    monkeypatch.setattr(writer_module, "BLOCK_BYTES", 100)
+    path = tmp_path / "segment"
+    path.write_bytes(HEADER)
+    writer = SegmentWriter(str(path), len(HEADER), direct=True)
+    staging = mmap.mmap(-1, 4096)
+    writer.write(len(HEADER), b"first", staging)
+    assert not writer.direct
+    writer.write(len(HEADER) + 5, b"second", staging)
+    assert path.read_bytes() == HEADER + b"firstsecond"
+    writer.finish(cut_padding=True)
+    assert path.read_bytes() == HEADER + b"firstsecond"
