@@ -1,8 +1,9 @@
 """The segment log: append, group-committed sync, read, seek and head drops.
 
 Owns one log directory (see `format` for its layout) for one writer. It is used from a
-single thread, the broker's event loop; fsync work runs on the `Syncer` thread, never on
-the caller's. Readers see only the durable part of the log: records below `durable_next`.
+single thread, the broker's event loop; segment writes (see `writer`) and fsync work run
+on the `Syncer` thread, in the order they were handed over, never on the caller's.
+Readers see only the durable part of the log: records below `durable_next`.
 
 Durability: `append` is buffered, and durable after a `sync()` (or `sync_blocking()`) that
 began after it returned. `sync` group-commits: one round of fdatasync calls covers every
