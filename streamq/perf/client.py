@@ -11,8 +11,10 @@ deliveries, confirms) is not here: the publisher and consumer take over `sock` a
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import time
+from collections.abc import Callable
 from typing import Final, TypeVar
 
 from amqp_gateway import codec
@@ -23,6 +25,11 @@ from streamq.perf.uri import AmqpUri
 from streamq.perf.wire import CHANNEL, RecvBuffer
 
 IO_TIMEOUT_S: Final = 10.0
+# A publisher's batch waits this long for the broker to read any of it: flow control and
+# alarms stop a broker reading for a while (RabbitMQ paging a long queue, for seconds on
+# end), and a load generator waits for them as PerfTest and lavinmqperf do.
+PUBLISH_STALL_S: Final = 120.0
+_SEND_POLL_S: Final = 0.05
 """The longest wait for any reply, and for the socket to take our writes."""
 CLOSE_TIMEOUT_S: Final = 2.0
 FRAME_MAX: Final = 131072
@@ -81,6 +88,32 @@ class AmqpClient:
             raise PerfError("timed out writing to the broker") from None
         except OSError as exc:
             raise PerfError(f"connection lost: {exc.strerror or exc}") from None
+
+    def send_batch(
+        self, data: bytes | bytearray | memoryview, stopping: Callable[[], bool]
+    ) -> bool:
+        """Write all of `data` while the broker reads some of it at least every
+        PUBLISH_STALL_S; False if `stopping()` turned true first (the connection is then
+        mid-frame: `abort` it). Raises `PerfError` on a stall or a lost connection."""
+        view = memoryview(data)
+        progress_s = time.monotonic()
+        while view:
+            _, writable, _ = select.select([], [self.sock], [], _SEND_POLL_S)
+            if writable:
+                try:
+                    view = view[self.sock.send(view) :]
+                except OSError as exc:
+                    raise PerfError(f"connection lost: {exc.strerror or exc}") from None
+                progress_s = time.monotonic()
+            elif stopping():
+                return False
+            elif time.monotonic() - progress_s > PUBLISH_STALL_S:
+                raise PerfError(f"the broker read nothing for {PUBLISH_STALL_S:g} s")
+        return True
+
+    def abort(self) -> None:
+        """Close the socket without the close handshake (after a batch cut mid-frame)."""
+        self.sock.close()
 
     def send_method(self, method: m.Method, *, channel: int = CHANNEL) -> None:
         self.send(codec.encode_method_frame(codec.ChannelId(channel), method))

@@ -46,8 +46,14 @@ def publish(config: ThroughputConfig, shared: Shared, index: int) -> bytes:
             stamped=config.latency,
         )
         wait_for_go(shared)
-        Publisher(client, batch, config, shared, index).run()
-    finally:
+        publisher = Publisher(client, batch, config, shared, index)
+        publisher.run()
+    except BaseException:
+        client.close()
+        raise
+    if publisher.cut:
+        client.abort()  # stopped in the middle of a batch the broker was not reading
+    else:
         client.close()
     return b""
 
@@ -71,6 +77,7 @@ class Publisher:
         self.in_tx = 0
         self.started = time.monotonic()
         self.waiting_since = self.started
+        self.cut = False  # stopped while the broker was not reading a batch
 
     def run(self) -> None:
         while not self.shared.stopping():
@@ -81,7 +88,10 @@ class Publisher:
             count = self.shared.claim_publishes(count)
             if count == 0:
                 break
-            self.client.send(self.batch.take(count))
+            if not self.client.send_batch(self.batch.take(count), self.shared.stopping):
+                self.cut = True  # the batch is not counted: the broker got part of it
+                self.report()
+                return
             self.published += count
             self.in_tx += count
             if self.config.publish_tx and self.in_tx >= self.config.publish_tx:
