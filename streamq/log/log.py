@@ -638,6 +638,10 @@ class SegmentLog:
                 oldest = next(iter(self._read_fds))
                 os.close(self._read_fds.pop(oldest))
             fd = os.open(segment.path, os.O_RDONLY)
+            # Segments are written past the page cache (see `writer`), so reads come from
+            # the disk: readers go forward, and a larger readahead keeps them ahead of it.
+            if hasattr(os, "posix_fadvise"):  # not on macOS
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
             self._read_fds[segment.base_offset] = fd
         return fd
 

@@ -37,6 +37,7 @@ BLOCK_BYTES: Final = 4096  # alignment of direct I/O: covers 512-byte and 4 KiB 
 # in front of it fit in one write.
 STAGING_BYTES: Final = 8 << 20
 _ZEROS: Final = bytes(BLOCK_BYTES)
+_O_DIRECT: Final = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere plain writes
 
 
 def staging_buffer() -> mmap.mmap:
@@ -117,7 +118,9 @@ class SegmentWriter:
             if len(self.tail) != self.end - self.block_start:
                 raise OSError(errno.EIO, f"{self.path}: shorter than its end at {self.end}")
             try:
-                return os.open(self.path, os.O_WRONLY | os.O_DIRECT)
+                if not _O_DIRECT:
+                    raise OSError(errno.EINVAL, "no O_DIRECT on this platform")
+                return os.open(self.path, os.O_WRONLY | _O_DIRECT)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
