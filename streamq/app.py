@@ -43,6 +43,7 @@ class ServeConfig:
     http_port: int = 15672
     limits: ResourceLimits | None = None  # None: RabbitMQ's defaults (see resources.py)
     consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT  # 0: no consumer timeout
+    direct_io: bool = True  # segment writes past the page cache where the file system can
 
 
 class ServeError(Exception):
@@ -112,7 +113,7 @@ async def run_broker(
     broker: Broker | None = None
     gateway: Gateway | None = None
     try:
-        broker = Broker(config.data_dir, config.limits)
+        broker = Broker(config.data_dir, config.limits, direct_io=config.direct_io)
         if on_broker is not None:
             on_broker(broker)
         gateway = Gateway(broker, config.consumer_timeout_ms)

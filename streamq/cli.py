@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="close a channel whose delivery stays unacked this long; 0: never (1800000)",
     )
+    run.add_argument(
+        "--no-direct-io",
+        dest="direct_io",
+        action="store_false",
+        help="write segments through the page cache (default: direct I/O where the file "
+        "system allows it)",
+    )
     ctl.add_parser(commands)
     perf.add_parser(commands)
     return parser
@@ -126,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http_port=args.http_port,
         limits=_limits(args.memory_high_watermark, args.disk_free_limit),
         consumer_timeout_ms=args.consumer_timeout_ms,
+        direct_io=args.direct_io,
     )
     try:
         serve(config)

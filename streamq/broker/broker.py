@@ -35,9 +35,11 @@ CLIENTS_CLOSE_TIMEOUT_S: Final = 5.0
 
 
 class Broker:
-    def __init__(self, data_dir: str, limits: ResourceLimits | None = None) -> None:
+    def __init__(
+        self, data_dir: str, limits: ResourceLimits | None = None, *, direct_io: bool = True
+    ) -> None:
         self.data_dir = data_dir
-        self.syncer = Syncer()
+        self.syncer = Syncer(direct_io=direct_io)
         self.resources = ResourceMonitor(data_dir, limits or ResourceLimits.defaults())
         self.accounts = AccountStore.open(data_dir)
         self.vhosts: dict[str, VHost] = {}

@@ -392,7 +392,8 @@ class SegmentLog:
         writer = segment.writer
         if writer is None:
             try:
-                writer = SegmentWriter(segment.path, position, direct=self.config.direct_io)
+                direct = self.config.direct_io and self._syncer.direct_io
+                writer = SegmentWriter(segment.path, position, direct=direct)
             except OSError as exc:
                 raise self._fail(exc) from exc
             segment.writer = writer

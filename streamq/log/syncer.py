@@ -60,7 +60,10 @@ class Histogram:
 class Syncer:
     """A one-thread executor for fsync rounds, shared by every log of a broker."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, direct_io: bool = True) -> None:
+        # False: the logs of this Syncer write through the page cache (`streamq serve
+        # --no-direct-io`), whatever their LogConfig says.
+        self.direct_io = direct_io
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="streamq-fsync"
         )

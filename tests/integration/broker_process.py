@@ -20,10 +20,19 @@ def streamq(*args: str) -> list[str]:
 class BrokerProcess:
     """`streamq serve` on loopback ports chosen by the OS; waits until it listens."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, *options: str) -> None:
         self.data_dir = data_dir
         self.process = subprocess.Popen(
-            streamq("serve", "--data-dir", str(data_dir), "--amqp-port", "0", "--http-port", "0"),
+            streamq(
+                "serve",
+                "--data-dir",
+                str(data_dir),
+                "--amqp-port",
+                "0",
+                "--http-port",
+                "0",
+                *options,
+            ),
             stderr=subprocess.PIPE,
         )
         self.stderr = b""
