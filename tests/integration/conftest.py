@@ -10,7 +10,7 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -124,6 +124,20 @@ class RunningBroker:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(START_TIMEOUT_S)
         assert not self._thread.is_alive(), "broker did not stop"
+
+
+def publish_persistent(port: int, queue: str, bodies: Iterable[bytes]) -> None:
+    """Declare durable `queue` and publish `bodies` to it persistent, under confirms."""
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=10)
+    )
+    channel = connection.channel()
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for body in bodies:
+        channel.basic_publish("", queue, body, persistent)
+    connection.close()
 
 
 def drain_bodies(channel: BlockingChannel, queue: str) -> list[bytes]:

@@ -11,19 +11,9 @@ import pika
 import pytest
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.conftest import publish_persistent
 
 BODY = b"d" * 1000
-
-
-def publish_confirmed(port: int) -> None:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=10)
-    )
-    channel = connection.channel()
-    channel.queue_declare("direct", durable=True)
-    channel.confirm_delivery()
-    channel.basic_publish("", "direct", BODY, pika.BasicProperties(delivery_mode=2))
-    connection.close()
 
 
 def active_segment(data_dir: Path) -> Path:
@@ -37,7 +27,7 @@ def test_a_confirmed_message_survives_sigkill_with_either_write_path(
     data_dir = tmp_path / "data"
     broker = BrokerProcess(data_dir, *options)
     try:
-        publish_confirmed(broker.amqp_port)
+        publish_persistent(broker.amqp_port, "direct", [BODY])
         size = active_segment(data_dir).stat().st_size
         assert (size % 4096 == 0) is padded
         assert active_segment(data_dir).read_bytes().endswith(BODY) is not padded

@@ -15,7 +15,7 @@ import pytest
 
 from streamq.broker import paging
 from streamq.broker.paging import PagedMessage
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import RunningBroker, broker_on, publish_persistent
 
 BUDGET_BYTES = 1024 * 1024
 BODY_BYTES = 64 * 1024
@@ -52,16 +52,7 @@ def _body(i: int) -> bytes:
 
 
 def _publish(port: int) -> None:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=10)
-    )
-    channel = connection.channel()
-    channel.queue_declare("paged", durable=True)
-    channel.confirm_delivery()
-    persistent = pika.BasicProperties(delivery_mode=2)
-    for i in range(COUNT):
-        channel.basic_publish("", "paged", _body(i), persistent)
-    connection.close()
+    publish_persistent(port, "paged", (_body(i) for i in range(COUNT)))
 
 
 def _wait_paged(running: RunningBroker) -> tuple[int, int]:
