@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import os
 from bisect import bisect_right
 from collections import deque
@@ -693,11 +692,17 @@ class SegmentLog:
 
     async def _writes_done(self) -> None:
         """Wait for the Syncer thread to finish what this log handed it."""
+        done = self._writes_barrier()
+        if done is not None:
+            await asyncio.wrap_future(done)
+
+    def _writes_barrier(self) -> concurrent.futures.Future[None] | None:
+        """A future done once the Syncer thread has run everything handed to it so far;
+        None when the Syncer was shut down, which it is only with all of it run."""
         try:
-            done = self._syncer.submit_write(lambda: None)
-        except RuntimeError:  # the Syncer was shut down, with every write done
-            return
-        await asyncio.wrap_future(done)
+            return self._syncer.submit_write(lambda: None)
+        except RuntimeError:
+            return None
 
     def close_blocking(self) -> None:
         """`close()` for callers without an event loop."""
@@ -728,9 +733,8 @@ class SegmentLog:
                 segment.write_fd = -1
         os.close(self._durable_fd)
         self._finish_writer(self._active, cut_padding=cut_padding and self._failed is None)
-        if wait:
-            with contextlib.suppress(RuntimeError):  # a Syncer shut down has nothing queued
-                self._syncer.submit_write(lambda: None).result()
+        if wait and (done := self._writes_barrier()) is not None:
+            done.result()
 
     def _finish_writer(self, segment: Segment, *, cut_padding: bool) -> None:
         """Close the segment's writer on the Syncer thread, after its queued writes."""

@@ -117,14 +117,13 @@ class SegmentWriter:
                 os.close(reader)
             if len(self.tail) != self.end - self.block_start:
                 raise OSError(errno.EIO, f"{self.path}: shorter than its end at {self.end}")
-            try:
-                if not _O_DIRECT:
-                    raise OSError(errno.EINVAL, "no O_DIRECT on this platform")
-                return os.open(self.path, os.O_WRONLY | _O_DIRECT)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                self.direct = False  # the file system does not do direct I/O
+            if _O_DIRECT:
+                try:
+                    return os.open(self.path, os.O_WRONLY | _O_DIRECT)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+            self.direct = False  # no direct I/O on this file system or platform
         return os.open(self.path, os.O_WRONLY)
 
     def _write_direct(self, data: bytes | bytearray, staging: mmap.mmap) -> None:
