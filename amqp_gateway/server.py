@@ -200,6 +200,10 @@ class Gateway:
             self._check_consumer_timeouts()
             self._release_flow(self.clock.now_ms)
             for vhost in list(self.broker.vhosts.values()):
+                # Each step gets a loop turn of its own, so that reads and deliveries run
+                # in between: a whole pass in one go held every message that arrived
+                # meanwhile for 0.4-0.8 ms, five times a second.
+                await asyncio.sleep(0)
                 if self.broker.vhosts.get(vhost.name) is not vhost:
                     continue  # deleted while an earlier one synced
                 if vhost.expire_heads(now_ms):
@@ -208,6 +212,9 @@ class Gateway:
                 vhost.page_out()
                 if vhost.streams_unsynced:
                     self._start_stream_syncs(vhost)
+                await asyncio.sleep(0)
+                if self.broker.vhosts.get(vhost.name) is not vhost:
+                    continue
                 try:
                     if vhost.needs_sync() or collect:
                         await vhost.sync_all()
@@ -377,6 +384,9 @@ class AmqpHandler(asyncio.BufferedProtocol):
         self._flow_queue: Queue | None = None
         self._flow_since_ms = 0
         self._read_max = READ_BYTES_MAX  # FLOW_READ_BYTES_MAX while its queue is in flow
+        # Whether the last read filled its buffer: only then may the socket hold more, and
+        # the event loop read it again before the drain (see `_run`).
+        self._read_full = True
         self._now_ms = 0
         self.user = ""
         # Each connection caches its permission answers, as RabbitMQ caches them per
@@ -406,6 +416,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._now_ms = int(time.time() * 1000)  # the append timestamp of this read
+        self._read_full = nbytes >= self._read_max
         self.recv_oct += nbytes
         events = self.conn.receive_read(nbytes, time.monotonic())
         if self._waiting is not None or self._held:
@@ -436,7 +447,12 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self.gateway.flow_held.add(self)
         if self._waiting is not None or (self.gateway.alarm and published):
             return  # held by the sync round or the alarm; they resume it
-        wait = self._held or (published and self.gateway.drain_pending)
+        # A publisher waits for the drain only when its socket may hold more: the event
+        # loop reads a socket again at once only after a read that filled its buffer
+        # (libuv stops at a short read; asyncio reads once per readiness), and the drain
+        # runs before the next poll. Pausing after every short read cost two syscalls per
+        # read (the reading stopped and started again) at low rates.
+        wait = self._held or (published and self._read_full and self.gateway.drain_pending)
         if wait and "drain" not in self._holds:
             self._hold("drain")
             self.gateway.hold_reading(self)

@@ -71,11 +71,33 @@ class ResourceLimits:
         )
 
 
+class _Statm:
+    """`/proc/self/statm`, opened once per process and read with `pread`: the open and
+    close around each read cost 85-100 us in the running broker, against 5 us for the
+    read alone, and the housekeeping reads it five times a second on the event loop."""
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.pid = -1  # the process that opened `fd`: a forked child opens its own
+
+    def rss_bytes(self) -> int:
+        pid = os.getpid()
+        if self.pid != pid:
+            self.fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+            self.pid = pid
+        return int(os.pread(self.fd, 256, 0).split()[1]) * _PAGE_BYTES
+
+
+_PAGE_BYTES: Final = os.sysconf("SC_PAGE_SIZE")
+_statm: Final = _Statm()
+
+
 def process_memory_bytes() -> int:
     """The broker's resident set size."""
     try:
-        with open("/proc/self/statm", "rb") as file:
-            return int(file.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return _statm.rss_bytes()
     except (OSError, ValueError, IndexError):
         return 0  # no /proc: the memory alarm cannot fire
 

@@ -902,6 +902,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.dirty = set()
         for queue in dirty:
             self._drain_queue(queue)
+        self.pager.trim_head(self.messages)
 
     def _drain_queue(self, queue: Queue) -> None:
         if queue.stream is not None:

@@ -12,6 +12,7 @@ from streamq.broker.resources import (
     parse_memory_limit,
     parse_size,
     physical_memory_bytes,
+    process_memory_bytes,
 )
 
 
@@ -43,3 +44,15 @@ def test_alarm_reasons(tmp_path: Path) -> None:
     assert monitor.check() == "low on disk"
     monitor.limits = ResourceLimits(1, 1 << 60)
     assert monitor.check() == "low on memory & disk"
+
+
+def test_resident_memory_is_read_afresh_each_time() -> None:
+    """The statm descriptor stays open between reads; each read still sees the RSS of
+    that moment."""
+    before = process_memory_bytes()
+    block = bytearray(64 << 20)
+    block[::4096] = b"\1" * len(range(0, len(block), 4096))  # touch every page
+    grown = process_memory_bytes()
+    del block
+    assert grown - before >= 60 << 20
+    assert process_memory_bytes() < grown

@@ -77,3 +77,23 @@ def test_routing_follows_exchange_bindings_and_the_alternate_exchange(vhost: VHo
 )
 def test_topic_matching(pattern: str, key: str, matches: bool) -> None:
     assert topic_match(pattern.split("."), key.split(".")) is matches
+
+
+def test_each_drain_drops_the_paging_order_of_settled_messages(vhost: VHost) -> None:
+    """The pager's order loses consumed messages drain by drain, not all at once in the
+    housekeeping; an offset still held stops the trim."""
+    queue = vhost.declare_queue("q", False, True, False, False, {}, owner=object())
+    for _ in range(50):
+        vhost.publish("", "q", b"", b"body", vhost.route("", "q", None))
+    assert len(vhost.pager.order) == 50
+    first = queue.cursor.take()
+    assert first is not None
+    for _ in range(29):
+        ready = queue.cursor.take()
+        assert ready is not None
+        vhost.settle(queue, ready.offset)
+    vhost.drain()
+    assert len(vhost.pager.order) == 50, "the first message is still held"
+    vhost.settle(queue, first.offset)
+    vhost.drain()
+    assert list(vhost.pager.order) == list(range(30, 50))
