@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from amqp_gateway import codec, errors, reply_to
@@ -220,9 +221,22 @@ def apply_settle(
         vhost.kick(entry.queue)
 
 
+_QUEUE_OF = attrgetter("queue")
+_OFFSET_OF = attrgetter("offset")
+
+
 def _ack(vhost: VHost, settled: list[Unacked]) -> None:
     """Acks, grouped by classic queue: one settle call, one count and one kick per queue
     rather than per message (an ack with `multiple` settles hundreds at once)."""
+    queues: set[Queue] = set(map(_QUEUE_OF, settled))
+    if len(queues) == 1:  # the common case: one queue, its offsets taken in C
+        [only] = queues
+        if only.stream is None:
+            taken: list[int] = list(map(_OFFSET_OF, settled))
+            only.stats.ack += len(taken)
+            vhost.settle_classic(only, taken)
+            vhost.kick(only)
+            return
     groups: dict[Queue, list[int]] = {}
     for entry in settled:
         queue = entry.queue

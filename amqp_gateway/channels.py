@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
+from collections import Counter, deque
+from itertools import takewhile
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from amqp_gateway import codec, errors
@@ -59,6 +61,9 @@ class Unacked:
         self.offset = offset
         self.consumer = consumer
         self.delivered_ms = delivered_ms  # monotonic: the consumer timeout counts from here
+
+
+_CONSUMER_OF = attrgetter("consumer")
 
 
 class ChannelSession:
@@ -129,25 +134,24 @@ class ChannelSession:
     def settle_tags(self, delivery_tag: int, multiple: bool) -> list[Unacked]:
         """Remove and return the deliveries an ack/nack/reject names; [] if the tag is
         unknown (the caller closes the channel with 406)."""
+        unacked = self.unacked
         if multiple:
             if delivery_tag == 0:
-                tags = list(self.unacked)
+                tags = list(unacked)
             else:
                 # Tags are inserted in increasing order: stop at the first one past it.
-                tags = []
-                for tag in self.unacked:
-                    if tag > delivery_tag:
-                        break
-                    tags.append(tag)
-        elif delivery_tag in self.unacked:
+                tags = list(takewhile(delivery_tag.__ge__, unacked))
+        elif delivery_tag in unacked:
             tags = [delivery_tag]
         else:
             tags = []
-        settled = [self.unacked.pop(t) for t in tags]
-        for entry in settled:
-            if entry.consumer is not None:
-                entry.consumer.unacked -= 1
-                self.consumer_unacked -= 1
+        # C-level loops: an ack with `multiple` settles hundreds at once, and the event
+        # loop does nothing else meanwhile (per entry in Python it took about 1 us).
+        settled = list(map(unacked.pop, tags))
+        for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
+            if consumer is not None:
+                consumer.unacked -= count
+                self.consumer_unacked -= count
         return settled
 
 

@@ -643,10 +643,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         """`settle` of several messages of one classic queue (acks with `multiple`)."""
         if self.queues.get(queue.name) is not queue:
             return  # deleted meanwhile: remove_queue released all it held, unacked too
-        ack = queue.cursor.ack
+        queue.cursor.ack_many(offsets)
         release = self.release
         for offset in offsets:
-            ack(offset)
             release(offset)
 
     def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import NamedTuple
 
 from sortedcontainers import SortedList
@@ -137,6 +138,16 @@ class ClassicQueue:
         if self.journal is not None:
             self.journal.acked(offset)
         return size
+
+    def ack_many(self, offsets: list[int]) -> None:
+        """`ack` of each of `offsets` (an ack with `multiple`), in C-level loops."""
+        self.unacked.difference_update(offsets)
+        deque(map(self._delivery_counts.pop, offsets, repeat(None)), maxlen=0)
+        sizes = list(map(self._sizes.pop, offsets, repeat(None)))
+        if self.journal is not None:
+            if None in sizes:  # some were gone already: only the others are acked now
+                offsets = [o for o, size in zip(offsets, sizes, strict=True) if size is not None]
+            self.journal.acked_many(offsets)
 
     def requeue(self, offset: int) -> None:
         """Back to ready, ahead of new messages and in original publish order."""

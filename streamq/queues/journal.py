@@ -253,6 +253,16 @@ class QueueJournal:
         self._live -= 1
         self._dead += 2
 
+    def acked_many(self, offsets: list[int]) -> None:
+        """`acked` of each of `offsets`."""
+        if not offsets:
+            return
+        if not self._buffer:
+            self._dirty.add(self)
+        self._buffer.extend(map(ACK.__or__, offsets))
+        self._live -= len(offsets)
+        self._dead += 2 * len(offsets)
+
     def wants_compaction(self) -> bool:
         return self._dead >= COMPACT_DEAD_MIN and self._dead >= COMPACT_RATIO * self._live
 

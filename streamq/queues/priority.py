@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import Final
 
 from sortedcontainers import SortedList
@@ -136,6 +137,10 @@ class PriorityQueue(ClassicQueue):
     def ack(self, offset: int) -> int:
         self._priorities.pop(offset, None)
         return super().ack(offset)
+
+    def ack_many(self, offsets: list[int]) -> None:
+        deque(map(self._priorities.pop, offsets, repeat(None)), maxlen=0)
+        super().ack_many(offsets)
 
     def requeue(self, offset: int) -> None:
         if offset in self.unacked:

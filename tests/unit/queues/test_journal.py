@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from streamq.queues.journal import (
     entry,
     replay,
 )
+from streamq.queues.priority import PriorityQueue
 
 
 def blocks(*groups: list[tuple[int, int, int]]) -> bytes:
@@ -167,3 +169,45 @@ def test_a_queue_deleted_during_its_compaction_does_not_get_its_file_back(
     os.unlink(path)
     action()
     assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize(
+    "new_cursor",
+    [ClassicQueue, lambda journal: PriorityQueue(2, journal)],
+    ids=["classic", "priority"],
+)
+def test_ack_many_leaves_what_acks_one_by_one_leave(
+    tmp_path: Path, new_cursor: Callable[[QueueJournal], ClassicQueue]
+) -> None:
+    """`ack_many` (an ack with `multiple`) against `ack` per offset: the same cursor
+    state and the same journal entries, offsets already gone included."""
+    states = []
+    for name, bulk in (("one", False), ("many", True)):
+        journal = QueueJournal.create(str(tmp_path / f"{name}.journal"), set())
+        cursor = new_cursor(journal)
+        for offset in range(20):
+            cursor.enqueue(offset, 10 + offset, offset % 3)
+        in_flight = [ready.offset for ready in iter(cursor.take, None)]
+        for offset in in_flight[12:]:
+            cursor.requeue(offset)  # back to ready: only 12 stay in flight
+        taken = in_flight[:12]
+        cursor.ack(taken[3])  # gone before the ack that names it again
+        acked = [taken[3], *taken[5:11]]
+        if bulk:
+            cursor.ack_many(acked)
+        else:
+            for offset in acked:
+                cursor.ack(offset)
+        states.append(
+            (
+                sorted(cursor.unacked),
+                cursor.offsets(),
+                [cursor.delivery_count(o) for o in range(20)],
+                journal._buffer.tolist(),
+                journal._live,
+                journal._dead,
+            )
+        )
+        journal.close()
+    assert states[0] == states[1]
+    assert states[1][0] == sorted([*taken[:3], taken[4], taken[11]])
