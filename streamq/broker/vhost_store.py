@@ -311,21 +311,25 @@ class VHostStore:
     def _prepare_sync(self) -> CompanionWork:
         """The log's sync companion: hand the round every journal with new entries."""
         fds: list[int] = []
+        writes: list[tuple[int, bytes]] = []
         actions: list[Callable[[], None]] = []
         if self.definitions.dirty:
             fds.append(self.definitions.prepare_sync())
         journals = self._dirty_journals
         while journals:
-            fd, action = journals.pop().prepare_sync()
+            fd, action, data = journals.pop().prepare_sync()
             if fd is not None:
-                fds.append(fd)
+                if data:
+                    writes.append((fd, data))  # the Syncer writes it, then syncs fd
+                else:
+                    fds.append(fd)
             if action is not None:
                 actions.append(action)
         if self._queues_dir_dirty:
             self._queues_dir_dirty = False
             queues_dir = self._queues_dir
             actions.append(lambda: fsync_directory(queues_dir))
-        return CompanionWork(fds, actions)
+        return CompanionWork(fds, actions, writes)
 
     def needs_sync(self) -> bool:
         """Whether definitions or queue journals hold changes not yet written."""

@@ -111,6 +111,14 @@ def encode_live_messages(live: list[LiveMessage]) -> bytes:
     )
 
 
+class JournalWork(NamedTuple):
+    """What one sync round does for a journal (see `QueueJournal.prepare_sync`)."""
+
+    fd: int | None  # to append `data` to (on the fsync thread), then fdatasync
+    action: Callable[[], None] | None  # a compaction: writes and syncs the new file
+    data: bytes
+
+
 class Replay(NamedTuple):
     live: list[LiveMessage]  # in offset order
     entries: int  # how many entries the file held, valid ones
@@ -272,18 +280,19 @@ class QueueJournal:
         self._compact = True
         self._dirty.add(self)
 
-    def prepare_sync(self) -> tuple[int | None, Callable[[], None] | None]:
-        """At the start of a sync round: write the buffer to the OS; return the descriptor
-        to fdatasync and, when compacting, instead the action that writes and syncs the
-        replacement file on the fsync thread."""
+    def prepare_sync(self) -> JournalWork:
+        """At the start of a sync round: take the buffer, encoded, for the fsync thread to
+        append to the descriptor and fdatasync; when compacting, instead the action that
+        writes and syncs the replacement file on that thread."""
         compact = self._compact or self.wants_compaction()
         if not compact or self.live_source is None:
+            data = b""
             if self._buffer or self._header:
                 block = encode_block(self._buffer) if self._buffer else b""
-                write_all(self._fd, self._header + block)
+                data = self._header + block
                 self._header = b""
                 self._buffer = array("Q")
-            return self._fd, None
+            return JournalWork(self._fd, None, data)
         # Compaction. The snapshot (a C-level sort and dict copy here) includes everything
         # recorded so far, so the new file replaces the buffer too; encoding and writing it
         # happen on the fsync thread. Later entries go to the new file: they are written
@@ -299,7 +308,7 @@ class QueueJournal:
         self._live = len(offsets)
         self._dead = len(counts)
         work = os.dup(fd)
-        return None, lambda: self._replace(work, tmp, offsets, counts)
+        return JournalWork(None, lambda: self._replace(work, tmp, offsets, counts), b"")
 
     def _replace(self, fd: int, tmp: str, offsets: list[int], counts: dict[int, int]) -> None:
         """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory."""

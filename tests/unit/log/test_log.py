@@ -193,6 +193,45 @@ async def test_close_syncs_pending_appends(tmp_path: Path, small_config: LogConf
     reopened.close_blocking()
 
 
+async def test_companion_writes_land_on_the_syncer_before_their_fdatasync(
+    log: SegmentLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A companion hands the round bytes to append (a journal block): the Syncer thread
+    writes them, then fdatasyncs that file; the event loop's thread writes nothing."""
+    path = tmp_path / "journal"
+    companion = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    loop_thread = threading.get_ident()
+    blocks = [b"first block", b"second"]
+
+    def prepare() -> CompanionWork:
+        return CompanionWork((), (), [(companion, blocks.pop(0))])
+
+    sizes_at_sync: list[int] = []
+    writers: list[int] = []
+    real_fdatasync, real_write = os.fdatasync, os.write
+
+    def recording_fdatasync(fd: int) -> None:
+        if os.fstat(fd).st_ino == os.fstat(companion).st_ino:
+            sizes_at_sync.append(os.fstat(fd).st_size)
+        real_fdatasync(fd)
+
+    def recording_write(fd: int, data: bytes) -> int:
+        if os.fstat(fd).st_ino == os.fstat(companion).st_ino:
+            writers.append(threading.get_ident())
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "fdatasync", recording_fdatasync)
+    monkeypatch.setattr(os, "write", recording_write)
+    log.add_sync_companion(prepare)
+    await log.sync(companions=True)
+    await log.sync(companions=True)
+    log.remove_sync_companion(prepare)
+    os.close(companion)  # the rounds wrote through duplicates
+    assert path.read_bytes() == b"first blocksecond"
+    assert sizes_at_sync == [11, 17], "each block is on the file before its fdatasync"
+    assert writers and loop_thread not in writers
+
+
 async def test_companion_files_are_synced_in_the_same_round(
     log: SegmentLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from streamq.log.files import write_all
 from streamq.queues.classic import ClassicQueue
 from streamq.queues.journal import (
     ACK,
@@ -43,7 +44,9 @@ def write(path: Path, *groups: list[tuple[int, int, int]]) -> bytes:
 
 def flush(journal: QueueJournal) -> None:
     """What a sync round does with the journal, minus the fdatasync."""
-    _, action = journal.prepare_sync()
+    fd, action, data = journal.prepare_sync()
+    if fd is not None and data:
+        write_all(fd, data)
     if action is not None:
         action()
 
@@ -163,7 +166,7 @@ def test_a_queue_deleted_during_its_compaction_does_not_get_its_file_back(
     cursor.enqueue(1, 1)
     flush(journal)
     journal.request_compaction()
-    _, action = journal.prepare_sync()
+    _, action, _ = journal.prepare_sync()
     assert action is not None
     journal.close()
     os.unlink(path)
