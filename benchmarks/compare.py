@@ -7,7 +7,8 @@ Usage: python benchmarks/compare.py URL_A URL_B [--pid-a PID] [--pid-b PID]
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
 `benchmarks/queue_features.py`) against A and B in turn, A B A B, three
 repetitions of 5 s (--quick: one of 2 s; the 1M-message fills stay 1M), and prints per
-scenario the medians, the A/B ratio and whether A is at least 1.5 times better than B,
+scenario the medians (for the memory scenarios the largest repetition, since later ones
+reuse what earlier ones freed), the A/B ratio and whether A meets the target against B,
 then each broker's peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
 /proc/PID/status, when the pids are given (the memory scenarios need them). The memory
 scenarios run first, while the heaps are small; --full queues 10M messages instead of 1M.

@@ -19,6 +19,7 @@ from benchmarks.compare_report import (
     markdown_table,
     median,
     ratio,
+    reported,
     row_summary,
     verdict,
 )
@@ -51,7 +52,7 @@ def test_ratio_is_a_over_b_and_none_when_undefined() -> None:
 
 
 P50 = Metric("latency_p50_ms", "latency p50", "ms", higher_is_better=False, target=None)
-MEMORY = Metric("bytes_per_message", "RSS each", "B", higher_is_better=False, target=1.0)
+MEMORY = Metric("kib_per_connection", "RSS each", "KiB", False, target=1.0, largest=True)
 
 
 @pytest.mark.parametrize(
@@ -92,9 +93,23 @@ def test_format_ratio() -> None:
 
 
 def test_cell_says_not_supported_only_when_every_run_failed() -> None:
-    assert cell([1.0, 3.0, 2.0], ["one failure"], "ms") == "2.000 ms"
-    assert cell([], ["NOT_FOUND"], "ms") == "n/a (not supported)"
-    assert cell([], [], "ms") == "n/a"
+    assert cell([1.0, 3.0, 2.0], ["one failure"], LATENCY) == "2.000 ms"
+    assert cell([], ["NOT_FOUND"], LATENCY) == "n/a (not supported)"
+    assert cell([], [], LATENCY) == "n/a"
+
+
+def test_memory_reports_the_largest_repetition_and_rates_the_median() -> None:
+    assert reported([6.7, 0.1, 0.0], MEMORY) == 6.7
+    assert reported([6.7, 0.1, 0.0], LATENCY) == 0.1
+    assert reported([], MEMORY) is None
+    row = Row("1,000 idle connections", "connections 1000", MEMORY, [6.7, 0.1, 0.0])
+    row.values_b.extend([92.5, 65.0, 61.8])
+    assert markdown_table([row], "streamq", "RabbitMQ").splitlines()[2] == (
+        "| 1,000 idle connections: RSS each | `connections 1000` | 6.7 KiB | 92.5 KiB | 0.07 "
+        "| ≤1: met |"
+    )
+    summary = row_summary(row)
+    assert (summary["median_a"], summary["reported_a"], summary["reported_b"]) == (0.1, 6.7, 92.5)
 
 
 def test_markdown_table_has_medians_ratio_and_verdict() -> None:
@@ -156,6 +171,9 @@ def test_matrix_keys_are_unique_and_memory_scenarios_run_first() -> None:
     keys = [scenario.key for scenario in scenarios]
     assert len(keys) == len(set(keys)) == 12
     assert {s.key for s in scenarios if s.runs_first} == {"connections", "queues", "queued"}
+    # The memory scenarios, and only they, report their largest repetition.
+    largest = {s.key for s in scenarios for metric in s.metrics if metric.largest}
+    assert largest == {"connections", "queues", "queued"}
 
 
 def test_record_puts_values_and_errors_on_the_right_side() -> None:
