@@ -2,7 +2,8 @@
 
 Owns a queue's identity (name, flags, arguments, exclusive owner), the consumers attached
 to it and the round-robin order in which they get messages. The cursor
-(`streamq.queues.classic`) owns the message order; the vhost owns message contents.
+(`streamq.queues.classic`) owns the message order; the vhost owns message contents, one
+`StoredMessage` each (a C type the collector does not track: `_message.c`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Protocol
 
+from streamq.broker import _message
 from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
 from streamq.broker.queue_arguments import max_priority, smaller
@@ -22,37 +24,9 @@ from streamq.queues.offsets import AckWatermark
 from streamq.queues.priority import PriorityQueue
 from streamq.queues.stream import StreamQueue
 
-
-class StoredMessage:
-    """A routed message's contents, shared by every queue it went to (`refs` of them)."""
-
-    __slots__ = (
-        "body",
-        "exchange",
-        "offset",
-        "properties_raw",
-        "refs",
-        "routing_key",
-        "timestamp_ms",
-    )
-
-    def __init__(
-        self,
-        offset: int,
-        exchange: str,
-        routing_key: str,
-        properties_raw: bytes,
-        body: bytes,
-        refs: int,
-        timestamp_ms: int = 0,
-    ) -> None:
-        self.offset = offset
-        self.timestamp_ms = timestamp_ms  # when it was published: TTLs count from here
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.properties_raw = properties_raw
-        self.body = body
-        self.refs = refs
+StoredMessage = _message.StoredMessage
+"""A routed message's contents, shared by every queue it went to (`refs` of them); C, so
+that the collector does not walk a queued message (`_message.c`)."""
 
 
 class Consumer(Protocol):
