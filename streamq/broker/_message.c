@@ -24,8 +24,9 @@ PyDoc_STRVAR(MODULE_DOC,
 "and a middle one for 30-66 ms (streamq serve under benchmarks/compare.py, 2026-11-24;\n"
 "docs/perf.md, \"Collector pauses\"). Its fields can hold only str and bytes objects and\n"
 "integers, which refer to nothing, so a StoredMessage can never be part of a reference\n"
-"cycle and the collector has nothing to find in it: this type leaves it out. The setters\n"
-"enforce those types, which is what keeps that true.\n"
+"cycle and the collector has nothing to find in it: this type leaves it out. Construction\n"
+"checks those types, the str and bytes fields are read-only after it, and the integer\n"
+"fields take only integers: that is what keeps it true.\n"
 "\n"
 "It must not hold any other kind of object. A subclass (paging.PagedMessage) may add\n"
 "slots; CPython then tracks the subclass's instances as usual.\n");
@@ -37,8 +38,8 @@ PyDoc_STRVAR(STORED_MESSAGE_DOC,
 "A routed message's contents, shared by every queue it went to (`refs` of them).\n"
 "\n"
 "offset, refs and timestamp_ms (when it was published; TTLs count from here) are\n"
-"integers of 64 bits; exchange and routing_key are str; properties_raw and body bytes.\n"
-"Anything else raises TypeError.");
+"integers of 64 bits; exchange and routing_key are str; properties_raw and body bytes,\n"
+"read-only. Anything else raises TypeError.");
 
 typedef struct {
     PyObject_HEAD
@@ -64,10 +65,6 @@ static PyTypeObject StoredMessageType;
 static int
 set_exact(PyObject **slot, PyObject *value, PyTypeObject *wanted, const char *field)
 {
-    if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "cannot delete StoredMessage.%s", field);
-        return -1;
-    }
     if (Py_TYPE(value) != wanted) {
         PyErr_Format(PyExc_TypeError, "StoredMessage.%s must be %s, not %.200s", field,
                      wanted->tp_name, Py_TYPE(value)->tp_name);
@@ -81,10 +78,6 @@ set_exact(PyObject **slot, PyObject *value, PyTypeObject *wanted, const char *fi
 static int
 set_integer(long long *slot, PyObject *value, const char *field)
 {
-    if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "cannot delete StoredMessage.%s", field);
-        return -1;
-    }
     if (!PyLong_Check(value)) {
         PyErr_Format(PyExc_TypeError, "StoredMessage.%s must be int, not %.200s", field,
                      Py_TYPE(value)->tp_name);
@@ -194,26 +187,24 @@ message_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObjec
     return (PyObject *)self;
 }
 
-static PyObject *
-get_object(PyObject *value, const char *field)
-{
-    if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "StoredMessage.%s is not set", field);
-        return NULL;
-    }
-    return Py_NewRef(value);
-}
+/* The str and bytes fields are members, not getters: CPython 3.11 specializes the read of
+ * a T_OBJECT_EX member to a load at a fixed offset (LOAD_ATTR_SLOT), as fast as a
+ * Python class's __slots__ and 4 times faster than a getter (docs/perf.md, "Collector
+ * pauses"). They are read-only, so no store can bypass the type checks of construction. */
+static PyMemberDef message_members[] = {
+    {"exchange", T_OBJECT_EX, offsetof(StoredMessage, exchange), READONLY,
+     "The exchange it was published to (str)."},
+    {"routing_key", T_OBJECT_EX, offsetof(StoredMessage, routing_key), READONLY,
+     "Its routing key (str)."},
+    {"properties_raw", T_OBJECT_EX, offsetof(StoredMessage, properties_raw), READONLY,
+     "Its encoded content-header properties (bytes)."},
+    {"body", T_OBJECT_EX, offsetof(StoredMessage, body), READONLY, "Its body (bytes)."},
+    {NULL, 0, 0, 0, NULL},
+};
 
-#define OBJECT_FIELD(name, pytype)                                                      \
-    static PyObject *get_##name(StoredMessage *self, void *Py_UNUSED(closure))          \
-    {                                                                                   \
-        return get_object(self->name, #name);                                           \
-    }                                                                                   \
-    static int set_##name(StoredMessage *self, PyObject *value, void *Py_UNUSED(closure)) \
-    {                                                                                   \
-        return set_exact(&self->name, value, &pytype, #name);                           \
-    }
-
+/* The integers go through getters and setters of their own: a T_LONGLONG member would do,
+ * but CPython's PyMember_SetOne stores -1 before it finds a value that is not an integer
+ * (tests/unit/broker/test_message.py caught it), and `refs` must never change that way. */
 #define INTEGER_FIELD(name)                                                             \
     static PyObject *get_##name(StoredMessage *self, void *Py_UNUSED(closure))          \
     {                                                                                   \
@@ -221,13 +212,13 @@ get_object(PyObject *value, const char *field)
     }                                                                                   \
     static int set_##name(StoredMessage *self, PyObject *value, void *Py_UNUSED(closure)) \
     {                                                                                   \
+        if (value == NULL) {                                                            \
+            PyErr_SetString(PyExc_TypeError, "cannot delete StoredMessage." #name);     \
+            return -1;                                                                  \
+        }                                                                               \
         return set_integer(&self->name, value, #name);                                  \
     }
 
-OBJECT_FIELD(exchange, PyUnicode_Type)
-OBJECT_FIELD(routing_key, PyUnicode_Type)
-OBJECT_FIELD(properties_raw, PyBytes_Type)
-OBJECT_FIELD(body, PyBytes_Type)
 INTEGER_FIELD(offset)
 INTEGER_FIELD(timestamp_ms)
 INTEGER_FIELD(refs)
@@ -236,10 +227,6 @@ INTEGER_FIELD(refs)
 
 static PyGetSetDef message_getset[] = {
     GETSET(offset, "The message's offset in its vhost's message log."),
-    GETSET(exchange, "The exchange it was published to (str)."),
-    GETSET(routing_key, "Its routing key (str)."),
-    GETSET(properties_raw, "Its encoded content-header properties (bytes)."),
-    GETSET(body, "Its body (bytes)."),
     GETSET(refs, "How many queues still hold it."),
     GETSET(timestamp_ms, "When it was published, in ms since the Unix epoch."),
     {NULL, NULL, NULL, NULL, NULL},
@@ -256,6 +243,7 @@ static PyTypeObject StoredMessageType = {
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)message_init,
     .tp_dealloc = (destructor)message_dealloc,
+    .tp_members = message_members,
     .tp_getset = message_getset,
     .tp_vectorcall = message_vectorcall,
 };

@@ -42,13 +42,16 @@ class PagedMessage(StoredMessage):
     __slots__ = ("log", "size")
 
     def __init__(self, stored: StoredMessage, size: int, log: SegmentLog) -> None:
-        # Not StoredMessage.__init__: it would assign `body`, which is a property here.
-        self.offset = stored.offset
-        self.timestamp_ms = stored.timestamp_ms
-        self.exchange = stored.exchange
-        self.routing_key = stored.routing_key
-        self.properties_raw = stored.properties_raw
-        self.refs = stored.refs
+        # The base's body stays empty: `body` is a property here, read from the log.
+        super().__init__(
+            stored.offset,
+            stored.exchange,
+            stored.routing_key,
+            stored.properties_raw,
+            b"",
+            stored.refs,
+            stored.timestamp_ms,
+        )
         self.size = size
         self.log = log
 
