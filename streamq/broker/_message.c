@@ -232,6 +232,20 @@ static PyGetSetDef message_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* refs -= 1 and the result, in one call: the settle path's use of `refs`. */
+static PyObject *
+message_release(StoredMessage *self, PyObject *Py_UNUSED(ignored))
+{
+    self->refs -= 1;
+    return PyLong_FromLongLong(self->refs);
+}
+
+static PyMethodDef message_methods[] = {
+    {"release", (PyCFunction)message_release, METH_NOARGS,
+     "One queue is done with the message: `refs` goes down by one; returns what is left."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject StoredMessageType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "streamq.broker._message.StoredMessage",
@@ -245,6 +259,7 @@ static PyTypeObject StoredMessageType = {
     .tp_dealloc = (destructor)message_dealloc,
     .tp_members = message_members,
     .tp_getset = message_getset,
+    .tp_methods = message_methods,
     .tp_vectorcall = message_vectorcall,
 };
 

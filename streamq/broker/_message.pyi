@@ -30,3 +30,6 @@ class StoredMessage:
         refs: int,
         timestamp_ms: int = 0,
     ) -> None: ...
+    def release(self) -> int:
+        """One queue is done with the message: `refs` goes down by one; returns what is
+        left."""

@@ -615,12 +615,10 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def release(self, offset: int) -> None:
         """One queue is done with the message at `offset`."""
         stored = self.messages.get(offset)
-        if stored is not None:
-            stored.refs -= 1
-            if stored.refs <= 0:
-                del self.messages[offset]
-                if stored.__class__ is StoredMessage:  # not paged out
-                    self.pager.resident_bytes -= len(stored.body)
+        if stored is not None and stored.release() <= 0:  # refs -= 1, in C
+            del self.messages[offset]
+            if stored.__class__ is StoredMessage:  # not paged out
+                self.pager.resident_bytes -= len(stored.body)
 
     def page_out(self) -> int:
         """Move the oldest durable bodies out of memory when over budget (paging.py)."""

@@ -39,6 +39,12 @@ def test_keywords_and_positional_build_the_same_message() -> None:
     )
 
 
+def test_release_counts_refs_down() -> None:
+    stored = message()
+    assert [stored.release(), stored.release(), stored.release()] == [2, 1, 0]
+    assert stored.refs == 0
+
+
 def test_integers_can_be_changed_in_place_and_the_rest_is_read_only() -> None:
     stored = message()
     stored.refs -= 1
