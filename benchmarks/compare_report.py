@@ -1,10 +1,10 @@
 """The arithmetic and the tables of `benchmarks/compare.py`: pure functions, no I/O.
 
 Owns what a comparison reports: the median of each broker's repetitions (the largest, for
-memory costs), the A/B ratio,
-whether A meets the target against B, and the Markdown table that `compare.py` prints and
-`docs/benchmarks.md` quotes. It must not start processes, open sockets or read /proc:
-everything here is unit-tested without brokers (tests/unit/test_compare.py).
+memory costs), the A/B ratio, whether A meets the target against B, and the Markdown
+table that `compare.py` prints and `docs/benchmarks.md` quotes. It must not start
+processes, open sockets or read /proc: everything here is unit-tested without brokers
+(tests/unit/test_compare.py).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def median(values: Sequence[float]) -> float | None:
 def reported(values: Sequence[float], metric: Metric) -> float | None:
     """The figure that stands for a broker's repetitions of `metric`: their median, or
     their largest where `metric.largest`; None when no repetition produced a value."""
-    if not values:
-        return None
-    return max(values) if metric.largest else statistics.median(values)
+    if metric.largest:
+        return max(values) if values else None
+    return median(values)
 
 
 def ratio(value_a: float | None, value_b: float | None) -> float | None:

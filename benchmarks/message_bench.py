@@ -66,10 +66,6 @@ class SlottedMessage:
         self.body = body
         self.refs = refs
 
-    def release(self) -> int:
-        self.refs -= 1
-        return self.refs
-
 
 Factory = Callable[..., object]
 
