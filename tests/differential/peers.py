@@ -1,0 +1,192 @@
+"""Reference brokers for the differential tests: Debian's RabbitMQ, started by the tests
+on free loopback ports with a data directory of its own, and LavinMQ where it is built.
+
+Every process here is one the tests started; each is stopped by its pid. RabbitMQ's Erlang
+port mapper (epmd) runs on a port of our own too, so a RabbitMQ the machine may already
+run is never touched, and it is asked to stop through that port.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+START_TIMEOUT_S = 90.0  # RabbitMQ takes 10-15 s on two cores; CI machines can be slower
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http_ready(port: int) -> bool:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/overview")
+    token = base64.b64encode(b"guest:guest").decode()
+    request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return bool(response.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+@dataclass
+class Endpoint:
+    """Where a broker listens, as the scenarios see it."""
+
+    name: str
+    amqp_port: int
+    http_port: int
+
+
+class RabbitMQServer:
+    """Debian's rabbitmq-server with the management plugin, on loopback ports of its own,
+    in `directory`. Raises RuntimeError, with the end of its log, if it does not start."""
+
+    def __init__(self, directory: Path) -> None:
+        if not RABBITMQ_SERVER.exists():
+            raise RuntimeError(
+                f"{RABBITMQ_SERVER} is missing: `make test` installs Debian's rabbitmq-server "
+                "(as root), or run `sudo apt-get install rabbitmq-server` once"
+            )
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.amqp_port, self.http_port = free_port(), free_port()
+        self.epmd_port, dist_port = free_port(), free_port()
+        self.endpoint = Endpoint("rabbitmq", self.amqp_port, self.http_port)
+        (directory / "rabbitmq.conf").write_text(
+            f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n"
+            f"management.tcp.port = {self.http_port}\n"
+            "management.tcp.ip = 127.0.0.1\n"
+            "log.console = false\n"
+        )
+        (directory / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        self.node = f"streamq-differential-{os.getpid()}@localhost"
+        self.env = {
+            **os.environ,
+            "HOME": str(directory),  # the Erlang cookie is written here
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_MNESIA_BASE": str(directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(directory / "log"),
+            "RABBITMQ_CONFIG_FILE": str(directory / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(directory / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(directory / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "enabled_plugins"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(directory / "plugins-expand"),
+            "RABBITMQ_PID_FILE": str(directory / "pid"),
+        }
+        self.output = open(directory / "server.out", "wb")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [str(RABBITMQ_SERVER)], env=self.env, stdout=self.output, stderr=subprocess.STDOUT
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not http_ready(self.http_port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"RabbitMQ did not start:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self) -> str:
+        text = (self.directory / "server.out").read_bytes().decode(errors="replace")
+        for log in (self.directory / "log").glob("*.log"):
+            text += log.read_text(errors="replace")
+        return text[-4000:]
+
+    def _beam_pid(self) -> int | None:
+        """The Erlang VM's pid: the wrapper script we started runs it as its child."""
+        with contextlib.suppress(OSError, ValueError):
+            return int((self.directory / "pid").read_text().strip())
+        return None
+
+    def stop(self) -> None:
+        """SIGTERM to the VM (RabbitMQ stops in order), SIGKILL after a bound; then our
+        epmd is asked to stop through its own port."""
+        beam = self._beam_pid()
+        if beam is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(beam, signal.SIGTERM)
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            if beam is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(beam, signal.SIGKILL)
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+        epmd = shutil.which("epmd")
+        if epmd is not None:
+            subprocess.run(
+                [epmd, "-kill"],
+                check=False,
+                env=self.env,
+                capture_output=True,
+                timeout=STOP_TIMEOUT_S,
+            )
+        self.output.close()
+
+
+class LavinMQServer:
+    """A LavinMQ binary built from source (docs/compatibility.md says how), on loopback
+    ports of its own, in `directory`."""
+
+    def __init__(self, binary: Path, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.amqp_port, self.http_port = free_port(), free_port()
+        self.endpoint = Endpoint("lavinmq", self.amqp_port, self.http_port)
+        self.output = open(directory / "server.out", "wb")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [
+                str(binary),
+                "-D",
+                str(directory / "data"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.amqp_port),
+                "--http-port",
+                str(self.http_port),
+            ],
+            stdout=self.output,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not http_ready(self.http_port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("LavinMQ did not start")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(STOP_TIMEOUT_S)
+        self.output.close()

@@ -1,0 +1,32 @@
+"""Every registered scenario, run against a real RabbitMQ and against streamq: what a
+client observes must be equal, but for the documented differences of allowlist.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.differential import scenarios
+from tests.differential.allowlist import ALLOWED
+from tests.differential.harness import SCENARIOS, run_scenario
+from tests.differential.peers import Endpoint
+
+scenarios.load()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_as_rabbitmq(name: str, rabbitmq: Endpoint, streamq: Endpoint) -> None:
+    spec = SCENARIOS[name]
+    prefix = "d-" + re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + "-"
+    expected = run_scenario(spec, rabbitmq, prefix)
+    observed = run_scenario(spec, streamq, prefix)
+    allowed = ALLOWED.get(name)
+    if allowed is not None:
+        expected, observed = allowed.mask(expected), allowed.mask(observed)
+    assert observed == expected
+
+
+def test_allowlist_names_scenarios() -> None:
+    """An allow-list entry for a scenario that no longer exists hides nothing: refuse it."""
+    assert set(ALLOWED) <= set(SCENARIOS)
