@@ -15,12 +15,16 @@ from tests.differential.peers import Endpoint
 scenarios.load()
 
 
+def prefix_of(name: str) -> str:
+    """The prefix of every entity name of scenario `name`, the same on every broker."""
+    return "d-" + re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + "-"
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_same_as_rabbitmq(name: str, rabbitmq: Endpoint, streamq: Endpoint) -> None:
     spec = SCENARIOS[name]
-    prefix = "d-" + re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + "-"
-    expected = run_scenario(spec, rabbitmq, prefix)
-    observed = run_scenario(spec, streamq, prefix)
+    expected = run_scenario(spec, rabbitmq, prefix_of(name))
+    observed = run_scenario(spec, streamq, prefix_of(name))
     allowed = ALLOWED.get(name)
     if allowed is not None:
         expected, observed = allowed.mask(expected), allowed.mask(observed)
