@@ -7,14 +7,18 @@ TEST_STAMP := $(VENV)/.installed-test
 # The C accelerators (setup.py) build in place at install: a changed source reinstalls.
 C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/broker/*.c)
 
-.PHONY: run test check lint typecheck contracts pytest bench clean
+.PHONY: run test check lint typecheck contracts pytest bench clean system-packages
 
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) system-packages
 	$(MAKE) check
 	$(BIN)/pytest
+
+# Debian packages the tests need (RabbitMQ, Chromium): installed as root, else named.
+system-packages:
+	@tools/install-system-packages.sh
 
 check: lint typecheck contracts
 
