@@ -317,3 +317,18 @@ def run_scenario(spec: Scenario, endpoint: Endpoint, prefix: str) -> list[Observ
     for (number, channel), outcomes in sorted(session.confirmed.items()):
         session.log.append(("confirms", number, channel, sorted(outcomes.items())))
     return [normalize(observation) for observation in session.log]
+
+
+def explain(expected: list[Observation], observed: list[Observation]) -> str:
+    """Where two runs part: the observations around the first difference, both sides."""
+    index = next(
+        (i for i, (a, b) in enumerate(zip(expected, observed, strict=False)) if a != b),
+        min(len(expected), len(observed)),
+    )
+    lines = [f"first difference at observation {index}; same before it:"]
+    lines += [f"    {o}" for o in expected[max(0, index - 6) : index]]
+    lines.append("  RabbitMQ then:")
+    lines += [f"    {o}" for o in expected[index : index + 6]]
+    lines.append("  streamq then:")
+    lines += [f"    {o}" for o in observed[index : index + 6]]
+    return "\n".join(lines)

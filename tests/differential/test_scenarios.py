@@ -9,7 +9,7 @@ import pytest
 
 from tests.differential import scenarios
 from tests.differential.allowlist import ALLOWED
-from tests.differential.harness import SCENARIOS, run_scenario
+from tests.differential.harness import SCENARIOS, explain, run_scenario
 from tests.differential.peers import Endpoint
 
 scenarios.load()
@@ -28,7 +28,7 @@ def test_same_as_rabbitmq(name: str, rabbitmq: Endpoint, streamq: Endpoint) -> N
     allowed = ALLOWED.get(name)
     if allowed is not None:
         expected, observed = allowed.mask(expected), allowed.mask(observed)
-    assert observed == expected
+    assert observed == expected, explain(expected, observed)
 
 
 def test_allowlist_names_scenarios() -> None:
