@@ -465,7 +465,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     ) -> int | None:
         """Append a routed message once and give its offset to every queue; None if it
         went nowhere. Buffered: durable after `sync()`. The gateway passes one
-        `timestamp_ms` for all the messages of one read."""
+        `timestamp_ms` for all the messages of one read. Sets `publish_rejected` for
+        this publish alone: the gateway nacks it when a full queue refused it."""
+        # First of all: a publish that goes nowhere, or only to streams, returns early,
+        # and must not inherit the refusal of the publish before it (any channel's).
+        self.publish_rejected = False
         if not queues:
             return None
         if timestamp_ms is None:
@@ -484,7 +488,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                     if not queues:
                         return stream_offset
                     break
-        self.publish_rejected = False
         limited: list[Queue] = []
         # A loop finds that no queue has a length limit (the common case) without the
         # list comprehension, a function call per publish.
