@@ -26,6 +26,7 @@ from http_gateway.context import (
     visible_vhosts,
 )
 from http_gateway.errors import HttpError
+from http_gateway.fields import flag
 from http_gateway.listing import list_response
 from streamq.broker.accounts import PERMISSION_KINDS, Permission
 from streamq.broker.stats import Sampler
@@ -240,6 +241,7 @@ async def put_vhost(request: web.Request) -> web.Response:
     body = await read_json(request)  # description, tags, default_queue_type: not kept
     if body is not None and not isinstance(body, dict):
         raise HttpError(400, "the body must be a JSON object")
+    flag(body or {}, "tracing", False)  # checked as RabbitMQ checks it; streamq does not trace
     if broker.accounts.has_vhost(name):
         return web.Response(status=204)
     if await broker.create_vhost(name) is None:
@@ -272,7 +274,8 @@ async def vhost_permissions(request: web.Request) -> web.Response:
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
     accounts = _admin(request).broker.accounts
-    return web.json_response([permission_json(p) for p in accounts.list_permissions()])
+    found = [permission_json(p) for p in accounts.list_permissions()]
+    return list_response(request, found, pageable=False)
 
 
 def _permission(request: web.Request) -> tuple[Caller, str, str]:

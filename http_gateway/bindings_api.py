@@ -16,6 +16,7 @@ from aiohttp import web
 from http_gateway.context import Caller, caller, read_json_object, vhost_for, visible_vhosts
 from http_gateway.errors import HttpError
 from http_gateway.exchanges_api import exchange_name
+from http_gateway.listing import list_response
 from http_gateway.views import (
     all_bindings,
     binding_json,
@@ -36,12 +37,13 @@ async def list_all(request: web.Request) -> web.Response:
     out = []
     for vhost in visible_vhosts(caller(request)):
         out += all_bindings(vhost)
-    return web.json_response(out)
+    return list_response(request, out, pageable=False)
 
 
 @routes.get("/api/bindings/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
-    return web.json_response(all_bindings(vhost_for(caller(request), request.match_info["vhost"])))
+    vhost = vhost_for(caller(request), request.match_info["vhost"])
+    return list_response(request, all_bindings(vhost), pageable=False)
 
 
 def _ends(request: web.Request) -> tuple[Caller, VHost, str, Destination]:

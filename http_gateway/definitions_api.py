@@ -23,6 +23,8 @@ from aiohttp import web
 
 from http_gateway.context import Caller, caller, read_json_object, require_tags
 from http_gateway.errors import HttpError
+from http_gateway.fields import flag
+from http_gateway.parameters_api import OPERATOR_POLICY_COMPONENT, parameter_json
 from streamq import __version__
 from streamq.broker.accounts import PERMISSION_KINDS, Permission, check_tags
 from streamq.broker.broker import Broker
@@ -34,7 +36,6 @@ from streamq.broker.vhost_store import PREDECLARED_NAMES
 logger = logging.getLogger(__name__)
 
 ADMIN_TAGS: Final = frozenset({"administrator"})
-OPERATOR_POLICY_COMPONENT: Final = "operator_policy"
 POLICY_KEYS: Final[tuple[str, ...]] = ("pattern", "apply-to", "definition", "priority")
 ENTRIES_MAX: Final = 1_000_000  # per list of a document (the body is capped too)
 
@@ -102,17 +103,7 @@ def vhost_entities(vhost: VHost, with_vhost: bool) -> dict[str, list[Entry]]:
     if not with_vhost:
         for shown in policies:
             del shown["vhost"]
-    parameters: list[Entry] = []
-    for name, policy in sorted(vhost.operator_policies.items()):
-        value = {k: v for k, v in policy.to_json(vhost.name).items() if k not in ("vhost", "name")}
-        parameters.append(
-            {
-                "value": value,
-                "vhost": vhost.name,
-                "component": OPERATOR_POLICY_COMPONENT,
-                "name": name,
-            }
-        )
+    parameters = [parameter_json(vhost.name, p) for _, p in sorted(vhost.operator_policies.items())]
     return {
         "parameters": parameters,
         "policies": policies,
@@ -227,10 +218,7 @@ def _text(entry: Entry, key: str, default: str | None = None) -> str:
 
 
 def _flag(entry: Entry, key: str, default: bool) -> bool:
-    value = entry.get(key, default)
-    if not isinstance(value, bool):
-        raise HttpError(400, f"'{key}' must be true or false in {str(entry)[:120]}")
-    return value
+    return flag(entry, key, default, where=f" in {str(entry)[:120]}")
 
 
 def _mapping(entry: Entry, key: str) -> dict[str, object]:

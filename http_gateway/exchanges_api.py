@@ -18,6 +18,7 @@ from aiohttp import web
 
 from http_gateway.context import caller, read_json_object, vhost_for, visible_vhosts
 from http_gateway.errors import HttpError
+from http_gateway.fields import flag, query_flag
 from http_gateway.listing import list_response
 from http_gateway.views import binding_json, exchange_json, require_permission
 from streamq.broker.exchange import Destination, Exchange
@@ -64,13 +65,6 @@ async def get(request: web.Request) -> web.Response:
     return web.json_response(exchange_json(vhost, exchange))
 
 
-def _flag(body: dict[str, object], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if not isinstance(value, bool):
-        raise HttpError(400, f"{name} must be true or false")
-    return value
-
-
 @routes.put("/api/exchanges/{vhost}/{name}")
 async def put(request: web.Request) -> web.Response:
     who = caller(request)
@@ -83,9 +77,9 @@ async def put(request: web.Request) -> web.Response:
     arguments = body.get("arguments") or {}
     if not isinstance(arguments, dict):
         raise HttpError(400, "arguments must be an object")
-    durable = _flag(body, "durable", True)
-    auto_delete = _flag(body, "auto_delete", False)
-    internal = _flag(body, "internal", False)
+    durable = flag(body, "durable", True)
+    auto_delete = flag(body, "auto_delete", False)
+    internal = flag(body, "internal", False)
     require_permission(who, vhost.name, "configure", "exchange", name)
     existed = name in vhost.exchanges
     vhost.declare_exchange(name, exchange_type, False, durable, auto_delete, internal, arguments)
@@ -98,8 +92,7 @@ async def delete(request: web.Request) -> web.Response:
     who = caller(request)
     vhost, exchange = _exchange(request)
     require_permission(who, vhost.name, "configure", "exchange", exchange.name)
-    if_unused = request.query.get("if-unused", "false").lower() == "true"
-    vhost.delete_exchange(exchange.name, if_unused)
+    vhost.delete_exchange(exchange.name, query_flag(request.query, "if-unused"))
     await vhost.sync_all()
     return web.Response(status=204)
 

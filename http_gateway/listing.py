@@ -7,7 +7,8 @@ with `page`: `page_size`, `name`, `use_regex`) and the paged answer's shape
 `name` apply to pages only); `sort` names a field (dotted for nested ones, a missing one
 sorts as 0) and the sort is stable, so ties keep the route's own order; `sort_reverse`
 reverses the result; `columns` keeps the named fields (dotted for nested ones) of each
-item. Pure functions of the items and the query; routes call `list_response`.
+item, or of the one object a route such as the overview answers. Pure functions of the
+items and the query; routes call `list_response` or `object_response`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Final
 from aiohttp import web
 
 from http_gateway.errors import HttpError
+from http_gateway.fields import query_flag
 
 PAGE_SIZE_DEFAULT: Final = 100  # RabbitMQ's ?DEFAULT_PAGE_SIZE
 PAGE_SIZE_MAX: Final = 500  # RabbitMQ's ?MAX_PAGE_SIZE
@@ -79,7 +81,7 @@ def paging_of(query: Mapping[str, str]) -> Paging | None:
         raise PagingError(
             "bad_request", f"name filters are at most {NAME_FILTER_CHARS_MAX} characters"
         )
-    return Paging(page, size, name, query.get("use_regex", "false").lower() == "true")
+    return Paging(page, size, name, query_flag(query, "use_regex"))
 
 
 def _dotted(item: object, path: Sequence[str]) -> object:
@@ -111,7 +113,7 @@ def sorted_items(items: list[Item], query: Mapping[str, str]) -> list[Item]:
     if field:
         path = field.split(".")
         items = sorted(items, key=lambda item: sort_key(_dotted(item, path)))
-    if query.get("sort_reverse", "false").lower() == "true":
+    if query_flag(query, "sort_reverse"):
         items = items[::-1]
     return items
 
@@ -203,3 +205,9 @@ def list_response(
         return web.json_response(listed(items, request.query, pageable=pageable))
     except PagingError as exc:
         return web.json_response({"error": exc.kind, "reason": exc.reason}, status=400)
+
+
+def object_response(request: web.Request, item: Item) -> web.Response:
+    """One object's answer, with the asked `columns` (RabbitMQ's `show overview`)."""
+    columns = _columns(request.query)
+    return web.json_response(item if columns is None else selected(item, columns))

@@ -27,6 +27,7 @@ from http_gateway.context import (
     visible_vhosts,
 )
 from http_gateway.errors import HttpError
+from http_gateway.listing import list_response, object_response
 from streamq import __version__
 from streamq.broker.broker import Broker
 from streamq.broker.resources import disk_free_bytes, process_memory_bytes
@@ -112,7 +113,7 @@ def overview(who: Caller, request: web.Request) -> dict[str, object]:
 
 @routes.get("/api/overview")
 async def get_overview(request: web.Request) -> web.Response:
-    return web.json_response(overview(caller(request), request))
+    return object_response(request, overview(caller(request), request))
 
 
 def _fd_used() -> int:
@@ -161,7 +162,7 @@ def node(broker: Broker) -> dict[str, object]:
 async def list_nodes(request: web.Request) -> web.Response:
     who = caller(request)
     require_tags(who, SEES_ALL_VHOSTS_TAGS)
-    return web.json_response([node(who.broker)])
+    return list_response(request, [node(who.broker)], pageable=False)
 
 
 @routes.get("/api/nodes/{name}")

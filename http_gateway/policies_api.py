@@ -21,6 +21,7 @@ from http_gateway.context import (
     visible_vhosts,
 )
 from http_gateway.errors import HttpError
+from http_gateway.listing import list_response
 from streamq.broker.vhost import VHost
 
 POLICY_TAGS: Final = frozenset({"policymaker", "administrator"})
@@ -47,13 +48,14 @@ def _policies(vhosts: list[VHost], operator: bool) -> list[dict[str, object]]:
 @routes.get(r"/api/{kind:policies|operator-policies}")
 async def list_all(request: web.Request) -> web.Response:
     who, operator = _caller(request)
-    return web.json_response(_policies(visible_vhosts(who), operator))
+    return list_response(request, _policies(visible_vhosts(who), operator), pageable=False)
 
 
 @routes.get(r"/api/{kind:policies|operator-policies}/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
     who, operator = _caller(request)
-    return web.json_response(_policies([vhost_for(who, request.match_info["vhost"])], operator))
+    vhost = vhost_for(who, request.match_info["vhost"])
+    return list_response(request, _policies([vhost], operator), pageable=False)
 
 
 def _table(request: web.Request) -> tuple[VHost, bool, str]:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from http_gateway.context import caller, read_json_object, vhost_for, visible_vhosts
 from http_gateway.errors import HttpError
+from http_gateway.fields import bounded_integer, flag, query_flag
 from http_gateway.listing import list_response
 from http_gateway.views import (
     binding_json,
@@ -74,13 +75,6 @@ async def get(request: web.Request) -> web.Response:
     return web.json_response(queue_json(vhost, queue, consumers))
 
 
-def _flag(body: dict[str, object], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if not isinstance(value, bool):
-        raise HttpError(400, f"{name} must be true or false")
-    return value
-
-
 def _arguments(body: dict[str, object]) -> dict[str, object]:
     arguments = body.get("arguments", {})
     if arguments is None:
@@ -96,18 +90,14 @@ async def put(request: web.Request) -> web.Response:
     vhost = vhost_for(who, request.match_info["vhost"])
     name = request.match_info["name"]
     body = await read_json_object(request)
-    durable = _flag(body, "durable", True)
-    auto_delete = _flag(body, "auto_delete", False)
+    durable = flag(body, "durable", True)
+    auto_delete = flag(body, "auto_delete", False)
     arguments = _arguments(body)
     require_permission(who, vhost.name, "configure", "queue", name)
     existed = name in vhost.queues
     vhost.declare_queue(name, False, durable, False, auto_delete, arguments, None)
     await vhost.sync_all()
     return web.Response(status=204 if existed else 201)
-
-
-def _true(request: web.Request, name: str) -> bool:
-    return request.query.get(name, "false").lower() == "true"
 
 
 @routes.delete("/api/queues/{vhost}/{name}")
@@ -117,7 +107,10 @@ async def delete(request: web.Request) -> web.Response:
     require_permission(who, vhost.name, "configure", "queue", queue.name)
     consumers = list(queue.consumers)
     vhost.delete_queue(
-        queue.name, _true(request, "if-unused"), _true(request, "if-empty"), queue.exclusive_owner
+        queue.name,
+        query_flag(request.query, "if-unused"),
+        query_flag(request.query, "if-empty"),
+        queue.exclusive_owner,
     )
     for consumer in consumers:
         consumer.cancel_by_broker()
@@ -150,20 +143,15 @@ async def purge(request: web.Request) -> web.Response:
 
 
 def _get_options(body: dict[str, object]) -> tuple[int, str, str, int | None]:
-    count = body.get("count")
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= GET_COUNT_MAX:
-        raise HttpError(400, f"count must be an integer from 1 to {GET_COUNT_MAX}")
+    count = bounded_integer(body.get("count"), "count", 1, GET_COUNT_MAX)
     ackmode = body.get("ackmode")
     if ackmode not in ACK_MODES:
         raise HttpError(400, "ackmode must be one of " + ", ".join(sorted(ACK_MODES)))
     encoding = body.get("encoding", "auto")
     if encoding not in ("auto", "base64"):
         raise HttpError(400, "encoding must be auto or base64")
-    truncate = body.get("truncate")
-    if truncate is not None and (
-        not isinstance(truncate, int) or isinstance(truncate, bool) or truncate < 0
-    ):
-        raise HttpError(400, "truncate must be a non-negative integer")
+    given = body.get("truncate")
+    truncate = None if given is None else bounded_integer(given, "truncate", 0)
     assert isinstance(ackmode, str) and isinstance(encoding, str)
     return count, ackmode, encoding, truncate
 

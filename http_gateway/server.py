@@ -26,6 +26,7 @@ from http_gateway import (
     metrics_api,
     openapi_api,
     overview_api,
+    parameters_api,
     policies_api,
     queues_api,
     segments_api,
@@ -52,6 +53,7 @@ ROUTE_MODULES: Final = (
     accounts_api,
     overview_api,
     definitions_api,
+    parameters_api,
     streams_api,
     openapi_api,
 )

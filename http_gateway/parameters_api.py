@@ -1,0 +1,170 @@
+"""`/api/parameters` and `/api/vhost-limits`, as far as streamq has them.
+
+Owns RabbitMQ's runtime-parameter and vhost-limit paths, which rabbitmqadmin lists and
+declares through (`list parameters`, `declare parameter`, `list vhost_limits`, ...).
+streamq's only runtime parameters are operator policies: RabbitMQ stores them as
+parameters of component `operator_policy`, and lists and exports them so, and so does
+streamq (`parameter_json`, also used by the definitions export); they are read, set and
+cleared here as through `/api/operator-policies`, by administrators. Other components
+(federation upstreams, shovels, ...) belong to plugins streamq does not have: none is
+listed, and setting one is the 400 RabbitMQ answers for a plugin that is not enabled.
+streamq has no vhost limits: the lists are empty and setting one is a 400.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aiohttp import web
+
+from http_gateway.context import (
+    Caller,
+    caller,
+    read_json_object,
+    require_tags,
+    vhost_for,
+    visible_vhosts,
+)
+from http_gateway.errors import HttpError
+from http_gateway.listing import list_response
+from streamq.broker.policies import Policy
+from streamq.broker.vhost import VHost
+
+OPERATOR_POLICY_COMPONENT: Final = "operator_policy"
+PARAMETER_TAGS: Final = frozenset({"policymaker", "administrator"})  # as RabbitMQ's
+ADMIN_TAGS: Final = frozenset({"administrator"})
+
+routes = web.RouteTableDef()
+
+
+def parameter_json(vhost: str, policy: Policy) -> dict[str, object]:
+    """An operator policy as RabbitMQ shows it among runtime parameters."""
+    value = {k: v for k, v in policy.to_json(vhost).items() if k not in ("vhost", "name")}
+    return {
+        "value": value,
+        "vhost": vhost,
+        "component": OPERATOR_POLICY_COMPONENT,
+        "name": policy.name,
+    }
+
+
+def _parameters(who: Caller, vhosts: list[VHost], component: str | None) -> list[dict[str, object]]:
+    """The parameters of `component` (None: all) in `vhosts` the caller may read:
+    operator policies, for administrators (as `/api/operator-policies`)."""
+    if component not in (None, OPERATOR_POLICY_COMPONENT) or not who.is_admin:
+        return []
+    return [
+        parameter_json(v.name, policy)
+        for v in vhosts
+        for _, policy in sorted(v.operator_policies.items())
+    ]
+
+
+def _caller(request: web.Request) -> Caller:
+    who = caller(request)
+    require_tags(who, PARAMETER_TAGS)
+    return who
+
+
+@routes.get("/api/parameters")
+async def list_all(request: web.Request) -> web.Response:
+    who = _caller(request)
+    return list_response(request, _parameters(who, visible_vhosts(who), None), pageable=False)
+
+
+@routes.get("/api/parameters/{component}")
+async def list_component(request: web.Request) -> web.Response:
+    who = _caller(request)
+    found = _parameters(who, visible_vhosts(who), request.match_info["component"])
+    return list_response(request, found, pageable=False)
+
+
+@routes.get("/api/parameters/{component}/{vhost}")
+async def list_vhost(request: web.Request) -> web.Response:
+    who = _caller(request)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    found = _parameters(who, [vhost], request.match_info["component"])
+    return list_response(request, found, pageable=False)
+
+
+def _operator_policy(request: web.Request) -> tuple[VHost, str]:
+    """The vhost and name of an operator policy path; 400 for another component (no
+    such plugin), 403 for a caller who is not an administrator."""
+    who = _caller(request)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    component = request.match_info["component"]
+    if component != OPERATOR_POLICY_COMPONENT:
+        raise HttpError(
+            400, f"component {component} not found (streamq has only {OPERATOR_POLICY_COMPONENT})"
+        )
+    require_tags(who, ADMIN_TAGS)
+    return vhost, request.match_info["name"]
+
+
+@routes.get("/api/parameters/{component}/{vhost}/{name}")
+async def get(request: web.Request) -> web.Response:
+    who = _caller(request)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    name = request.match_info["name"]
+    for found in _parameters(who, [vhost], request.match_info["component"]):
+        if found["name"] == name:
+            return web.json_response(found)
+    raise HttpError(404, "Not Found")
+
+
+@routes.put("/api/parameters/{component}/{vhost}/{name}")
+async def put(request: web.Request) -> web.Response:
+    vhost, name = _operator_policy(request)
+    value = (await read_json_object(request)).get("value")
+    if not isinstance(value, dict):
+        raise HttpError(400, "value must be an object: the policy's pattern, definition, ...")
+    existed = name in vhost.operator_policies
+    vhost.set_policy(name, value, operator=True)
+    await vhost.sync_all()
+    return web.Response(status=204 if existed else 201)
+
+
+@routes.delete("/api/parameters/{component}/{vhost}/{name}")
+async def delete(request: web.Request) -> web.Response:
+    who = _caller(request)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    name = request.match_info["name"]
+    if request.match_info["component"] != OPERATOR_POLICY_COMPONENT:
+        raise HttpError(404, "Not Found")
+    require_tags(who, ADMIN_TAGS)
+    if name not in vhost.operator_policies:
+        raise HttpError(404, "Not Found")
+    vhost.clear_policy(name, operator=True)
+    await vhost.sync_all()
+    return web.Response(status=204)
+
+
+# -- vhost limits --------------------------------------------------------------------------
+
+
+@routes.get("/api/vhost-limits")
+async def list_limits(request: web.Request) -> web.Response:
+    return list_response(request, [], pageable=False)
+
+
+@routes.get("/api/vhost-limits/{vhost}")
+async def vhost_limits(request: web.Request) -> web.Response:
+    vhost_for(caller(request), request.match_info["vhost"])
+    return list_response(request, [], pageable=False)
+
+
+@routes.put("/api/vhost-limits/{vhost}/{name}")
+async def put_limit(request: web.Request) -> web.Response:
+    who = caller(request)
+    require_tags(who, ADMIN_TAGS)
+    vhost_for(who, request.match_info["vhost"])
+    raise HttpError(400, f"streamq has no vhost limits: {request.match_info['name']} not set")
+
+
+@routes.delete("/api/vhost-limits/{vhost}/{name}")
+async def delete_limit(request: web.Request) -> web.Response:
+    """As RabbitMQ's clearing of a limit that is not set: 204, nothing changes."""
+    who = caller(request)
+    require_tags(who, ADMIN_TAGS)
+    vhost_for(who, request.match_info["vhost"])
+    return web.Response(status=204)
