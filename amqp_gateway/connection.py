@@ -21,6 +21,7 @@ from typing import Final, NamedTuple
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
+from amqp_gateway.codec.frame import received_payload_max
 from amqp_gateway.codec.values import read_table
 from amqp_gateway.errors import (
     AMQPError,
@@ -254,7 +255,7 @@ class Connection:
         position = 0
         try:
             # After this loop at most one partial frame is left, and read_frame rejects a
-            # frame over frame_max from its header alone.
+            # payload over frame_max (RabbitMQ's slack included) from its header alone.
             while True:
                 if self.state is State.OPEN:
                     position = self._receive_publishes(view, position, events)
@@ -273,7 +274,8 @@ class Connection:
         events, a C call per run (`codec.scan_publishes`); returns where the first frame
         of another kind starts (or a publish the frame-by-frame path must judge)."""
         channels = self._channels
-        payload_max = self.frame_max - codec.FRAME_OVERHEAD_BYTES
+        # As read_frame: a received payload may be frame_max bytes (RabbitMQ's slack).
+        payload_max = received_payload_max(self.frame_max)
         size_max = self.message_bytes_max
         scan = codec.scan_publishes
         while True:

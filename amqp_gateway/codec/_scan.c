@@ -122,8 +122,10 @@ frame_payload_size(const unsigned char *data, Py_ssize_t length, Py_ssize_t at,
         return -1;
     }
     uint32_t size = read_u32(p + 3);
-    /* Spec 4.2.3 and frame_max: a payload of more than frame_max - 8 bytes is a
-     * FRAME_ERROR the slow path reports. */
+    /* Spec 4.2.3 and frame_max: the caller passes the largest payload it accepts,
+     * frame_max itself (frame_max - 8 plus the 8 bytes of slack RabbitMQ allows a
+     * received frame, frame.received_payload_max); a larger one is a FRAME_ERROR the
+     * slow path reports. */
     if ((uint64_t)size > (uint64_t)payload_max) {
         return -1;
     }

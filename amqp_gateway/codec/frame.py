@@ -17,7 +17,8 @@ Rules:
    caller owns the receive buffer and drops the bytes each call reports as consumed.
 2. Malformed framing raises `FrameError` (501); nothing else escapes `split_frames`.
 3. `frame_max` counts the whole frame, header and end octet included (spec 4.2.3), so a
-   payload may be at most `frame_max - 8` bytes.
+   payload we send is at most `frame_max - 8` bytes. A payload we receive may be up to
+   `frame_max` bytes (`received_payload_max`): RabbitMQ allows 8 bytes of slack there.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ FRAME_END_BYTES: Final = b"\xce"
 FRAME_HEADER_BYTES: Final = 7
 FRAME_OVERHEAD_BYTES: Final = 8
 """Header plus end octet: a frame of `frame_max` bytes carries `frame_max - 8` of payload."""
+RECEIVED_SLACK_BYTES: Final = FRAME_OVERHEAD_BYTES  # read_frame relies on this equality
+"""What a received payload may exceed frame_max - 8 by. RabbitMQ 3.10 allows this slack
+(rabbit_reader's FRAME_SIZE_FUDGE, the empty frame size) since many clients count
+frame_max as the payload's limit and are off by 8: a payload of exactly frame_max bytes
+is no FRAME_ERROR there, so it must be none here either."""
 FRAME_MIN_SIZE: Final = 4096
 """The smallest frame_max a peer may negotiate (spec constant frame-min-size)."""
 
@@ -107,16 +113,23 @@ def _mismatch(received: bytes) -> ProtocolHeaderMismatch:
     )
 
 
+def received_payload_max(frame_max: int) -> int:
+    """The largest payload a received frame may carry under `frame_max`: frame_max - 8
+    plus RabbitMQ's slack, that is frame_max itself (what we send stays within
+    frame_max - 8)."""
+    return frame_max - FRAME_OVERHEAD_BYTES + RECEIVED_SLACK_BYTES
+
+
 def split_frames(buffer: bytes | bytearray | memoryview, frame_max: int) -> tuple[list[Frame], int]:
     """Split every complete frame at the start of `buffer`.
 
     Returns the frames and the number of bytes they used; a partial frame at the end is
-    left for the next call. Raises `FrameError` (501) for a frame larger than `frame_max`
-    (detected from its 7-byte header, before the payload arrives), an unknown frame type,
-    or a missing frame-end octet.
+    left for the next call. Raises `FrameError` (501) for a payload larger than
+    `received_payload_max(frame_max)` (detected from the frame's 7-byte header, before
+    the payload arrives), an unknown frame type, or a missing frame-end octet.
     """
     assert frame_max > FRAME_OVERHEAD_BYTES, "frame_max must leave room for a payload"
-    payload_max = frame_max - FRAME_OVERHEAD_BYTES
+    payload_max = received_payload_max(frame_max)
     frames: list[Frame] = []
     append = frames.append
     unpack = _FRAME_ENVELOPE.unpack_from
@@ -152,7 +165,8 @@ def read_frame(buffer: bytes | memoryview, offset: int, frame_max: int) -> tuple
     if len(buffer) - offset < FRAME_HEADER_BYTES:
         return None, offset
     frame_type, channel, size = _FRAME_ENVELOPE.unpack_from(buffer, offset)
-    if size > frame_max - FRAME_OVERHEAD_BYTES:
+    # received_payload_max(frame_max), which is frame_max, inlined: this runs per frame.
+    if size > frame_max:
         raise FrameError(f"frame of {size} payload bytes exceeds frame_max {frame_max}")
     if frame_type not in _FRAME_TYPES:
         raise FrameError(f"unknown frame type {frame_type}")

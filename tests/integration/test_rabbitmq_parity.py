@@ -8,16 +8,21 @@ order of frames or a frame's exact size is what is tested."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import socket
+import time
+from collections.abc import Callable, Iterator
 
 import pika
 import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from amqp_gateway import codec
+from amqp_gateway.codec import methods as m
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 10
+FRAME_MAX = 131072
 
 
 def connect(broker: RunningBroker, **kwargs: object) -> pika.BlockingConnection:
@@ -37,6 +42,74 @@ def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
     yield conn
     if conn.is_open:
         conn.close()
+
+
+class RawClient:
+    """A connection written frame by frame: what it receives is kept as (channel,
+    method) in order, for tests of the exact frames and their order."""
+
+    def __init__(self, port: int, *, channel_max: int = 2047, frame_max: int = FRAME_MAX) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
+        self.data = b""
+        self.methods: list[tuple[int, m.Method]] = []
+        self.sock.sendall(b"AMQP\x00\x00\x09\x01")
+        self.until(received(m.ConnectionStart))
+        self.send_method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00guest\x00guest"))
+        self.until(received(m.ConnectionTune))
+        self.send_method(0, m.ConnectionTuneOk(channel_max, frame_max, 0))
+        self.send_method(0, m.ConnectionOpen("/"))
+        self.until(received(m.ConnectionOpenOk))
+        self.methods.clear()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_method(self, channel: int, method: m.Method) -> None:
+        self.sock.sendall(codec.encode_method_frame(codec.ChannelId(channel), method))
+
+    def call(self, channel: int, method: m.Method, reply: type[m.Method]) -> m.Method:
+        """Send `method` and wait for `reply` on the same channel."""
+        self.methods.clear()
+        self.send_method(channel, method)
+        self.until(lambda got: any(c == channel and isinstance(x, reply) for c, x in got))
+        return next(x for c, x in self.methods if c == channel and isinstance(x, reply))
+
+    def until(self, done: Callable[[list[tuple[int, m.Method]]], bool]) -> None:
+        """Read until `done(methods so far)`; fails after TIMEOUT_S or at end of stream."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while not done(self.methods):
+            assert time.monotonic() < deadline, f"timed out; received {self.methods}"
+            chunk = self.sock.recv(65536)
+            assert chunk, f"the broker closed the socket; received {self.methods}"
+            self.data += chunk
+            frames, used = codec.split_frames(self.data, FRAME_MAX)
+            self.data = self.data[used:]
+            self.methods += [
+                (f.channel, codec.decode_method(f.payload))
+                for f in frames
+                if f.frame_type == codec.FrameType.METHOD
+            ]
+
+    def connection_close(self) -> m.ConnectionClose:
+        self.until(received(m.ConnectionClose))
+        [close] = [x for _, x in self.methods if isinstance(x, m.ConnectionClose)]
+        assert isinstance(close, m.ConnectionClose)
+        self.send_method(0, m.ConnectionCloseOk())
+        return close
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def received(kind: type[m.Method]) -> Callable[[list[tuple[int, m.Method]]], bool]:
+    return lambda methods: any(isinstance(x, kind) for _, x in methods)
+
+
+@pytest.fixture
+def raw(broker: RunningBroker) -> Iterator[RawClient]:
+    client = RawClient(broker.amqp_port)
+    yield client
+    client.close()
 
 
 # -- 1. a refused publish does not nack the next one ---------------------------------------
@@ -87,3 +160,45 @@ def test_a_refused_publish_leaves_the_next_unroutable_or_stream_publish_acked(
     channel.exchange_declare("later", "x-delayed-message", arguments={"x-delayed-type": "direct"})
     channel.basic_publish("later", "k", b"held", pika.BasicProperties(headers={"x-delay": 60000}))
     refuse_one(channel)  # and the queue still refuses
+
+
+# -- 2. a received frame may carry frame_max payload bytes -----------------------------------
+
+
+def publish_frames(queue: str, body: bytes, frame_max: int) -> bytes:
+    """basic.publish to `queue` on channel 1, its body split for `frame_max`."""
+    out = bytearray()
+    method = m.BasicPublish(exchange="", routing_key=queue)
+    codec.append_content_frames(
+        out, codec.ChannelId(1), method, codec.EMPTY_PROPERTIES_RAW, body, frame_max
+    )
+    return bytes(out)
+
+
+@pytest.mark.parametrize("frame_max", [4096, FRAME_MAX])
+def test_a_body_frame_of_frame_max_payload_bytes_is_accepted(
+    broker: RunningBroker, frame_max: int
+) -> None:
+    """RabbitMQ 3.10 accepts a received payload of frame_max bytes (the spec's
+    frame_max - 8 plus the 8 bytes of rabbit_reader's FRAME_SIZE_FUDGE) and refuses one
+    byte more with FRAME_ERROR. The publish goes in one write (the scanner's path) and in
+    single bytes (the frame-by-frame path)."""
+    client = RawClient(broker.amqp_port, frame_max=frame_max)
+    try:
+        client.call(1, m.ChannelOpen(), m.ChannelOpenOk)
+        client.call(1, m.QueueDeclare(queue="big"), m.QueueDeclareOk)
+        body = b"b" * frame_max
+        data = publish_frames("big", body, frame_max + 8)  # one body frame of frame_max
+        client.send(data)
+        for i in range(len(data)):
+            client.send(data[i : i + 1])
+        declared = client.call(1, m.QueueDeclare(queue="big", passive=True), m.QueueDeclareOk)
+        assert isinstance(declared, m.QueueDeclareOk) and declared.message_count == 2
+        got = client.call(1, m.BasicGet(queue="big", no_ack=True), m.BasicGetOk)
+        assert isinstance(got, m.BasicGetOk)
+        client.send(publish_frames("big", b"b" * (frame_max + 1), frame_max + 9))
+        close = client.connection_close()
+        assert close.reply_code == 501
+        assert f"exceeds frame_max {frame_max}" in close.reply_text
+    finally:
+        client.close()

@@ -170,6 +170,38 @@ def test_publishes_are_assembled_from_frames_fed_one_byte_at_a_time(body: bytes)
     assert publishes(events) == [expected, expected]
 
 
+@pytest.mark.parametrize("one_byte_at_a_time", [False, True])
+def test_a_received_payload_of_frame_max_bytes_is_accepted(one_byte_at_a_time: bool) -> None:
+    """RabbitMQ 3.10 accepts received payloads up to frame_max bytes (8 bytes of slack
+    over the spec's frame_max - 8): a body frame of 4096 payload bytes under frame_max
+    4096 is a publish, through the C scanner (whole) and read_frame (byte by byte)."""
+    client = Client()
+    client.open(frame_max=4096)
+    body = b"x" * 4096
+    data = publish_frames(1, body, 4096 + 8)  # one body frame of 4096 payload bytes
+    assert len(data) - len(publish_frames(1, b"", 4096 + 8)) == 4096 + 8
+    pieces = [data[i : i + 1] for i in range(len(data))] if one_byte_at_a_time else [data]
+    events = [e for piece in pieces for e in client.send(piece)]
+    expected = Publish(1, "amq.direct", "rk", True, False, codec.EMPTY_PROPERTIES_RAW, body)
+    assert publishes(events) == [expected]
+    assert client.methods() == []
+    assert client.server.state is State.OPEN
+
+
+@pytest.mark.parametrize("one_byte_at_a_time", [False, True])
+def test_a_received_payload_of_frame_max_plus_one_bytes_is_501(one_byte_at_a_time: bool) -> None:
+    client = Client()
+    client.open(frame_max=4096)
+    data = publish_frames(1, b"x" * 4097, 4097 + 8)
+    pieces = [data[i : i + 1] for i in range(len(data))] if one_byte_at_a_time else [data]
+    events = [e for piece in pieces for e in client.send(piece)]
+    assert publishes(events) == []
+    [(channel, close)] = client.methods()
+    assert channel == 0 and isinstance(close, m.ConnectionClose)
+    assert close.reply_code == 501
+    assert "frame of 4097 payload bytes exceeds frame_max 4096" in close.reply_text
+
+
 def test_a_message_over_the_max_size_closes_the_channel_with_406() -> None:
     client = Client()
     client.open()

@@ -25,9 +25,13 @@ from amqp_gateway.codec.frame import (
     encode_frame,
     encode_heartbeat_frame,
     parse_protocol_header,
+    read_frame,
+    received_payload_max,
     split_frames,
 )
 from amqp_gateway.codec.ids import ChannelId
+from amqp_gateway.codec.method_frame import append_content_frames
+from amqp_gateway.codec.methods import BasicDeliver
 from amqp_gateway.errors import FrameError, ProtocolHeaderMismatch, UnexpectedFrame
 
 FRAME_MAX = 512
@@ -115,16 +119,37 @@ def test_frame_headers_out_of_range_are_programmer_errors() -> None:
     assert out == b""
 
 
-def test_a_frame_of_exactly_frame_max_is_accepted_and_one_more_byte_is_not() -> None:
-    fits = encode_frame(3, ChannelId(1), b"x" * (FRAME_MIN_SIZE - 8))
-    assert split_frames(fits, FRAME_MIN_SIZE) == (
-        [Frame(3, ChannelId(1), b"x" * (FRAME_MIN_SIZE - 8))],
-        FRAME_MIN_SIZE,
-    )
-    too_big = encode_frame(3, ChannelId(1), b"x" * (FRAME_MIN_SIZE - 7))
-    with pytest.raises(FrameError, match="exceeds frame_max 4096") as caught:
-        split_frames(too_big, FRAME_MIN_SIZE)
-    assert caught.value.reply_code == 501
+def test_a_payload_of_exactly_frame_max_is_accepted_and_one_more_byte_is_not() -> None:
+    """As RabbitMQ 3.10: a received frame may carry frame_max payload bytes (frame_max - 8
+    plus 8 of slack, rabbit_reader's FRAME_SIZE_FUDGE), fed whole or a byte at a time, by
+    split_frames and by read_frame; frame_max + 1 is a FRAME_ERROR from the header on."""
+    payload = b"x" * FRAME_MIN_SIZE
+    fits = encode_frame(3, ChannelId(1), payload)
+    expected = Frame(3, ChannelId(1), payload)
+    assert received_payload_max(FRAME_MIN_SIZE) == FRAME_MIN_SIZE
+    assert split_frames(fits, FRAME_MIN_SIZE) == ([expected], FRAME_MIN_SIZE + 8)
+    assert read_frame(fits, 0, FRAME_MIN_SIZE) == (expected, FRAME_MIN_SIZE + 8)
+    one_by_one = [fits[i : i + 1] for i in range(len(fits))]
+    assert receive(one_by_one, FRAME_MIN_SIZE) == ([expected], b"")
+    too_big = encode_frame(3, ChannelId(1), payload + b"x")
+    for cut in (7, len(too_big)):  # the header alone is enough
+        with pytest.raises(FrameError, match="4097 payload bytes exceeds frame_max 4096") as caught:
+            split_frames(too_big[:cut], FRAME_MIN_SIZE)
+        assert caught.value.reply_code == 501
+        with pytest.raises(FrameError, match="4097 payload bytes exceeds frame_max 4096"):
+            read_frame(too_big[:cut], 0, FRAME_MIN_SIZE)
+    with pytest.raises(FrameError, match="exceeds frame_max 4096"):
+        receive([too_big[i : i + 1] for i in range(len(too_big))], FRAME_MIN_SIZE)
+
+
+def test_what_we_send_stays_within_frame_max_minus_8() -> None:
+    """The slack is for receiving only: the spec's limit holds for every frame we send."""
+    out = bytearray()
+    method = BasicDeliver("ctag", 1, False, "", "q")
+    append_content_frames(out, ChannelId(1), method, b"\x00\x00", b"b" * 10000, FRAME_MIN_SIZE)
+    frames, used = split_frames(out, FRAME_MIN_SIZE)
+    assert used == len(out)
+    assert max(len(f.payload) for f in frames) == FRAME_MIN_SIZE - 8
 
 
 def test_an_oversize_frame_fails_on_its_header_before_the_payload_arrives() -> None:

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
+from amqp_gateway.codec.frame import received_payload_max
 
 FRAME_MAX = 4096
-PAYLOAD_MAX = FRAME_MAX - codec.FRAME_OVERHEAD_BYTES
+PAYLOAD_MAX = received_payload_max(FRAME_MAX)  # what the connection passes: FRAME_MAX
 
 
 def publish(

@@ -29,6 +29,7 @@ from typing_extensions import Buffer
 from amqp_gateway import codec
 from amqp_gateway.codec import basic
 from amqp_gateway.codec import methods as m
+from amqp_gateway.codec.frame import received_payload_max
 
 from .strategies import basic_properties
 
@@ -46,7 +47,7 @@ Result = tuple[int, int, list[Message]]
 Full = tuple[int, int, list[Message], int, int]  # with the ORs of bits and flag bytes
 
 FRAME_MAX = 131072
-PAYLOAD_MAX = FRAME_MAX - codec.FRAME_OVERHEAD_BYTES
+PAYLOAD_MAX = received_payload_max(FRAME_MAX)  # what the connection passes: FRAME_MAX
 NO_LIMIT = 2**70  # past any Py_ssize_t: the C code clamps it
 
 
@@ -365,6 +366,22 @@ def test_a_frame_over_payload_max_stops_the_scan() -> None:
     header_size = method_end(FIRST, method_end(FIRST)) - method_end(FIRST) - 8
     for payload_max in (method_size - 1, header_size - 1):
         assert run_of(scan_publishes(FIRST, 0, payload_max, NO_LIMIT, 10)) == (0, 0, [])
+
+
+def test_a_body_frame_of_frame_max_payload_bytes_passes_the_scan_and_one_more_does_not() -> None:
+    """The connection passes received_payload_max(frame_max), frame_max itself (RabbitMQ
+    accepts a received payload of frame_max bytes): a body frame of that size is
+    scanned, one byte more is left to the frame path, which reports the FRAME_ERROR."""
+    frame_max = 4096
+    payload_max = received_payload_max(frame_max)
+    fits = publish(b"z" * frame_max, frame_max=frame_max + 8)
+    assert len(frame_starts(fits)) == 3  # method, header, one body frame of frame_max
+    assert scan_publishes(FIRST + fits, 0, payload_max, NO_LIMIT, 10)[2] == [
+        message(b"first"),
+        message(b"z" * frame_max),
+    ]
+    over = publish(b"z" * (frame_max + 1), frame_max=frame_max + 9)
+    assert run_of(scan_publishes(FIRST + over, 0, payload_max, NO_LIMIT, 10)) == FIRST_RESULT
 
 
 @pytest.mark.parametrize("field", ["exchange", "routing_key"])
