@@ -579,7 +579,10 @@ class AmqpHandler(asyncio.BufferedProtocol):
                     self._published = True
                     confirm_needed |= self._publish(event)
                 elif isinstance(event, MethodReceived):
-                    self._method(event.channel, event.method)
+                    # An error earlier in this read may have closed the channel after the
+                    # protocol parsed this method: discard it (connection.py, rule 2).
+                    if not self.conn.is_channel_closing(event.channel):
+                        self._method(event.channel, event.method)
                 elif isinstance(event, ChannelClosed):
                     self._channel_closed(event.channel)
                 elif isinstance(event, LoginRequested):

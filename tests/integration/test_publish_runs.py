@@ -161,6 +161,29 @@ def test_publishes_after_a_channel_error_in_the_same_read_are_discarded(
     assert drain_bodies(channel, "kept") == [b"before"]
 
 
+def test_methods_after_a_channel_error_in_the_same_read_are_discarded(
+    broker: RunningBroker, channel: BlockingChannel
+) -> None:
+    """As RabbitMQ: a method read together with the publish that closed its channel is
+    neither run nor answered, though the protocol parsed it before the close."""
+    raw = open_raw(broker.amqp_port)
+    declare = m.QueueDeclare(queue="never-declared")
+    raw.sock.sendall(
+        publishes("no-such-exchange", "k", [b"x"])
+        + codec.encode_method_frame(codec.ChannelId(1), declare)
+    )
+    raw.until(received(m.ChannelClose))
+    raw.sock.sendall(
+        codec.encode_method_frame(codec.ChannelId(1), m.ChannelCloseOk())
+        + codec.encode_method_frame(codec.ChannelId(1), m.ChannelOpen())
+    )
+    methods = raw.until(received(m.ChannelOpenOk))
+    raw.sock.close()
+    assert [type(x) for x in methods] == [m.ChannelClose, m.ChannelOpenOk]
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="never-declared"):
+        channel.queue_declare("never-declared", passive=True)
+
+
 def test_publishes_before_the_clients_own_channel_close_are_kept(
     broker: RunningBroker, channel: BlockingChannel
 ) -> None:
