@@ -199,6 +199,6 @@ def test_a_body_frame_of_frame_max_payload_bytes_is_accepted(
         client.send(publish_frames("big", b"b" * (frame_max + 1), frame_max + 9))
         close = client.connection_close()
         assert close.reply_code == 501
-        assert f"exceeds frame_max {frame_max}" in close.reply_text
+        assert str(frame_max + 1) in close.reply_text  # the payload's size
     finally:
         client.close()

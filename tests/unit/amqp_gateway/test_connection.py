@@ -199,7 +199,7 @@ def test_a_received_payload_of_frame_max_plus_one_bytes_is_501(one_byte_at_a_tim
     [(channel, close)] = client.methods()
     assert channel == 0 and isinstance(close, m.ConnectionClose)
     assert close.reply_code == 501
-    assert "frame of 4097 payload bytes exceeds frame_max 4096" in close.reply_text
+    assert "4097" in close.reply_text  # the payload's size (the wording is RabbitMQ's)
 
 
 def test_a_message_over_the_max_size_closes_the_channel_with_406() -> None:
