@@ -364,8 +364,16 @@ class Connection:
         if isinstance(method, m.ChannelOpen):
             if channel is not None:
                 raise ChannelError(f"channel {channel_id} is already open", 20, 10)
-            if channel_id > self.channel_max:
-                raise ChannelError(f"channel {channel_id} exceeds channel_max", 20, 10)
+            # channel_max limits how many channels are open at once, whatever their
+            # numbers, as RabbitMQ 3.10 (rabbit_reader:create_channel): a channel that
+            # we closed counts until its close-ok. The spec's "highest channel number"
+            # reading would refuse channel 65535, which RabbitMQ opens.
+            open_count = len(self._channels)
+            if open_count >= self.channel_max:
+                raise NotAllowed(
+                    f"number of channels opened ({open_count}) has reached the "
+                    f"negotiated channel_max ({self.channel_max})"
+                )
             self._channels[channel_id] = _Channel()
             self.send_method(channel_id, m.ChannelOpenOk())
             events.append(MethodReceived(channel_id, method))  # the server lists it now

@@ -202,3 +202,46 @@ def test_a_body_frame_of_frame_max_payload_bytes_is_accepted(
         assert str(frame_max + 1) in close.reply_text  # the payload's size
     finally:
         client.close()
+
+
+# -- 3. channel_max limits the number of open channels, not their numbers --------------------
+
+
+def test_channel_max_counts_open_channels_and_any_number_opens(broker: RunningBroker) -> None:
+    """RabbitMQ 3.10 opens channel 65535 under channel_max 10 and refuses the eleventh
+    open channel with connection.close 530 (rabbit_reader:create_channel); a channel
+    closed in between makes room again."""
+    client = RawClient(broker.amqp_port, channel_max=10)
+    try:
+        for channel in (65535, *range(1, 10)):
+            client.call(channel, m.ChannelOpen(), m.ChannelOpenOk)
+        client.call(5, m.ChannelClose(200, "", 0, 0), m.ChannelCloseOk)
+        client.call(40000, m.ChannelOpen(), m.ChannelOpenOk)
+        client.methods.clear()
+        client.send_method(11, m.ChannelOpen())
+        close = client.connection_close()
+        assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
+        assert close.reply_text == (
+            "NOT_ALLOWED - number of channels opened (10) has reached the negotiated "
+            "channel_max (10)"
+        )
+    finally:
+        client.close()
+
+
+def test_pika_may_open_a_channel_numbered_above_channel_max(broker: RunningBroker) -> None:
+    connection = connect(broker, channel_max=10)
+    try:
+        channel = connection.channel(channel_number=65535)
+        channel.queue_declare("high")
+        channel.basic_publish("", "high", b"x")
+        assert channel.queue_declare("high", passive=True).method.message_count == 1
+        others = [connection.channel() for _ in range(9)]
+        assert [c.channel_number for c in others] == list(range(1, 10))
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            connection.channel(channel_number=20)
+        assert closed.value.reply_code == 530
+        assert "number of channels opened (10) has reached" in closed.value.reply_text
+    finally:
+        if connection.is_open:
+            connection.close()

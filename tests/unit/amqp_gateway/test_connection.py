@@ -202,6 +202,61 @@ def test_a_received_payload_of_frame_max_plus_one_bytes_is_501(one_byte_at_a_tim
     assert "4097" in close.reply_text  # the payload's size (the wording is RabbitMQ's)
 
 
+def open_with_channel_max(channel_max: int) -> Client:
+    """A client open with `channel_max` negotiated and no channel open yet."""
+    client = Client()
+    client.send(b"AMQP\x00\x00\x09\x01")
+    client.send_method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00u\x00p"))
+    client.server.accept_login("u")
+    client.send_method(0, m.ConnectionTuneOk(channel_max, FRAME_MAX, 0))
+    client.send_method(0, m.ConnectionOpen(virtual_host="/"))
+    client.server.accept_open("/")
+    client.methods()
+    return client
+
+
+def test_channel_max_limits_how_many_channels_are_open_not_their_numbers() -> None:
+    """As RabbitMQ 3.10 (rabbit_reader:create_channel): any channel number opens while
+    fewer than channel_max channels are open, closing one makes room, and the open beyond
+    the limit closes the connection with 530 and RabbitMQ's text."""
+    client = open_with_channel_max(3)
+    for channel in (65535, 7, 3):
+        client.send_method(channel, m.ChannelOpen())
+    assert client.methods() == [(c, m.ChannelOpenOk()) for c in (65535, 7, 3)]
+    assert client.send_method(7, m.ChannelClose(200, "", 0, 0)) == [ChannelClosed(7)]
+    client.send_method(4, m.ChannelOpen())
+    assert client.methods() == [(7, m.ChannelCloseOk()), (4, m.ChannelOpenOk())]
+    events = client.send_method(9, m.ChannelOpen())
+    assert [e for e in events if isinstance(e, ChannelClosed)] == [
+        ChannelClosed(c) for c in (65535, 3, 4)
+    ]
+    [(channel, close)] = client.methods()
+    assert channel == 0 and isinstance(close, m.ConnectionClose)
+    assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
+    assert close.reply_text == (
+        "NOT_ALLOWED - number of channels opened (3) has reached the negotiated channel_max (3)"
+    )
+
+
+def test_channel_max_zero_means_our_channel_max() -> None:
+    client = open_with_channel_max(0)
+    for channel in range(1, CHANNEL_MAX + 1):
+        client.send_method(channel, m.ChannelOpen())
+    assert len(client.methods()) == CHANNEL_MAX
+    client.send_method(CHANNEL_MAX + 1, m.ChannelOpen())
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose) and close.reply_code == 530
+    assert f"number of channels opened ({CHANNEL_MAX}) has reached" in close.reply_text
+
+
+def test_channel_open_on_channel_0_is_refused() -> None:
+    client = open_with_channel_max(0)
+    client.send_method(0, m.ChannelOpen())
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose)
+    assert client.server.state is State.CLOSING
+
+
 def test_a_message_over_the_max_size_closes_the_channel_with_406() -> None:
     client = Client()
     client.open()
