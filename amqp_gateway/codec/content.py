@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
+from amqp_gateway.codec.erlang_text import frame_error_text
 from amqp_gateway.codec.frame import FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_OVERHEAD_BYTES
 from amqp_gateway.codec.ids import ChannelId
 from amqp_gateway.codec.spec import BASIC_CLASS_ID
@@ -57,7 +58,7 @@ def decode_content_header(payload: bytes) -> ContentHeader:
     the property flag word, as RabbitMQ's analyze_frame treats it as an unknown frame.
     """
     if len(payload) < CONTENT_HEADER_FIELDS_BYTES + _PROPERTY_FLAGS_BYTES:
-        raise FrameError(f"content header payload of {len(payload)} bytes is truncated")
+        raise FrameError(frame_error_text(FRAME_HEADER, payload, "unknown_frame"))
     class_id, weight, body_size = _HEADER_FIELDS.unpack_from(payload)
     return _new(ContentHeader, (class_id, weight, body_size, payload[CONTENT_HEADER_FIELDS_BYTES:]))
 

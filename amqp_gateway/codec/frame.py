@@ -27,6 +27,7 @@ import struct
 from enum import IntEnum
 from typing import Final, NamedTuple
 
+from amqp_gateway.codec.erlang_text import ErlangTerm, frame_error_text, unexpected_frame_text
 from amqp_gateway.codec.ids import ChannelId
 from amqp_gateway.errors import FrameError, ProtocolHeaderMismatch, UnexpectedFrame
 
@@ -126,7 +127,8 @@ def split_frames(buffer: bytes | bytearray | memoryview, frame_max: int) -> tupl
     Returns the frames and the number of bytes they used; a partial frame at the end is
     left for the next call. Raises `FrameError` (501) for a payload larger than
     `received_payload_max(frame_max)` (detected from the frame's 7-byte header, before
-    the payload arrives), an unknown frame type, or a missing frame-end octet.
+    the payload arrives), a missing frame-end octet or an unknown frame type (once the
+    frame is in), with RabbitMQ's reply texts (`erlang_text`).
     """
     assert frame_max > FRAME_OVERHEAD_BYTES, "frame_max must leave room for a payload"
     payload_max = received_payload_max(frame_max)
@@ -145,15 +147,13 @@ def split_frames(buffer: bytes | bytearray | memoryview, frame_max: int) -> tupl
         while available - offset >= FRAME_HEADER_BYTES:
             frame_type, channel, size = unpack(view, offset)
             if size > payload_max:
-                raise FrameError(f"frame of {size} payload bytes exceeds frame_max {frame_max}")
-            if frame_type not in _FRAME_TYPES:
-                raise FrameError(f"unknown frame type {frame_type}")
+                raise _too_large(frame_type, size, frame_max)
             end = offset + FRAME_HEADER_BYTES + size
             if end >= available:
                 break
-            if view[end] != FRAME_END:
-                raise FrameError(f"frame-end octet is 0x{view[end]:02x}, not 0xce")
             payload = view[offset + FRAME_HEADER_BYTES : end].tobytes()
+            if view[end] != FRAME_END or frame_type not in _FRAME_TYPES:
+                raise _malformed(frame_type, payload, view[end])
             append(new(Frame, (frame_type, channel, payload)))
             offset = end + 1
     return frames, offset
@@ -167,16 +167,31 @@ def read_frame(buffer: bytes | memoryview, offset: int, frame_max: int) -> tuple
     frame_type, channel, size = _FRAME_ENVELOPE.unpack_from(buffer, offset)
     # received_payload_max(frame_max), which is frame_max, inlined: this runs per frame.
     if size > frame_max:
-        raise FrameError(f"frame of {size} payload bytes exceeds frame_max {frame_max}")
-    if frame_type not in _FRAME_TYPES:
-        raise FrameError(f"unknown frame type {frame_type}")
+        raise _too_large(frame_type, size, frame_max)
     end = offset + FRAME_HEADER_BYTES + size
     if end >= len(buffer):
         return None, offset
-    if buffer[end] != FRAME_END:
-        raise FrameError(f"frame-end octet is 0x{buffer[end]:02x}, not 0xce")
     payload = bytes(buffer[offset + FRAME_HEADER_BYTES : end])
+    if buffer[end] != FRAME_END or frame_type not in _FRAME_TYPES:
+        raise _malformed(frame_type, payload, buffer[end])
     return tuple.__new__(Frame, (frame_type, channel, payload)), end + 1
+
+
+def _too_large(frame_type: int, size: int, frame_max: int) -> FrameError:
+    # RabbitMQ's text names the spec's payload limit and no payload octets, since it
+    # judges the frame from its header (rabbit_reader:handle_input/3).
+    reason = ("frame_too_large", size, frame_max - FRAME_OVERHEAD_BYTES)
+    return FrameError(frame_error_text(frame_type, b"", reason))
+
+
+def _malformed(frame_type: int, payload: bytes, end_octet: int) -> FrameError:
+    """A whole frame with a bad frame-end octet or of an unknown type, in that order of
+    checks, as RabbitMQ makes them (the type is judged once the frame is in)."""
+    if end_octet != FRAME_END:
+        reason: ErlangTerm = ("invalid_frame_end_marker", end_octet)
+    else:
+        reason = "unknown_frame"
+    return FrameError(frame_error_text(frame_type, payload, reason))
 
 
 def _envelope(frame_type: int, channel: ChannelId, size: int) -> bytes:
@@ -214,6 +229,6 @@ def check_heartbeat_frame(frame: Frame) -> None:
     (505) when it arrives on a channel other than 0 (rabbit_reader:handle_frame/4).
     """
     if frame.payload:
-        raise FrameError(f"heartbeat frame with {len(frame.payload)} payload bytes")
+        raise FrameError(frame_error_text(FRAME_HEARTBEAT, frame.payload, "unknown_frame"))
     if frame.channel != 0:
-        raise UnexpectedFrame(f"heartbeat frame on channel {frame.channel}")
+        raise UnexpectedFrame(unexpected_frame_text(FRAME_HEARTBEAT, frame.payload))

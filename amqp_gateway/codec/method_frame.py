@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from amqp_gateway.codec import basic
 from amqp_gateway.codec.content import append_body_frames, append_content_header_frame
+from amqp_gateway.codec.erlang_text import frame_error_text
 from amqp_gateway.codec.frame import FRAME_METHOD, append_frame
 from amqp_gateway.codec.ids import ChannelId
 from amqp_gateway.codec.methods import METHOD_TYPES, AnyMethod, Method
@@ -92,7 +93,7 @@ def decode_method(payload: bytes) -> AnyMethod:
     the module docstring describes.
     """
     if len(payload) < _IDS.size:
-        raise FrameError(f"method frame payload of {len(payload)} bytes has no method ids")
+        raise FrameError(frame_error_text(FRAME_METHOD, payload, "unknown_frame"))
     key = _IDS.unpack_from(payload)
     fast = _FAST_DECODERS.get(key)
     if fast is not None:
