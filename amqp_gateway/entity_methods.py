@@ -8,7 +8,7 @@ handler, the channel and the decoded method; the handler's table dispatches to t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from amqp_gateway import errors, reply_to
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
@@ -19,8 +19,16 @@ if TYPE_CHECKING:
     from amqp_gateway.server import AmqpHandler
 
 
+DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
+
+
 def exchange_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ExchangeDeclare)
+    if method.exchange == "":
+        # RabbitMQ 3.10 refuses the default exchange before any other check, passive
+        # included (rabbit_channel:check_not_default_exchange), so before permissions:
+        # a passive declare of "" must not answer declare-ok as if it were a name.
+        raise errors.AccessRefused(DEFAULT_EXCHANGE_REFUSED, 40, 10)
     if not method.passive:
         h.check_access("configure", "exchange", method.exchange, (40, 10))
     h.current_vhost().declare_exchange(

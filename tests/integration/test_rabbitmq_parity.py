@@ -245,3 +245,30 @@ def test_pika_may_open_a_channel_numbered_above_channel_max(broker: RunningBroke
     finally:
         if connection.is_open:
             connection.close()
+
+
+# -- 4. the default exchange cannot be declared, not even passively --------------------------
+
+
+@pytest.mark.parametrize("passive", [True, False])
+def test_declaring_the_default_exchange_is_403(
+    connection: pika.BlockingConnection, passive: bool
+) -> None:
+    """RabbitMQ 3.10 refuses exchange.declare of "" before anything else, passive or not
+    (rabbit_channel:check_not_default_exchange), with channel.close 403."""
+    channel = connection.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        channel.exchange_declare("", "direct", passive=passive)
+    assert closed.value.reply_code == 403
+    assert closed.value.reply_text == (
+        "ACCESS_REFUSED - operation not permitted on the default exchange"
+    )
+    assert connection.is_open
+    assert connection.channel().exchange_declare("amq.direct", passive=True)
+
+
+def test_declaring_the_default_exchange_names_exchange_declare(raw: RawClient) -> None:
+    raw.call(1, m.ChannelOpen(), m.ChannelOpenOk)
+    close = raw.call(1, m.ExchangeDeclare(exchange="", passive=True), m.ChannelClose)
+    assert isinstance(close, m.ChannelClose)
+    assert (close.reply_code, close.class_id, close.method_id) == (403, 40, 10)
