@@ -129,7 +129,11 @@ def queue_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> Non
     h.check_access("write", "queue", name, (50, 20))
     h.check_access("read", "exchange", method.exchange, (50, 20))
     vhost = h.current_vhost()
-    vhost.queue(name, h)
+    if method.exchange:  # vhost.bind refuses the default exchange before any lookup
+        # RabbitMQ looks the exchange up first: a missing one is reported before a
+        # missing or locked queue.
+        vhost.exchange(method.exchange)
+        vhost.queue(name, h)
     vhost.bind(Destination("queue", name), method.exchange, routing_key, method.arguments)
     if not method.nowait:
         h.reply_durable(channel.id, m.QueueBindOk(), always=False)
@@ -141,10 +145,15 @@ def queue_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> N
     h.check_access("write", "queue", name, (50, 50))
     h.check_access("read", "exchange", method.exchange, (50, 50))
     vhost = h.current_vhost()
-    if name in vhost.queues:
-        vhost.queue(name, h)  # the exclusive lock still applies
+    destination = Destination("queue", name)
+    exchange = vhost.exchanges.get(method.exchange)
+    # The exclusive lock applies to a binding that exists: RabbitMQ checks it only then.
+    if exchange is not None and exchange.has_binding(
+        destination, method.routing_key, method.arguments
+    ):
+        vhost.queue(name, h)
     # A missing queue, exchange or binding is not an error (RabbitMQ).
-    vhost.unbind(Destination("queue", name), method.exchange, method.routing_key, method.arguments)
+    vhost.unbind(destination, method.exchange, method.routing_key, method.arguments)
     h.reply_durable(channel.id, m.QueueUnbindOk(), always=False)
 
 

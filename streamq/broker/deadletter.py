@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
-from streamq.broker.errors import PreconditionFailed
 from streamq.broker.queue import Queue
+from streamq.broker.queue_arguments import OVERFLOW_MODES
 
 EXPIRATION_FLAG_BYTE0: Final = 0x01  # basic properties flag word: bit 8, expiration
 
@@ -102,9 +102,6 @@ def cycles(deaths: list[tuple[str, str]], target: str) -> bool:
     return False
 
 
-OVERFLOW_MODES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
-
-
 def length_limits(
     arguments: Mapping[str, object], policy: Mapping[str, object]
 ) -> tuple[int | None, int | None, str]:
@@ -121,21 +118,3 @@ def length_limits(
         smaller(arguments.get("x-max-length-bytes"), policy.get("max-length-bytes")),
         overflow if isinstance(overflow, str) and overflow in OVERFLOW_MODES else "drop-head",
     )
-
-
-def check_classic_arguments(name: str, vhost: str, arguments: Mapping[str, object]) -> None:
-    """RabbitMQ's 406 for TTL, length and overflow arguments it cannot use."""
-    where = f"queue '{name}' in vhost '{vhost}'"
-    for key in ("x-message-ttl", "x-max-length", "x-max-length-bytes"):
-        value = arguments.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
-        ):
-            raise PreconditionFailed(
-                f"invalid arg '{key}' for {where}: expected a non-negative integer, got {value!r}"
-            )
-    overflow = arguments.get("x-overflow")
-    if overflow is not None and overflow not in OVERFLOW_MODES:
-        raise PreconditionFailed(
-            f"invalid arg 'x-overflow' for {where}: expected one of {', '.join(OVERFLOW_MODES)}"
-        )

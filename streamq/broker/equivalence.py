@@ -95,13 +95,20 @@ _MISSING: Final = object()
 
 
 def _same(old: object, new: object) -> bool:
-    # RabbitMQ compares values within a type class: any integer type with any other.
-    numbers = (int, float, Decimal)
-    if isinstance(old, bool) or isinstance(new, bool):
-        return type(old) is type(new) and old == new
-    if isinstance(old, numbers) and isinstance(new, numbers):
-        return old == new
-    return type(old) is type(new) and old == new
+    # RabbitMQ (rabbit_misc:assert_args_equivalence1) compares values within a type class
+    # (any integer type with any other, float with double), else the bare Erlang terms:
+    # a longstr and a binary of the same bytes are the same, an integer and a float never.
+    return _term(old) == _term(new)
+
+
+def _term(value: object) -> object:
+    """`value` as its Erlang term compares: tagged with its type class."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    for kind in (bool, int, float, Decimal):  # bool first: it is an int too
+        if isinstance(value, kind):
+            return (kind.__name__, value)
+    return value
 
 
 def _plain(value: object) -> str:

@@ -16,7 +16,7 @@ from typing import Final, NamedTuple
 
 from streamq.broker.consistent_hash import HashRing, weight_of
 from streamq.broker.dedup import Deduper, deduper_for
-from streamq.broker.equivalence import EXCHANGE_CHECKED_ARGUMENTS, check_arguments
+from streamq.broker.equivalence import EXCHANGE_CHECKED_ARGUMENTS, check_arguments, type_name
 from streamq.broker.errors import CommandInvalid, PreconditionFailed
 
 CONSISTENT_HASH: Final = "x-consistent-hash"
@@ -25,6 +25,7 @@ EXCHANGE_TYPES: Final = frozenset(
     {"direct", "fanout", "topic", "headers", CONSISTENT_HASH, DELAYED}
 )
 ROUTE_CACHE_ENTRIES_MAX: Final = 4096
+X_MATCH_MODES: Final = ("all", "any", "all-with-x", "any-with-x")
 
 
 class Destination(NamedTuple):
@@ -120,6 +121,8 @@ class Exchange:
         """Add a binding; False if the same one existed."""
         if self.hash_ring is not None:
             weight_of(routing_key)  # raises for a key that is not a weight
+        if self.route_type == "headers":
+            check_headers_binding(arguments)
         binding = Binding(destination, routing_key, freeze_arguments(arguments))
         if binding in self.bindings:
             return False
@@ -140,6 +143,11 @@ class Exchange:
         self.bindings.discard(binding)
         self._rebuild_direct()
         return True
+
+    def has_binding(
+        self, destination: Destination, routing_key: str, arguments: Mapping[str, object]
+    ) -> bool:
+        return Binding(destination, routing_key, freeze_arguments(arguments)) in self.bindings
 
     def unbind_destination(self, destination: Destination) -> int:
         """Remove every binding to `destination` (it was deleted); returns how many."""
@@ -267,6 +275,24 @@ def topic_match(pattern: list[str], words: list[str]) -> bool:
                 current[j] = previous[j - 1]
         previous = current
     return previous[-1]
+
+
+def check_headers_binding(arguments: Mapping[str, object]) -> None:
+    """RabbitMQ's validate_binding of the headers exchange: raises PreconditionFailed
+    (406) for an `x-match` that is not one of its modes, in RabbitMQ's words."""
+    mode = arguments.get("x-match")
+    if mode is None:
+        return
+    if not isinstance(mode, str):
+        raise PreconditionFailed(
+            f"Invalid x-match field type {type_name(mode)} (value {mode!r}); expected longstr"
+        )
+    if mode not in X_MATCH_MODES:
+        # Erlang prints the binary value with ~p.
+        raise PreconditionFailed(
+            f'Invalid x-match field value <<"{mode}">>; expected all, any, all-with-x, '
+            "or any-with-x"
+        )
 
 
 def headers_match(

@@ -24,8 +24,6 @@ from streamq.queues.classic import ReadyMessage
 from streamq.queues.offsets import OffsetStore
 from streamq.queues.stream import StreamQueue
 
-STREAM: Final = "stream"
-QUEUE_TYPES: Final = frozenset({"classic", STREAM, "quorum"})  # quorum: served as classic
 # Arguments that make no sense for a stream (RabbitMQ refuses them with 406).
 STREAM_REFUSED_ARGUMENTS: Final = (
     "x-dead-letter-exchange",
@@ -45,31 +43,10 @@ DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot st
 _new: Final = tuple.__new__  # skips the NamedTuple constructor (as `format.decode_records`)
 
 
-def queue_type(arguments: Mapping[str, object], name: str, vhost: str) -> str:
-    value = arguments.get("x-queue-type", "classic")
-    if not isinstance(value, str) or value not in QUEUE_TYPES:
-        raise PreconditionFailed(
-            f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{vhost}': "
-            f"{value!r} is not one of classic, quorum, stream"
-        )
-    return value
-
-
-def check_stream_declaration(
-    name: str,
-    vhost: str,
-    durable: bool,
-    exclusive: bool,
-    auto_delete: bool,
-    arguments: Mapping[str, object],
-) -> None:
-    """RabbitMQ's rules for declaring a stream; raises PreconditionFailed (406)."""
+def check_stream_arguments(name: str, vhost: str, arguments: Mapping[str, object]) -> None:
+    """RabbitMQ's rules for a stream's arguments; raises PreconditionFailed (406). Its
+    properties are checked after (`queue_arguments.check_queue_properties`)."""
     where = f"queue '{name}' in vhost '{vhost}'"
-    for refused, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner")):
-        if refused:
-            raise PreconditionFailed(f"invalid property '{prop}' for {where}")
-    if auto_delete:
-        raise PreconditionFailed(f"invalid property 'auto-delete' for {where}")
     for key in STREAM_REFUSED_ARGUMENTS:
         if key in arguments:
             raise PreconditionFailed(

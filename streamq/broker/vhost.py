@@ -27,7 +27,6 @@ from streamq.broker.deadletter import (
     DeadLetterRun,
     Death,
     PropertiesCodec,
-    check_classic_arguments,
     cycles,
     may_expire,
 )
@@ -52,15 +51,13 @@ from streamq.broker.policies import (
 )
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
-from streamq.broker.queue_arguments import check_queue_arguments
+from streamq.broker.queue_arguments import STREAM, check_queue_arguments, check_queue_properties
 from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
-    STREAM,
-    check_stream_declaration,
+    check_stream_arguments,
     delete_stream_files,
     drain_stream,
     open_stream,
-    queue_type,
     track,
 )
 from streamq.broker.vhost_policies import VHostPolicies
@@ -68,7 +65,6 @@ from streamq.broker.vhost_publish import VHostPublish
 from streamq.broker.vhost_runs import VHostRuns
 from streamq.broker.vhost_store import (
     PREDECLARED,
-    PREDECLARED_NAMES,
     VHostStore,
     binding_op,
     exchange_op,
@@ -100,6 +96,8 @@ MESSAGE_LOG_CONFIG: Final = LogConfig(
     segment_bytes_max=64 * MIB, write_buffer_bytes_max=4 * MIB, writes_pending_bytes_max=16 * MIB
 )
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
+DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
+_DEFAULT_EXCHANGE: Final = Destination("exchange", "")
 
 
 class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
@@ -213,24 +211,21 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":
-            raise AccessRefused("operation not permitted on the default exchange")
-        if name in PREDECLARED_NAMES:
+            raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
+        if name.startswith("amq."):
             raise AccessRefused(
                 f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed"
             )
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # RabbitMQ: deleting a missing exchange succeeds
-        if if_unused and (exchange.bindings or self._bound_as_destination(name)):
+        # RabbitMQ: in use means a source of bindings; being a destination is no use.
+        if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
         self._drop_exchange(name)
         self.delayed.drop_exchange(name)
         if exchange.durable:
             self.definitions.record({"op": "exchange.delete", "name": name})
-
-    def _bound_as_destination(self, name: str) -> bool:
-        target = Destination("exchange", name)
-        return any(b.destination == target for e in self.exchanges.values() for b in e.bindings)
 
     def bind(
         self,
@@ -239,8 +234,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         routing_key: str,
         arguments: Mapping[str, object],
     ) -> None:
-        if source == "":
-            raise AccessRefused("operation not permitted on the default exchange")
+        if source == "" or destination == _DEFAULT_EXCHANGE:
+            raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
         exchange = self.exchange(source)
         self._check_destination(destination)
         added = exchange.bind(destination, routing_key, arguments)
@@ -254,8 +249,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         routing_key: str,
         arguments: Mapping[str, object],
     ) -> None:
-        if source == "":
-            raise AccessRefused("operation not permitted on the default exchange")
+        if source == "" or destination == _DEFAULT_EXCHANGE:
+            raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
         exchange = self.exchanges.get(source)
         if exchange is None or not self._exists(destination):
             return  # RabbitMQ: unbinding what does not exist succeeds
@@ -301,6 +296,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             found = self.queue(name, owner)
             found.last_used_s = time.monotonic()  # a declare renews the x-expires lease
             return found
+        # RabbitMQ: an exclusive queue is never durable (rabbit_channel's queue.declare).
+        durable = durable and not exclusive
         if name == "":
             name = "amq.gen-" + secrets.token_urlsafe(16)
         elif name.startswith("amq."):
@@ -311,12 +308,10 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             existing.check_equivalent(durable, exclusive, auto_delete, arguments, self.name)
             existing.last_used_s = time.monotonic()  # a declare renews the x-expires lease
             return existing
-        kind = queue_type(arguments, name, self.name)
+        kind = check_queue_arguments(name, self.name, arguments)
         if kind == STREAM:
-            check_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
-        else:
-            check_classic_arguments(name, self.name, arguments)
-            check_queue_arguments(name, self.name, arguments)
+            check_stream_arguments(name, self.name, arguments)
+        check_queue_properties(kind, name, self.name, durable, exclusive, auto_delete)
         deduper = deduper_for(arguments)
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
         self._queue_dedup(queue, deduper)

@@ -31,7 +31,8 @@ from streamq.broker.paging import PagedMessage, Pager, body_size
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue, StoredMessage
-from streamq.broker.streams import OFFSETS_SUFFIX, STREAM, delete_stream_files, open_stream
+from streamq.broker.queue_arguments import STREAM
+from streamq.broker.streams import OFFSETS_SUFFIX, delete_stream_files, open_stream
 from streamq.log.errors import LogError, SegmentCorrupted
 from streamq.log.files import fsync_directory
 from streamq.log.log import CompanionWork, SegmentLog
