@@ -44,6 +44,7 @@ MESSAGE_BYTES_MAX: Final = 128 * 1024 * 1024
 # bounds the time a run keeps consumers waiting (EVENTS_PER_SLICE counts its messages).
 PUBLISH_RUN_MESSAGES_MAX: Final = 256
 FRAME_MIN_SIZE: Final = 4096
+REPLY_TEXT_BYTES_MAX: Final = 255  # a shortstr
 # Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
 _PRE_TUNE_FRAME_MAX: Final = FRAME_MIN_SIZE
 _NO_READ: Final = bytearray()
@@ -670,8 +671,12 @@ _EXPECTED_METHOD: Final[dict[State, type[m.Method]]] = {
 
 def _reply_text(exc: AMQPError) -> str:
     # RabbitMQ prefixes the code's name, e.g. "NOT_FOUND - no queue 'q' in vhost '/'".
-    text = f"{exc.reply_code.name} - {exc.reply_text}"
-    return text.encode()[:255].decode(errors="ignore")
+    # A longer text is cut to 252 bytes and "..." (rabbit_binary_generator's
+    # amqp_exception_explanation), so it fits the 255-byte shortstr.
+    raw = f"{exc.reply_code.name} - {exc.reply_text}".encode()
+    if len(raw) > REPLY_TEXT_BYTES_MAX:
+        raw = raw[: REPLY_TEXT_BYTES_MAX - 3] + b"..."
+    return raw.decode(errors="ignore")
 
 
 def _utf8(raw: bytes) -> str:

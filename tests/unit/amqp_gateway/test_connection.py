@@ -23,6 +23,7 @@ from amqp_gateway.connection import (
     PublishRun,
     State,
 )
+from amqp_gateway.errors import NotFound
 
 
 class Client:
@@ -270,6 +271,16 @@ def test_a_message_over_the_max_size_closes_the_channel_with_406() -> None:
     # Frames on the closing channel are discarded until the close-ok.
     assert client.send(publish_frames(1, b"ok")) == []
     assert client.send_method(1, m.ChannelCloseOk()) == [ChannelClosed(1)]
+
+
+def test_a_reply_text_over_255_bytes_ends_in_dots_as_rabbitmq_cuts_it() -> None:
+    client = Client()
+    client.open()
+    client.server.fail(NotFound("x" * 300, 50, 10), 1, [])
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ChannelClose)
+    assert len(close.reply_text.encode()) == 255
+    assert close.reply_text == "NOT_FOUND - " + "x" * 240 + "..."
 
 
 def test_a_method_where_content_was_expected_is_505() -> None:
