@@ -236,7 +236,8 @@ async def get_vhost(request: web.Request) -> web.Response:
 
 @routes.put("/api/vhosts/{name}")
 async def put_vhost(request: web.Request) -> web.Response:
-    broker = _admin(request).broker
+    who = _admin(request)
+    broker = who.broker
     name = request.match_info["name"]
     body = await read_json(request)  # description, tags, default_queue_type: not kept
     if body is not None and not isinstance(body, dict):
@@ -246,6 +247,10 @@ async def put_vhost(request: web.Request) -> web.Response:
         return web.Response(status=204)
     if await broker.create_vhost(name) is None:
         raise HttpError(503, f"vhost {name} is unavailable: {broker.failed_vhosts[name]}")
+    # As RabbitMQ's management plugin (maybe_grant_full_permissions): whoever creates a
+    # vhost may use it at once.
+    everything = (".*", ".*", ".*")
+    await asyncio.to_thread(broker.accounts.set_permissions, who.user.name, name, *everything)
     return web.Response(status=201)
 
 

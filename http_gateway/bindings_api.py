@@ -9,7 +9,7 @@ change is durable before the reply.
 
 from __future__ import annotations
 
-from urllib.parse import quote, unquote
+from urllib.parse import quote_plus, unquote
 
 from aiohttp import web
 
@@ -98,18 +98,12 @@ async def create(request: web.Request) -> web.Response:
     _check(who, vhost, source, destination)
     vhost.bind(destination, source, routing_key, arguments)
     await vhost.sync_all()
+    # Relative to the request's path, as RabbitMQ's: the destination, then the binding's
+    # properties_key, each quoted once more as its rabbit_mgmt_format:url quotes them.
     props = properties_key(routing_key, arguments)
-    location = "/".join(
-        quote(part, safe="")
-        for part in (
-            vhost.name,
-            "e",
-            source or "amq.default",
-            request.match_info["kind"],
-            request.match_info["destination"],
-        )
-    )
-    return web.Response(status=201, headers={"Location": f"/api/bindings/{location}/{props}"})
+    target = quote_plus(request.match_info["destination"], safe="")
+    location = f"{target}/{quote_plus(props, safe='')}"
+    return web.Response(status=201, headers={"Location": location})
 
 
 def _one(vhost: VHost, source: str, destination: Destination, props: str) -> Binding:

@@ -71,13 +71,15 @@ async def put(request: web.Request) -> web.Response:
     vhost = vhost_for(who, request.match_info["vhost"])
     name = exchange_name(request.match_info["name"])
     body = await read_json_object(request)
-    exchange_type = body.get("type")
+    # Absent fields take exchange.declare's defaults (direct, not durable): RabbitMQ fills
+    # that method's record from the body.
+    exchange_type = body.get("type", "direct")
     if not isinstance(exchange_type, str):
-        raise HttpError(400, "type is required: direct, fanout, topic, headers, ...")
+        raise HttpError(400, "type must be a string: direct, fanout, topic, headers, ...")
     arguments = body.get("arguments") or {}
     if not isinstance(arguments, dict):
         raise HttpError(400, "arguments must be an object")
-    durable = flag(body, "durable", True)
+    durable = flag(body, "durable", False)
     auto_delete = flag(body, "auto_delete", False)
     internal = flag(body, "internal", False)
     require_permission(who, vhost.name, "configure", "exchange", name)
@@ -136,7 +138,8 @@ def _payload(body: dict[str, object]) -> bytes:
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
 async def publish(request: web.Request) -> web.Response:
     who = caller(request)
-    vhost, exchange = _exchange(request)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    name = exchange_name(request.match_info["name"])
     body = await read_json_object(request)
     routing_key = body.get("routing_key")
     if not isinstance(routing_key, str):
@@ -145,7 +148,12 @@ async def publish(request: web.Request) -> web.Response:
     if not isinstance(properties, dict):
         raise HttpError(400, "properties must be an object")
     payload = _payload(body)
-    require_permission(who, vhost.name, "write", "exchange", exchange.name)
+    require_permission(who, vhost.name, "write", "exchange", name)
+    exchange = vhost.exchanges.get(name)
+    if exchange is None:
+        # RabbitMQ publishes through a channel even to a missing exchange (its POST allows
+        # a missing resource) and answers the channel's 404 as a bad request.
+        raise HttpError(400, f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost.name}'")
     if exchange.internal:
         raise HttpError(
             403, f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'"

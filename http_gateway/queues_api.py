@@ -90,7 +90,9 @@ async def put(request: web.Request) -> web.Response:
     vhost = vhost_for(who, request.match_info["vhost"])
     name = request.match_info["name"]
     body = await read_json_object(request)
-    durable = flag(body, "durable", True)
+    # Absent flags take queue.declare's defaults, as RabbitMQ fills that method's record
+    # from the body: not durable (rabbitmqadmin and the UIs send durable explicitly).
+    durable = flag(body, "durable", False)
     auto_delete = flag(body, "auto_delete", False)
     arguments = _arguments(body)
     require_permission(who, vhost.name, "configure", "queue", name)
@@ -143,7 +145,9 @@ async def purge(request: web.Request) -> web.Response:
 
 
 def _get_options(body: dict[str, object]) -> tuple[int, str, str, int | None]:
-    count = bounded_integer(body.get("count"), "count", 1, GET_COUNT_MAX)
+    # 0 takes nothing, as in RabbitMQ. A negative count takes the whole queue there (its
+    # loop counts down past zero); streamq refuses it, as it refuses more than the max.
+    count = bounded_integer(body.get("count"), "count", 0, GET_COUNT_MAX)
     ackmode = body.get("ackmode")
     if ackmode not in ACK_MODES:
         raise HttpError(400, "ackmode must be one of " + ", ".join(sorted(ACK_MODES)))

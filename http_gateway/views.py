@@ -14,7 +14,7 @@ import json
 import socket
 from collections.abc import Mapping
 from typing import Final
-from urllib.parse import unquote
+from urllib.parse import quote_plus, unquote_plus
 
 from http_gateway.context import SEES_ALL_VHOSTS_TAGS, Caller
 from http_gateway.errors import HttpError
@@ -235,7 +235,9 @@ def exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, object]:
 
 
 def _quote(text: str) -> str:
-    return text.replace("%", "%25").replace("~", "%7E")
+    # RabbitMQ's quote_binding: mochiweb's quote_plus (a space is "+", all but letters,
+    # digits and "-._~" escaped), then "~" escaped too, as it starts the arguments' hash.
+    return quote_plus(text, safe="").replace("~", "%7E")
 
 
 def properties_key(routing_key: str, arguments: Mapping[str, object]) -> str:
@@ -290,4 +292,4 @@ def all_bindings(vhost: VHost) -> list[dict[str, object]]:
 
 def routing_key_of(props: str) -> str:
     """The routing key part of a properties_key (the part before "~")."""
-    return unquote(props.split("~", 1)[0])
+    return unquote_plus(props.split("~", 1)[0])

@@ -111,6 +111,9 @@ def add_vhost(client: ApiClient, args: argparse.Namespace) -> Result:
     if client.exists(path("vhosts", args.name)):
         raise CtlError(f"vhost '{args.name}' already exists")
     client.request("PUT", path("vhosts", args.name))
+    # The API grants the vhost's creator full permissions, as RabbitMQ's management
+    # plugin does; rabbitmqctl add_vhost grants none, and neither does this command.
+    client.request("DELETE", path("permissions", args.name, client.endpoint.user))
     return Done(f'Added vhost "{args.name}".')
 
 

@@ -189,7 +189,7 @@ def test_get_bad_input(mgmt_broker: RunningBroker) -> None:
     call(b, "PUT", "/api/queues/%2F/g", {})
     for body in (
         {"ackmode": "ack_requeue_true", "encoding": "auto"},
-        {"count": 0, "ackmode": "ack_requeue_true", "encoding": "auto"},
+        {"count": -1, "ackmode": "ack_requeue_true", "encoding": "auto"},
         {"count": 1, "ackmode": "keep", "encoding": "auto"},
         {"count": 1, "ackmode": "ack_requeue_true", "encoding": "hex"},
         {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": -1},
@@ -197,6 +197,9 @@ def test_get_bad_input(mgmt_broker: RunningBroker) -> None:
         assert call(b, "POST", "/api/queues/%2F/g/get", body)[0] == 400, body
     body = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
     assert call(b, "POST", "/api/queues/%2F/missing/get", body)[0] == 404
+    # A count of 0 takes nothing, as in RabbitMQ.
+    zero = {"count": 0, "ackmode": "ack_requeue_false", "encoding": "auto"}
+    assert call(b, "POST", "/api/queues/%2F/g/get", zero)[:2] == (200, [])
 
 
 def test_queue_bindings_and_streams(mgmt_broker: RunningBroker) -> None:

@@ -334,7 +334,7 @@ def test_publish_with_properties_and_get_with_each_ackmode(
     method, _, body = channel.basic_get("inbox", auto_ack=True)
     assert method is not None and body == "from stdin é".encode()
     # A count that is no integer is still refused.
-    assert "count must be an integer from 1 to 10000" in admin.fails(
+    assert "count must be an integer from 0 to 10000" in admin.fails(
         "get", "queue=inbox", "count=1.5"
     )
 
