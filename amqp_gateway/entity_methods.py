@@ -179,7 +179,23 @@ def queue_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> N
     queue = vhost.queue(name, h, usable=False)
     consumers = [c for c in queue.consumers if isinstance(c, GatewayConsumer)]
     count = vhost.delete_queue(name, method.if_unused, method.if_empty, h)
+    # RabbitMQ 3.10 sends queue.delete-ok first: each consumer's channel hears of the
+    # deletion later, from the queue process going down, and sends basic.cancel then.
+    # A client waiting for the delete-ok must not see a cancel first (py-amqp, and kombu
+    # over it, raise ConsumerCancelled from queue_delete), so this connection's cancels,
+    # on any of its channels, follow the reply, which may wait for a sync round; this
+    # connection's events are held until then. Other connections get theirs at once.
+    own = [c for c in consumers if c.channel.connection is h.conn]
+    for consumer in consumers:
+        if consumer.channel.connection is not h.conn:
+            consumer.cancel_by_broker()
+    if method.nowait:
+        _cancel_all(own)
+        return
+    reply = m.QueueDeleteOk(message_count=count)
+    h.reply_durable(channel.id, reply, always=False, then=lambda: _cancel_all(own))
+
+
+def _cancel_all(consumers: list[GatewayConsumer]) -> None:
     for consumer in consumers:
         consumer.cancel_by_broker()
-    if not method.nowait:
-        h.reply_durable(channel.id, m.QueueDeleteOk(message_count=count), always=False)

@@ -371,6 +371,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         # Commit-Ok); while one waits, reading stops and later events are held, so that
         # replies keep their order.
         self._waiting: tuple[int, m.Method] | None = None
+        self._after_reply: Callable[[], None] | None = None  # runs once it is sent
         self._held: list[Event] = []
         self._published = False  # since reading was last held for a drain
         self.has_published = False  # ever: a resource alarm blocks publishers only
@@ -602,14 +603,26 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self._confirming = True
             asyncio.get_running_loop().create_task(self._confirm_loop())
 
-    def reply_durable(self, channel_id: int, method: m.Method, *, always: bool) -> None:
+    def reply_durable(
+        self,
+        channel_id: int,
+        method: m.Method,
+        *,
+        always: bool,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         """Send `method` once every change so far is durable: at once if nothing is
-        pending (and not `always`), else after a sync round, holding later events."""
+        pending (and not `always`), else after a sync round, holding later events.
+        `then` runs right after the reply is sent (or the connection failed instead),
+        before any held event: what it sends follows the reply."""
         vhost = self.current_vhost()
         if not always and not vhost.needs_sync():
             self.conn.send_method(channel_id, method)
+            if then is not None:
+                then()
             return
         self._waiting = (channel_id, method)
+        self._after_reply = then
         self._hold("sync")
         asyncio.get_running_loop().create_task(self._reply_after_sync(vhost))
 
@@ -626,6 +639,9 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self._waiting = None
             if self.conn.is_channel_open(channel_id):
                 self.conn.send_method(channel_id, method)
+        then, self._after_reply = self._after_reply, None
+        if then is not None:
+            then()
         held, self._held = self._held, []
         if self.conn.state is not State.CLOSED:
             self._run(held)

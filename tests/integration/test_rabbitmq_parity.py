@@ -54,7 +54,14 @@ class RawClient:
         self.methods: list[tuple[int, m.Method]] = []
         self.sock.sendall(b"AMQP\x00\x00\x09\x01")
         self.until(received(m.ConnectionStart))
-        self.send_method(0, m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00guest\x00guest"))
+        # Asks for basic.cancel from the broker, as RabbitMQ's clients do.
+        capabilities: codec.FieldTable = {"consumer_cancel_notify": True}
+        start_ok = m.ConnectionStartOk(
+            client_properties={"capabilities": capabilities},
+            mechanism="PLAIN",
+            response=b"\x00guest\x00guest",
+        )
+        self.send_method(0, start_ok)
         self.until(received(m.ConnectionTune))
         self.send_method(0, m.ConnectionTuneOk(channel_max, frame_max, 0))
         self.send_method(0, m.ConnectionOpen("/"))
@@ -272,3 +279,96 @@ def test_declaring_the_default_exchange_names_exchange_declare(raw: RawClient) -
     close = raw.call(1, m.ExchangeDeclare(exchange="", passive=True), m.ChannelClose)
     assert isinstance(close, m.ChannelClose)
     assert (close.reply_code, close.class_id, close.method_id) == (403, 40, 10)
+
+
+# -- 5. queue.delete-ok comes before the basic.cancel it causes ------------------------------
+
+
+def consume(client: RawClient, channel: int, queue: str, tag: str) -> None:
+    client.call(channel, m.BasicConsume(queue=queue, consumer_tag=tag), m.BasicConsumeOk)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_queue_delete_ok_comes_before_the_basic_cancel_of_its_consumers(
+    broker: RunningBroker, durable: bool
+) -> None:
+    """RabbitMQ 3.10 answers queue.delete-ok, then each consumer's channel hears that
+    the queue is gone and sends basic.cancel: on the deleting connection every cancel
+    follows the delete-ok, whichever channel consumed; another connection's consumer
+    gets its cancel too. A durable queue's delete-ok waits for a sync round (the
+    deferred path), a transient one's goes at once."""
+    deleting = RawClient(broker.amqp_port)
+    other = RawClient(broker.amqp_port)
+    try:
+        for channel in (1, 2):
+            deleting.call(channel, m.ChannelOpen(), m.ChannelOpenOk)
+        other.call(1, m.ChannelOpen(), m.ChannelOpenOk)
+        deleting.call(1, m.QueueDeclare(queue="dq", durable=durable), m.QueueDeclareOk)
+        consume(deleting, 1, "dq", "own")
+        consume(deleting, 2, "dq", "sibling")
+        consume(other, 1, "dq", "elsewhere")
+        deleting.methods.clear()
+        other.methods.clear()
+        deleting.send_method(1, m.QueueDelete(queue="dq"))
+        deleting.until(lambda got: sum(isinstance(x, m.BasicCancel) for _, x in got) == 2)
+        assert deleting.methods[0] == (1, m.QueueDeleteOk(message_count=0))
+        assert sorted((c, x) for c, x in deleting.methods[1:]) == [
+            (1, m.BasicCancel(consumer_tag="own", nowait=True)),
+            (2, m.BasicCancel(consumer_tag="sibling", nowait=True)),
+        ]
+        other.until(received(m.BasicCancel))
+        assert other.methods == [(1, m.BasicCancel(consumer_tag="elsewhere", nowait=True))]
+        # The consumers are gone: a new consume with the same tag is no duplicate.
+        deleting.call(1, m.QueueDeclare(queue="dq"), m.QueueDeclareOk)
+        consume(deleting, 1, "dq", "own")
+    finally:
+        deleting.close()
+        other.close()
+
+
+def test_deleting_an_exclusive_queue_its_channel_consumes_answers_first(raw: RawClient) -> None:
+    raw.call(1, m.ChannelOpen(), m.ChannelOpenOk)
+    declared = raw.call(1, m.QueueDeclare(queue="", exclusive=True), m.QueueDeclareOk)
+    assert isinstance(declared, m.QueueDeclareOk)
+    consume(raw, 1, declared.queue, "mine")
+    raw.methods.clear()
+    raw.send_method(1, m.QueueDelete(queue=declared.queue))
+    raw.until(received(m.BasicCancel))
+    assert raw.methods == [
+        (1, m.QueueDeleteOk(message_count=0)),
+        (1, m.BasicCancel(consumer_tag="mine", nowait=True)),
+    ]
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_py_amqp_queue_delete_of_a_consumed_queue_returns(
+    broker: RunningBroker, durable: bool
+) -> None:
+    """py-amqp (kombu's transport) raises ConsumerCancelled from the call that waits when
+    a basic.cancel comes first; RabbitMQ's order lets queue_delete return."""
+    amqp = pytest.importorskip("amqp")
+    connection = amqp.Connection(f"127.0.0.1:{broker.amqp_port}", connect_timeout=TIMEOUT_S)
+    connection.connect()
+    try:
+        channel = connection.channel()
+        sibling = connection.channel()
+        channel.queue_declare("kq", durable=durable, auto_delete=False)
+        channel.basic_consume("kq", callback=lambda message: None)
+        sibling.basic_consume("kq", callback=lambda message: None)
+        assert channel.queue_delete("kq") == 0
+        # The cancels follow; py-amqp reports each as ConsumerCancelled.
+        with pytest.raises(amqp.exceptions.ConsumerCancelled):
+            connection.drain_events(timeout=TIMEOUT_S)
+    finally:
+        connection.collect()
+
+
+def test_kombu_queue_delete_of_a_consumed_queue_returns(broker: RunningBroker) -> None:
+    kombu = pytest.importorskip("kombu")
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}//") as connection:
+        channel = connection.channel()
+        queue = kombu.Queue("kombu-q", channel=channel, durable=True)
+        queue.declare()
+        consumer = kombu.Consumer(channel, [queue], callbacks=[lambda body, message: None])
+        consumer.consume()
+        assert queue.delete() == 0
