@@ -11,6 +11,7 @@ from typing import Any
 
 import aio_pika
 import amqp
+import kombu
 import pika
 import pika.exceptions
 
@@ -358,3 +359,41 @@ def _amqp_confirms(s: Session) -> None:
             s.record(label, *described(exc))
     outcome(s, "passive", lambda: tuple(ch.queue_declare(s.name(), passive=True)))
     outcome(s, "missing", lambda: ch.queue_declare(s.name("missing"), passive=True))
+
+
+# kombu (over py-amqp).
+
+
+@scenario("kombu: SimpleQueue put and get, then empty")
+def _kombu_simple(s: Session) -> None:
+    with kombu.Connection(s.url(), connect_timeout=REPLY_TIMEOUT_S) as connection:
+        queue = connection.SimpleQueue(s.name(), serializer="json")
+        queue.put({"n": 1})
+        queue.put({"n": 2})
+        for _ in range(2):
+            message = queue.get(timeout=REPLY_TIMEOUT_S)
+            info = message.delivery_info
+            s.record("got", message.payload, message.content_type, info["redelivered"])
+            message.ack()
+        try:
+            queue.get(timeout=0.1)
+            s.record("not empty")
+        except queue.Empty:
+            s.record("empty")
+        s.record("size", queue.qsize())
+        queue.close()
+
+
+@scenario("kombu: publish with confirms to a full reject-publish queue")
+def _kombu_confirms(s: Session) -> None:
+    options = {"confirm_publish": True}
+    url = s.url()
+    with kombu.Connection(url, connect_timeout=REPLY_TIMEOUT_S, transport_options=options) as c:
+        producer = c.Producer()
+        kombu.Queue(s.name(), queue_arguments=FULL, durable=False)(producer.channel).declare()
+        for body, routing_key in (("kept", s.name()), ("refused", s.name()), ("u", "nowhere")):
+            try:
+                producer.publish(body, routing_key=routing_key)
+                s.record(body, "confirmed")
+            except Exception as exc:
+                s.record(body, *described(exc))
