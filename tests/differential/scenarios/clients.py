@@ -312,10 +312,9 @@ def _amqp(s: Session, **options: Any) -> amqp.Connection:
     return connection
 
 
-# DIFF: pending fix of the delete-ok order (gap 5): RabbitMQ sends queue.delete-ok, then
-# basic.cancel, so queue_delete returns 0 and the next call raises ConsumerCancelled;
-# streamq sends the cancel first, so queue_delete itself raises ConsumerCancelled.
-# @scenario("py-amqp: queue_delete of a queue consumed on the same channel")
+# RabbitMQ sends queue.delete-ok, then basic.cancel: queue_delete returns 0 and the next
+# call raises ConsumerCancelled.
+@scenario("py-amqp: queue_delete of a queue consumed on the same channel")
 def _amqp_delete_consumed(s: Session) -> None:
     connection = _amqp(s)
     ch = connection.channel()
