@@ -204,9 +204,11 @@ class Exchange:
     def _route_topic(self, routing_key: str) -> frozenset[Destination]:
         cached = self._cache.get(routing_key)
         if cached is None:
-            words = routing_key.split(".")
+            words = topic_words(routing_key)
             cached = frozenset(
-                b.destination for b in self.bindings if topic_match(b.routing_key.split("."), words)
+                b.destination
+                for b in self.bindings
+                if topic_match(topic_words(b.routing_key), words)
             )
             if len(self._cache) >= ROUTE_CACHE_ENTRIES_MAX:
                 self._cache.clear()
@@ -262,8 +264,17 @@ def _show(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def topic_words(key: str) -> list[str]:
+    """A routing or binding key's words, as RabbitMQ splits them (rabbit_exchange_type_topic,
+    split_topic_key/1): on every ".", empty words kept ("a." is "a" and "", "a..b" three
+    words), but the empty key is no word at all. So `#` and the empty binding key match
+    the empty routing key and `*` does not; "".split(".") would make it one empty word."""
+    return key.split(".") if key else []
+
+
 def topic_match(pattern: list[str], words: list[str]) -> bool:
-    """AMQP topic matching: `*` is exactly one word, `#` zero or more words."""
+    """AMQP topic matching over `topic_words`: `*` is exactly one word (an empty word
+    too), `#` zero or more words."""
     # Dynamic programming over (pattern prefix, words prefix); patterns are short.
     previous = [True] + [False] * len(words)
     for p in pattern:

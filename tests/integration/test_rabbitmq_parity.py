@@ -19,7 +19,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import RunningBroker, drain_bodies
 
 TIMEOUT_S = 10
 FRAME_MAX = 131072
@@ -372,3 +372,35 @@ def test_kombu_queue_delete_of_a_consumed_queue_returns(broker: RunningBroker) -
         consumer = kombu.Consumer(channel, [queue], callbacks=[lambda body, message: None])
         consumer.consume()
         assert queue.delete() == 0
+
+
+# -- 6. topic routing: the empty routing key is zero words -----------------------------------
+
+
+def test_the_empty_routing_key_reaches_hash_and_empty_bindings_not_star(
+    connection: pika.BlockingConnection,
+) -> None:
+    """RabbitMQ 3.10 splits "" into no words (rabbit_exchange_type_topic:split_topic_key),
+    so `*` has no word to match; "a." is two words, the second empty, which `*` matches."""
+    channel = connection.channel()
+    channel.exchange_declare("words", "topic")
+    for queue, binding in [
+        ("star", "*"),
+        ("hash", "#"),
+        ("empty", ""),
+        ("star-hash", "*.#"),
+        ("a-star", "a.*"),
+    ]:
+        channel.queue_declare(queue)
+        channel.queue_bind(queue, "words", binding)
+    channel.confirm_delivery()
+    channel.basic_publish("words", "", b"no words")
+    channel.basic_publish("words", "a.", b"a and an empty word")
+    got = {q: drain_bodies(channel, q) for q in ("star", "hash", "empty", "star-hash", "a-star")}
+    assert got == {
+        "star": [],
+        "hash": [b"no words", b"a and an empty word"],
+        "empty": [b"no words"],
+        "star-hash": [b"a and an empty word"],
+        "a-star": [b"a and an empty word"],
+    }
