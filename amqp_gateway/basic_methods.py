@@ -2,7 +2,7 @@
 
 Owns consumers, basic.get, acks and their requeue rules, qos, publisher confirm mode and
 transactions as seen from one channel. Publishes themselves take the handler's hot path
-(`AmqpHandler.route_and_store`); deliveries are the vhost's drain.
+(`AmqpHandler.route` and `store`); deliveries are the vhost's drain.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from amqp_gateway.channels import (
 )
 from amqp_gateway.codec import methods as m
 from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
+from streamq.broker.equivalence import type_name
 from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
@@ -62,7 +63,10 @@ def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
     priority = method.arguments.get("x-priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise errors.PreconditionFailed(
-            f"invalid arg 'x-priority': expected integer, got {priority!r}", 60, 20
+            f"invalid arg 'x-priority' for queue '{name}' in vhost '{vhost.name}': "
+            f'"expected integer, got {type_name(priority)}"',
+            60,
+            20,
         )
     consumer.priority = priority
     consumer.timeout_ms = _consumer_timeout(method)
@@ -192,24 +196,29 @@ def settle(
     ids: tuple[int, int],
 ) -> None:
     if channel.transactional:
-        channel.tx_acks.append((tag, multiple, ack, requeue))
+        # The tags are checked now and leave the unacked ones (RabbitMQ's collect_acks):
+        # naming one twice in a transaction is a 406 at once. Commit applies them.
+        held = channel.hold_tags(tag, multiple)
+        if not held and not (multiple and tag == 0):
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
+        channel.tx_acks.append((held, ack, requeue))
         return
-    apply_settle(h, channel, tag, multiple, ack, requeue, ids)
-
-
-def apply_settle(
-    h: AmqpHandler,
-    channel: ChannelSession,
-    tag: int,
-    multiple: bool,
-    ack: bool,
-    requeue: bool,
-    ids: tuple[int, int],
-) -> None:
-    vhost = h.current_vhost()
     settled = channel.settle_tags(tag, multiple)
     if not settled and not (multiple and tag == 0):
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
+    apply_settle(h, channel, settled, ack, requeue)
+
+
+def apply_settle(
+    h: AmqpHandler, channel: ChannelSession, settled: list[Unacked], ack: bool, requeue: bool
+) -> None:
+    """Ack, requeue or reject `settled`, taken from the channel's unacked deliveries."""
+    vhost = h.current_vhost()
+    if channel.channel_prefetch:
+        # A global prefetch limits every consumer of the channel: the credit freed here
+        # may be another queue's consumer's turn.
+        for consumer in channel.consumers.values():
+            vhost.kick(consumer.queue)
     if ack:
         _ack(vhost, settled)
         return
@@ -313,10 +322,15 @@ def tx_commit(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
     vhost = h.current_vhost()
     acks, channel.tx_acks = channel.tx_acks, []
     publishes, channel.tx_publishes = channel.tx_publishes, []
-    for tag, multiple, ack, requeue in acks:
-        apply_settle(h, channel, tag, multiple, ack, requeue, (90, 20))
-    for publish in publishes:
-        h.route_and_store(vhost, channel, publish)
+    for held, ack, requeue in acks:
+        settled = list(held.values())
+        channel.release(settled)
+        apply_settle(h, channel, settled, ack, requeue)
+    for routed in publishes:
+        # A queue deleted since the publish takes nothing (RabbitMQ's delivery to a
+        # queue process that is gone).
+        queues = [q for q in routed.queues if vhost.queues.get(q.name) is q]
+        h.store(vhost, channel, routed._replace(queues=queues))
     # Commit-Ok goes out once the committed publishes and acks are on disk.
     h.reply_durable(channel.id, m.TxCommitOk(), always=True)
 
@@ -324,7 +338,7 @@ def tx_commit(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
 def tx_rollback(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
     if not channel.transactional:
         raise errors.PreconditionFailed("channel is not transactional", 90, 30)
-    channel.tx_acks.clear()
+    channel.restore_held()
     channel.tx_publishes.clear()
     h.conn.send_method(channel.id, m.TxRollbackOk())
 

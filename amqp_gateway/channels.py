@@ -13,7 +13,7 @@ import time
 from collections import Counter, deque
 from itertools import takewhile
 from operator import attrgetter
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from amqp_gateway import codec, errors
 from amqp_gateway.codec import methods as m
@@ -25,6 +25,7 @@ from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
     from amqp_gateway.connection import Connection, Publish
+    from streamq.broker.stats import MessageStats
 
 
 class Clock:
@@ -49,6 +50,18 @@ class Owner(Protocol):
 
     def note_output(self) -> None:
         """Deliveries were encoded into the outgoing buffer: write it soon."""
+
+
+class RoutedPublish(NamedTuple):
+    """A publish routed, not stored yet: stored at once, or at tx.commit (RabbitMQ 3.10
+    routes a transaction's publishes when they come)."""
+
+    publish: Publish
+    queues: list[Queue]
+    properties_raw: bytes  # as stored (BCC removed, reply-to rewritten)
+    reply: bool  # unrouted for `mandatory` and direct reply-to
+    routed_later: bool  # held by a LavinMQ-style delayed exchange: counts as routed
+    stats: MessageStats  # the exchange's
 
 
 class Unacked:
@@ -89,8 +102,11 @@ class ChannelSession:
         self.confirmed_seq = 0
         self.rejected_seqs: list[int] = []  # publishes a full queue refused: nacked
         self.transactional = False
-        self.tx_publishes: list[Publish] = []
-        self.tx_acks: list[tuple[int, bool, bool, bool]] = []  # tag, multiple, ack, requeue
+        self.tx_publishes: list[RoutedPublish] = []
+        # Acks, nacks and rejects of the open transaction: (deliveries by tag, ack,
+        # requeue). Their deliveries left `unacked` when the method came (a tag named
+        # twice is a 406 at once, as in RabbitMQ) but still count for the prefetch.
+        self.tx_acks: list[tuple[dict[int, Unacked], bool, bool]] = []
         # Direct reply-to (amqp_gateway.reply_to): the reply consumer's tag and name.
         self.reply_tag: str | None = None
         self.reply_suffix: str | None = None
@@ -132,27 +148,48 @@ class ChannelSession:
         return tag
 
     def settle_tags(self, delivery_tag: int, multiple: bool) -> list[Unacked]:
-        """Remove and return the deliveries an ack/nack/reject names; [] if the tag is
-        unknown (the caller closes the channel with 406)."""
+        """Remove and return the deliveries an ack/nack/reject names, and give their
+        consumers the credit back; [] if the tag is unknown (the caller closes the
+        channel with 406)."""
+        # C-level loops: an ack with `multiple` settles hundreds at once, and the event
+        # loop does nothing else meanwhile (per entry in Python it took about 1 us).
+        settled = list(map(self.unacked.pop, self._named_tags(delivery_tag, multiple)))
+        self.release(settled)
+        return settled
+
+    def hold_tags(self, delivery_tag: int, multiple: bool) -> dict[int, Unacked]:
+        """`settle_tags` for a transaction: by tag, and the consumers' credit stays
+        taken until the commit `release`s it."""
+        tags = self._named_tags(delivery_tag, multiple)
+        return dict(zip(tags, map(self.unacked.pop, tags), strict=True))
+
+    def _named_tags(self, delivery_tag: int, multiple: bool) -> list[int]:
         unacked = self.unacked
         if multiple:
             if delivery_tag == 0:
-                tags = list(unacked)
-            else:
-                # Tags are inserted in increasing order: stop at the first one past it.
-                tags = list(takewhile(delivery_tag.__ge__, unacked))
-        elif delivery_tag in unacked:
-            tags = [delivery_tag]
-        else:
-            tags = []
-        # C-level loops: an ack with `multiple` settles hundreds at once, and the event
-        # loop does nothing else meanwhile (per entry in Python it took about 1 us).
-        settled = list(map(unacked.pop, tags))
+                return list(unacked)
+            # Tags are inserted in increasing order: stop at the first one past it.
+            return list(takewhile(delivery_tag.__ge__, unacked))
+        return [delivery_tag] if delivery_tag in unacked else []
+
+    def release(self, settled: list[Unacked]) -> None:
+        """The consumers of `settled` deliveries may take as many more (prefetch)."""
         for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
             if consumer is not None:
                 consumer.unacked -= count
                 self.consumer_unacked -= count
-        return settled
+
+    def restore_held(self) -> None:
+        """tx.rollback, or the channel's end: the deliveries the transaction's acks held
+        are unacked again, in tag order (RabbitMQ's rollback sorts them back in)."""
+        held = self.tx_acks
+        if not held:
+            return
+        self.tx_acks = []
+        restored = dict(self.unacked)
+        for deliveries, _, _ in held:
+            restored.update(deliveries)
+        self.unacked = dict(sorted(restored.items()))
 
 
 class GatewayConsumer:

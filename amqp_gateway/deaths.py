@@ -31,7 +31,7 @@ import functools
 import struct
 from typing import Final
 
-from amqp_gateway import codec
+from amqp_gateway import codec, routing
 from amqp_gateway.errors import AMQPError
 from streamq.broker.deadletter import Death
 
@@ -83,9 +83,9 @@ class AmqpPropertiesCodec:
             expiration = codec.decode_properties(properties_raw).expiration
         except AMQPError:
             return None
-        if expiration is None or not expiration.isdigit():
-            return None  # RabbitMQ refuses such publishes; here they never expire
-        return int(expiration)
+        if expiration is None or routing.expiration_problem(expiration) is not None:
+            return None  # refused at publish (routing.check_properties): never expires
+        return int(expiration)  # "+5" and "007" are 5 and 7 ms, as in RabbitMQ
 
     def cc_keys(self, properties_raw: bytes) -> tuple[str, ...]:
         # Most messages have no CC: a byte search spares them the decoding.

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Final, cast
 
 from amqp_gateway import basic_methods, codec, entity_methods, errors, reply_to, routing
-from amqp_gateway.channels import ChannelSession, Clock, monotonic_ms
+from amqp_gateway.channels import ChannelSession, Clock, RoutedPublish, monotonic_ms
 from amqp_gateway.client_view import AmqpClient, AmqpPropertiesJson
 from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import (
@@ -32,6 +32,7 @@ from amqp_gateway.connection import (
     OpenRequested,
     Publish,
     PublishRun,
+    RunMessage,
     State,
 )
 from amqp_gateway.deaths import AmqpPropertiesCodec
@@ -390,6 +391,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         self._read_full = True
         self._now_ms = 0
         self.user = ""
+        self.impersonator = False
         # Each connection caches its permission answers, as RabbitMQ caches them per
         # connection and channel: a permission changed over the management API (or
         # `streamq ctl`) applies to connections opened afterwards; deleting a user closes
@@ -673,6 +675,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
             )
         self.conn.accept_login(user.name)
         self.user = user.name
+        self.impersonator = "impersonator" in user.tags  # may publish any user-id
 
     def _open(self, virtual_host: str) -> None:
         try:
@@ -754,7 +757,9 @@ class AmqpHandler(asyncio.BufferedProtocol):
         for consumer in list(channel.consumers.values()):
             vhost.remove_consumer(consumer.queue, consumer)
         channel.consumers.clear()
-        # Unacked deliveries go back to their queues in their original order.
+        # Unacked deliveries go back to their queues in their original order, with those
+        # an uncommitted transaction acked.
+        channel.restore_held()
         for entry in channel.unacked.values():
             vhost.requeue(entry.queue, entry.offset)
         channel.unacked.clear()
@@ -832,7 +837,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
             raise errors.AMQPNotImplemented("immediate=true", 60, 40)
         self.check_access("write", "exchange", publish.exchange, (60, 40))
         if channel.transactional:
-            channel.tx_publishes.append(publish)
+            # As RabbitMQ 3.10: checked and routed now, stored (or returned) at commit.
+            channel.tx_publishes.append(self.route(vhost, channel, publish))
             return False
         if channel.confirm:
             channel.publish_seq += 1
@@ -882,9 +888,10 @@ class AmqpHandler(asyncio.BufferedProtocol):
             or exchange.reads_properties
             or vhost.queue_dedupers
             or (
-                run.flags & routing.SLOW_FLAGS_BYTE0
+                run.flags & routing.SLOW_FLAGS
                 and any(routing.needs_slow_path(vhost, exchange, m[0]) for m in messages)
             )
+            or (run.flags & routing.CHECKED_FLAGS and not self._pass_checks(messages))
         ):
             return False
         self.check_access("write", "exchange", exchange_name, (60, 40))
@@ -907,7 +914,27 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 self._flow_queue = queue
         return True
 
+    def _pass_checks(self, messages: list[RunMessage]) -> bool:
+        """Whether every message of a run passes `routing.check_properties`; if one does
+        not, the run goes one by one and the publishes before it are stored. Equal
+        consecutive properties are one object: each is checked once."""
+        previous = None
+        for message in messages:
+            properties_raw = message[0]
+            if properties_raw is not previous and routing.needs_check(properties_raw):
+                try:
+                    routing.check_properties(properties_raw, self.user, self.impersonator)
+                except errors.PreconditionFailed:
+                    return False
+            previous = properties_raw
+        return True
+
     def route_and_store(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> None:
+        self.store(vhost, channel, self.route(vhost, channel, publish))
+
+    def route(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> RoutedPublish:
+        """The queues `publish` goes to, and its properties as stored. Raises NotFound
+        (404) and AccessRefused (403) for its exchange, and what routing raises."""
         exchange = vhost.exchanges.get(publish.exchange)
         if exchange is None:
             raise errors.NotFound(
@@ -925,6 +952,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
             stats = vhost.exchange_stats[publish.exchange] = MessageStats()
         stats.publish_in += 1
         properties_raw = publish.properties_raw
+        if routing.needs_check(properties_raw):
+            routing.check_properties(properties_raw, self.user, self.impersonator)
         # Hot path: two flags and one flag-byte test decide that nothing below applies.
         if (
             exchange.reads_properties
@@ -955,6 +984,11 @@ class AmqpHandler(asyncio.BufferedProtocol):
             )
             reply = not queues
             routed_later = False
+        return RoutedPublish(publish, queues, properties_raw, reply, routed_later, stats)
+
+    def store(self, vhost: VHost, channel: ChannelSession, routed: RoutedPublish) -> None:
+        """Store a routed publish, or return it (mandatory) or drop it if it went nowhere."""
+        publish, queues, properties_raw, reply, routed_later, stats = routed
         offset = vhost.publish(
             publish.exchange,
             publish.routing_key,

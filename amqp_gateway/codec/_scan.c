@@ -36,7 +36,7 @@ PyDoc_STRVAR(MODULE_DOC,
 "This module owns `scan_publishes`, the C form of the receive loop's fast path: the\n"
 "messages of consecutive publishes (method, content header, at most one body frame)\n"
 "on one channel with one exchange and routing key, as plain tuples, with the OR of\n"
-"their bits and of their property flags' first bytes (what the server's common case\n"
+"their bits and of their property flag words (what the server's common case\n"
 "checks once per run). It must not judge anything beyond the frame rules\n"
 "that `basic.read_publish` checks: it stops at the first frame it does not accept and\n"
 "the caller reads that frame the slow way, which reports errors with the right code.\n"
@@ -404,7 +404,7 @@ scan(const unsigned char *data, Py_ssize_t length, Py_ssize_t position,
         *channel = publish.channel;
         /* The header is at least 14 bytes (parse_publish), so the flag word is there. */
         *bits |= publish.bits;
-        *flags |= publish.properties[0];
+        *flags |= (unsigned int)publish.properties[0] << 8 | publish.properties[1];
         end = publish.end;
     }
     return end;
@@ -421,8 +421,8 @@ PyDoc_STRVAR(scan_publishes_doc,
 "`basic.read_publish(data, offset, payload_max)` would accept it, with the first\n"
 "message's channel, exchange and routing key, with a body of at most `body_bytes_max`\n"
 "bytes; at most `count_max` messages. `end` is the offset after the last frame read;\n"
-"`bits` is the OR of the messages' bits, `flags` the OR of the first bytes of their\n"
-"property flags. With no message it returns `(0, position, [], 0, 0)`.\n"
+"`bits` is the OR of the messages' bits, `flags` the OR of their property flag words\n"
+"(16 bits, big-endian). With no message it returns `(0, position, [], 0, 0)`.\n"
 "\n"
 "Never raises for the bytes it reads: it stops at the first frame it does not accept.\n"
 "Raises TypeError when `data` has no buffer or an argument is not an integer, and\n"

@@ -20,8 +20,8 @@ def scan_publishes(
     accepts one after another, with the first one's channel, exchange and routing key,
     with bodies of at most `body_bytes_max` bytes, at most `count_max` of them; `end` is
     the offset after the last frame read; `bits` the OR of their bits, `flags` the OR
-    of the first bytes of their property flags. `(0, position, [], 0, 0)` when none is
-    accepted. Never raises for the bytes it reads.
+    of their property flag words (16 bits, big-endian). `(0, position, [], 0, 0)` when
+    none is accepted. Never raises for the bytes it reads.
 
     Raises TypeError when `data` has no buffer or an argument is not an integer,
     BufferError for a non-contiguous buffer, and ValueError for a negative argument,

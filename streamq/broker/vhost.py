@@ -295,6 +295,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         if passive:
             found = self.queue(name, owner)
             found.last_used_s = time.monotonic()  # a declare renews the x-expires lease
+            self.expire_head(found, int(time.time() * 1000))  # not counted in declare-ok
             return found
         # RabbitMQ: an exclusive queue is never durable (rabbit_channel's queue.declare).
         durable = durable and not exclusive
@@ -307,6 +308,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             self.queue(name, owner)  # the exclusive check
             existing.check_equivalent(durable, exclusive, auto_delete, arguments, self.name)
             existing.last_used_s = time.monotonic()  # a declare renews the x-expires lease
+            self.expire_head(existing, int(time.time() * 1000))
             return existing
         kind = check_queue_arguments(name, self.name, arguments)
         if kind == STREAM:
@@ -711,12 +713,18 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def take(self, queue: Queue, now_ms: int) -> ReadyMessage | None:
         """The next message of a classic queue for a consumer or basic.get; expired ones
-        on the way are dead-lettered (or dropped), never delivered."""
+        on the way are dead-lettered (or dropped), never delivered; so are those at the
+        head once it is taken, as RabbitMQ's fetch drops them: basic.get-ok's
+        message_count leaves them out."""
         while True:
             ready = queue.cursor.take()
-            if ready is None or not self._expired(queue, self.messages[ready.offset], now_ms):
-                return ready
+            if ready is None:
+                return None
+            if not self._expired(queue, self.messages[ready.offset], now_ms):
+                break
             self.dead_letter(queue, ready.offset, "expired", now_ms)
+        self.expire_head(queue, now_ms)
+        return ready
 
     def _expired(self, queue: Queue, stored: StoredMessage, now_ms: int) -> bool:
         ttl = queue.message_ttl_ms
@@ -741,16 +749,20 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def expire_heads(self, now_ms: int) -> int:
         """Dead-letter what has expired at the head of each queue, consumers or not (as
         RabbitMQ); returns how many. The housekeeping timer calls it."""
-        expired = 0
-        for queue in list(self.queues.values()):
-            if queue.stream is not None or queue.failed is not None:
-                continue
-            if queue.message_ttl_ms is None and not queue.holds_expiring:
-                continue
-            taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms))
+        return sum(self.expire_head(queue, now_ms) for queue in list(self.queues.values()))
+
+    def expire_head(self, queue: Queue, now_ms: int) -> int:
+        """Dead-letter what has expired at the head of `queue`; returns how many.
+        RabbitMQ drops such messages when they expire (at once for a TTL of 0), so a
+        declare-ok or get-ok never counts them: those call it, and housekeeping."""
+        if queue.stream is not None or queue.failed is not None:
+            return 0
+        if queue.message_ttl_ms is None and not queue.holds_expiring:
+            return 0
+        taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms))
+        if taken:
             self.dead_letter_many(queue, taken, "expired", now_ms)
-            expired += len(taken)
-        return expired
+        return len(taken)
 
     def expire_queues(self, now_s: float) -> list[Queue]:
         """Delete the queues unused for their x-expires (monotonic `now_s`); returns
@@ -967,6 +979,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 continue
             ready = take()
             if ready is None:
+                # This consumer got nothing: its turn is the next message's, as in
+                # RabbitMQ, where only a consumer that received moves to the back.
+                index -= 1
                 empty = True
                 break
             idle = 0

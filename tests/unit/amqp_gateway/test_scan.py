@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - a setup problem, not a test res
 scan_publishes = _scan.scan_publishes
 Message = tuple[bytes, bytes, str, str, int]
 Result = tuple[int, int, list[Message]]
-Full = tuple[int, int, list[Message], int, int]  # with the ORs of bits and flag bytes
+Full = tuple[int, int, list[Message], int, int]  # with the ORs of bits and flag words
 
 FRAME_MAX = 131072
 PAYLOAD_MAX = received_payload_max(FRAME_MAX)  # what the connection passes: FRAME_MAX
@@ -108,16 +108,17 @@ def oracle(
         fields = (message.properties_raw, message.body, message.exchange, message.routing_key)
         messages.append((*fields, message.bits))
         bits |= message.bits
-        flags |= message.properties_raw[0]
+        flags |= int.from_bytes(message.properties_raw[:2], "big")
         end = message.end
     return channel, end, messages, bits, flags
 
 
 def run_of(result: Full) -> Result:
-    """The run of a scan result, after checking its ORs of bits and flag bytes."""
+    """The run of a scan result, after checking its ORs of bits and flag words."""
     channel, end, messages, bits, flags = result
     assert bits == functools.reduce(operator.or_, (m[4] for m in messages), 0)
-    assert flags == functools.reduce(operator.or_, (m[0][0] for m in messages), 0)
+    words = (int.from_bytes(m[0][:2], "big") for m in messages)
+    assert flags == functools.reduce(operator.or_, words, 0)
     return channel, end, messages
 
 
