@@ -119,7 +119,7 @@ class PublishRun(NamedTuple):
     channel: int
     messages: list[RunMessage]
     bits: int  # the OR of the messages' bits
-    flags: int  # the OR of the first bytes of their property flags
+    flags: int  # the OR of their property flag words (16 bits, big-endian)
 
 
 @dataclass(frozen=True, slots=True)
