@@ -1,0 +1,177 @@
+"""Random sequences of operations, run against RabbitMQ and streamq: what a client
+observes must be equal.
+
+Hypothesis draws a list of operations over a small world (three queues, one exchange
+of our own and the built-in ones, a few routing and binding keys), so that sequences
+often meet: a publish finds a binding made two steps before, a delete finds a queue in
+use, an ack names a tag that a get handed out or one it did not. Each operation is a
+round trip on channel 1 of one raw connection; a channel the broker closed is opened
+again by the next operation, a closed connection ends the run. The names of each example
+are its own, so no example sees another's queues.
+
+In CI the examples are derandomized (the same every run, so a red build is a real
+difference, reproducible); `STREAMQ_DIFFERENTIAL_EXPLORE=1` draws new ones, and
+`STREAMQ_DIFFERENTIAL_EXAMPLES=N` sets how many.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amqp_gateway.codec import methods as m
+from tests.differential.harness import (
+    Scenario,
+    ScenarioAbort,
+    Session,
+    explain,
+    run_scenario,
+)
+from tests.differential.peers import Endpoint
+
+QUEUES = ("q0", "q1", "q2")
+EXCHANGE_TYPES = ("direct", "fanout", "topic")
+ROUTING_KEYS = ("", "a", "b", "a.b", "b.a.c")
+BINDING_KEYS = ("", "a", "b", "#", "*", "a.#", "*.a", "#.c", "a.b")
+EXAMPLES = int(os.environ.get("STREAMQ_DIFFERENTIAL_EXAMPLES", "40"))
+EXPLORE = os.environ.get("STREAMQ_DIFFERENTIAL_EXPLORE") == "1"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation: a method name and its arguments, drawn by `operations`."""
+
+    kind: str
+    args: tuple[object, ...]
+
+
+def _exchanges() -> st.SearchStrategy[str]:
+    return st.sampled_from(("x0", "amq.direct", "amq.fanout", "amq.topic", ""))
+
+
+def operations() -> st.SearchStrategy[Op]:
+    queue, key = st.sampled_from(QUEUES), st.sampled_from(ROUTING_KEYS)
+    flag, binding = st.booleans(), st.sampled_from(BINDING_KEYS)
+    small = st.integers(min_value=0, max_value=4)
+    ops = {
+        "declare_queue": st.tuples(queue, flag, flag, st.sampled_from((None, 1, 2))),
+        "passive_queue": st.tuples(queue),
+        "declare_exchange": st.tuples(st.sampled_from(EXCHANGE_TYPES), flag),
+        "delete_exchange": st.tuples(flag),
+        "delete_queue": st.tuples(queue, flag, flag),
+        "bind": st.tuples(queue, _exchanges(), binding),
+        "unbind": st.tuples(queue, _exchanges(), binding),
+        "purge": st.tuples(queue),
+        "publish": st.tuples(_exchanges(), key, small, flag),
+        "publish_to_queue": st.tuples(queue, small),
+        "get": st.tuples(queue, flag),
+        "ack": st.tuples(small, flag),
+        "nack": st.tuples(small, flag, flag),
+        "reject": st.tuples(small, flag),
+        "recover": st.tuples(),
+    }
+    return st.one_of(
+        [args.map(lambda a, kind=kind: Op(kind, a)) for kind, args in ops.items()]  # type: ignore[misc]
+    )
+
+
+def _resolve(s: Session, exchange: str) -> str:
+    return s.name(exchange) if exchange == "x0" else exchange
+
+
+def apply(s: Session, conn_holder: list[object], op: Op) -> None:
+    """Run `op` on channel 1 of the session's connection, reopening the channel first
+    when the broker closed it."""
+    c = s.conns[-1]
+    if c.closed:
+        raise ScenarioAbort("connection closed")
+    if 1 in conn_holder:
+        conn_holder.remove(1)
+        c.open(1)
+    before = len(s.log)
+    a = op.args
+    if op.kind == "declare_queue":
+        arguments = {} if a[3] is None else {"x-max-length": a[3]}
+        c.call(
+            1,
+            m.QueueDeclare(
+                queue=s.name(str(a[0])),
+                durable=bool(a[1]),
+                auto_delete=bool(a[2]),
+                arguments=arguments,
+            ),
+        )
+    elif op.kind == "passive_queue":
+        c.call(1, m.QueueDeclare(queue=s.name(str(a[0])), passive=True))
+    elif op.kind == "declare_exchange":
+        c.call(1, m.ExchangeDeclare(exchange=s.name("x0"), type=str(a[0]), durable=bool(a[1])))
+    elif op.kind == "delete_exchange":
+        c.call(1, m.ExchangeDelete(exchange=s.name("x0"), if_unused=bool(a[0])))
+    elif op.kind == "delete_queue":
+        c.call(1, m.QueueDelete(queue=s.name(str(a[0])), if_unused=bool(a[1]), if_empty=bool(a[2])))
+    elif op.kind in ("bind", "unbind"):
+        method = m.QueueBind if op.kind == "bind" else m.QueueUnbind
+        c.call(
+            1,
+            method(queue=s.name(str(a[0])), exchange=_resolve(s, str(a[1])), routing_key=str(a[2])),
+        )
+    elif op.kind == "purge":
+        c.call(1, m.QueuePurge(queue=s.name(str(a[0]))))
+    elif op.kind == "publish":
+        body = f"m{a[2]}".encode()
+        c.publish(1, _resolve(s, str(a[0])), str(a[1]), body, mandatory=bool(a[3]))
+        c.sync(1)
+    elif op.kind == "publish_to_queue":
+        c.publish(1, "", s.name(str(a[0])), f"m{a[1]}".encode())
+        c.sync(1)
+    elif op.kind == "get":
+        c.call(1, m.BasicGet(queue=s.name(str(a[0])), no_ack=bool(a[1])))
+    elif op.kind == "ack":
+        c.send(1, m.BasicAck(delivery_tag=int(a[0]), multiple=bool(a[1])))
+        c.sync(1)
+    elif op.kind == "nack":
+        c.send(1, m.BasicNack(delivery_tag=int(a[0]), multiple=bool(a[1]), requeue=bool(a[2])))
+        c.sync(1)
+    elif op.kind == "reject":
+        c.send(1, m.BasicReject(delivery_tag=int(a[0]), requeue=bool(a[1])))
+        c.sync(1)
+    elif op.kind == "recover":
+        c.call(1, m.BasicRecover(requeue=True))
+    if any(o[3] == "channel.close" for o in s.log[before:] if len(o) > 3):
+        conn_holder.append(1)  # reopen before the next operation
+
+
+_examples = itertools.count()
+
+
+def _run_ops(ops: list[Op]) -> Scenario:
+    def run(s: Session) -> None:
+        s.connect()
+        s.conns[0].open(1)
+        reopen: list[object] = []
+        for op in ops:
+            s.record("op", op.kind, op.args)
+            apply(s, reopen, op)
+
+    return Scenario("random", run)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not EXPLORE,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(operations(), min_size=1, max_size=14))
+def test_random_sequences_match_rabbitmq(
+    ops: list[Op], rabbitmq: Endpoint, streamq: Endpoint
+) -> None:
+    prefix = f"r{next(_examples)}-"
+    spec = _run_ops(ops)
+    expected, observed = run_scenario(spec, rabbitmq, prefix), run_scenario(spec, streamq, prefix)
+    assert observed == expected, explain(expected, observed)
