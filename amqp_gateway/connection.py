@@ -21,6 +21,7 @@ from typing import Final, NamedTuple
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
+from amqp_gateway.codec.erlang_text import unexpected_frame_text
 from amqp_gateway.codec.frame import received_payload_max
 from amqp_gateway.codec.values import read_table
 from amqp_gateway.errors import (
@@ -33,12 +34,15 @@ from amqp_gateway.errors import (
     FrameError,
     NotAllowed,
     PreconditionFailed,
+    ReplyCode,
     UnexpectedFrame,
 )
 
-CHANNEL_MAX: Final = 2048
+# What we offer in connection.tune: RabbitMQ 3.10's defaults (rabbit.app: channel_max
+# 2047, frame_max 131072, heartbeat 60 s), since a client adopts them.
+CHANNEL_MAX: Final = 2047
 FRAME_MAX: Final = 131072
-HEARTBEAT_S: Final = 300
+HEARTBEAT_S: Final = 60
 MESSAGE_BYTES_MAX: Final = 128 * 1024 * 1024
 # Publishes per PublishRun event: the server handles a run without a break, so this
 # bounds the time a run keeps consumers waiting (EVENTS_PER_SLICE counts its messages).
@@ -76,6 +80,28 @@ class State(IntEnum):
 class ChannelState(IntEnum):
     OPEN = 0
     CLOSING = 1  # we sent channel.close and wait for close-ok
+
+
+# RabbitMQ's names of the connection states, which its reply texts show.
+_RABBITMQ_STATE_NAMES: Final[dict[State, str]] = {
+    State.AWAIT_START_OK: "starting",
+    State.AWAIT_TUNE_OK: "tuning",
+    State.AWAIT_OPEN: "opening",
+    State.OPEN: "running",
+}
+# Before tune-ok, RabbitMQ 3.10 answers an error by closing the socket without
+# connection.close (rabbit_reader:handle_exception/3, after a 3 s pause against login
+# floods), but for a refused login when the client announced
+# authentication_failure_close. The spec asks as much of a bad mechanism and of a
+# tune-ok above the server's limits ("close the connection without attempting a
+# negotiated close").
+_SILENT_STATES: Final = frozenset({State.AWAIT_START_OK, State.AWAIT_TUNE_OK})
+# RabbitMQ's texts for content frames out of order (rabbit_command_assembler:process/2).
+_EXPECTED_METHOD_FRAME: Final = "expected method frame, got non method frame instead"
+_EXPECTED_HEADER: Final = (
+    "expected content header for class 60, got non content header frame instead"
+)
+_EXPECTED_BODY: Final = "expected content body, got non content body frame instead"
 
 
 # -- events --------------------------------------------------------------------------------
@@ -268,6 +294,9 @@ class Connection:
                     break
         except ConnectionException as exc:
             self.fail(exc, 0, events)
+            # Out of step with the client: the rest of this read is dropped, so that the
+            # close-ok of a later read is parsed from a frame boundary (rule 2).
+            return len(view)
         return position
 
     def _receive_publishes(self, data: memoryview, position: int, events: list[Event]) -> int:
@@ -321,14 +350,16 @@ class Connection:
             codec.check_heartbeat_frame(frame)
             return
         if channel_id == 0:
-            if frame_type != codec.FRAME_METHOD:
-                raise UnexpectedFrame(f"unexpected frame type {frame_type} on channel 0")
-            self._receive_connection_method(codec.decode_method(payload), events)
+            if frame_type == codec.FRAME_METHOD:
+                self._receive_connection_method(codec.decode_method(payload), events)
+            elif self.state is not State.CLOSING:  # else rule 2: discard until close-ok
+                raise UnexpectedFrame(unexpected_frame_text(frame_type, payload))
             return
         if self.state is State.CLOSING:
             return  # Rule 2: discard until close-ok
         if self.state is not State.OPEN:
-            raise ChannelError(f"frame on channel {channel_id} before the connection is open")
+            # RabbitMQ takes no frame off channel 0 before connection.open-ok.
+            raise UnexpectedFrame(unexpected_frame_text(frame_type, payload))
         channel = self._channels.get(channel_id)
         if channel is not None and channel.state is ChannelState.CLOSING:
             if frame_type == codec.FRAME_METHOD:
@@ -338,7 +369,9 @@ class Connection:
             if frame_type == codec.FRAME_METHOD:
                 self._receive_channel_method(channel_id, channel, payload, events)
             elif channel is None:
-                raise ChannelError(f"expected 'channel.open' on channel {channel_id}")
+                # RabbitMQ makes the channel at its first frame, and its assembler
+                # wants a method frame.
+                raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
             elif frame_type == codec.FRAME_HEADER:
                 self._receive_content_header(channel_id, channel, payload, events)
             else:
@@ -352,19 +385,17 @@ class Connection:
         if payload.startswith(codec.BASIC_PUBLISH_IDS):
             # Hot path: basic.publish skips the generic decoder.
             if channel is None:
-                raise ChannelError(f"expected 'channel.open' on channel {channel_id}")
+                raise ChannelError("expected 'channel.open'", 60, 40)
             if channel.publish is not None:
-                raise UnexpectedFrame("basic.publish while content was expected", 60, 40)
+                raise _content_expected(channel)
             channel.publish = codec.read_basic_publish(payload)
             return
         method = codec.decode_method(payload)
         if channel is not None and channel.publish is not None:
-            raise UnexpectedFrame(
-                f"expected content header, got {method.NAME}", method.CLASS_ID, method.METHOD_ID
-            )
+            raise _content_expected(channel)
         if isinstance(method, m.ChannelOpen):
             if channel is not None:
-                raise ChannelError(f"channel {channel_id} is already open", 20, 10)
+                raise ChannelError("second 'channel.open' seen", 20, 10)
             # channel_max limits how many channels are open at once, whatever their
             # numbers, as RabbitMQ 3.10 (rabbit_reader:create_channel): a channel that
             # we closed counts until its close-ok. The spec's "highest channel number"
@@ -380,18 +411,15 @@ class Connection:
             events.append(MethodReceived(channel_id, method))  # the server lists it now
             return
         if channel is None:
-            raise ChannelError(
-                f"expected 'channel.open' on channel {channel_id}, got {method.NAME}",
-                method.CLASS_ID,
-                method.METHOD_ID,
-            )
+            raise ChannelError("expected 'channel.open'", method.CLASS_ID, method.METHOD_ID)
         if isinstance(method, m.ChannelClose):
             self.send_method(channel_id, m.ChannelCloseOk())
             del self._channels[channel_id]
             events.append(ChannelClosed(channel_id))
             return
         if isinstance(method, m.ChannelCloseOk):
-            raise CommandInvalid("channel.close-ok without channel.close", 20, 41)
+            # RabbitMQ's channel has no clause for it when open (rabbit_channel).
+            raise CommandInvalid("unimplemented method", 20, 41)
         events.append(MethodReceived(channel_id, method))
 
     def _receive_on_closing_channel(
@@ -399,6 +427,10 @@ class Connection:
     ) -> None:
         if isinstance(method, m.ChannelClose):
             self.send_method(channel_id, m.ChannelCloseOk())
+        elif isinstance(method, m.ChannelOpen):
+            # RabbitMQ's closing channel still refuses it (rabbit_channel:handle_method/3
+            # checks channel.open before its closing state).
+            raise ChannelError("second 'channel.open' seen", 20, 10)
         elif not isinstance(method, m.ChannelCloseOk):
             return
         del self._channels[channel_id]
@@ -407,11 +439,20 @@ class Connection:
     def _receive_content_header(
         self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
     ) -> None:
-        if channel.publish is None or channel.body_size >= 0:
-            raise UnexpectedFrame("content header without basic.publish")
         header = codec.decode_content_header(payload)
+        if channel.publish is None:
+            raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
+        if channel.body_size >= 0:
+            raise UnexpectedFrame(_EXPECTED_BODY, 60, 40)
+        if header.weight != 0:  # spec 4.2.6.1: weight is unused and must be zero
+            raise UnexpectedFrame(_EXPECTED_HEADER, 60, 40)
         if header.class_id != _BASIC_CLASS:
-            raise UnexpectedFrame(f"content header for class {header.class_id}, not 60")
+            raise UnexpectedFrame(
+                f"expected content header for class 60, got one for class {header.class_id} "
+                "instead",
+                60,
+                40,
+            )
         if header.body_size > self.message_bytes_max:
             channel.publish = None
             raise PreconditionFailed(
@@ -429,7 +470,9 @@ class Connection:
         self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
     ) -> None:
         if channel.body_size < 0:
-            raise UnexpectedFrame("content body without a content header")
+            if channel.publish is None:
+                raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
+            raise UnexpectedFrame(_EXPECTED_HEADER, 60, 40)
         channel.body.append(payload)
         channel.received += len(payload)
         if channel.received > channel.body_size:
@@ -463,36 +506,34 @@ class Connection:
     # -- connection class --------------------------------------------------------------------
 
     def _receive_connection_method(self, method: m.Method, events: list[Event]) -> None:
-        if isinstance(method, m.ConnectionClose):
+        state = self.state
+        if state is State.CLOSING:  # rule 2: only the close handshake counts
+            if isinstance(method, m.ConnectionClose):
+                self.send_method(0, m.ConnectionCloseOk())
+                self._closed(events, method.reply_code, method.reply_text)
+            elif isinstance(method, m.ConnectionCloseOk):
+                self._closed(events, 200, "closed")
+            return
+        if state is State.OPEN and isinstance(method, m.ConnectionClose):
             self.send_method(0, m.ConnectionCloseOk())
             self._closed(events, method.reply_code, method.reply_text)
-            return
-        if isinstance(method, m.ConnectionCloseOk):
-            if self.state is State.CLOSING:
-                self._closed(events, 200, "closed")
-                return
-            raise CommandInvalid("connection.close-ok without connection.close", 10, 51)
-        if self.state is State.CLOSING:
-            return
-        expected = _EXPECTED_METHOD.get(self.state)
-        if expected is not None and not isinstance(method, expected):
-            raise CommandInvalid(
-                f"expected '{expected.NAME}', got '{method.NAME}'",
+        elif state is State.OPEN and isinstance(method, m.ConnectionUpdateSecret):
+            self.send_method(0, m.ConnectionUpdateSecretOk())
+        elif not isinstance(method, _EXPECTED_METHOD.get(state, ())):
+            # Anything else, a second connection.open or start-ok included, is what
+            # RabbitMQ's handle_method0/2 refuses last.
+            raise ChannelError(
+                f"unexpected method in connection state {_RABBITMQ_STATE_NAMES[state]}",
                 method.CLASS_ID,
                 method.METHOD_ID,
             )
-        if isinstance(method, m.ConnectionStartOk):
+        elif isinstance(method, m.ConnectionStartOk):
             events.append(self._login_request(method))
         elif isinstance(method, m.ConnectionTuneOk):
             self._tune(method)
-        elif isinstance(method, m.ConnectionOpen):
-            events.append(OpenRequested(method.virtual_host))
-        elif isinstance(method, m.ConnectionUpdateSecret):
-            self.send_method(0, m.ConnectionUpdateSecretOk())
         else:
-            raise CommandInvalid(
-                f"unexpected '{method.NAME}' on channel 0", method.CLASS_ID, method.METHOD_ID
-            )
+            assert isinstance(method, m.ConnectionOpen)
+            events.append(OpenRequested(method.virtual_host))
 
     def _login_request(self, method: m.ConnectionStartOk) -> LoginRequested:
         mechanism = method.mechanism
@@ -526,14 +567,16 @@ class Connection:
         )
 
     def _tune(self, method: m.ConnectionTuneOk) -> None:
-        if method.channel_max > CHANNEL_MAX:
+        # 0 means "no limit", which is above ours: RabbitMQ 3.10 refuses it too
+        # (rabbit_reader:validate_negotiated_integer_value/3).
+        if method.channel_max > CHANNEL_MAX or method.channel_max == 0:
             raise NotAllowed(
                 f"negotiated channel_max = {method.channel_max} is higher than the maximum "
                 f"allowed value ({CHANNEL_MAX})",
                 10,
                 31,
             )
-        if method.frame_max > FRAME_MAX:
+        if method.frame_max > FRAME_MAX or method.frame_max == 0:
             raise NotAllowed(
                 f"negotiated frame_max = {method.frame_max} is higher than the maximum "
                 f"allowed value ({FRAME_MAX})",
@@ -547,8 +590,8 @@ class Connection:
                 10,
                 31,
             )
-        self.channel_max = method.channel_max or CHANNEL_MAX
-        self.frame_max = method.frame_max or FRAME_MAX
+        self.channel_max = method.channel_max
+        self.frame_max = method.frame_max
         self.heartbeat_s = method.heartbeat
         self.state = State.AWAIT_OPEN
 
@@ -640,6 +683,9 @@ class Connection:
             self.outgoing += codec.PROTOCOL_HEADER_0_9_1
             self._closed(events, reply_code, reply_text)
             return
+        if self.state in _SILENT_STATES and not self._announces_refusal(reply_code):
+            self._closed(events, reply_code, reply_text)
+            return
         self.state = State.CLOSING
         self.send_method(
             0,
@@ -654,6 +700,15 @@ class Connection:
             del self._channels[channel_id]
             events.append(ChannelClosed(channel_id))
 
+    def _announces_refusal(self, reply_code: int) -> bool:
+        """A refused login is told to a client that announced it can take it."""
+        capabilities = self.client_properties.get("capabilities")
+        return (
+            reply_code == ReplyCode.ACCESS_REFUSED
+            and isinstance(capabilities, dict)
+            and capabilities.get("authentication_failure_close") is True
+        )
+
     def _closed(self, events: list[Event], reply_code: int, reply_text: str) -> None:
         self.state = State.CLOSED
         for channel_id in list(self._channels):
@@ -667,6 +722,11 @@ _EXPECTED_METHOD: Final[dict[State, type[m.Method]]] = {
     State.AWAIT_TUNE_OK: m.ConnectionTuneOk,
     State.AWAIT_OPEN: m.ConnectionOpen,
 }
+
+
+def _content_expected(channel: _Channel) -> UnexpectedFrame:
+    """A method frame where the content of a basic.publish was to come."""
+    return UnexpectedFrame(_EXPECTED_HEADER if channel.body_size < 0 else _EXPECTED_BODY, 60, 40)
 
 
 def _reply_text(exc: AMQPError) -> str:

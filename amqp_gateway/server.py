@@ -667,11 +667,10 @@ class AmqpHandler(asyncio.BufferedProtocol):
         user = self.broker.accounts.authenticate(event.username, event.password)
         if user is None or not login_allowed(user.name, self._peer_is_loopback):
             logger.warning("login refused for user %r from %s", event.username, self.peer)
+            # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).
             raise errors.AccessRefused(
                 f"Login was refused using authentication mechanism {event.mechanism}. "
-                "For details see the broker logfile.",
-                10,
-                11,
+                "For details see the broker logfile."
             )
         self.conn.accept_login(user.name)
         self.user = user.name
@@ -730,9 +729,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 return  # listed from now on (the management API shows open channels)
         handler = METHOD_HANDLERS.get(type(method))
         if handler is None:
-            raise errors.CommandInvalid(
-                f"unexpected method {method.NAME}", method.CLASS_ID, method.METHOD_ID
-            )
+            # RabbitMQ's words for a method its channel has no clause for (rabbit_channel).
+            raise errors.CommandInvalid("unimplemented method", method.CLASS_ID, method.METHOD_ID)
         try:
             handler(self, channel, method)
         except (BrokerError, LogError) as exc:

@@ -178,7 +178,8 @@ parse_publish(const unsigned char *data, Py_ssize_t length, Py_ssize_t at,
     out->bits = out->routing_key[routing_key_size];
 
     /* Spec 4.2.6: a content header frame follows on the same channel, class 60 as the
-     * method, with at least the fixed fields and the property flag word. */
+     * method, weight 0 (4.2.6.1), with at least the fixed fields and the property flag
+     * word. */
     Py_ssize_t header = at + FRAME_HEADER_BYTES + size + 1;
     Py_ssize_t header_size =
         frame_payload_size(data, length, header, FRAME_HEADER, channel, payload_max);
@@ -186,7 +187,7 @@ parse_publish(const unsigned char *data, Py_ssize_t length, Py_ssize_t at,
         return 0;
     }
     const unsigned char *h = data + header + FRAME_HEADER_BYTES;
-    if (read_u16(h) != BASIC_CLASS) {
+    if (read_u16(h) != BASIC_CLASS || read_u16(h + 2) != 0) {
         return 0;
     }
     uint64_t body_size = read_u64(h + 4);

@@ -92,12 +92,15 @@ def read_publish(
         if routing_key_end + 1 != end:
             return None
         header = end + 1
-        kind, header_channel, size, class_id, _, body_size = _HEADER_START.unpack_from(data, header)
+        kind, header_channel, size, class_id, weight, body_size = _HEADER_START.unpack_from(
+            data, header
+        )
         header_end = header + 7 + size
         if (
             kind != _FRAME_HEADER
             or header_channel != channel
             or class_id != _BASIC
+            or weight != 0
             or size > payload_max
             or size < _HEADER_PAYLOAD_MIN
             or data[header_end] != FRAME_END

@@ -37,7 +37,13 @@ FRAME_MAX: Final = 131072
 SOCKET_BUFFER_BYTES: Final = 4 << 20
 _CLIENT_PROPERTIES: Final[codec.FieldTable] = {
     "product": "streamq perf",
-    "capabilities": {"publisher_confirms": True, "basic.nack": True},
+    # authentication_failure_close: a refused login is a connection.close 403 to tell,
+    # not a dropped socket (RabbitMQ and streamq drop clients that do not announce it).
+    "capabilities": {
+        "publisher_confirms": True,
+        "basic.nack": True,
+        "authentication_failure_close": True,
+    },
 }
 _M = TypeVar("_M", bound=m.Method)
 

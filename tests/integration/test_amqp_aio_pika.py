@@ -65,7 +65,7 @@ def handshake(port: int, heartbeat_s: int) -> socket.socket:
     start_ok = m.ConnectionStartOk(mechanism="PLAIN", response=b"\x00guest\x00guest")
     sock.sendall(codec.encode_method_frame(codec.ChannelId(0), start_ok))
     sock.recv(65536)  # connection.tune
-    tune_ok = m.ConnectionTuneOk(channel_max=0, frame_max=131072, heartbeat=heartbeat_s)
+    tune_ok = m.ConnectionTuneOk(channel_max=2047, frame_max=131072, heartbeat=heartbeat_s)
     sock.sendall(codec.encode_method_frame(codec.ChannelId(0), tune_ok))
     sock.sendall(codec.encode_method_frame(codec.ChannelId(0), m.ConnectionOpen("/")))
     return sock

@@ -3,6 +3,8 @@ codec: handshake, tuning limits, content assembly, error closes and heartbeats."
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +25,7 @@ from amqp_gateway.connection import (
     PublishRun,
     State,
 )
-from amqp_gateway.errors import NotFound
+from amqp_gateway.errors import AccessRefused, NotFound
 
 
 class Client:
@@ -58,7 +60,7 @@ class Client:
         )
         assert events == [LoginRequested("PLAIN", "guest", "secret", {})]
         self.server.accept_login("guest")
-        assert self.send_method(0, m.ConnectionTuneOk(0, frame_max, 60)) == []
+        assert self.send_method(0, m.ConnectionTuneOk(CHANNEL_MAX, frame_max, 60)) == []
         assert self.send_method(0, m.ConnectionOpen(virtual_host="/")) == [OpenRequested("/")]
         self.server.accept_open("/")
         self.send_method(1, m.ChannelOpen())
@@ -76,8 +78,9 @@ def test_handshake_advertises_capabilities_and_negotiates_limits() -> None:
     client.server.accept_login("u")
     [(_, tune)] = client.methods()
     assert isinstance(tune, m.ConnectionTune)
-    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2048, 131072, 300)
-    client.send_method(0, m.ConnectionTuneOk(0, 0, 30))
+    # RabbitMQ 3.10's defaults, which clients adopt.
+    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
+    client.send_method(0, m.ConnectionTuneOk(CHANNEL_MAX, FRAME_MAX, 30))
     assert (client.server.channel_max, client.server.frame_max) == (CHANNEL_MAX, FRAME_MAX)
     assert client.server.heartbeat_s == 30
 
@@ -100,33 +103,83 @@ def test_a_wrong_protocol_header_gets_ours_back() -> None:
 @pytest.mark.parametrize(
     ("tune", "text"),
     [
-        (m.ConnectionTuneOk(4000, 0, 0), "channel_max = 4000 is higher"),
-        (m.ConnectionTuneOk(0, 200000, 0), "frame_max = 200000 is higher"),
-        (m.ConnectionTuneOk(0, 1000, 0), "frame_max = 1000 is lower"),
+        (m.ConnectionTuneOk(4000, FRAME_MAX, 0), "channel_max = 4000 is higher"),
+        (m.ConnectionTuneOk(0, FRAME_MAX, 0), "channel_max = 0 is higher"),
+        (m.ConnectionTuneOk(10, 200000, 0), "frame_max = 200000 is higher"),
+        (m.ConnectionTuneOk(10, 0, 0), "frame_max = 0 is higher"),
+        (m.ConnectionTuneOk(10, 1000, 0), "frame_max = 1000 is lower"),
     ],
 )
-def test_tune_beyond_the_server_limits_is_530(tune: m.ConnectionTuneOk, text: str) -> None:
+def test_tune_beyond_the_server_limits_closes_the_socket_without_a_word(
+    tune: m.ConnectionTuneOk, text: str
+) -> None:
+    """Spec (tune-ok): "the server MUST close the connection without attempting a
+    negotiated close", as RabbitMQ 3.10 does; 0 ("no limit") is above our limits."""
     client = Client()
     client.send(b"AMQP\x00\x00\x09\x01")
     client.send_method(0, m.ConnectionStartOk(response=b"\x00u\x00p"))
     client.server.accept_login("u")
     client.methods()
-    client.send_method(0, tune)
-    [(_, close)] = client.methods()
-    assert isinstance(close, m.ConnectionClose)
-    assert close.reply_code == 530 and text in close.reply_text
-    assert client.server.state is State.CLOSING
+    [closed] = client.send_method(0, tune)
+    assert isinstance(closed, ConnectionClosed)
+    assert closed.reply_code == 530 and text in closed.reply_text
+    assert client.methods() == []
+    assert client.server.state is State.CLOSED
 
 
-def test_a_method_out_of_order_in_the_handshake_is_503() -> None:
+@pytest.mark.parametrize(
+    "method",
+    [
+        m.ConnectionOpen(virtual_host="/"),
+        m.ConnectionTuneOk(10, FRAME_MAX, 0),
+        m.ConnectionStartOk(mechanism="CRAM-MD5", response=b"u"),
+        m.ConnectionStartOk(mechanism="PLAIN", response=b"no nuls"),
+    ],
+)
+def test_an_error_before_tune_ok_closes_the_socket_without_a_word(method: m.Method) -> None:
+    """As RabbitMQ 3.10 (rabbit_reader:handle_exception/3 in its starting and tuning
+    states); the spec asks it of an unknown mechanism."""
     client = Client()
     client.send(b"AMQP\x00\x00\x09\x01")
     client.methods()
-    client.send_method(0, m.ConnectionOpen(virtual_host="/"))
+    events = client.send_method(0, method)
+    assert [type(e) for e in events] == [ConnectionClosed]
+    assert client.methods() == []
+    assert client.server.state is State.CLOSED
+
+
+@pytest.mark.parametrize("told", [True, False])
+def test_a_refused_login_is_told_only_to_a_client_that_announced_it(told: bool) -> None:
+    client = Client()
+    client.send(b"AMQP\x00\x00\x09\x01")
+    client.methods()
+    properties: codec.FieldTable = {"capabilities": {"authentication_failure_close": told}}
+    client.send_method(0, m.ConnectionStartOk(properties, "PLAIN", b"\x00u\x00p"))
+    events: list[Event] = []
+    client.server.fail(AccessRefused("Login was refused"), 0, events)
+    if told:  # the close handshake, as RabbitMQ with authentication_failure_close
+        assert events == []
+        [(_, close)] = client.methods()
+        assert isinstance(close, m.ConnectionClose) and close.reply_code == 403
+        assert client.server.state is State.CLOSING
+    else:
+        assert [type(e) for e in events] == [ConnectionClosed]
+        assert client.methods() == []
+
+
+def test_a_method_out_of_order_after_tune_ok_is_504() -> None:
+    """RabbitMQ's "opening" state answers with connection.close."""
+    client = Client()
+    client.send(b"AMQP\x00\x00\x09\x01")
+    client.send_method(0, m.ConnectionStartOk(response=b"\x00u\x00p"))
+    client.server.accept_login("u")
+    client.send_method(0, m.ConnectionTuneOk(10, FRAME_MAX, 0))
+    client.methods()
+    client.send_method(0, m.ConnectionClose(200, "bye", 0, 0))
     [(_, close)] = client.methods()
     assert isinstance(close, m.ConnectionClose)
-    assert close.reply_code == 503
-    assert "expected 'connection.start-ok', got 'connection.open'" in close.reply_text
+    assert (close.reply_code, close.class_id, close.method_id) == (504, 10, 50)
+    assert close.reply_text == "CHANNEL_ERROR - unexpected method in connection state opening"
 
 
 def publish_frames(
@@ -239,8 +292,8 @@ def test_channel_max_limits_how_many_channels_are_open_not_their_numbers() -> No
     )
 
 
-def test_channel_max_zero_means_our_channel_max() -> None:
-    client = open_with_channel_max(0)
+def test_channel_max_is_ours_at_most() -> None:
+    client = open_with_channel_max(CHANNEL_MAX)
     for channel in range(1, CHANNEL_MAX + 1):
         client.send_method(channel, m.ChannelOpen())
     assert len(client.methods()) == CHANNEL_MAX
@@ -250,11 +303,29 @@ def test_channel_max_zero_means_our_channel_max() -> None:
     assert f"number of channels opened ({CHANNEL_MAX}) has reached" in close.reply_text
 
 
-def test_channel_open_on_channel_0_is_refused() -> None:
-    client = open_with_channel_max(0)
-    client.send_method(0, m.ChannelOpen())
+@pytest.mark.parametrize(
+    "method",
+    [
+        m.ChannelOpen(),
+        m.BasicQos(0, 1, False),
+        m.ConnectionOpen(virtual_host="/"),
+        m.ConnectionStartOk(response=b"\x00u\x00p"),
+        m.ConnectionTuneOk(10, FRAME_MAX, 0),
+        m.ConnectionCloseOk(),
+    ],
+)
+def test_a_method_that_does_not_belong_on_channel_0_is_504(method: m.Method) -> None:
+    """As RabbitMQ's rabbit_reader:handle_method0/2 once running."""
+    client = open_with_channel_max(10)
+    client.send_method(0, method)
     [(_, close)] = client.methods()
     assert isinstance(close, m.ConnectionClose)
+    assert (close.reply_code, close.class_id, close.method_id) == (
+        504,
+        method.CLASS_ID,
+        method.METHOD_ID,
+    )
+    assert close.reply_text == "CHANNEL_ERROR - unexpected method in connection state running"
     assert client.server.state is State.CLOSING
 
 
@@ -294,12 +365,88 @@ def test_a_method_where_content_was_expected_is_505() -> None:
     assert isinstance(close, m.ConnectionClose) and close.reply_code == 505
 
 
+PUBLISH = codec.encode_method_frame(
+    codec.ChannelId(1), m.BasicPublish(exchange="", routing_key="q")
+)
+QOS = codec.encode_method_frame(codec.ChannelId(1), m.BasicQos(0, 10, False))
+
+
+def header_frame(body_size: int, *, class_id: int = 60, weight: int = 0) -> bytes:
+    payload = struct.pack(">HHQ", class_id, weight, body_size) + b"\x00\x00"
+    return codec.encode_frame(codec.FRAME_HEADER, codec.ChannelId(1), payload)
+
+
+BODY = codec.encode_frame(codec.FRAME_BODY, codec.ChannelId(1), b"abc")
+EXPECTED_METHOD = "expected method frame, got non method frame instead"
+EXPECTED_HEADER = "expected content header for class 60, got non content header frame instead"
+EXPECTED_BODY = "expected content body, got non content body frame instead"
+
+
+@pytest.mark.parametrize(
+    ("data", "text", "ids"),
+    [
+        (header_frame(3), EXPECTED_METHOD, (0, 0)),
+        (BODY, EXPECTED_METHOD, (0, 0)),
+        (PUBLISH + header_frame(0) + BODY, EXPECTED_METHOD, (0, 0)),
+        (PUBLISH + QOS, EXPECTED_HEADER, (60, 40)),
+        (PUBLISH + PUBLISH, EXPECTED_HEADER, (60, 40)),
+        (PUBLISH + BODY, EXPECTED_HEADER, (60, 40)),
+        (PUBLISH + header_frame(3, weight=1), EXPECTED_HEADER, (60, 40)),
+        (
+            PUBLISH + header_frame(3, class_id=50),
+            "expected content header for class 60, got one for class 50 instead",
+            (60, 40),
+        ),
+        (PUBLISH + header_frame(3) + QOS, EXPECTED_BODY, (60, 40)),
+        (PUBLISH + header_frame(3) + PUBLISH, EXPECTED_BODY, (60, 40)),
+        (PUBLISH + header_frame(3) + header_frame(3), EXPECTED_BODY, (60, 40)),
+    ],
+)
+def test_content_frames_out_of_order_are_505_with_rabbitmqs_texts(
+    data: bytes, text: str, ids: tuple[int, int]
+) -> None:
+    """rabbit_command_assembler:process/2's texts, blaming the publish being assembled."""
+    for pieces in ([data], [data[i : i + 1] for i in range(len(data))]):
+        client = Client()
+        client.open()
+        for piece in pieces:
+            client.send(piece)
+        [(_, close)] = client.methods()
+        assert isinstance(close, m.ConnectionClose)
+        assert (close.reply_code, close.class_id, close.method_id) == (505, *ids)
+        assert close.reply_text == f"UNEXPECTED_FRAME - {text}"
+
+
 def test_frames_on_an_unopened_channel_are_504() -> None:
     client = Client()
     client.open()
     client.send_method(7, m.BasicQos(0, 10, False))
     [(_, close)] = client.methods()
     assert isinstance(close, m.ConnectionClose) and close.reply_code == 504
+    assert close.reply_text == "CHANNEL_ERROR - expected 'channel.open'"
+    assert (close.class_id, close.method_id) == (60, 10)
+
+
+def test_channel_open_on_a_channel_being_closed_is_504() -> None:
+    """RabbitMQ's closing channel discards other methods, but not this one."""
+    client = Client()
+    client.open()
+    client.server.fail(NotFound("no queue"), 1, [])
+    client.send_method(1, m.ChannelOpen())
+    [(_, channel_close), (_, close)] = client.methods()
+    assert isinstance(channel_close, m.ChannelClose) and isinstance(close, m.ConnectionClose)
+    assert close.reply_text == "CHANNEL_ERROR - second 'channel.open' seen"
+
+
+def test_after_a_frame_error_the_close_ok_of_a_later_read_is_taken() -> None:
+    client = Client()
+    client.open()
+    events = client.send(codec.encode_frame(5, codec.ChannelId(1), b"x") + b"rest of the read")
+    [(_, close)] = client.methods()
+    assert isinstance(close, m.ConnectionClose) and close.reply_code == 501
+    assert not any(isinstance(e, ConnectionClosed) for e in events)
+    events = client.send_method(0, m.ConnectionCloseOk())
+    assert [type(e) for e in events] == [ConnectionClosed]
 
 
 def test_other_methods_are_handed_to_the_server() -> None:

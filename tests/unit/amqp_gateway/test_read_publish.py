@@ -82,6 +82,16 @@ def test_other_frames_are_declined(position: int, value: int) -> None:
     assert codec.read_publish(bytes(data), 0, PAYLOAD_MAX) is None
 
 
+def test_a_content_header_with_a_nonzero_weight_is_declined_by_both_fast_paths() -> None:
+    """Weight must be 0 (spec 4.2.6.1); the frame path reports it as RabbitMQ does."""
+    data = bytearray(publish(b"body"))
+    header = 7 + int.from_bytes(data[3:7], "big") + 1
+    assert codec.read_publish(bytes(data), 0, PAYLOAD_MAX) is not None
+    data[header + 7 + 3] = 1  # the low octet of the weight
+    assert codec.read_publish(bytes(data), 0, PAYLOAD_MAX) is None
+    assert codec.scan_publishes(bytes(data), 0, PAYLOAD_MAX, 1 << 30, 10)[2] == []
+
+
 def test_content_on_another_channel_or_a_bad_frame_end_is_declined() -> None:
     one = publish(b"body", channel=1)
     two = publish(b"body", channel=2)
