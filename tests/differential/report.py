@@ -12,6 +12,7 @@ prints every difference, deliberate or not (docs/compatibility.md is written fro
 from __future__ import annotations
 
 import argparse
+import collections
 import pprint
 import tempfile
 from pathlib import Path
@@ -20,7 +21,24 @@ from tests.differential import scenarios
 from tests.differential.harness import SCENARIOS, run_scenario
 from tests.differential.peers import Endpoint, LavinMQServer, RabbitMQServer
 from tests.differential.test_scenarios import prefix_of
+from tests.differential.wire import Observation
 from tests.integration.conftest import RunningBroker
+
+
+def kind_of_difference(expected: list[Observation], observed: list[Observation]) -> str:
+    """How two runs first part: only a reply text, a reply code, or what was sent."""
+    for a, b in zip(expected, observed, strict=False):
+        if a == b:
+            continue
+        same_method = len(a) > 4 and len(b) > 4 and a[:4] == b[:4] and isinstance(a[4], dict)
+        if same_method and isinstance(b[4], dict):
+            if a[4].get("reply_code") != b[4].get("reply_code"):
+                return "reply code"
+            if a[4].get("reply_text") != b[4].get("reply_text"):
+                return "reply text"
+            return "fields"
+        return "frames"
+    return "frames"
 
 
 def main() -> None:
@@ -39,6 +57,7 @@ def main() -> None:
     if lavinmq is not None:
         others.append(lavinmq.endpoint)
     differing = {other.name: 0 for other in others}
+    kinds = {other.name: collections.Counter[str]() for other in others}
     try:
         for name in chosen:
             expected = run_scenario(SCENARIOS[name], rabbitmq.endpoint, prefix_of(name))
@@ -47,7 +66,9 @@ def main() -> None:
                 observed = run_scenario(SCENARIOS[name], other, prefix_of(name))
                 same = observed == expected
                 differing[other.name] += not same
-                marks.append(f"{other.name}={'same' if same else 'DIFF'}")
+                kind = "" if same else f" ({kind_of_difference(expected, observed)})"
+                kinds[other.name][kind.strip(" ()") or "same"] += 1
+                marks.append(f"{other.name}={'same' if same else 'DIFF'}{kind}")
                 if not same and args.show:
                     print(f"--- {name}: rabbitmq")
                     pprint.pprint(expected, width=120)
@@ -60,6 +81,8 @@ def main() -> None:
         if lavinmq is not None:
             lavinmq.stop()
     print(f"{len(chosen)} scenarios; differing from RabbitMQ: {differing}")
+    for name, counts in kinds.items():
+        print(f"{name}: {dict(counts)}")
 
 
 if __name__ == "__main__":
