@@ -241,11 +241,15 @@ class GatewayConsumer:
         return self.stream_filter is not None
 
     def cancel_by_broker(self) -> None:
-        """consumer_cancel_notify: tell the client its queue is gone or failed."""
+        """consumer_cancel_notify: tell the client its queue is gone or failed, if it
+        announced that capability; otherwise the consumer just ends, as in RabbitMQ
+        (rabbit_channel sends basic.cancel only to clients that asked)."""
         channel = self.channel
         channel.consumers.pop(self.tag, None)
         connection = channel.connection
-        if connection.is_channel_open(channel.id):
+        if connection.is_channel_open(channel.id) and connection.announces(
+            "consumer_cancel_notify"
+        ):
             connection.send_method(channel.id, m.BasicCancel(consumer_tag=self.tag, nowait=True))
             channel.owner.note_output()
 

@@ -702,12 +702,15 @@ class Connection:
 
     def _announces_refusal(self, reply_code: int) -> bool:
         """A refused login is told to a client that announced it can take it."""
-        capabilities = self.client_properties.get("capabilities")
-        return (
-            reply_code == ReplyCode.ACCESS_REFUSED
-            and isinstance(capabilities, dict)
-            and capabilities.get("authentication_failure_close") is True
+        return reply_code == ReplyCode.ACCESS_REFUSED and self.announces(
+            "authentication_failure_close"
         )
+
+    def announces(self, capability: str) -> bool:
+        """Whether the client's start-ok listed `capability` as true (RabbitMQ sends
+        basic.cancel and the refused-login close only to clients that do)."""
+        capabilities = self.client_properties.get("capabilities")
+        return isinstance(capabilities, dict) and capabilities.get(capability) is True
 
     def _closed(self, events: list[Event], reply_code: int, reply_text: str) -> None:
         self.state = State.CLOSED

@@ -192,6 +192,7 @@ class WireClient:
         channel_max: int | None = None,
         frame_max: int | None = None,
         heartbeat: int = 0,
+        client_properties: dict[str, object] | None = None,
     ) -> list[Observation]:
         """Protocol header to open-ok; the observations after connection.start (whose
         server properties differ between brokers by design)."""
@@ -202,7 +203,9 @@ class WireClient:
         self.send(
             0,
             m.ConnectionStartOk(
-                client_properties=CLIENT_PROPERTIES,  # type: ignore[arg-type]
+                client_properties=(  # type: ignore[arg-type]
+                    CLIENT_PROPERTIES if client_properties is None else client_properties
+                ),
                 mechanism="PLAIN",
                 response=response,
             ),
