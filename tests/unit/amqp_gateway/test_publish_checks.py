@@ -20,8 +20,8 @@ from amqp_gateway import codec, errors, routing
         ("315360000001", "{value_too_large,315360000001}"),
         # ~p breaks a term that would end past column 78 (checked against erl).
         ("9" * 20, "{value_too_large,\n" + " " * 44 + "9" * 20 + "}"),
-        ("1\n" + "x" * 40, '{leftover_string,\n' + " " * 44 + '"\\n' + "x" * 40 + '"}'),
-        ("1" + "x" * 60, '{leftover_string,\n' + " " * 85 + '"' + "x" * 60 + '"}'),
+        ("1\n" + "x" * 40, "{leftover_string,\n" + " " * 44 + '"\\n' + "x" * 40 + '"}'),
+        ("1" + "x" * 60, "{leftover_string,\n" + " " * 85 + '"' + "x" * 60 + '"}'),
         ("-1", "{value_negative,-1}"),
         ("-0", None),
         ("abc", "no_integer"),
