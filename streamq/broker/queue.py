@@ -70,6 +70,7 @@ class Queue:
         "durable",
         "exclusive_owner",
         "failed",
+        "fresh_offset_min",
         "had_consumers",
         "holds_expiring",
         "in_flow",
@@ -117,6 +118,13 @@ class Queue:
         # Set once a message with its own `expiration` was enqueued: only then does every
         # delivery check message TTLs (the check costs on the hot path).
         self.holds_expiring = False
+        # The first log offset that no complete delivery round (one that emptied the queue
+        # or left every consumer out of credit) has offered yet, past all that came while
+        # the queue had no consumer. Messages from here on that were never delivered do
+        # not expire before a round offers them, as RabbitMQ hands a message to a consumer
+        # with credit on arrival without looking at its expiry: so a TTL of 0 reaches a
+        # ready consumer (VHost.take).
+        self.fresh_offset_min = 0
         # Length limits (argument or policy, the stricter wins) and what happens beyond.
         self.max_length: int | None = None
         self.max_length_bytes: int | None = None

@@ -711,19 +711,29 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     # -- TTL and dead letters ----------------------------------------------------------------
 
-    def take(self, queue: Queue, now_ms: int) -> ReadyMessage | None:
+    def take(self, queue: Queue, now_ms: int, fresh_from: int | None = None) -> ReadyMessage | None:
         """The next message of a classic queue for a consumer or basic.get; expired ones
         on the way are dead-lettered (or dropped), never delivered; so are those at the
         head once it is taken, as RabbitMQ's fetch drops them: basic.get-ok's
-        message_count leaves them out."""
+        message_count leaves them out.
+
+        A delivery round passes `fresh_from` (`Queue.fresh_offset_min`): the messages
+        from that offset on that were never delivered are its to offer and do not expire
+        first, as RabbitMQ gives a message to a consumer with credit on arrival whatever
+        its TTL (a requeued one expires, as RabbitMQ's requeue drops it). basic.get
+        passes none: it never returns a message whose TTL has passed, not even one of 0."""
         while True:
             ready = queue.cursor.take()
             if ready is None:
                 return None
+            if fresh_from is not None and ready.offset >= fresh_from and not ready.redelivered:
+                break
             if not self._expired(queue, self.messages[ready.offset], now_ms):
                 break
             self.dead_letter(queue, ready.offset, "expired", now_ms)
-        self.expire_head(queue, now_ms)
+        self._expire_head(
+            queue, now_ms, self._fresh_from(queue) if fresh_from is None else fresh_from
+        )
         return ready
 
     def _expired(self, queue: Queue, stored: StoredMessage, now_ms: int) -> bool:
@@ -735,16 +745,35 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 ttl = own if ttl is None else min(ttl, own)
         return ttl is not None and now_ms >= stored.timestamp_ms + ttl and ttl >= 0
 
-    def _expiry_check(self, queue: Queue, now_ms: int) -> Callable[[int], bool]:
-        """Whether the message at an offset of `queue` has expired at `now_ms`."""
+    def _expiry_check(
+        self, queue: Queue, now_ms: int, fresh_from: int | None
+    ) -> Callable[[int], bool]:
+        """Whether the message at an offset of `queue` has expired at `now_ms`; those
+        from `fresh_from` on that were never delivered wait for their first delivery
+        round and have not (see `take`)."""
         messages = self.messages
         ttl = queue.message_ttl_ms
+        # Nothing in a queue is at the log's next offset or past it.
+        fresh_min = self.log.next_offset if fresh_from is None else fresh_from
+        delivered = queue.cursor.delivery_count  # looked up only from fresh_min on
         if ttl is not None and ttl >= 0 and not queue.holds_expiring:
             # No message of its own TTL: only the publish time counts (the scan of a
             # large expired head runs this per message).
             published_max_ms = now_ms - ttl
-            return lambda offset: messages[offset].timestamp_ms <= published_max_ms
-        return lambda offset: self._expired(queue, messages[offset], now_ms)
+            return lambda offset: (
+                (offset < fresh_min or delivered(offset) > 0)
+                and (messages[offset].timestamp_ms <= published_max_ms)
+            )
+        return lambda offset: (
+            (offset < fresh_min or delivered(offset) > 0)
+            and self._expired(queue, messages[offset], now_ms)
+        )
+
+    def _fresh_from(self, queue: Queue) -> int | None:
+        """Where the messages of `queue` that wait for their first delivery round start,
+        None if none wait: a round is due after each enqueue to a queue with consumers
+        (the queue is dirty until the gateway's next drain, in the next loop turn)."""
+        return queue.fresh_offset_min if queue in self.dirty else None
 
     def expire_heads(self, now_ms: int) -> int:
         """Dead-letter what has expired at the head of each queue, consumers or not (as
@@ -753,13 +782,18 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def expire_head(self, queue: Queue, now_ms: int) -> int:
         """Dead-letter what has expired at the head of `queue`; returns how many.
-        RabbitMQ drops such messages when they expire (at once for a TTL of 0), so a
-        declare-ok or get-ok never counts them: those call it, and housekeeping."""
+        RabbitMQ drops such messages when they expire (at once for a TTL of 0 unless a
+        consumer takes it on arrival), so a declare-ok or get-ok never counts them: those
+        call it, and housekeeping. Messages that wait for their first delivery round (see
+        `take`) stay for it."""
+        return self._expire_head(queue, now_ms, self._fresh_from(queue))
+
+    def _expire_head(self, queue: Queue, now_ms: int, fresh_from: int | None) -> int:
         if queue.stream is not None or queue.failed is not None:
             return 0
         if queue.message_ttl_ms is None and not queue.holds_expiring:
             return 0
-        taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms))
+        taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from))
         if taken:
             self.dead_letter_many(queue, taken, "expired", now_ms)
         return len(taken)
@@ -890,6 +924,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
         if consumer.exclusive and queue.consumers:
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
+        if not queue.consumers:
+            # What came while nobody consumed was not offered on arrival: its TTL counts.
+            queue.fresh_offset_min = self.log.next_offset
         queue.consumers.append(consumer)
         queue.had_consumers = True
         self.kick(queue)
@@ -924,11 +961,16 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.in_flow = False
             return
         take = queue.cursor.take
+        # With TTLs, the round offers what came since the last complete one (see `take`),
+        # up to the log's end now; a round is complete when it empties the queue or
+        # leaves every consumer out of credit.
+        offered_end = None
         if queue.message_ttl_ms is not None or queue.holds_expiring:
             now_ms = int(time.time() * 1000)
+            fresh_from, offered_end = queue.fresh_offset_min, self.log.next_offset
 
             def take() -> ReadyMessage | None:
-                return self.take(queue, now_ms)
+                return self.take(queue, now_ms, fresh_from)
 
         if queue.arguments.get("x-single-active-consumer") is True:
             groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
@@ -941,12 +983,19 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             budget, empty = self._round_robin(queue, group, take, budget)
             if empty:
                 queue.in_flow = False
+                if offered_end is not None:
+                    queue.fresh_offset_min = offered_end
                 return
-            if budget <= 0:
+            if budget <= 0:  # the next round offers the rest
                 self.kick(queue)
                 if queue.in_flow and queue.cursor.message_count < FLOW_READY_LOW:
                     queue.in_flow = False
                 return
+        if offered_end is not None:
+            # What the consumers, all out of credit now, could not take had its chance: a
+            # TTL of 0 at the head expires at once, as in RabbitMQ on arrival.
+            queue.fresh_offset_min = offered_end
+            self._expire_head(queue, now_ms, offered_end)
         # Every consumer is out of credit: flow control (one comparison per round).
         ready = queue.cursor.message_count
         if ready > FLOW_READY_HIGH:

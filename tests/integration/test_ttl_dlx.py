@@ -1,6 +1,7 @@
-"""Message TTL and dead-lettering with pika: queue and per-message TTL, reasons expired and
-rejected, the x-death header as RabbitMQ writes it, a missing dead-letter exchange, a
-cycle, policies, and expiry across a restart (the seed's scenario in small)."""
+"""Message TTL and dead-lettering with pika: queue and per-message TTL, a TTL of 0 with
+and without a consumer, reasons expired and rejected, the x-death header as RabbitMQ
+writes it, a missing dead-letter exchange, a cycle, policies, and expiry across a restart
+(the seed's scenario in small)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,65 @@ def test_per_message_expiration_is_never_delivered(broker: RunningBroker) -> Non
     _, properties, body = channel.basic_get("plain", auto_ack=True)
     assert body == b"long" and properties.expiration == "60000"
     assert channel.basic_get("plain")[0] is None
+    conn.close()
+
+
+def receive(conn: pika.BlockingConnection, got: list[object], count: int) -> None:
+    """Process events until `got` (a consumer callback's list) holds `count` items."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"only {len(got)} of {count} deliveries"
+        conn.process_data_events(time_limit=0.05)
+
+
+def test_ttl_zero_reaches_a_consumer_with_credit_and_otherwise_expires(
+    broker: RunningBroker,
+) -> None:
+    """An expiration of 0 ("expired upon reaching a queue unless they can be delivered to
+    a consumer immediately", RabbitMQ's TTL guide): a consumer with credit gets it; one at
+    its prefetch limit does not, and it is dead-lettered with reason expired; without a
+    consumer basic.get never returns it."""
+    conn = connect(broker)
+    publisher = conn.channel()
+    dead_letter_setup(publisher, "now", **{"x-dead-letter-exchange": "dlx"})
+    consumer = conn.channel()
+    consumer.basic_qos(prefetch_count=1)
+    got: list[tuple[int, bytes]] = []
+    tag = consumer.basic_consume(
+        "now", lambda _ch, method, _props, body: got.append((method.delivery_tag, body))
+    )
+    zero = pika.BasicProperties(expiration="0")
+    publisher.basic_publish("", "now", b"caught", zero)
+    receive(conn, got, 1)
+    publisher.basic_publish("", "now", b"too late", zero)
+    [(properties, body)] = wait_for(publisher, "dead", 1)
+    assert body == b"too late"
+    [death] = properties.headers["x-death"]  # type: ignore[attr-defined]
+    assert (death["reason"], death["queue"], death["original-expiration"]) == (
+        "expired",
+        "now",
+        "0",
+    )
+    consumer.basic_ack(got[0][0])
+    conn.process_data_events(time_limit=0.3)
+    assert got == [(1, b"caught")]
+    consumer.basic_cancel(tag)
+    publisher.basic_publish("", "now", b"nobody", zero)
+    assert publisher.basic_get("now")[0] is None
+    assert [body for _, body in wait_for(publisher, "dead", 1)] == [b"nobody"]
+    conn.close()
+
+
+def test_queue_ttl_zero_reaches_a_consumer_with_credit(broker: RunningBroker) -> None:
+    conn = connect(broker)
+    channel = conn.channel()
+    channel.queue_declare("ttl0", arguments={"x-message-ttl": 0})
+    got: list[bytes] = []
+    channel.basic_consume("ttl0", lambda _ch, _m, _p, body: got.append(body), auto_ack=True)
+    for n in range(100):  # one read or a few: rounds of many messages
+        channel.basic_publish("", "ttl0", b"%d" % n)
+    receive(conn, got, 100)
+    assert got == [b"%d" % n for n in range(100)]
     conn.close()
 
 

@@ -199,10 +199,7 @@ def _ttl_zero(s: Session) -> None:
     get(c, s.name(), no_ack=True)
 
 
-# DIFF: RabbitMQ delivers an expiration-0 message to a consumer ready when it is
-# enqueued (rabbit_amqqueue_process:deliver_or_enqueue); streamq expires it before its
-# drain delivers it, so the consumer gets nothing.
-# @scenario("basic.publish expiration 0 is delivered to a waiting consumer")
+@scenario("basic.publish expiration 0 is delivered to a waiting consumer")
 def _ttl_zero_consumer(s: Session) -> None:
     c = s.channel()
     declare(c, s.name())
