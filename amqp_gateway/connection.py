@@ -11,6 +11,15 @@ Rule 1: every error becomes a close in one place, `fail()`: a ChannelException c
 channel, a ConnectionException (or any error on channel 0) the connection.
 Rule 2: after we send a close, frames for that channel (or connection) are discarded
 until the close-ok, as the spec requires (sections 4.2.6 and 4.10.2 of the 0-9-1 spec).
+Rule 3: what the client reads follows the order of the frames it sent. A frame that the
+protocol answers itself (channel.open, channel.close, connection.close, update-secret) or
+refuses (any protocol error) is not parsed while events read before it in the same call
+wait for the server, whose handling may send something first or change the answer (a
+publish to a missing exchange closes its channel, so a channel.close read after it is
+answered with close-ok after the server's channel.close 404, as RabbitMQ's channel process
+handles them one after the other). Parsing stops before that frame (`parse_paused`) and
+goes on when the server calls `resume_parse`. Publishes and methods handed to the server
+never stop it: the hot path is unchanged.
 """
 
 from __future__ import annotations
@@ -180,6 +189,11 @@ Event = (
 )
 
 
+class _AnswerLater(Exception):
+    """Rule 3: the frame being parsed needs the protocol's own answer while events read
+    before it wait for the server (raised before any state changes)."""
+
+
 class _Channel:
     __slots__ = ("body", "body_size", "properties_raw", "publish", "received", "state")
 
@@ -208,6 +222,9 @@ class Connection:
         self._server_properties = server_properties
         self._buffer = bytearray()
         self._read_into = _NO_READ  # the buffer `read_buffer` handed out
+        # Rule 3: parsing stopped before a frame to answer once the server has handled
+        # the events read before it; `_buffer` holds that frame and what followed.
+        self.parse_paused = False
         self._channels: dict[int, _Channel] = {}
         self._last_received_s = now_s
         self._last_sent_s = now_s
@@ -219,10 +236,30 @@ class Connection:
 
         Protocol errors do not raise: they become a channel or connection close in
         `outgoing` (and, for the connection, a ConnectionClosed event once it is over).
+        Parsing may stop before a frame the protocol answers itself (rule 3): then
+        `parse_paused` is set, and `resume_parse` goes on once these events are handled.
         """
         self._last_received_s = now_s
         if self.state is State.CLOSED:
             return []
+        if self.parse_paused:
+            # Rule 3: the server reads nothing while it holds events; should it still,
+            # the bytes wait behind the paused frame.
+            self._buffer += data
+            return []
+        return self._parse(data)
+
+    def resume_parse(self) -> list[Event]:
+        """Rule 3: the server has handled every event returned so far; parse on from the
+        frame that parsing stopped before. [] when not paused."""
+        if not self.parse_paused:
+            return []
+        self.parse_paused = False
+        if self.state is State.CLOSED:
+            return []
+        return self._parse(b"")
+
+    def _parse(self, data: bytes) -> list[Event]:
         buffer = self._buffer
         events: list[Event] = []
         # Parse from the buffer when it holds something, else straight from the read: no
@@ -267,8 +304,8 @@ class Connection:
         shared = self._read_into
         self._read_into = _NO_READ
         pending = len(self._buffer)
-        if self.state is not State.OPEN:
-            # Handshakes and closes are rare: the copying path does them.
+        if self.state is not State.OPEN or self.parse_paused:
+            # Handshakes, closes and pauses are rare: the copying path does them.
             return self.receive_data(bytes(shared[pending : pending + nbytes]), now_s)
         self._last_received_s = now_s
         events: list[Event] = []
@@ -279,20 +316,28 @@ class Connection:
 
     def _receive_frames(self, view: memoryview, events: list[Event]) -> int:
         """Parse whole frames of `view` into `events`; returns where the rest starts."""
-        position = 0
+        position = start = 0
         try:
             # After this loop at most one partial frame is left, and read_frame rejects a
             # payload over frame_max (RabbitMQ's slack included) from its header alone.
+            # A pause (rule 3) leaves the rest of the read instead, a frame_max or more.
             while True:
                 if self.state is State.OPEN:
                     position = self._receive_publishes(view, position, events)
+                start = position
                 frame, position = codec.read_frame(view, position, self.frame_max)
                 if frame is None:
                     break
                 self._receive_frame(frame, events)
                 if self._is_closed():
                     break
+        except _AnswerLater:
+            self.parse_paused = True
+            return start
         except ConnectionException as exc:
+            if events:  # rule 3: refused once the events before it are handled
+                self.parse_paused = True
+                return start
             self.fail(exc, 0, events)
             # Out of step with the client: the rest of this read is dropped, so that the
             # close-ok of a later read is parsed from a frame boundary (rule 2).
@@ -377,6 +422,7 @@ class Connection:
             else:
                 self._receive_body(channel_id, channel, payload, events)
         except ChannelException as exc:
+            _answer_in_order(events)
             self.fail(exc, channel_id, events)
 
     def _receive_channel_method(
@@ -394,6 +440,7 @@ class Connection:
         if channel is not None and channel.publish is not None:
             raise _content_expected(channel)
         if isinstance(method, m.ChannelOpen):
+            _answer_in_order(events)
             if channel is not None:
                 raise ChannelError("second 'channel.open' seen", 20, 10)
             # channel_max limits how many channels are open at once, whatever their
@@ -413,6 +460,7 @@ class Connection:
         if channel is None:
             raise ChannelError("expected 'channel.open'", method.CLASS_ID, method.METHOD_ID)
         if isinstance(method, m.ChannelClose):
+            _answer_in_order(events)
             self.send_method(channel_id, m.ChannelCloseOk())
             del self._channels[channel_id]
             events.append(ChannelClosed(channel_id))
@@ -426,15 +474,20 @@ class Connection:
         self, channel_id: int, method: m.Method, events: list[Event]
     ) -> None:
         if isinstance(method, m.ChannelClose):
+            # Closes crossed: answered, and the channel still waits for the close-ok of
+            # ours, as RabbitMQ's closing channel does (rabbit_channel:handle_method/3
+            # replies close-ok to channel.close and stops only at channel.close-ok).
+            _answer_in_order(events)
             self.send_method(channel_id, m.ChannelCloseOk())
-        elif isinstance(method, m.ChannelOpen):
+            return
+        if isinstance(method, m.ChannelOpen):
             # RabbitMQ's closing channel still refuses it (rabbit_channel:handle_method/3
             # checks channel.open before its closing state).
             raise ChannelError("second 'channel.open' seen", 20, 10)
-        elif not isinstance(method, m.ChannelCloseOk):
-            return
-        del self._channels[channel_id]
-        events.append(ChannelClosed(channel_id))
+        if isinstance(method, m.ChannelCloseOk):
+            del self._channels[channel_id]
+            events.append(ChannelClosed(channel_id))
+        # Anything else is discarded until the close-ok (rule 2).
 
     def _receive_content_header(
         self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
@@ -454,7 +507,7 @@ class Connection:
                 40,
             )
         if header.body_size > self.message_bytes_max:
-            channel.publish = None
+            # `fail` forgets the publish: no state changes before a raise (rule 3).
             raise PreconditionFailed(
                 f"message size {header.body_size} is larger than configured max size "
                 f"{self.message_bytes_max}",
@@ -473,13 +526,12 @@ class Connection:
             if channel.publish is None:
                 raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
             raise UnexpectedFrame(_EXPECTED_HEADER, 60, 40)
+        received = channel.received + len(payload)
+        if received > channel.body_size:  # checked first: no state changes before a raise
+            raise FrameError(f"content body of {received} bytes exceeds {channel.body_size}")
         channel.body.append(payload)
-        channel.received += len(payload)
-        if channel.received > channel.body_size:
-            raise FrameError(
-                f"content body of {channel.received} bytes exceeds {channel.body_size}"
-            )
-        if channel.received == channel.body_size:
+        channel.received = received
+        if received == channel.body_size:
             self._complete_publish(channel_id, channel, events)
 
     def _complete_publish(self, channel_id: int, channel: _Channel, events: list[Event]) -> None:
@@ -509,15 +561,18 @@ class Connection:
         state = self.state
         if state is State.CLOSING:  # rule 2: only the close handshake counts
             if isinstance(method, m.ConnectionClose):
+                _answer_in_order(events)
                 self.send_method(0, m.ConnectionCloseOk())
                 self._closed(events, method.reply_code, method.reply_text)
             elif isinstance(method, m.ConnectionCloseOk):
                 self._closed(events, 200, "closed")
             return
         if state is State.OPEN and isinstance(method, m.ConnectionClose):
+            _answer_in_order(events)
             self.send_method(0, m.ConnectionCloseOk())
             self._closed(events, method.reply_code, method.reply_text)
         elif state is State.OPEN and isinstance(method, m.ConnectionUpdateSecret):
+            _answer_in_order(events)
             self.send_method(0, m.ConnectionUpdateSecretOk())
         elif not isinstance(method, _EXPECTED_METHOD.get(state, ())):
             # Anything else, a second connection.open or start-ok included, is what
@@ -725,6 +780,14 @@ _EXPECTED_METHOD: Final[dict[State, type[m.Method]]] = {
     State.AWAIT_TUNE_OK: m.ConnectionTuneOk,
     State.AWAIT_OPEN: m.ConnectionOpen,
 }
+
+
+def _answer_in_order(events: list[Event]) -> None:
+    """Rule 3: call where a frame gets the protocol's own answer, before any state
+    changes. Raises _AnswerLater if events read before it are still the server's to
+    handle (they are all earlier in `events`: no frame adds one before it answers)."""
+    if events:
+        raise _AnswerLater
 
 
 def _content_expected(channel: _Channel) -> UnexpectedFrame:

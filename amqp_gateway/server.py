@@ -432,11 +432,17 @@ class AmqpHandler(asyncio.BufferedProtocol):
         the rest wait, reading stops, and the next slice runs after the drain. A read of
         a fast publisher holds thousands of messages; without slices consumers would get
         one turn per read, and their acks would wait behind it."""
-        if len(events) > 1 and self.gateway.drain_pending:
-            cut = _slice_end(events)
-            if cut < len(events):
-                events, self._held = events[:cut], events[cut:]
-        self._handle_events(events)
+        while True:
+            if len(events) > 1 and self.gateway.drain_pending:
+                cut = _slice_end(events)
+                if cut < len(events):
+                    events, self._held = events[:cut], events[cut:]
+            self._handle_events(events)
+            if self._held or self._waiting is not None or not self.conn.parse_paused:
+                break
+            # Every event of the read is handled: the protocol goes on from the frame it
+            # answers itself, which it stopped before (connection.py, rule 3).
+            events = self.conn.resume_parse()
         self.flush()
         published, self._published = self._published, False
         if published:
@@ -851,8 +857,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
         if self.conn.is_channel_closing(run.channel):
             # An error earlier in this read closed the channel: what the client sent on it
             # before it saw the close is discarded (connection.py, rule 2), as RabbitMQ.
-            # Not a channel the client closed: the protocol may have read its close while
-            # these publishes waited (a drain, flow control), and they come first.
+            # The client's own channel.close is parsed only once these are handled
+            # (connection.py, rule 3).
             return False
         channel = self._channel(run.channel)
         if channel.transactional or run.bits & _IMMEDIATE or not self._store_run(channel, run):

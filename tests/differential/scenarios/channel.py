@@ -232,16 +232,14 @@ for _label in ("queue.declare", "basic.publish", "basic.ack of an unknown tag"):
     scenario(f"channel: {_label} after the server's channel.close is discarded")(
         _closing_then(_label)
     )
-# DIFF: RabbitMQ sends the publish's channel.close 404, then connection.close 504 "second
-# 'channel.open' seen"; streamq's protocol layer refuses the channel.open (504) before its
-# server has judged the publish read with it, so the channel.close never comes.
-# scenario("channel: channel.open after the server's channel.close")(_closing_then("channel.open"))
+# RabbitMQ sends the publish's channel.close 404, then connection.close 504 "second
+# 'channel.open' seen": its channel process handles both, in order.
+scenario("channel: channel.open after the server's channel.close")(_closing_then("channel.open"))
 
 
-# DIFF: RabbitMQ sends the publish's channel.close 404, then close-ok for the client's
-# channel.close; streamq answers the channel.close at once, in its protocol layer, before
-# its server judges the publish read with it, so the 404 is never sent.
-# @scenario("channel: channel.close crossing the server's channel.close")
+# RabbitMQ sends the publish's channel.close 404, then close-ok for the client's
+# channel.close, which its closing channel still answers.
+@scenario("channel: channel.close crossing the server's channel.close")
 def _close_crossing(s: Session) -> None:
     c = s.channel(1)
     c.client.send_raw(
