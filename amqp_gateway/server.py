@@ -371,7 +371,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         # A reply that must wait for a sync round (Declare-Ok of a durable entity,
         # Commit-Ok); while one waits, reading stops and later events are held, so that
         # replies keep their order.
-        self._waiting: tuple[int, m.Method] | None = None
+        self._waiting: tuple[int, m.Method | None] | None = None
         self._after_reply: Callable[[], None] | None = None  # runs once it is sent
         self._held: list[Event] = []
         self._published = False  # since reading was last held for a drain
@@ -614,7 +614,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
     def reply_durable(
         self,
         channel_id: int,
-        method: m.Method,
+        method: m.Method | None,
         *,
         always: bool,
         then: Callable[[], None] | None = None,
@@ -625,7 +625,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
         before any held event: what it sends follows the reply."""
         vhost = self.current_vhost()
         if not always and not vhost.needs_sync():
-            self.conn.send_method(channel_id, method)
+            if method is not None:
+                self.conn.send_method(channel_id, method)
             if then is not None:
                 then()
             return
@@ -642,10 +643,11 @@ class AmqpHandler(asyncio.BufferedProtocol):
         except LogError as exc:
             logger.error("message store failed; closing connection %s: %s", self.peer, exc)
             self._waiting = None
-            self._fail(to_amqp(exc, method.CLASS_ID, method.METHOD_ID), 0)
+            ids = (0, 0) if method is None else (method.CLASS_ID, method.METHOD_ID)
+            self._fail(to_amqp(exc, *ids), 0)
         else:
             self._waiting = None
-            if self.conn.is_channel_open(channel_id):
+            if method is not None and self.conn.is_channel_open(channel_id):
                 self.conn.send_method(channel_id, method)
         then, self._after_reply = self._after_reply, None
         if then is not None:
@@ -658,6 +660,36 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self._unhold("sync")
 
     def _fail(self, exc: errors.AMQPError, channel: int) -> None:
+        session = self.channels.get(channel) if channel else None
+        if (
+            isinstance(exc, errors.ChannelException)
+            and session is not None
+            and session.confirm
+            and session.publish_seq > session.confirmed_seq
+            and self._waiting is None
+            and self.conn.is_channel_open(channel)
+        ):
+            self._fail_after_confirms(exc, session)
+            return
+        self._fail_now(exc, channel)
+
+    def _fail_after_confirms(self, exc: errors.AMQPError, session: ChannelSession) -> None:
+        """A channel error on a channel that owes confirms: the publishes it stored before
+        the error are confirmed first (after the sync that makes them durable), then the
+        channel closes, as RabbitMQ's client sees it. Closing first lost those confirms
+        whenever the client's close-ok came before the sync, and a client republishes
+        what it never saw confirmed. Later events wait behind the sync."""
+        seq = session.publish_seq
+
+        def close() -> None:
+            owed = self.channels.get(session.id) is session and seq > session.confirmed_seq
+            if owed and self.conn.state is State.OPEN:
+                self._confirm(session, seq)
+            self._fail_now(exc, session.id)
+
+        self.reply_durable(session.id, None, always=True, then=close)
+
+    def _fail_now(self, exc: errors.AMQPError, channel: int) -> None:
         events: list[Event] = []
         self.conn.fail(exc, channel, events)
         if self.conn.state is State.CLOSING and self._closing_timer is None:
@@ -846,8 +878,14 @@ class AmqpHandler(asyncio.BufferedProtocol):
             return False
         if channel.confirm:
             channel.publish_seq += 1
+            try:
+                self.route_and_store(vhost, channel, publish)
+            except Exception:
+                channel.publish_seq -= 1  # not stored: nothing to confirm for it
+                raise
+            return True
         self.route_and_store(vhost, channel, publish)
-        return channel.confirm
+        return False
 
     def _publish_run(self, run: PublishRun) -> bool:
         """Route and store a run of publishes (one channel, exchange and routing key);
@@ -1035,13 +1073,21 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 owed = {
                     channel: channel.publish_seq
                     for channel in self.channels.values()
-                    if channel.confirm and channel.publish_seq > channel.confirmed_seq
+                    if channel.confirm
+                    and channel.publish_seq > channel.confirmed_seq
+                    and not self.conn.is_channel_closing(channel.id)
                 }
                 if not owed:
                     return
                 await self.vhost.sync()
                 for channel, seq in owed.items():
-                    if self.channels.get(channel.id) is channel and seq > channel.confirmed_seq:
+                    # Nothing goes out on a channel after its channel.close (spec 1.5.2.5):
+                    # what a failed channel owed was confirmed before it (_fail).
+                    if (
+                        self.channels.get(channel.id) is channel
+                        and seq > channel.confirmed_seq
+                        and not self.conn.is_channel_closing(channel.id)
+                    ):
                         self._confirm(channel, seq)
                 self.flush()
         except LogError as exc:
