@@ -279,22 +279,37 @@ class Session:
     def http(
         self, method: str, path: str, body: object = None, *, user: str = "guest"
     ) -> tuple[int, Any]:
-        """One management API request: (status, parsed JSON or None). `{p}` in `path`
-        is replaced by the scenario's name prefix."""
+        """One management API request with `body` as JSON: (status, parsed JSON or None)."""
+        payload = None if body is None else json.dumps(body).encode()
+        status, _, parsed = self.http_raw(method, path, payload, user=user)
+        return status, parsed
+
+    def http_raw(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        *,
+        user: str = "guest",
+    ) -> tuple[int, dict[str, str], Any]:
+        """One request with `body` sent as is, as `user` (whose password is its name):
+        (status, headers with lower-case names, parsed JSON or None)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.endpoint.http_port, timeout=10)
         token = base64.b64encode(f"{user}:{user}".encode()).decode()
-        headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
+        headers = {"Authorization": f"Basic {token}", "Content-Type": content_type}
         try:
-            conn.request(method, path, None if body is None else json.dumps(body), headers)
+            conn.request(method, path, body, headers)
             response = conn.getresponse()
             data = response.read()
+            got = {name.lower(): value for name, value in response.getheaders()}
         finally:
             conn.close()
         try:
             parsed = json.loads(data) if data else None
         except ValueError:
             parsed = None
-        return response.status, parsed
+        return response.status, got, parsed
 
     def finish(self) -> None:
         for conn in self.conns:

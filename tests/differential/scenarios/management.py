@@ -5,7 +5,6 @@ bodies, which differ legitimately (statistics, node names, extra fields)."""
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 from collections.abc import Callable
 from typing import Any
@@ -38,21 +37,7 @@ def raw(
 ) -> tuple[int, dict[str, str], Any]:
     """One request with `body` sent as is: (status, headers with lower-case names,
     parsed JSON or None)."""
-    conn = http.client.HTTPConnection("127.0.0.1", s.endpoint.http_port, timeout=10)
-    token = base64.b64encode(b"guest:guest").decode()
-    headers = {"Authorization": f"Basic {token}", "Content-Type": content_type}
-    try:
-        conn.request(method, path, body, headers)
-        response = conn.getresponse()
-        data = response.read()
-        got = {name.lower(): value for name, value in response.getheaders()}
-    finally:
-        conn.close()
-    try:
-        parsed = json.loads(data) if data else None
-    except ValueError:
-        parsed = None
-    return response.status, got, parsed
+    return s.http_raw(method, path, body, content_type)
 
 
 def status(s: Session, method: str, path: str, body: object = None) -> None:
