@@ -20,20 +20,10 @@ from pika.adapters.blocking_connection import BlockingChannel
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
 from tests.integration.conftest import RunningBroker, drain_bodies
+from tests.integration.test_amqp_compat import connect
 
 TIMEOUT_S = 10
 FRAME_MAX = 131072
-
-
-def connect(broker: RunningBroker, **kwargs: object) -> pika.BlockingConnection:
-    params = pika.ConnectionParameters(
-        "127.0.0.1",
-        broker.amqp_port,
-        blocked_connection_timeout=TIMEOUT_S,
-        socket_timeout=TIMEOUT_S,
-        **kwargs,
-    )
-    return pika.BlockingConnection(params)
 
 
 @pytest.fixture
