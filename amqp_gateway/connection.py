@@ -798,11 +798,13 @@ def _content_expected(channel: _Channel) -> UnexpectedFrame:
 def _reply_text(exc: AMQPError) -> str:
     # RabbitMQ prefixes the code's name, e.g. "NOT_FOUND - no queue 'q' in vhost '/'".
     # A longer text is cut to 252 bytes and "..." (rabbit_binary_generator's
-    # amqp_exception_explanation), so it fits the 255-byte shortstr.
-    raw = f"{exc.reply_code.name} - {exc.reply_text}".encode()
+    # amqp_exception_explanation), so it fits the 255-byte shortstr. Texts quote peer
+    # octets (names, frame payloads) kept as surrogateescape: they go out as those
+    # octets, and the cut falls on the same byte as RabbitMQ's, mid-character or not.
+    raw = f"{exc.reply_code.name} - {exc.reply_text}".encode("utf-8", "surrogateescape")
     if len(raw) > REPLY_TEXT_BYTES_MAX:
         raw = raw[: REPLY_TEXT_BYTES_MAX - 3] + b"..."
-    return raw.decode(errors="ignore")
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _utf8(raw: bytes) -> str:

@@ -25,16 +25,16 @@ SNIPPET_BYTES_MAX: Final = 16  # rabbit_reader:payload_snippet/1
 _FLAT_BINARY_END_MAX: Final = 81
 _FILLED_ELEMENT_END_MAX: Final = 79
 _FLAT_TUPLE_END_MAX: Final = 78
-_ESCAPES: Final[dict[int, str]] = {
-    8: "\\b",
-    9: "\\t",
-    10: "\\n",
-    11: "\\v",
-    12: "\\f",
-    13: "\\r",
-    27: "\\e",
-    34: '\\"',
-    92: "\\\\",
+_ESCAPES: Final[dict[int, bytes]] = {
+    8: b"\\b",
+    9: b"\\t",
+    10: b"\\n",
+    11: b"\\v",
+    12: b"\\f",
+    13: b"\\r",
+    27: b"\\e",
+    34: b'\\"',
+    92: b"\\\\",
 }
 
 
@@ -42,7 +42,7 @@ def frame_error_text(frame_type: int, payload: bytes, reason: ErlangTerm) -> str
     """RabbitMQ's FRAME_ERROR text for a frame of `frame_type`: "type 1, all octets =
     <<0,60>>: unknown_frame"."""
     text = _frame_text(frame_type, payload) + ": "
-    return text + _term(reason, _column(text))
+    return text + term(reason, column(text))
 
 
 def unexpected_frame_text(frame_type: int, payload: bytes) -> str:
@@ -54,23 +54,42 @@ def unexpected_frame_text(frame_type: int, payload: bytes) -> str:
 def _frame_text(frame_type: int, payload: bytes) -> str:
     which = "all" if len(payload) <= SNIPPET_BYTES_MAX else f"first {SNIPPET_BYTES_MAX}"
     text = f"type {frame_type}, {which} octets = "
-    return text + _binary(payload[:SNIPPET_BYTES_MAX], _column(text))
+    return text + _binary(payload[:SNIPPET_BYTES_MAX], column(text))
 
 
-def _column(text: str) -> int:
-    return len(text) - (text.rfind("\n") + 1)
+def column(text: str) -> int:
+    """Where the next character of `text` goes on its last line, in bytes: Erlang counts
+    the octets of a reply text, and our texts carry peer bytes as UTF-8 with
+    surrogateescape (amqp_gateway/codec/values.py)."""
+    line = text[text.rfind("\n") + 1 :]
+    return len(line.encode("utf-8", "surrogateescape"))
 
 
-def _printable(data: bytes) -> bool:
-    # io_lib:printable_list/1 under the default latin1 printable range.
+def printable(data: bytes) -> bool:
+    """io_lib:printable_list/1 under the default latin1 printable range, for a list of
+    octets that is not empty."""
     return bool(data) and all(32 <= b <= 126 or 160 <= b <= 255 or b in _ESCAPES for b in data)
+
+
+def quoted(data: bytes) -> str:
+    """Printable `data` between ~p's quotes, escaped as ~p escapes it. The octets stay
+    as they are (UTF-8 with surrogateescape), so the text goes out as RabbitMQ's does:
+    RabbitMQ sends the Latin-1 octet itself, one byte, not its UTF-8 encoding."""
+    escaped = b"".join(_ESCAPES.get(b, bytes((b,))) for b in data)
+    return '"' + escaped.decode("utf-8", "surrogateescape") + '"'
+
+
+def string_term(data: bytes) -> str:
+    """`data` as ~p prints the list binary_to_list/1 makes of it: a quoted string when
+    every octet is printable (`printable`), else the list of its codes."""
+    return quoted(data) if printable(data) else "[" + ",".join(map(str, data)) + "]"
 
 
 def _binary(data: bytes, column: int) -> str:
     """`data` as ~p prints it at `column`: a string when printable, else its octets,
     filled over lines indented two past `column` when they do not fit one."""
-    if _printable(data):
-        return '<<"' + "".join(_ESCAPES.get(b, chr(b)) for b in data) + '">>'
+    if printable(data):
+        return "<<" + quoted(data) + ">>"
     flat = "<<" + ",".join(map(str, data)) + ">>"
     if column + len(flat) <= _FLAT_BINARY_END_MAX:
         return flat
@@ -89,12 +108,13 @@ def _binary(data: bytes, column: int) -> str:
     return ("\n" + " " * indent).join(lines)
 
 
-def _term(reason: ErlangTerm, column: int) -> str:
-    """An atom, or a tuple that breaks after its first element when it does not fit."""
+def term(reason: ErlangTerm, at: int) -> str:
+    """An atom, or a tuple printed at column `at` that breaks after its first element,
+    the rest indented one past the brace, when it would end past column 78."""
     if isinstance(reason, str):
         return reason
     parts = [str(part) for part in reason]
     flat = "{" + ",".join(parts) + "}"
-    if column + len(flat) <= _FLAT_TUPLE_END_MAX:
+    if at + column(flat) <= _FLAT_TUPLE_END_MAX:
         return flat
-    return "{" + parts[0] + ",\n" + " " * (column + 1) + ",".join(parts[1:]) + "}"
+    return "{" + parts[0] + ",\n" + " " * (at + 1) + ",".join(parts[1:]) + "}"

@@ -19,6 +19,7 @@ from typing import Any
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
+from amqp_gateway.errors import AMQPError
 
 READ_TIMEOUT_S = 5.0
 RECEIVE_BYTES_MAX = 1 << 20
@@ -147,7 +148,14 @@ class WireClient:
             if frame_type == codec.FRAME_HEARTBEAT:
                 continue
             if frame_type == codec.FRAME_METHOD:
-                method = codec.decode_method(payload)
+                try:
+                    method = codec.decode_method(payload)
+                except AMQPError:
+                    # Our decoder reads the server's strings as UTF-8; a reply text that
+                    # carries a peer's raw octets (RabbitMQ quotes frame payloads) is not.
+                    # Compare such a frame by its bytes, and answer it if it is a close.
+                    self._after_undecodable(channel, payload)
+                    return ("undecodable method", channel, payload)
                 if method.CONTENT:
                     self._content[channel] = Content(channel, method)
                     continue
@@ -170,6 +178,13 @@ class WireClient:
                     properties_fields(content.properties_raw),
                     content.body,
                 )
+
+    def _after_undecodable(self, channel: int, payload: bytes) -> None:
+        ids = struct.unpack_from(">HH", payload)
+        if ids == (m.ConnectionClose.CLASS_ID, m.ConnectionClose.METHOD_ID):
+            self._after(0, m.ConnectionClose())
+        elif ids == (m.ChannelClose.CLASS_ID, m.ChannelClose.METHOD_ID):
+            self._after(channel, m.ChannelClose())
 
     def _after(self, channel: int, method: codec.Method) -> None:
         if isinstance(method, m.ChannelClose):

@@ -156,6 +156,7 @@ def _connection_error(make: Callable[[Session], bytes], socket: bool) -> Callabl
 _MALFORMED = {
     "an unknown frame type": lambda s: frame(5, 1, b"abc"),
     "frame type 4": lambda s: frame(4, 1, b""),
+    "an unknown frame type with Latin-1 octets": lambda s: frame(5, 1, b"caf\xe9"),
     "a bad frame-end octet": lambda s: method_frame(1, m.BasicQos(prefetch_count=1))[:-1] + b"\xcd",
     "a content header with no publish": lambda s: header(1, 3),
     "a body frame with no publish": lambda s: body(1, b"abc"),

@@ -63,3 +63,13 @@ def test_unexpected_frame_text_has_no_reason() -> None:
     assert unexpected_frame_text(1, bytes([0, 20, 0, 10, 0])) == (
         "type 1, all octets = <<0,20,0,10,0>>"
     )
+
+
+def test_printable_high_octets_go_out_as_the_octets_themselves() -> None:
+    """RabbitMQ prints a Latin-1 octet of a payload as that one octet of its reply text;
+    ours carries it through surrogateescape, so the shortstr holds the same byte (not its
+    two-byte UTF-8 encoding), and columns count it as one."""
+    text = frame_error_text(1, b"caf\xe9", "unknown_frame")
+    assert text.encode("utf-8", "surrogateescape") == (
+        b'type 1, all octets = <<"caf\xe9">>: unknown_frame'
+    )
