@@ -8,18 +8,16 @@ handler, the channel and the decoded method; the handler's table dispatches to t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from amqp_gateway import errors, reply_to
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
 from amqp_gateway.codec import methods as m
 from streamq.broker.exchange import Destination
+from streamq.broker.vhost import DEFAULT_EXCHANGE_REFUSED
 
 if TYPE_CHECKING:
     from amqp_gateway.server import AmqpHandler
-
-
-DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
 
 
 def exchange_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
