@@ -2,9 +2,9 @@
 
 All sit on the per-message hot path (STYLE.md section 11) and are measured in
 docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into runs,
-`amqp_gateway.codec._deliver` writes a delivery's frames, `streamq.log._records`
-encodes a run of log records with their CRC32C, and `streamq.broker._message` is the
-per-message record the collector does not track. They need a C
+`amqp_gateway.codec._deliver` writes a delivery's frames (and a run of deliveries
+straight from log records), and `streamq.log._records` encodes a run of log records
+with their CRC32C. They need a C
 compiler and Python's headers at install time (`pip install -e .` builds them in place).
 """
 
@@ -27,11 +27,6 @@ setup(
         Extension(
             "streamq.log._records",
             ["streamq/log/_records.c"],
-            extra_compile_args=_FLAGS,
-        ),
-        Extension(
-            "streamq.broker._message",
-            ["streamq/broker/_message.c"],
             extra_compile_args=_FLAGS,
         ),
     ]

@@ -158,25 +158,25 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
             70,
         )
     queue.last_used_s = time.monotonic()  # basic.get renews the x-expires lease
-    ready = vhost.take(queue, int(time.time() * 1000))
-    if ready is None:
+    taken = vhost.get(queue, int(time.time() * 1000))
+    if taken is None:
         h.conn.send_method(channel.id, m.BasicGetEmpty())
         return
-    stored = vhost.messages[ready.offset]
+    ready, record = taken
     tag = channel.take_tag()
     h.conn.send_content(
         channel.id,
         m.BasicGetOk(
             delivery_tag=codec.DeliveryTag(tag),
             redelivered=ready.redelivered,
-            exchange=stored.exchange,
-            routing_key=stored.routing_key,
+            exchange=record.exchange.decode("utf-8", "surrogateescape"),
+            routing_key=record.routing_key.decode("utf-8", "surrogateescape"),
             message_count=queue.cursor.message_count,
         ),
-        with_long_header(stored.properties_raw, "x-delivery-count", ready.delivery_count)
+        with_long_header(record.properties, "x-delivery-count", ready.delivery_count)
         if ready.delivery_count
-        else stored.properties_raw,
-        stored.body,
+        else record.properties,
+        record.body,
     )
     if method.no_ack:
         queue.stats.get_no_ack += 1

@@ -11,15 +11,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter, deque
-from itertools import takewhile
+from itertools import repeat, takewhile
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from amqp_gateway import codec, errors
 from amqp_gateway.codec import methods as m
 from amqp_gateway.codec.properties import add_long_header
 from amqp_gateway.stream_offsets import StreamFilter
-from streamq.broker.queue import Queue, StoredMessage
+from streamq.broker.queue import Queue
+from streamq.log.format import Record
 from streamq.queues.classic import ReadyMessage
 from streamq.queues.offsets import AckWatermark
 
@@ -77,6 +78,10 @@ class Unacked:
 
 
 _CONSUMER_OF = attrgetter("consumer")
+_UNLIMITED: Final = 1 << 30  # the credit of a consumer without a prefetch limit
+# Deliveries framed per call of `codec.deliver_records` stop past this much output (at
+# least one message), so that a run of large messages is written in steps.
+DELIVER_OUT_BYTES_MAX: Final = 1 << 20
 
 
 class ChannelSession:
@@ -265,7 +270,18 @@ class GatewayConsumer:
             and not self.channel.owner.paused
         )
 
-    def deliver(self, queue: Queue, message: ReadyMessage, stored: StoredMessage) -> None:
+    def credit(self) -> int:
+        channel = self.channel
+        if not channel.flow_active or channel.owner.paused:
+            return 0
+        if self.no_ack:
+            return _UNLIMITED
+        credit = self.prefetch - self.unacked if self.prefetch else _UNLIMITED
+        if channel.channel_prefetch:
+            credit = min(credit, channel.channel_prefetch - channel.consumer_unacked)
+        return credit
+
+    def deliver(self, queue: Queue, message: ReadyMessage, record: Record) -> None:
         channel = self.channel
         tag = channel.take_tag()
         if not self.no_ack:
@@ -273,7 +289,7 @@ class GatewayConsumer:
             self.unacked += 1
             channel.consumer_unacked += 1
         connection = channel.connection
-        properties_raw = stored.properties_raw
+        properties_raw = record.properties
         if queue.stream is not None:
             queue.stats.deliver += 1  # the vhost counts classic deliveries per batch
             properties_raw = with_long_header(properties_raw, "x-stream-offset", message.offset)
@@ -287,13 +303,59 @@ class GatewayConsumer:
             self.tag_raw,
             codec.DeliveryTag(tag),
             message.redelivered,
-            stored.exchange,
-            stored.routing_key,
+            record.exchange,
+            record.routing_key,
             properties_raw,
-            stored.body,
+            record.body,
             connection.frame_max,
         )
         channel.owner.note_output()
+
+    def deliver_records(
+        self,
+        queue: Queue,
+        records: bytes | bytearray | memoryview,
+        position: int,
+        first: int,
+        count: int,
+    ) -> tuple[int, int, int, list[int]]:
+        channel = self.channel
+        tag = channel.next_delivery_tag
+        connection = channel.connection
+        result = codec.deliver_records(
+            connection.outgoing,
+            records,
+            position,
+            first,
+            count,
+            channel.id,
+            self.tag_raw,
+            tag,
+            connection.frame_max,
+            DELIVER_OUT_BYTES_MAX,
+        )
+        delivered = result[0]
+        if delivered:
+            channel.next_delivery_tag = tag + delivered
+            if not self.no_ack:
+                now_ms = channel.clock.now_ms
+                channel.unacked.update(
+                    zip(
+                        range(tag, tag + delivered),
+                        map(
+                            Unacked,
+                            repeat(queue),
+                            range(first, first + delivered),
+                            repeat(self),
+                            repeat(now_ms),
+                        ),
+                        strict=True,
+                    )
+                )
+                self.unacked += delivered
+                channel.consumer_unacked += delivered
+            channel.owner.note_output()
+        return result
 
 
 def with_long_header(properties_raw: bytes, name: str, value: int) -> bytes:

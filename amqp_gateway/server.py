@@ -210,7 +210,6 @@ class Gateway:
                 if vhost.expire_heads(now_ms):
                     self.schedule_drain()
                 vhost.expire_queues(time.monotonic())
-                vhost.page_out()
                 if vhost.streams_unsynced:
                     self._start_stream_syncs(vhost)
                 await asyncio.sleep(0)

@@ -181,10 +181,11 @@ async def aliveness_test(request: web.Request) -> web.Response:
     queue = vhost.declare_queue(ALIVENESS_QUEUE, False, False, False, False, {}, None)
     vhost.purge_queue(ALIVENESS_QUEUE, None)
     vhost.publish("", ALIVENESS_QUEUE, EMPTY_PROPERTIES, ALIVENESS_BODY, [queue])
-    ready = vhost.take(queue, int(time.time() * 1000))
-    if ready is None:
+    taken = vhost.get(queue, int(time.time() * 1000))
+    if taken is None:
         return web.json_response({"status": "failed", "reason": "no message"}, status=503)
-    body = vhost.messages[ready.offset].body
+    ready, record = taken
+    body = record.body
     vhost.settle(queue, ready.offset)
     if body != ALIVENESS_BODY:
         return web.json_response({"status": "failed", "reason": "wrong message"}, status=503)

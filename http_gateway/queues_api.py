@@ -186,18 +186,18 @@ async def get_messages(request: web.Request) -> web.Response:
     queue.last_used_s = time.monotonic()  # as basic.get, renews the x-expires lease
     taken: list[int] = []
     out: list[dict[str, object]] = []
-    while len(taken) < count and (ready := vhost.take(queue, now_ms)) is not None:
+    while len(taken) < count and (got := vhost.get(queue, now_ms)) is not None:
+        ready, record = got
         taken.append(ready.offset)
-        stored = vhost.messages[ready.offset]
         out.append(
             {
-                "payload_bytes": len(stored.body),
+                "payload_bytes": len(record.body),
                 "redelivered": ready.redelivered,
-                "exchange": stored.exchange,
-                "routing_key": stored.routing_key,
+                "exchange": record.exchange.decode("utf-8", "surrogateescape"),
+                "routing_key": record.routing_key.decode("utf-8", "surrogateescape"),
                 "message_count": queue.cursor.message_count,
-                "properties": codec.to_json(stored.properties_raw) if codec else {},
-                **payload_json(stored.body, encoding, truncate),
+                "properties": codec.to_json(record.properties) if codec else {},
+                **payload_json(record.body, encoding, truncate),
             }
         )
     # As RabbitMQ: every message is taken first, then requeued, acked or rejected, so a

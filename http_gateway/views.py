@@ -208,8 +208,12 @@ def queue_json(
         messages=ready + unacked,
         messages_ready=ready,
         messages_unacknowledged=unacked,
+        message_bytes=cursor.bytes_ready + cursor.bytes_unacked,
         message_bytes_ready=cursor.bytes_ready,
-        memory=cursor.bytes_ready,  # the bodies held in memory for ready messages
+        message_bytes_unacknowledged=cursor.bytes_unacked,
+        # Message bodies stay in the log, not in memory: the queue's memory is its
+        # cursor's runs and its messages in flight.
+        memory=cursor.run_count * 16 + unacked * 100,
     )
     return out
 

@@ -19,7 +19,7 @@ paths) and `ids` (the `NewType`s).
 
 from __future__ import annotations
 
-from amqp_gateway.codec._deliver import encode_deliver
+from amqp_gateway.codec._deliver import deliver_records, encode_deliver
 from amqp_gateway.codec._scan import scan_publishes
 from amqp_gateway.codec.basic import (
     BASIC_PUBLISH_IDS,
@@ -140,6 +140,7 @@ __all__ = [
     "decode_method",
     "decode_properties",
     "decode_table",
+    "deliver_records",
     "encode_array",
     "encode_deliver",
     "encode_frame",

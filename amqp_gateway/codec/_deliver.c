@@ -501,9 +501,248 @@ encode_deliver(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObje
     return encode(bound);
 }
 
+/* -- deliver_records: deliveries framed straight from segment-log records ----------------
+ *
+ * A record of the segment log (docs/log-format.md), little-endian:
+ *   u32 length (bytes after this field) | u32 crc | u64 offset | i64 timestamp_ms |
+ *   u8 exchange_len | u8 routing_key_len | u16 flags (0) | u32 properties_len |
+ *   exchange | routing_key | properties (wire form, flag word first) | body
+ */
+enum {
+    RECORD_HEADER_BYTES = 32,
+    RECORD_LENGTH_MIN = 28, /* length counts from the crc field on */
+};
+
+static inline uint32_t
+get_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t
+get_le64(const unsigned char *p)
+{
+    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+/* One record found in the input: where its parts are. */
+typedef struct {
+    const unsigned char *exchange;
+    const unsigned char *routing_key;
+    const unsigned char *properties;
+    const unsigned char *body;
+    uint32_t exchange_len, routing_key_len, properties_len;
+    size_t body_len;
+} Record;
+
+PyDoc_STRVAR(deliver_records_doc,
+"deliver_records($module, out, records, position, first_offset, count, channel,\n"
+"                consumer_tag, first_delivery_tag, frame_max, out_bytes_max, /)\n"
+"--\n"
+"\n"
+"Append the deliveries of the log records at offsets `first_offset` ..\n"
+"`first_offset + count - 1` found in `records` from `position` on (segment-log records\n"
+"back to back, docs/log-format.md; records below `first_offset` are skipped) to `out`:\n"
+"for each, basic.deliver with delivery tags from `first_delivery_tag` on, redelivered\n"
+"false, the record's exchange and routing key, its properties unchanged and its body,\n"
+"split into frames of at most frame_max - 8 bytes. Stops at the end of the whole\n"
+"records in `records`, after `count`, or once `out_bytes_max` bytes were appended (at\n"
+"least one delivery). Returns `(delivered, position, next_offset, sizes)`: how many,\n"
+"where the next record starts and its offset (-1 when no record was read), and the\n"
+"body size of each. `out` grows once.\n"
+"\n"
+"Raises ValueError, appending nothing, for a record whose length or fields do not add\n"
+"up, whose flags are not 0, or whose offset breaks the sequence, and for properties\n"
+"that do not fit one frame or a consumer tag over 255 bytes.");
+
+static PyObject *
+deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "deliver_records() takes 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *out = args[0];
+    if (!PyByteArray_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a bytearray");
+        return NULL;
+    }
+    Py_ssize_t position = PyLong_AsSsize_t(args[2]);
+    unsigned long long first_offset = PyLong_AsUnsignedLongLong(args[3]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[4]);
+    long channel = PyLong_AsLong(args[5]);
+    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[7]);
+    long long frame_max = PyLong_AsLongLong(args[8]);
+    Py_ssize_t out_bytes_max = PyLong_AsSsize_t(args[9]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (channel < 0 || channel > CHANNEL_MAX || position < 0 || count < 0 ||
+        frame_max < FRAME_OVERHEAD_BYTES + HEADER_FIELDS_BYTES + 2) {
+        PyErr_SetString(PyExc_ValueError, "deliver_records: argument out of range");
+        return NULL;
+    }
+    Bytes tag;
+    memset(&tag, 0, sizeof tag);
+    if (get_shortstr(args[6], &tag) < 0) {
+        return NULL;
+    }
+    Py_buffer in;
+    if (PyObject_GetBuffer(args[1], &in, PyBUF_SIMPLE) < 0) {
+        bytes_release(&tag);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *sizes = NULL;
+    const unsigned char *data = in.buf;
+    Py_ssize_t length = in.len;
+    size_t piece_max = (size_t)(frame_max - FRAME_OVERHEAD_BYTES);
+    size_t method_fixed = DELIVER_PAYLOAD_FIXED_BYTES + (size_t)tag.size;
+
+    /* Pass 1: find the records, check them, and size the output. */
+    Py_ssize_t pos = position > length ? length : position;
+    Py_ssize_t end_pos = pos;
+    Py_ssize_t delivered = 0;
+    size_t total = 0;
+    uint64_t expected = first_offset;
+    long long next_offset = -1; /* after the last record passed over or delivered */
+    while (delivered < count && (out_bytes_max <= 0 || delivered == 0 ||
+                                 total < (size_t)out_bytes_max)) {
+        if (length - pos < RECORD_HEADER_BYTES) {
+            break;
+        }
+        const unsigned char *r = data + pos;
+        uint32_t record_length = get_le32(r);
+        if (record_length < RECORD_LENGTH_MIN) {
+            PyErr_Format(PyExc_ValueError, "bad record length %u at %zd", record_length, pos);
+            goto done;
+        }
+        if ((size_t)(length - pos) < 4 + (size_t)record_length) {
+            break; /* the rest is in the next read */
+        }
+        uint64_t offset = get_le64(r + 8);
+        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
+        uint32_t lprops = get_le32(r + 28);
+        if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN) {
+            PyErr_Format(PyExc_ValueError, "bad record at %zd", pos);
+            goto done;
+        }
+        if (offset < expected && delivered == 0) {
+            pos += 4 + (Py_ssize_t)record_length; /* before the run: skipped */
+            end_pos = pos;
+            next_offset = (long long)offset + 1;
+            continue;
+        }
+        if (offset != expected) {
+            PyErr_Format(PyExc_ValueError, "record offset %llu at %zd where %llu was expected",
+                         (unsigned long long)offset, pos, (unsigned long long)expected);
+            goto done;
+        }
+        size_t header_size = HEADER_FIELDS_BYTES + lprops;
+        if (header_size > piece_max) {
+            PyErr_Format(PyExc_ValueError, "content header of %zu bytes exceeds frame_max %lld",
+                         header_size, frame_max);
+            goto done;
+        }
+        size_t body = record_length - RECORD_LENGTH_MIN - lex - lrk - lprops;
+        size_t pieces = body == 0 ? 0 : (body - 1) / piece_max + 1;
+        total += method_fixed + lex + lrk + header_size + body +
+                 (2 + pieces) * FRAME_OVERHEAD_BYTES;
+        pos += 4 + (Py_ssize_t)record_length;
+        end_pos = pos;
+        expected++;
+        delivered++;
+        next_offset = (long long)expected;
+    }
+    sizes = PyList_New(delivered);
+    if (sizes == NULL) {
+        goto done;
+    }
+    Py_ssize_t mark = PyByteArray_GET_SIZE(out);
+    if (delivered > 0) {
+        if (total > (size_t)(PY_SSIZE_T_MAX - mark)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (PyByteArray_Resize(out, mark + (Py_ssize_t)total) < 0) {
+            goto done;
+        }
+    }
+    /* Pass 2: write them (the checks above hold: the input did not change). */
+    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + mark;
+    pos = position > length ? length : position;
+    Py_ssize_t written = 0;
+    while (written < delivered) {
+        const unsigned char *r = data + pos;
+        uint32_t record_length = get_le32(r);
+        uint64_t offset = get_le64(r + 8);
+        pos += 4 + (Py_ssize_t)record_length;
+        if (offset < first_offset) {
+            continue;
+        }
+        Record rec;
+        rec.exchange_len = r[24];
+        rec.routing_key_len = r[25];
+        rec.properties_len = get_le32(r + 28);
+        rec.exchange = r + RECORD_HEADER_BYTES;
+        rec.routing_key = rec.exchange + rec.exchange_len;
+        rec.properties = rec.routing_key + rec.routing_key_len;
+        rec.body = rec.properties + rec.properties_len;
+        rec.body_len = record_length - RECORD_LENGTH_MIN - rec.exchange_len -
+                       rec.routing_key_len - rec.properties_len;
+
+        uint32_t method_size = (uint32_t)(method_fixed + rec.exchange_len + rec.routing_key_len);
+        p = put_frame_start(p, FRAME_METHOD, (uint32_t)channel, method_size);
+        p = put_u16(put_u16(p, BASIC_CLASS), BASIC_DELIVER);
+        p = put_shortstr(p, &tag);
+        p = put_u64(p, first_tag + (uint64_t)written);
+        *p++ = 0;
+        *p++ = (unsigned char)rec.exchange_len;
+        memcpy(p, rec.exchange, rec.exchange_len);
+        p += rec.exchange_len;
+        *p++ = (unsigned char)rec.routing_key_len;
+        memcpy(p, rec.routing_key, rec.routing_key_len);
+        p += rec.routing_key_len;
+        *p++ = FRAME_END;
+
+        p = put_frame_start(p, FRAME_HEADER, (uint32_t)channel,
+                            (uint32_t)(HEADER_FIELDS_BYTES + rec.properties_len));
+        p = put_u64(put_u16(put_u16(p, BASIC_CLASS), 0), (uint64_t)rec.body_len);
+        memcpy(p, rec.properties, rec.properties_len);
+        p += rec.properties_len;
+        *p++ = FRAME_END;
+
+        const unsigned char *b = rec.body;
+        for (size_t left = rec.body_len; left > 0;) {
+            size_t piece = left < piece_max ? left : piece_max;
+            p = put_frame_start(p, FRAME_BODY, (uint32_t)channel, (uint32_t)piece);
+            memcpy(p, b, piece);
+            p += piece;
+            *p++ = FRAME_END;
+            b += piece;
+            left -= piece;
+        }
+        PyObject *size = PyLong_FromSize_t(rec.body_len);
+        if (size == NULL) {
+            goto done; /* out keeps what was written: only on memory exhaustion */
+        }
+        PyList_SET_ITEM(sizes, written, size);
+        written++;
+    }
+    result = Py_BuildValue("(nnLO)", delivered, end_pos, next_offset, sizes);
+done:
+    Py_XDECREF(sizes);
+    PyBuffer_Release(&in);
+    bytes_release(&tag);
+    return result;
+}
+
 static PyMethodDef deliver_methods[] = {
     {"encode_deliver", (PyCFunction)(void (*)(void))encode_deliver,
      METH_FASTCALL | METH_KEYWORDS, encode_deliver_doc},
+    {"deliver_records", (PyCFunction)(void (*)(void))deliver_records, METH_FASTCALL,
+     deliver_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,6 +3,8 @@
 Same signature as `basic.encode_deliver`, of which it is a drop-in replacement.
 """
 
+from typing_extensions import Buffer
+
 from amqp_gateway.codec.ids import ChannelId, DeliveryTag
 
 def encode_deliver(
@@ -25,4 +27,29 @@ def encode_deliver(
     channel or delivery tag is out of range. Raises TypeError for an argument of the
     wrong type or a non-contiguous buffer, UnicodeEncodeError for a str with lone
     surrogates and BufferError when `out` is exported; nothing is appended then either.
+    """
+
+def deliver_records(
+    out: bytearray,
+    records: Buffer,
+    position: int,
+    first_offset: int,
+    count: int,
+    channel: int,
+    consumer_tag: str | bytes,
+    first_delivery_tag: int,
+    frame_max: int,
+    out_bytes_max: int,
+    /,
+) -> tuple[int, int, int, list[int]]:
+    """Append the deliveries of the segment-log records at offsets `first_offset` ..
+    `first_offset + count - 1` found in `records` from `position` on (records below
+    `first_offset` are passed over): basic.deliver with delivery tags from
+    `first_delivery_tag` on, redelivered false, each record's exchange, routing key,
+    properties and body. Stops at the end of the whole records given, after `count`, or
+    once `out_bytes_max` bytes were appended (at least one delivery; 0: no limit).
+
+    Returns `(delivered, position, next_offset, sizes)`: how many, where the next record
+    starts and its offset (-1 when no record was read), and each body's size. Raises
+    ValueError, appending nothing, for a damaged record or an offset out of sequence.
     """

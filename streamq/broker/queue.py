@@ -2,8 +2,9 @@
 
 Owns a queue's identity (name, flags, arguments, exclusive owner), the consumers attached
 to it and the round-robin order in which they get messages. The cursor
-(`streamq.queues.classic`) owns the message order; the vhost owns message contents, one
-`StoredMessage` each (a C type the collector does not track: `_message.c`).
+(`streamq.queues.classic`) owns the message order as offsets of the vhost's log, which
+holds the contents; the read window (`streamq.queues.window`) is the queue's place in
+that log.
 """
 
 from __future__ import annotations
@@ -13,20 +14,17 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Protocol
 
-from streamq.broker import _message
 from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
 from streamq.broker.queue_arguments import max_priority, smaller
 from streamq.broker.stats import MessageStats
+from streamq.log.format import Record
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import QueueJournal
 from streamq.queues.offsets import AckWatermark
 from streamq.queues.priority import PriorityQueue
 from streamq.queues.stream import StreamQueue
-
-StoredMessage = _message.StoredMessage
-"""A routed message's contents, shared by every queue it went to (`refs` of them); C, so
-that the collector does not walk a queued message (`_message.c`)."""
+from streamq.queues.window import ReadWindow
 
 
 class Consumer(Protocol):
@@ -52,8 +50,24 @@ class Consumer(Protocol):
     def can_take(self) -> bool:
         """Whether prefetch allows one more delivery now."""
 
-    def deliver(self, queue: Queue, message: ReadyMessage, stored: StoredMessage) -> None:
+    def credit(self) -> int:
+        """How many more deliveries prefetch allows now (0: none)."""
+
+    def deliver(self, queue: Queue, message: ReadyMessage, record: Record) -> None:
         """Send the message; the consumer accounts for it (delivery tag, credit)."""
+
+    def deliver_records(
+        self,
+        queue: Queue,
+        records: bytes | bytearray | memoryview,
+        position: int,
+        first: int,
+        count: int,
+    ) -> tuple[int, int, int, list[int]]:
+        """Send the never-delivered messages at offsets `first` .. `first + count - 1`,
+        whose log records are in `records` from `position` on (earlier records passed
+        over); stops at the end of the whole records given. Returns (how many went out,
+        where the next record starts, its offset or -1, their body sizes)."""
 
     def cancel_by_broker(self) -> None:
         """The queue is gone or failed: tell the client (consumer_cancel_notify)."""
@@ -84,6 +98,7 @@ class Queue:
         "policy",
         "stats",
         "stream",
+        "window",
     )
 
     def __init__(
@@ -111,6 +126,7 @@ class Queue:
         self.in_flow = False
         self.failed: str | None = None  # why its durable state could not be restored
         self.stream: StreamQueue | None = None  # set for x-queue-type stream
+        self.window = ReadWindow()  # classic queues: their place in the vhost's log
         self.policy: dict[str, object] = {}  # the effective policy definition
         self.stats = MessageStats()  # counted on the hot path, sampled for rates
         # From arguments and policy (see VHost._apply_policy): TTL and dead-lettering.
@@ -187,8 +203,10 @@ class Queue:
         return self.durable and self.exclusive_owner is None
 
     def attach_journal(self, journal: QueueJournal) -> None:
-        self.cursor.journal = journal
-        journal.live_source = self.cursor.live_snapshot
+        cursor = self.cursor
+        cursor.journal = journal
+        journal.live_source = lambda: cursor.live_snapshot(self.holds_expiring)
+        journal.live_entries = cursor.live_entries
 
     def check_equivalent(
         self,

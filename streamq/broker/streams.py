@@ -17,7 +17,7 @@ from typing import Final
 
 from retention.rules import RuleInvalid, rules_from_arguments
 from streamq.broker.errors import PreconditionFailed
-from streamq.broker.queue import Consumer, Queue, StoredMessage
+from streamq.broker.queue import Consumer, Queue
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
@@ -127,12 +127,8 @@ def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budge
             redelivered = False
         if not records:
             break
-        # Hot path: consecutive records mostly share exchange and routing key, so each
-        # is decoded once per read, not once per record.
         filtered = consumer.stream_filtered
         can_take, deliver = consumer.can_take, consumer.deliver
-        exchange_raw = routing_key_raw = b""
-        exchange = routing_key = ""
         for record in records:
             if budget <= 0 or not can_take():
                 break
@@ -143,14 +139,7 @@ def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budge
             if filtered and not consumer.accepts(record.properties):
                 track(stream, consumer, offset)  # passed over: as good as acked
                 continue
-            if record.exchange != exchange_raw:
-                exchange_raw = record.exchange
-                exchange = exchange_raw.decode("utf-8", "surrogateescape")
-            if record.routing_key != routing_key_raw:
-                routing_key_raw = record.routing_key
-                routing_key = routing_key_raw.decode("utf-8", "surrogateescape")
-            stored = StoredMessage(offset, exchange, routing_key, record.properties, record.body, 0)
-            deliver(queue, _new(ReadyMessage, (offset, redelivered, 0)), stored)
+            deliver(queue, _new(ReadyMessage, (offset, redelivered, 0)), record)
     return budget
 
 

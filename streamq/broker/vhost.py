@@ -1,10 +1,11 @@
 """A virtual host: its exchanges, queues and bindings, and the routing of messages.
 
 Owns the entity registry of one vhost, the shared message log of its classic queues
-(each routed message is appended once, whatever the number of queues it goes to), the
-contents of messages still held by some queue, and the hand-over of ready messages to
-consumers. It is synchronous and single-threaded; the gateway calls `drain` when the vhost
-asks for it through `wakeup`, so that deliveries are batched per event-loop turn.
+(each routed message is appended once, whatever the number of queues it goes to; the
+queues hold offsets in it and read their messages back from it, `delivery.py`), and
+the hand-over of ready messages to consumers. It is synchronous and single-threaded; the
+gateway calls `drain` when the vhost asks for it through `wakeup`, so that deliveries are
+batched per event-loop turn.
 
 Durability: durable exchanges, durable non-exclusive queues and the bindings between
 durable ends are recorded in the definitions journal; each such queue records its
@@ -35,6 +36,7 @@ from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsJournal,
 )
+from streamq.broker.delivery import MessageUnreadable, read_message, round_robin
 from streamq.broker.errors import (
     AccessRefused,
     NotFound,
@@ -43,14 +45,13 @@ from streamq.broker.errors import (
     ResourceLocked,
 )
 from streamq.broker.exchange import Destination, Exchange
-from streamq.broker.paging import MessageUnreadable, Pager
 from streamq.broker.policies import (
     Policy,
     choose,
     effective,
 )
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
-from streamq.broker.queue import Consumer, Queue, StoredMessage, locked_text
+from streamq.broker.queue import Consumer, Queue, locked_text
 from streamq.broker.queue_arguments import STREAM, check_queue_arguments, check_queue_properties
 from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
@@ -72,6 +73,7 @@ from streamq.broker.vhost_store import (
 )
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
+from streamq.log.format import Record
 from streamq.log.log import MIB, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
@@ -92,8 +94,13 @@ FLOW_READY_LOW: Final = FLOW_READY_HIGH // 2
 # back in 64 MiB steps as queues move on. Its writes go to the disk 4 MiB at a time,
 # which halved the Syncer's time per MiB against 1 MiB writes (one log per vhost: the
 # larger buffer is not multiplied by the number of queues).
+# The newest 32 MiB stay in memory after their write, so that consumers keeping up with
+# publishers read from memory rather than from the disk past the page cache.
 MESSAGE_LOG_CONFIG: Final = LogConfig(
-    segment_bytes_max=64 * MIB, write_buffer_bytes_max=4 * MIB, writes_pending_bytes_max=16 * MIB
+    segment_bytes_max=64 * MIB,
+    write_buffer_bytes_max=4 * MIB,
+    writes_pending_bytes_max=16 * MIB,
+    recent_bytes_max=32 * MIB,
 )
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
 DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
@@ -110,8 +117,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.directory = directory
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
-        self.messages: dict[int, StoredMessage] = {}
-        self.pager = Pager()
         self.log = SegmentLog.open(
             os.path.join(directory, "messages"), MESSAGE_LOG_CONFIG, syncer=syncer
         )
@@ -347,8 +352,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.in_flow = False
         self._queue_dedup(queue, None)
         self.dirty.discard(queue)
-        for offset in queue.cursor.offsets():
-            self.release(offset)
+        queue.window.release()
         if queue.persisted:
             self.definitions.record({"op": "queue.delete", "name": queue.name})
         if queue.stream is not None:
@@ -378,9 +382,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         if queue.stream is not None:
             return 0  # a stream is not purged: retention drops its old segments
         purged = queue.cursor.purge()
-        for offset in purged:
-            self.release(offset)
-        return len(purged)
+        if not queue.cursor.unacked_count:
+            queue.window.release()
+        return purged
 
     # -- messages --------------------------------------------------------------------------
 
@@ -502,16 +506,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         offset = self.log.append_one(
             exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
         )
-        self.messages[offset] = StoredMessage(
-            offset, exchange_name, routing_key, properties_raw, body, len(queues), timestamp_ms
-        )
         size = len(body)
-        pager = self.pager  # bodies leave memory past its budget (paging.py)
-        pager.resident_bytes += size
-        pager.order.append(offset)
         dirty = self.dirty
         was_idle = not dirty
-        if properties_raw and properties_raw[0] & EXPIRATION_FLAG_BYTE0:
+        expiring = bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG_BYTE0)
+        if expiring:
             for queue in queues:
                 queue.holds_expiring = True
         # Only a message with a priority pays for reading it (priority queues use it).
@@ -521,7 +520,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             else 0
         )
         for queue in queues:
-            queue.cursor.enqueue(offset, size, priority)
+            queue.cursor.enqueue(offset, size, priority, expiring)
             queue.stats.publish += 1
             if queue.consumers:
                 dirty.add(queue)
@@ -553,10 +552,15 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             return queues
         for queue in refused:
             if queue.overflow == "reject-publish-dlx":
-                stored = StoredMessage(
-                    -1, exchange_name, routing_key, properties_raw, body, 0, timestamp_ms
+                record = Record(
+                    -1,
+                    timestamp_ms,
+                    exchange_name.encode(),
+                    routing_key.encode(),
+                    properties_raw,
+                    body,
                 )
-                self._dead_letter_stored(queue, stored, "maxlen", timestamp_ms)
+                self._dead_letter_record(queue, record, "maxlen", timestamp_ms)
         self.publish_rejected = True  # after the dead letters, which publish themselves
         return [q for q in queues if q not in refused]
 
@@ -566,7 +570,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             taken = queue.cursor.take()
             if taken is None:
                 return
-            self.dead_letter(queue, taken.offset, "maxlen", now_ms)
+            self.dead_letter_taken(queue, taken.offset, "maxlen", now_ms)
 
     def _append_to_streams(
         self,
@@ -612,18 +616,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.stream.apply_retention(int(time.time() * 1000), force=False)
         self.kick(queue)
 
-    def release(self, offset: int) -> None:
-        """One queue is done with the message at `offset`."""
-        stored = self.messages.get(offset)
-        if stored is not None and stored.release() <= 0:  # refs -= 1, in C
-            del self.messages[offset]
-            if stored.__class__ is StoredMessage:  # not paged out
-                self.pager.resident_bytes -= len(stored.body)
-
-    def page_out(self) -> int:
-        """Move the oldest durable bodies out of memory when over budget (paging.py)."""
-        return self.pager.page_out(self.messages, self.log)
-
     def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""
         if queue.stream is not None:
@@ -633,18 +625,14 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 track(queue.stream, consumer, offset)
             return
         if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: remove_queue released all it held, unacked too
+            return  # deleted meanwhile: nothing is held for it any more
         queue.cursor.ack(offset)
-        self.release(offset)
 
     def settle_classic(self, queue: Queue, offsets: list[int]) -> None:
         """`settle` of several messages of one classic queue (acks with `multiple`)."""
         if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: remove_queue released all it held, unacked too
+            return  # deleted meanwhile: nothing is held for it any more
         queue.cursor.ack_many(offsets)
-        release = self.release
-        for offset in offsets:
-            release(offset)
 
     def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """Back to the queue; on a stream, back to the consumer that had it, if it is
@@ -656,7 +644,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 self.kick(queue)
             return
         if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: remove_queue released all it held, unacked too
+            return  # deleted meanwhile: nothing is held for it any more
         limit = queue.delivery_limit
         if limit is not None and queue.cursor.delivery_count(offset) > limit:
             # Requeued more often than x-delivery-limit allows (each delivery but this
@@ -711,11 +699,14 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     # -- TTL and dead letters ----------------------------------------------------------------
 
-    def take(self, queue: Queue, now_ms: int, fresh_from: int | None = None) -> ReadyMessage | None:
-        """The next message of a classic queue for a consumer or basic.get; expired ones
-        on the way are dead-lettered (or dropped), never delivered; so are those at the
-        head once it is taken, as RabbitMQ's fetch drops them: basic.get-ok's
-        message_count leaves them out.
+    def take(
+        self, queue: Queue, now_ms: int, fresh_from: int | None = None
+    ) -> tuple[ReadyMessage, Record] | None:
+        """The next message of a classic queue for a consumer or basic.get, with its
+        record, taken from the cursor (the caller marks it delivered); expired ones on
+        the way are dead-lettered (or dropped), never delivered; so are those at the head
+        once it is taken, as RabbitMQ's fetch drops them: basic.get-ok's message_count
+        leaves them out. Raises MessageUnreadable.
 
         A delivery round passes `fresh_from` (`Queue.fresh_offset_min`): the messages
         from that offset on that were never delivered are its to offer and do not expire
@@ -726,47 +717,57 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             ready = queue.cursor.take()
             if ready is None:
                 return None
+            try:
+                record = read_message(self.log, ready.offset)
+            except MessageUnreadable:
+                queue.cursor.untake(ready.offset)
+                raise
             if fresh_from is not None and ready.offset >= fresh_from and not ready.redelivered:
                 break
-            if not self._expired(queue, self.messages[ready.offset], now_ms):
+            if not self._expired(queue, record, now_ms):
                 break
-            self.dead_letter(queue, ready.offset, "expired", now_ms)
+            self._dead_letter_record(queue, record, "expired", now_ms)
+            queue.cursor.dropped(ready.offset, len(record.body))
         self._expire_head(
             queue, now_ms, self._fresh_from(queue) if fresh_from is None else fresh_from
         )
-        return ready
+        return ready, record
 
-    def _expired(self, queue: Queue, stored: StoredMessage, now_ms: int) -> bool:
+    def get(self, queue: Queue, now_ms: int) -> tuple[ReadyMessage, Record] | None:
+        """basic.get: `take`, and the message is in flight (settle or requeue it).
+        Raises QueueUnavailable when the message cannot be read (the queue fails)."""
+        try:
+            taken = self.take(queue, now_ms)
+        except MessageUnreadable as exc:
+            self.fail_queue(queue, str(exc))
+            raise QueueUnavailable(queue.name, self.name, str(exc)) from exc
+        if taken is not None:
+            ready, record = taken
+            queue.cursor.delivered(ready.offset, len(record.body))
+        return taken
+
+    def _expired(self, queue: Queue, record: Record, now_ms: int) -> bool:
         ttl = queue.message_ttl_ms
         codec = self.properties_codec
-        if codec is not None and may_expire(stored.properties_raw):
-            own = codec.expiration_ms(stored.properties_raw)
+        if codec is not None and may_expire(record.properties):
+            own = codec.expiration_ms(record.properties)
             if own is not None:
                 ttl = own if ttl is None else min(ttl, own)
-        return ttl is not None and now_ms >= stored.timestamp_ms + ttl and ttl >= 0
+        return ttl is not None and now_ms >= record.timestamp_ms + ttl and ttl >= 0
 
     def _expiry_check(
         self, queue: Queue, now_ms: int, fresh_from: int | None
     ) -> Callable[[int], bool]:
         """Whether the message at an offset of `queue` has expired at `now_ms`; those
         from `fresh_from` on that were never delivered wait for their first delivery
-        round and have not (see `take`)."""
-        messages = self.messages
-        ttl = queue.message_ttl_ms
+        round and have not (see `take`). Reads the record (MessageUnreadable)."""
+        log = self.log
         # Nothing in a queue is at the log's next offset or past it.
-        fresh_min = self.log.next_offset if fresh_from is None else fresh_from
+        fresh_min = log.next_offset if fresh_from is None else fresh_from
         delivered = queue.cursor.delivery_count  # looked up only from fresh_min on
-        if ttl is not None and ttl >= 0 and not queue.holds_expiring:
-            # No message of its own TTL: only the publish time counts (the scan of a
-            # large expired head runs this per message).
-            published_max_ms = now_ms - ttl
-            return lambda offset: (
-                (offset < fresh_min or delivered(offset) > 0)
-                and (messages[offset].timestamp_ms <= published_max_ms)
-            )
         return lambda offset: (
             (offset < fresh_min or delivered(offset) > 0)
-            and self._expired(queue, messages[offset], now_ms)
+            and self._expired(queue, read_message(log, offset), now_ms)
         )
 
     def _fresh_from(self, queue: Queue) -> int | None:
@@ -793,9 +794,13 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             return 0
         if queue.message_ttl_ms is None and not queue.holds_expiring:
             return 0
-        taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from))
-        if taken:
-            self.dead_letter_many(queue, taken, "expired", now_ms)
+        try:
+            taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from))
+            if taken:
+                self.dead_letter_many(queue, taken, "expired", now_ms)
+        except MessageUnreadable as exc:
+            self.fail_queue(queue, str(exc))
+            return 0
         return len(taken)
 
     def expire_queues(self, now_s: float) -> list[Queue]:
@@ -817,50 +822,65 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.dead_letter(queue, offset, "rejected", int(time.time() * 1000))
 
     def dead_letter(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
-        """Move the message out of `queue`: republish it to the dead-letter exchange with
-        its death recorded, or drop it (no DLX, a missing one, or a cycle)."""
-        stored = self.messages.get(offset)
-        if stored is not None:
-            self._dead_letter_stored(queue, stored, reason, now_ms)
+        """Move the message in flight at `offset` out of `queue`: republish it to the
+        dead-letter exchange with its death recorded, or drop it (no DLX, a missing one,
+        or a cycle)."""
+        if queue.dead_letter_exchange is not None:
+            try:
+                record = read_message(self.log, offset)
+            except MessageUnreadable as exc:
+                self.fail_queue(queue, str(exc))
+                return
+            self._dead_letter_record(queue, record, reason, now_ms)
         self.settle(queue, offset)
 
+    def dead_letter_taken(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
+        """`dead_letter` of a message just taken from the cursor, not delivered."""
+        try:
+            record = read_message(self.log, offset)
+        except MessageUnreadable as exc:
+            queue.cursor.untake(offset)
+            self.fail_queue(queue, str(exc))
+            return
+        self._dead_letter_record(queue, record, reason, now_ms)
+        queue.cursor.dropped(offset, len(record.body))
+
     def dead_letter_many(self, queue: Queue, offsets: list[int], reason: str, now_ms: int) -> None:
-        """`dead_letter` for each offset, in order. A run of messages with the same
+        """`dead_letter_taken` for each offset, in order. A run of messages with the same
         exchange, routing key and properties (say, expired messages of one publisher)
         shares one x-death splice and one route: nothing can change routing while this
-        synchronous loop runs, and the same input gives the same properties."""
+        synchronous loop runs, and the same input gives the same properties. Raises
+        MessageUnreadable."""
         run: DeadLetterRun | None = None
-        messages = self.messages
+        log = self.log
         for offset in offsets:
-            stored = messages.get(offset)
-            if stored is not None:
-                run = self._dead_letter_stored(queue, stored, reason, now_ms, run)
-            self.settle(queue, offset)
+            record = read_message(log, offset)
+            run = self._dead_letter_record(queue, record, reason, now_ms, run)
+            queue.cursor.dropped(offset, len(record.body))
 
-    def _dead_letter_stored(
+    def _dead_letter_record(
         self,
         queue: Queue,
-        stored: StoredMessage,
+        record: Record,
         reason: str,
         now_ms: int,
         run: DeadLetterRun | None = None,
     ) -> DeadLetterRun | None:
-        """Republish `stored` as a dead letter of `queue`; returns what a following
+        """Republish `record` as a dead letter of `queue`; returns what a following
         message of the same run can reuse (see `dead_letter_many`)."""
         exchange_name = queue.dead_letter_exchange
         codec = self.properties_codec
         if exchange_name is None or codec is None or exchange_name not in self.exchanges:
             return None
-        try:
-            body = stored.body  # read back from the log if paged out
-        except MessageUnreadable as exc:
-            self.fail_queue(queue, str(exc))  # as a delivery would (paging.py)
-            return None
+        body = record.body
+        properties_raw = record.properties
+        exchange = record.exchange.decode("utf-8", "surrogateescape")
+        routing_key = record.routing_key.decode("utf-8", "surrogateescape")
         if (
             run is not None
-            and run.properties_raw == stored.properties_raw
-            and run.exchange == stored.exchange
-            and run.routing_key == stored.routing_key
+            and run.properties_raw == properties_raw
+            and run.exchange == exchange
+            and run.routing_key == routing_key
         ):
             self.publish(
                 exchange_name,
@@ -874,17 +894,13 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         # As RabbitMQ: x-death lists the routing key and the CC keys; without a
         # dead-letter routing key the copy is routed with all of them (BCC keys are
         # not stored, so they are not among them), with one the CC header goes.
-        keys = (stored.routing_key, *codec.cc_keys(stored.properties_raw))
+        keys = (routing_key, *codec.cc_keys(properties_raw))
         own_key = queue.dead_letter_routing_key
-        death = Death(
-            queue.name, reason, stored.exchange, keys, now_ms // 1000, own_key is not None
-        )
-        properties = codec.with_death(stored.properties_raw, death)
+        death = Death(queue.name, reason, exchange, keys, now_ms // 1000, own_key is not None)
+        properties = codec.with_death(properties_raw, death)
         # A first death (no x-death yet: the common case) needs no decoding back.
         deaths = (
-            codec.deaths(properties)
-            if b"x-death" in stored.properties_raw
-            else [(queue.name, reason)]
+            codec.deaths(properties) if b"x-death" in properties_raw else [(queue.name, reason)]
         )
         route_keys = keys if own_key is None else (own_key,)
         routed = self.route(exchange_name, route_keys[0], None, properties_raw=properties)
@@ -899,9 +915,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         targets = [q for q in routed if not cycles(deaths, q.name)]
         self.publish(exchange_name, route_keys[0], properties, body, targets, now_ms)
         return DeadLetterRun(
-            stored.properties_raw,
-            stored.exchange,
-            stored.routing_key,
+            properties_raw,
+            exchange,
+            routing_key,
             route_keys[0],
             properties,
             targets,
@@ -913,6 +929,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
         queue.failed = reason
         queue.in_flow = False
+        queue.window.release()
         consumers, queue.consumers = list(queue.consumers), []
         for consumer in consumers:
             consumer.cancel_by_broker()
@@ -946,7 +963,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.dirty = set()
         for queue in dirty:
             self._drain_queue(queue)
-        self.pager.trim_head(self.messages)
 
     def _drain_queue(self, queue: Queue) -> None:
         if queue.stream is not None:
@@ -959,8 +975,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         consumers = queue.consumers
         if not consumers:
             queue.in_flow = False
+            queue.window.release()
             return
-        take = queue.cursor.take
+        take: Callable[[], tuple[ReadyMessage, Record] | None] | None = None
         # With TTLs, the round offers what came since the last complete one (see `take`),
         # up to the log's end now; a round is complete when it empties the queue or
         # leaves every consumer out of credit.
@@ -969,7 +986,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             now_ms = int(time.time() * 1000)
             fresh_from, offered_end = queue.fresh_offset_min, self.log.next_offset
 
-            def take() -> ReadyMessage | None:
+            def take() -> tuple[ReadyMessage, Record] | None:
                 return self.take(queue, now_ms, fresh_from)
 
         if queue.arguments.get("x-single-active-consumer") is True:
@@ -980,9 +997,14 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             groups = [consumers]
         budget = DRAIN_DELIVERIES_MAX
         for group in groups:
-            budget, empty = self._round_robin(queue, group, take, budget)
+            try:
+                budget, empty = round_robin(self.log, queue, group, take, budget)
+            except MessageUnreadable as exc:
+                self.fail_queue(queue, str(exc))
+                return
             if empty:
                 queue.in_flow = False
+                queue.window.release()
                 if offered_end is not None:
                     queue.fresh_offset_min = offered_end
                 return
@@ -1002,73 +1024,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.in_flow = True
         elif ready < FLOW_READY_LOW:
             queue.in_flow = False
-
-    def _round_robin(
-        self,
-        queue: Queue,
-        consumers: list[Consumer],
-        take: Callable[[], ReadyMessage | None],
-        budget: int,
-    ) -> tuple[int, bool]:
-        """Deliver to `consumers` in turn while one has credit; returns the budget left
-        and whether the queue ran out of ready messages."""
-        count = len(consumers)
-        messages = self.messages
-        index = queue.next_consumer
-        idle = 0
-        empty = False
-        budget_given = budget
-        no_ack = 0
-        # Hot path: one loop per queue and drain, no task or callback per message.
-        while idle < count and budget > 0:
-            consumer = consumers[index % count]
-            index += 1
-            if not consumer.can_take():
-                idle += 1
-                continue
-            ready = take()
-            if ready is None:
-                # This consumer got nothing: its turn is the next message's, as in
-                # RabbitMQ, where only a consumer that received moves to the back.
-                index -= 1
-                empty = True
-                break
-            idle = 0
-            held = messages[ready.offset]
-            if held.__class__ is not StoredMessage:  # paged out: read the body back once
-                resident = self._page_in(queue, held)
-                if resident is None:
-                    return budget, True  # the queue failed
-                held = resident
-            consumer.deliver(queue, ready, held)
-            if consumer.no_ack:
-                self.settle(queue, ready.offset)
-                no_ack += 1
-            budget -= 1
-        queue.next_consumer = index % count
-        # Counted once per batch, not per message (the hot path).
-        stats = queue.stats
-        stats.deliver += budget_given - budget - no_ack
-        stats.deliver_no_ack += no_ack
-        return budget, empty
-
-    def _page_in(self, queue: Queue, paged: StoredMessage) -> StoredMessage | None:
-        """A resident copy of a paged message for one delivery (memory stays bounded:
-        the copy is not kept); None, with the queue failed, if the log cannot give it."""
-        try:
-            body = paged.body
-        except MessageUnreadable as exc:
-            self.fail_queue(queue, str(exc))
-            return None
-        return StoredMessage(
-            paged.offset,
-            paged.exchange,
-            paged.routing_key,
-            paged.properties_raw,
-            body,
-            paged.refs,
-            paged.timestamp_ms,
-        )
 
     async def aclose(self) -> None:
         """Write and fsync everything buffered (after any round in flight), then close."""

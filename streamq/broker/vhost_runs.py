@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from streamq.broker.deadletter import EXPIRATION_FLAG_BYTE0
-from streamq.broker.paging import Pager
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
-from streamq.broker.queue import Queue, StoredMessage
+from streamq.broker.queue import Queue
 from streamq.log.log import RunMessage, SegmentLog
 
 
@@ -26,8 +25,6 @@ class VHostRuns:
     """Mixed into `VHost`; the attributes below are the vhost's."""
 
     log: SegmentLog
-    messages: dict[int, StoredMessage]
-    pager: Pager
     dirty: set[Queue]
     wakeup: Callable[[], None]
     stream_appended: Callable[[Queue], None]
@@ -59,37 +56,26 @@ class VHostRuns:
             if not queues:
                 return True
         first = self.log.append_run(exchange_raw, routing_key_raw, messages, timestamp_ms)
-        refs = len(queues)
-        stored = self.messages
-        sizes: list[int] = []
-        add_size = sizes.append
+        # Per message: its size and the OR of the property flags that matter here (a
+        # property list has at least its two flag bytes); no object is kept for it.
+        size_bytes = 0
         flags = 0
-        offset = first
-        # Per message: one StoredMessage, its size, and the OR of the property flags
-        # that matter here (a property list has at least its two flag bytes).
         for message in messages:
-            properties_raw, body = message[0], message[1]
-            stored[offset] = StoredMessage(
-                offset, exchange_name, routing_key, properties_raw, body, refs, timestamp_ms
-            )
-            add_size(len(body))
-            flags |= properties_raw[0]
-            offset += 1
-        pager = self.pager  # bodies leave memory past its budget (paging.py)
-        pager.resident_bytes += sum(sizes)
-        pager.order.extend(range(first, offset))
+            size_bytes += len(message[1])
+            flags |= message[0][0]
         priorities = (
             [message_priority(m[0]) if m[0][0] & PRIORITY_FLAG_BYTE0 else 0 for m in messages]
             if flags & PRIORITY_FLAG_BYTE0
             else None
         )
+        expiring = bool(flags & EXPIRATION_FLAG_BYTE0)
         count = len(messages)
         dirty = self.dirty
         was_idle = not dirty
         for queue in queues:
-            if flags & EXPIRATION_FLAG_BYTE0:
+            if expiring:
                 queue.holds_expiring = True
-            queue.cursor.enqueue_run(first, sizes, priorities)
+            queue.cursor.enqueue_run(first, count, size_bytes, priorities, expiring)
             queue.stats.publish += count
             if queue.consumers:
                 dirty.add(queue)

@@ -1,5 +1,5 @@
 """A vhost's durable state: replaying and snapshotting its definitions, and restoring
-its queues, streams and their messages at start-up.
+its queues (as cursors over the log, from their journals) and streams at start-up.
 
 Owns the part of `VHost` that reads and writes the vhost directory beside the message
 log: the definitions journal's records (as changes, applied without side effects), the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 from streamq.broker.deadletter import may_expire
@@ -27,17 +27,17 @@ from streamq.broker.definitions import (
 from streamq.broker.delayed import DelayedStore
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination, Exchange
-from streamq.broker.paging import PagedMessage, Pager, body_size
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.priority import message_priority
-from streamq.broker.queue import Queue, StoredMessage
+from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import STREAM
 from streamq.broker.streams import OFFSETS_SUFFIX, delete_stream_files, open_stream
-from streamq.log.errors import LogError, SegmentCorrupted
+from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
+from streamq.log.format import Record
 from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.syncer import Syncer
-from streamq.queues.journal import JournalCorrupted, LiveMessage, QueueJournal
+from streamq.queues.journal import JournalCorrupted, QueueJournal, Replay
 from streamq.queues.offsets import OffsetsCorrupted
 
 logger = logging.getLogger(__name__)
@@ -62,8 +62,6 @@ class VHostStore:
     directory: str
     exchanges: dict[str, Exchange]
     queues: dict[str, Queue]
-    messages: dict[int, StoredMessage]
-    pager: Pager
     log: SegmentLog
     definitions: DefinitionsJournal
     _syncer: Syncer
@@ -184,18 +182,18 @@ class VHostStore:
             if path not in wanted:
                 os.unlink(path)  # a deleted queue's journal, or a compaction's temp file
                 self._queues_dir_dirty = True
-        held: dict[Queue, list[LiveMessage]] = {}
+        held: dict[Queue, tuple[QueueJournal, Replay]] = {}
         start, end = self.log.start_offset, self.log.next_offset
         for path, queue in wanted.items():
             if os.path.exists(path):
                 try:
-                    journal, live = QueueJournal.load(path, start, end, self._dirty_journals)
+                    journal, replayed = QueueJournal.load(path, start, end, self._dirty_journals)
                 except JournalCorrupted as exc:
                     # The queue stays declared but empty; its file is kept for operators.
                     logger.error("vhost %s: queue %r not restored: %s", self.name, queue.name, exc)
                     queue.failed = str(exc)
                     continue
-                held[queue] = live
+                held[queue] = (journal, replayed)
             else:
                 journal = QueueJournal.create(path, self._dirty_journals)
                 self._queues_dir_dirty = True
@@ -203,7 +201,59 @@ class VHostStore:
         if self._queues_dir_dirty:
             fsync_directory(self._queues_dir)
             self._queues_dir_dirty = False
-        self._load_messages(held)
+        restored = 0
+        for queue, (journal, replayed) in held.items():
+            try:
+                self._restore_cursor(queue, journal, replayed)
+            except (LogError, OSError) as exc:
+                logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, exc)
+                queue.failed = f"its messages cannot be read: {exc}"
+                continue
+            restored += replayed.message_count
+        if restored:
+            logger.info(
+                "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
+            )
+
+    def _restore_cursor(self, queue: Queue, journal: QueueJournal, replayed: Replay) -> None:
+        """Give the queue what its journal holds. A plain queue takes the runs as they
+        are: nothing is read from the log, so a restart costs O(runs), not O(messages).
+        A priority queue reads each message's priority, and a journal whose byte total
+        is inexact (entries discarded after a crash, or the older format) has it counted
+        from the log and is rewritten."""
+        cursor = queue.cursor
+        queue.holds_expiring = replayed.expiring
+        size_bytes = replayed.size_bytes
+        if queue.max_priority is None and replayed.size_exact:
+            cursor.restore_runs(replayed.runs, replayed.counts)
+            cursor.bytes_ready = size_bytes
+            return
+        size_bytes = 0
+        expiring = False
+        priorities = queue.max_priority is not None
+        for first, count in replayed.runs:
+            for record in self._records(first, count):
+                size_bytes += len(record.body)
+                expiring = expiring or may_expire(record.properties)
+                if priorities:
+                    priority = message_priority(record.properties)
+                    cursor.restore(record.offset, replayed.counts.get(record.offset, 0), priority)
+        if not priorities:
+            cursor.restore_runs(replayed.runs, replayed.counts)
+        cursor.bytes_ready = size_bytes
+        queue.holds_expiring = expiring
+        if not replayed.size_exact:
+            journal.rewrite(replayed, size_bytes, expiring)
+
+    def _records(self, first: int, count: int) -> Iterator[Record]:
+        """The records of offsets `first` .. `first + count - 1` (start-up only)."""
+        offset, end = first, first + count
+        while offset < end:
+            records = self.log.read(offset, min(RESTORE_READ_RECORDS, end - offset))
+            if not records:
+                raise LogError(f"records from offset {offset} on are missing")
+            yield from records
+            offset = records[-1].offset + 1
 
     def _stream_dir(self, queue_name: str) -> str:
         digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
@@ -229,85 +279,6 @@ class VHostStore:
                 queue.failed = str(exc)
                 continue
             self._stream_count += 1
-
-    def _load_messages(self, held: dict[Queue, list[LiveMessage]]) -> None:
-        refs: dict[int, int] = {}
-        for live in held.values():
-            for message in live:
-                refs[message.offset] = refs.get(message.offset, 0) + 1
-        wanted = sorted(refs)
-        messages = self.messages
-        pager = self.pager
-        damaged: list[tuple[int, int, str]] = []  # segments that fail their CRC
-        index = 0
-        while index < len(wanted):
-            try:
-                records = self.log.read(wanted[index], RESTORE_READ_RECORDS)
-            except SegmentCorrupted as exc:
-                segment = next(
-                    s for s in self.log.segments() if s.base_offset <= wanted[index] < s.next_offset
-                )
-                damaged.append((segment.base_offset, segment.next_offset, str(exc)))
-                while index < len(wanted) and wanted[index] < segment.next_offset:
-                    index += 1
-                continue
-            if not records:
-                break
-            for record in records:
-                count = refs.get(record.offset)
-                if count is not None:
-                    kept = StoredMessage(
-                        record.offset,
-                        record.exchange.decode("utf-8", "surrogateescape"),
-                        record.routing_key.decode("utf-8", "surrogateescape"),
-                        record.properties,
-                        record.body,
-                        count,
-                        record.timestamp_ms,
-                    )
-                    size = len(record.body)
-                    if pager.resident_bytes + size > pager.bytes_max:
-                        # Past the memory budget the body stays in the log (paging.py).
-                        kept = PagedMessage(kept, size, self.log)
-                    else:
-                        pager.resident_bytes += size
-                        pager.order.append(record.offset)
-                    messages[record.offset] = kept
-            last = records[-1].offset
-            while index < len(wanted) and wanted[index] <= last:
-                index += 1
-        for queue, live in held.items():
-            reason = _damage(live, damaged)
-            if reason is not None:
-                # Only the queues with messages in a damaged segment fail; their journal
-                # and the segment stay for inspection (segments are not collected while a
-                # failed queue exists).
-                logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
-                queue.failed = reason
-                continue
-            for message in live:
-                stored = messages.get(message.offset)
-                if stored is None:
-                    logger.error(
-                        "vhost %s: queue %r: message at offset %d is missing from the log",
-                        self.name,
-                        queue.name,
-                        message.offset,
-                    )
-                    continue
-                priority = (
-                    message_priority(stored.properties_raw) if queue.max_priority is not None else 0
-                )
-                queue.cursor.restore(
-                    message.offset, body_size(stored), message.delivery_count, priority
-                )
-                if may_expire(stored.properties_raw):
-                    queue.holds_expiring = True
-        restored = sum(len(live) for live in held.values())
-        if restored:
-            logger.info(
-                "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
-            )
 
     def _prepare_sync(self) -> CompanionWork:
         """The log's sync companion: hand the round every journal with new entries."""
@@ -344,15 +315,6 @@ class VHostStore:
     async def sync_all(self) -> None:
         """Make every change so far durable: messages, queue journals, definitions."""
         await self.log.sync(companions=True)
-
-
-def _damage(live: list[LiveMessage], damaged: list[tuple[int, int, str]]) -> str | None:
-    """Why a queue holding `live` cannot be restored, if one of its messages lies in a
-    damaged segment."""
-    for start, end, error in damaged:
-        if any(start <= message.offset < end for message in live):
-            return f"messages at offsets {start}..{end - 1} are in a damaged segment: {error}"
-    return None
 
 
 def exchange_op(exchange: Exchange) -> Op:

@@ -68,6 +68,11 @@ class LogConfig:
     direct_io: bool = True
     read_chunk_bytes: int = 256 * 1024
     read_fds_max: int = 32
+    # Written buffers kept in memory after their write, up to this many bytes, so that
+    # `read_at` serves the newest records from memory (readers right behind appenders)
+    # rather than from the disk past the page cache. 0 keeps none: only the buffers not
+    # yet written are read from memory.
+    recent_bytes_max: int = 0
 
 
 class SegmentInfo(NamedTuple):
@@ -145,6 +150,12 @@ class SegmentLog:
         self._writes_bytes = 0
         self._write_error: BaseException | None = None
         self._read_fds: dict[int, int] = {}
+        # Buffers handed to the Syncer, oldest first, with the segment and position they
+        # belong at and their write: `read_at` reads from them until they are written
+        # and, up to `recent_bytes_max`, a while longer.
+        self._recent: deque[tuple[Segment, int, bytearray, concurrent.futures.Future[None]]]
+        self._recent = deque()
+        self._recent_bytes = 0
         self._durable_fd = os.open(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
@@ -403,7 +414,9 @@ class SegmentLog:
             segment.writer = writer
         self._buffer = bytearray()
         writes = self._writes
-        writes.append((self._submit_write(writer, position, buffer), len(buffer)))
+        written = self._submit_write(writer, position, buffer)
+        self._keep_recent(segment, position, buffer, written)
+        writes.append((written, len(buffer)))
         self._writes_bytes += len(buffer)
         while writes and (
             writes[0][0].done() or self._writes_bytes > self.config.writes_pending_bytes_max
@@ -628,6 +641,96 @@ class SegmentLog:
             except (LogError, OSError) as exc:
                 raise self._fail(exc) from exc
         return out
+
+    def _keep_recent(
+        self,
+        segment: Segment,
+        position: int,
+        buffer: bytearray,
+        written: concurrent.futures.Future[None],
+    ) -> None:
+        recent = self._recent
+        recent.append((segment, position, buffer, written))
+        self._recent_bytes += len(buffer)
+        keep = self.config.recent_bytes_max
+        while recent and recent[0][3].done() and self._recent_bytes - len(recent[0][2]) >= keep:
+            self._recent_bytes -= len(recent.popleft()[2])
+
+    def locate(self, offset: int) -> tuple[int, int, int]:
+        """Where to read on from for the record at `offset`, durable or not: (the base
+        offset of its segment, the position of a record at or before it there, from
+        the sparse index, and that record's offset). Raises OffsetOutOfRange outside
+        the log's records."""
+        self._check_usable()
+        if not self.start_offset <= offset < self._next_offset:
+            raise OffsetOutOfRange(offset, self.start_offset)
+        segment = self._segments[bisect_right(self._bases, offset) - 1]
+        rel, position = segment.index.floor_offset(offset - segment.base_offset)
+        return segment.base_offset, position, segment.base_offset + rel
+
+    def segment_after(self, base_offset: int) -> int | None:
+        """The base offset of the segment after the one at `base_offset`, if any."""
+        i = bisect_right(self._bases, base_offset)
+        return self._bases[i] if i < len(self._bases) else None
+
+    def read_at(self, base_offset: int, position: int, size: int) -> bytes | bytearray | memoryview:
+        """Up to `size` bytes of the segment at `base_offset` from `position` (a record
+        boundary) on, records appended but not yet durable included: from the buffers in
+        memory when they hold them, else from the file. The result holds whole records
+        and maybe a partial one at its end (read on from that record's position); it is
+        empty at the segment's end. Records are not checked here: the reader checks
+        each record's length and offset (the CRC is checked when `read` reads them).
+
+        Raises OffsetOutOfRange for a segment that was dropped, LogFailed for an I/O
+        error."""
+        self._check_usable()
+        i = bisect_right(self._bases, base_offset) - 1
+        if i < 0 or self._bases[i] != base_offset:
+            raise OffsetOutOfRange(base_offset, self.start_offset)
+        segment = self._segments[i]
+        end = segment.size_bytes
+        if position >= end:
+            return b""
+        memory_from = end
+        if segment is self._active:
+            memory_from = end - len(self._buffer)
+            if position >= memory_from:
+                start = position - memory_from
+                return self._buffer[start : start + size]  # a copy: the buffer grows
+        for kept, start, data, _ in self._recent:
+            if kept is segment:
+                if start <= position < start + len(data):
+                    with memoryview(data) as view:
+                        return bytes(view[position - start : position - start + size])
+                memory_from = min(memory_from, start)
+        size = min(size, memory_from - position)
+        try:
+            return os.pread(self._read_fd(segment), size, position)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def read_record(self, offset: int) -> fmt.Record:
+        """The record at `offset`, durable or not, its CRC checked. Raises
+        OffsetOutOfRange, SegmentCorrupted and LogFailed."""
+        base, position, first_offset = self.locate(offset)
+        segment = self._segments[bisect_right(self._bases, base) - 1]
+        size = self.config.read_chunk_bytes
+        out: list[fmt.Record] = []
+        while True:
+            data = self.read_at(base, position, size)
+            if len(data) >= 4:
+                need = 4 + int.from_bytes(data[:4], "little")
+                if need > len(data):
+                    data = self.read_at(base, position, need)
+            result = fmt.decode_records(
+                bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
+            )
+            if out:
+                return out[0]
+            if result.position == 0:
+                raise SegmentCorrupted(segment.path, position, f"record {offset} is missing")
+            position += result.position
+            first_offset = result.next_offset
 
     def seek_timestamp(self, timestamp_ms: int) -> int:
         """The first durable offset whose timestamp is `timestamp_ms` or later, or

@@ -1,21 +1,30 @@
-"""A classic queue's cursor over its vhost's log: ready order, requeues and in-flight set.
+"""A classic queue's cursor over its vhost's log: ready runs, requeues and in-flight set.
 
 Owns which log offsets a queue holds and in what order they go out: new messages in
 publish order, requeued ones first and in their original order, each with its
-redelivered flag and delivery count. It holds offsets only, never message bodies (the
-vhost's log and cache have those), and does no I/O.
+redelivered flag and delivery count. It holds offsets only, never message contents (the
+vhost's log has them, on disk), and does no I/O.
+
+Memory is per run and per message in flight, not per queued message:
+- ready messages never delivered are a `RunSet` of offsets: a queue fed by one
+  publisher holds one run of a few integers however deep it is;
+- requeued messages (delivered before, back in the queue) are a sorted list with their
+  delivery counts; in a classic queue they always precede the never-delivered ones,
+  since delivery takes from the front;
+- messages in flight are a dict offset -> body size (bounded by the consumers' prefetch);
+- `bytes_ready` is a total, kept exact by the sizes that deliveries report.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from itertools import repeat
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from sortedcontainers import SortedList
 
-from streamq.queues.journal import QueueJournal
+from streamq.queues.journal import LiveSnapshot, QueueJournal
+from streamq.queues.runs import RunSet
 
 
 class ReadyMessage(NamedTuple):
@@ -24,172 +33,332 @@ class ReadyMessage(NamedTuple):
     delivery_count: int  # deliveries before this one
 
 
-_new = tuple.__new__  # builds the ReadyMessage of each delivery (the hot path)
+_new = tuple.__new__
+
+
+class Level:
+    """Ready messages of one priority: requeued ones (sorted, with their delivery
+    counts in the queue) ahead of never-delivered ones (runs)."""
+
+    __slots__ = ("fresh", "priority", "requeued")
+
+    def __init__(self, priority: int = 0) -> None:
+        self.priority = priority
+        self.fresh = RunSet()  # never delivered, in offset (= publish) order
+        self.requeued = SortedList()  # delivered before and back, in offset order
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.requeued)
+
+    def first(self) -> int | None:
+        if self.requeued:
+            return int(self.requeued[0])
+        return self.fresh.first()
+
+    def runs(self) -> list[tuple[int, int]]:
+        return [(int(o), 1) for o in self.requeued] + self.fresh.runs()
 
 
 class ClassicQueue:
-    """The cursor state of one queue. Every operation is O(1) or O(log n) per message."""
+    """The cursor state of one queue."""
 
-    __slots__ = (
-        "_delivery_counts",
-        "_ready",
-        "_requeued",
-        "_sizes",
-        "bytes_ready",
-        "journal",
-        "unacked",
-    )
+    __slots__ = ("_counts", "_ready", "_taken_from", "bytes_ready", "journal", "unacked")
 
     def __init__(self, journal: QueueJournal | None = None) -> None:
         self.journal = journal  # durable queues record every change in it
-        self._ready: deque[int] = deque()
-        self._requeued = SortedList()
-        self._delivery_counts: dict[int, int] = {}  # only for offsets delivered before
-        self._sizes: dict[int, int] = {}
-        self.unacked: set[int] = set()
+        self._ready = Level()
+        # Deliveries so far of the offsets requeued or redelivered (a first delivery in
+        # flight counts 1 without an entry).
+        self._counts: dict[int, int] = {}
+        self.unacked: dict[int, int] = {}  # in flight: offset -> body size
+        self._taken_from: Level = self._ready  # the level of the last take
         self.bytes_ready = 0
+
+    # -- levels (a priority queue has several) -------------------------------------------
+
+    def _level(self, priority: int) -> Level:
+        return self._ready
+
+    def _top(self) -> Level | None:
+        ready = self._ready
+        return ready if ready.requeued or ready.fresh else None
+
+    def _levels(self) -> list[Level]:
+        return [self._ready]
+
+    def _requeue_level(self, offset: int) -> Level:
+        return self._ready
+
+    # -- counts --------------------------------------------------------------------------
 
     @property
     def message_count(self) -> int:
         """Ready messages (what queue.declare-ok reports)."""
-        return len(self._ready) + len(self._requeued)
+        return len(self._ready)
 
     @property
     def unacked_count(self) -> int:
         return len(self.unacked)
 
-    def enqueue(self, offset: int, size_bytes: int, priority: int = 0) -> None:
-        """A new message, last in line (`priority` matters to priority queues only)."""
-        self._ready.append(offset)
-        self._sizes[offset] = size_bytes
+    @property
+    def bytes_unacked(self) -> int:
+        return sum(self.unacked.values())
+
+    @property
+    def run_count(self) -> int:
+        """Runs of never-delivered offsets (memory is per run)."""
+        return sum(level.fresh.run_count for level in self._levels())
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def enqueue(
+        self, offset: int, size_bytes: int, priority: int = 0, expiring: bool = False
+    ) -> None:
+        """A new message, last in line (`priority` matters to priority queues only;
+        `expiring`: it carries its own expiration)."""
+        self._level(priority).fresh.append_run(offset, 1)
         self.bytes_ready += size_bytes
         if self.journal is not None:
-            self.journal.enqueued(offset)
+            self.journal.enqueued_run(offset, 1, size_bytes, expiring)
 
-    def enqueue_run(self, first: int, sizes: list[int], priorities: list[int] | None) -> None:
-        """`enqueue` of the messages at offsets `first`, `first + 1`, ... with `sizes`
-        (one run of publishes; `priorities` matters to priority queues only)."""
-        offsets = range(first, first + len(sizes))
-        self._ready.extend(offsets)
-        self._sizes.update(zip(offsets, sizes, strict=True))
-        self.bytes_ready += sum(sizes)
-        if self.journal is not None:
-            self.journal.enqueued_run(first, len(sizes))
-
-    def restore(self, offset: int, size_bytes: int, delivery_count: int, priority: int = 0) -> None:
-        """Start-up: the journal says the queue holds `offset` (in offset order)."""
-        self._ready.append(offset)
-        self._sizes[offset] = size_bytes
+    def enqueue_run(
+        self,
+        first: int,
+        count: int,
+        size_bytes: int,
+        priorities: list[int] | None,
+        expiring: bool = False,
+    ) -> None:
+        """`enqueue` of the `count` messages at offsets `first`, `first + 1`, ... whose
+        bodies total `size_bytes` (one run of publishes; `priorities`, one per message,
+        matters to priority queues only)."""
+        if priorities is None:
+            self._level(0).fresh.append_run(first, count)
+        else:
+            for index, priority in enumerate(priorities):
+                self._level(priority).fresh.append_run(first + index, 1)
         self.bytes_ready += size_bytes
+        if self.journal is not None:
+            self.journal.enqueued_run(first, count, size_bytes, expiring)
+
+    def restore(self, offset: int, delivery_count: int, priority: int = 0) -> None:
+        """Start-up: the journal says the queue holds `offset` (in offset order), which
+        was delivered `delivery_count` times before; `bytes_ready` is set apart."""
+        level = self._level(priority)
         if delivery_count:
-            self._delivery_counts[offset] = delivery_count
+            level.requeued.add(offset)
+            self._counts[offset] = delivery_count
+        else:
+            level.fresh.append_run(offset, 1)
+
+    def restore_runs(self, runs: list[tuple[int, int]], counts: dict[int, int]) -> None:
+        """Start-up of a queue without priorities: it holds these runs (in offset
+        order), and the offsets in `counts` were delivered that many times before."""
+        fresh = self._ready.fresh
+        for first, count in runs:
+            fresh.append_run(first, count)
+        for offset, delivered in counts.items():
+            if fresh.remove_run(offset, 1):
+                self._ready.requeued.add(offset)
+                self._counts[offset] = delivered
+
+    # -- delivery ------------------------------------------------------------------------
 
     def delivery_count(self, offset: int) -> int:
-        """How many times the message at `offset` was delivered so far."""
-        return self._delivery_counts.get(offset, 0)
+        """How many times the message at `offset` was delivered so far (a message in
+        flight counts the delivery in progress)."""
+        count = self._counts.get(offset, 0)
+        return count + 1 if offset in self.unacked else count
 
     def peek(self) -> int | None:
         """The offset `take` would return next, without taking it."""
-        if self._requeued:
-            return int(self._requeued[0])
-        if self._ready:
-            return self._ready[0]
-        return None
+        level = self._top()
+        return None if level is None else level.first()
+
+    def take_run(self, count_max: int) -> tuple[int, int]:
+        """Up to `count_max` never-delivered messages at consecutive offsets, taken
+        for `delivered_run`: (first, n); (0, 0) when the next message was delivered
+        before (take it with `take`) or nothing is ready."""
+        level = self._top()
+        if level is None or level.requeued:
+            return 0, 0
+        self._taken_from = level
+        return level.fresh.pop_run(count_max)
+
+    def delivered_run(self, first: int, sizes: list[int]) -> None:
+        """The messages from `first` on, taken by `take_run`, went out with these body
+        sizes (a run may go out in part: `untake_run` gives back the rest)."""
+        count = len(sizes)
+        self.unacked.update(zip(range(first, first + count), sizes, strict=True))
+        self.bytes_ready -= sum(sizes)
+        if self.journal is not None:
+            self.journal.delivered_run(first, count, 1)
+
+    def untake_run(self, first: int, count: int) -> None:
+        """Give back the part of a run taken by `take_run` that did not go out."""
+        self._taken_from.fresh.add_front(first, count)
 
     def take(self) -> ReadyMessage | None:
-        """The next message to deliver, now in flight; None if nothing is ready."""
-        if self._requeued:
-            offset = int(self._requeued.pop(0))
-        elif self._ready:
-            offset = self._ready.popleft()
-        else:
+        """The next message, taken singly; the caller then calls `delivered` (it went
+        out), `dropped` (it left the queue) or `untake`. None if nothing is ready."""
+        level = self._top()
+        if level is None:
             return None
-        return self._in_flight(offset)
+        self._taken_from = level
+        if level.requeued:
+            offset = int(level.requeued.pop(0))
+            count = self._counts.get(offset, 0)
+        else:
+            offset, _ = level.fresh.pop_run(1)
+            count = 0
+        return _new(ReadyMessage, (offset, count > 0, count))
 
-    def _in_flight(self, offset: int) -> ReadyMessage:
-        """The ready message at `offset`, just taken from its list, is now in flight."""
-        self.bytes_ready -= self._sizes[offset]
-        count = self._delivery_counts.get(offset, 0)
-        self._delivery_counts[offset] = count + 1
-        self.unacked.add(offset)
+    def delivered(self, offset: int, size: int) -> None:
+        """The message taken by `take` went out (in flight now)."""
+        self.unacked[offset] = size
+        self.bytes_ready -= size
         if self.journal is not None:
-            self.journal.delivered(offset, count + 1)
-        return _new(ReadyMessage, (offset, count > 0, count))  # no NamedTuple __new__ call
+            self.journal.delivered_run(offset, 1, self._counts.get(offset, 0) + 1)
+
+    def untake(self, offset: int) -> None:
+        """Give back the message just taken by `take`, which did not go out."""
+        level = self._taken_from
+        if offset in self._counts:
+            level.requeued.add(offset)
+        else:
+            level.fresh.add_front(offset, 1)
 
     def take_expired(self, expired: Callable[[int], bool]) -> list[int]:
         """Take the messages at the head for which `expired(offset)` holds, stopping at
-        the first that does not; they are in flight, as after `take`."""
+        the first that does not; the caller settles each with `dropped`."""
         taken = []
         while (offset := self.peek()) is not None and expired(offset):
             self.take()
             taken.append(offset)
         return taken
 
-    def ack(self, offset: int) -> int:
-        """The message is gone from the queue (acked, or rejected without requeue).
+    def dropped(self, offset: int, size: int) -> None:
+        """A taken message left the queue without going out (expired, dropped at the
+        head): it is gone for good."""
+        self.bytes_ready -= size
+        self._counts.pop(offset, None)
+        if self.journal is not None:
+            self.journal.acked_run(offset, 1, size)
 
-        Returns its size in bytes.
-        """
-        self.unacked.discard(offset)
-        self._delivery_counts.pop(offset, None)
-        size = self._sizes.pop(offset, None)
+    # -- settlement ----------------------------------------------------------------------
+
+    def ack(self, offset: int) -> int:
+        """The message in flight is gone from the queue (acked, or rejected without
+        requeue). Returns its size in bytes (0 if it was not in flight)."""
+        size = self.unacked.pop(offset, None)
         if size is None:
             return 0
+        self._counts.pop(offset, None)
         if self.journal is not None:
-            self.journal.acked(offset)
+            self.journal.acked_run(offset, 1, size)
         return size
 
     def ack_many(self, offsets: list[int]) -> None:
-        """`ack` of each of `offsets` (an ack with `multiple`), in C-level loops."""
-        self.unacked.difference_update(offsets)
-        deque(map(self._delivery_counts.pop, offsets, repeat(None)), maxlen=0)
-        sizes = list(map(self._sizes.pop, offsets, repeat(None)))
-        if self.journal is not None:
-            if None in sizes:  # some were gone already: only the others are acked now
-                offsets = [o for o, size in zip(offsets, sizes, strict=True) if size is not None]
-            self.journal.acked_many(offsets)
+        """`ack` of each of `offsets` (the acks of one read, or one with `multiple`),
+        in C-level loops; the journal records them as runs."""
+        popped = list(map(self.unacked.pop, offsets, repeat(None)))
+        if None in popped:  # some were gone already: only the others are acked now
+            pairs = [(o, s) for o, s in zip(offsets, popped, strict=True) if s is not None]
+            offsets = [o for o, _ in pairs]
+            sizes = [s for _, s in pairs]
+        else:
+            sizes = cast("list[int]", popped)
+        if not offsets:
+            return
+        counts = self._counts
+        if counts:
+            for offset in offsets:
+                counts.pop(offset, None)
+        journal = self.journal
+        if journal is not None:
+            first = offsets[0]
+            if len(offsets) == offsets[-1] - first + 1 and offsets == sorted(offsets):
+                journal.acked_run(first, len(offsets), sum(sizes))  # in order: one run
+            else:
+                for offset, size in zip(offsets, sizes, strict=True):
+                    journal.acked_run(offset, 1, size)
 
     def requeue(self, offset: int) -> None:
         """Back to ready, ahead of new messages and in original publish order."""
-        if offset in self.unacked:
-            self.unacked.discard(offset)
-            self._requeued.add(offset)
-            self.bytes_ready += self._sizes[offset]
+        level = self._requeue_level(offset)
+        size = self.unacked.pop(offset, None)
+        if size is None:
+            return
+        self._counts[offset] = self._counts.get(offset, 0) + 1
+        level.requeued.add(offset)
+        self.bytes_ready += size
 
-    def purge(self) -> list[int]:
-        """Drop every ready message; returns their offsets (in-flight ones stay)."""
-        purged = [int(o) for o in self._requeued] + list(self._ready)
-        self._requeued.clear()
-        self._ready.clear()
-        self._forget(purged)
-        return purged
-
-    def _forget(self, purged: list[int]) -> None:
-        """The ready messages `purged`, taken off their lists, are gone from the queue."""
+    def purge(self) -> int:
+        """Drop every ready message (in-flight ones stay); returns how many."""
+        count = self.message_count
+        if not count:
+            return 0
         journal = self.journal
-        for offset in purged:
-            self._sizes.pop(offset, None)
-            self._delivery_counts.pop(offset, None)
+        # The bytes total matters to a restart, not how it is spread over the runs.
+        bytes_left = self.bytes_ready
+        for level in self._levels():
+            for offset in level.requeued:
+                self._counts.pop(int(offset), None)
             if journal is not None:
-                journal.acked(offset)
+                for first, n in level.runs():
+                    journal.acked_run(first, n, bytes_left)
+                    bytes_left = 0
+            level.requeued.clear()
+            level.fresh.clear()
         self.bytes_ready = 0
+        return count
 
-    def offsets(self) -> list[int]:
-        """Every offset the queue still holds, ready or in flight."""
-        return [int(o) for o in self._requeued] + list(self._ready) + sorted(self.unacked)
+    # -- what is held --------------------------------------------------------------------
 
-    def live_snapshot(self) -> tuple[list[int], dict[int, int]]:
-        """What the journal must hold: every offset still held, sorted, and the delivery
-        counts of those delivered before (C-level copies: cheap on the event loop)."""
-        return sorted(self._sizes), dict(self._delivery_counts)
+    def ready_runs(self) -> list[tuple[int, int]]:
+        """The ready messages as (first, count) runs, in delivery order."""
+        runs: list[tuple[int, int]] = []
+        for level in self._levels():
+            runs += level.runs()
+        return runs
+
+    def held_runs(self) -> list[tuple[int, int]]:
+        """Every offset still held, ready or in flight, as sorted runs."""
+        held = RunSet()
+        for first, count in sorted(self.ready_runs()):
+            held.append_run(first, count)
+        for offset in self.unacked:
+            held.add(offset)
+        return held.runs()
+
+    def live_snapshot(self, expiring: bool) -> LiveSnapshot:
+        """What a compacted journal must hold: every offset still held as sorted runs,
+        the delivery counts of those delivered before, and the bytes held."""
+        counts = dict(self._counts)
+        for offset in self.unacked:
+            counts[offset] = counts.get(offset, 0) + 1
+        return LiveSnapshot(
+            self.held_runs(), counts, self.bytes_ready + self.bytes_unacked, expiring
+        )
+
+    def live_entries(self) -> int:
+        """About how many journal entries `live_snapshot` takes (cheap)."""
+        return self.run_count + len(self.unacked) + len(self._counts)
 
     def low_water_offset(self) -> int | None:
         """The smallest offset the queue still needs, or None if it needs none."""
-        candidates = []
-        if self._ready:
-            candidates.append(self._ready[0])
-        if self._requeued:
-            candidates.append(int(self._requeued[0]))
+        candidates = [first for level in self._levels() if (first := level_min(level)) is not None]
         if self.unacked:
             candidates.append(min(self.unacked))
         return min(candidates) if candidates else None
+
+
+def level_min(level: Level) -> int | None:
+    """The smallest offset of a level (requeued ones and runs are each sorted)."""
+    values = []
+    if level.requeued:
+        values.append(int(level.requeued[0]))
+    first = level.fresh.first()
+    if first is not None:
+        values.append(first)
+    return min(values) if values else None

@@ -4,17 +4,27 @@ Owns one file per durable queue. The vhost log holds message contents once for e
 queue; this file says which of its offsets belong to this queue and what happened to
 them, so that a restart rebuilds the queue exactly: its messages in publish order, the
 redelivered flag and delivery count of those delivered before, and never an acked one.
+It records runs of consecutive offsets, as the queue holds them, so that its size and a
+restart cost O(runs), not O(messages): a queue fed by one publisher and consumed in
+order writes a few entries per read, and restarting it reads nothing from the log.
 
 File layout (little-endian): a 16-byte header, then blocks, one per sync round:
 
-    header: magic b"SQQJ" | u16 version (2) | u16 reserved | u64 reserved
-    block:  u32 entry count | u32 crc32c(entries) | entries, 8 bytes each
-    entry:  u64 = offset (bits 0-47) | kind (bits 48-49) | count (bits 50-63)
+    header: magic b"SQQJ" | u16 version (3) | u16 reserved | u64 reserved
+    block:  u32 entry count | u32 crc32c(entries) | entries, 24 bytes each
+    entry:  u64 first offset (bits 0-47) | flags (bits 48-55) | kind (bits 56-63)
+            u64 count | u64 value
 
-kind 1 ENQUEUE (the queue holds `offset`), 2 DELIVER (`count` deliveries so far,
-saturating at 16383), 3 ACK (the queue is done with it: acked, rejected, purged). An
-entry is one integer, so recording one costs an `array.append` on the hot path; the CRC
-covers a whole block.
+kind 1 ENQUEUE: the queue holds `count` offsets from `first` on, whose bodies total
+`value` bytes (flag 1: some carry their own expiration); kind 2 ACK: the queue is done
+with them (acked, rejected, expired, purged), bodies totalling `value` bytes; kind 3
+DELIVER: they went out, `value` deliveries so far each. Consecutive entries of one kind
+that continue each other merge in memory before they are written. The bytes totals
+make the queue's byte count exact after a restart without reading the messages (a
+purge may put its whole total on its first entry: only sums matter).
+
+Version 2 files (8-byte entries, one per message and event) are still read, and
+rewritten in version 3 when loaded.
 
 Durability: entries are buffered in memory; `prepare_sync` writes them to the OS and the
 vhost log's sync round fdatasyncs the file (this object is one of the log's sync
@@ -24,7 +34,8 @@ fsync directory), on the Syncer thread as part of a round.
 
 Loading trusts nothing past the log: entries for offsets at or past the log's end after
 recovery are discarded (a torn tail may give those offsets to new messages), and so are
-entries below its start (segments already dropped). It does no routing and knows no AMQP.
+entries below its start (segments already dropped); the byte total is then marked
+inexact, and the vhost counts it from the log. It does no routing and knows no AMQP.
 """
 
 from __future__ import annotations
@@ -40,25 +51,37 @@ from typing import Final, NamedTuple
 import crc32c
 
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.queues.runs import RunSet
 
 MAGIC: Final = b"SQQJ"
-VERSION: Final = 2
+VERSION: Final = 3
+VERSION_ENTRIES: Final = 2  # the previous layout, one 8-byte entry per message and event
 HEADER: Final = struct.Struct("<4sHHQ")
 BLOCK: Final = struct.Struct("<II")
-ENTRY_BYTES: Final = 8
+WORDS: Final = 3  # u64 words per entry
+ENTRY_BYTES: Final = 8 * WORDS
 BLOCK_ENTRIES_MAX: Final = 1 << 20  # a longer block is corruption, not a torn write
 OFFSET_BITS: Final = 48
 OFFSET_MASK: Final = (1 << OFFSET_BITS) - 1
-ENQUEUE: Final = 1 << OFFSET_BITS
-DELIVER: Final = 2 << OFFSET_BITS
-ACK: Final = 3 << OFFSET_BITS
-KIND_MASK: Final = 3 << OFFSET_BITS
-COUNT_SHIFT: Final = 50
-COUNT_MAX: Final = (1 << 14) - 1
-# Compact when dead entries outnumber live ones this many times over, and there are at
-# least COMPACT_DEAD_MIN of them (so that small queues do not rewrite their file often).
+FLAGS_SHIFT: Final = 48
+KIND_SHIFT: Final = 56
+ENQUEUE: Final = 1
+ACK: Final = 2
+DELIVER: Final = 3
+FLAG_EXPIRING: Final = 1  # on ENQUEUE: some of the messages carry their own expiration
+_ENQUEUE_WORD: Final = ENQUEUE << KIND_SHIFT
+_ACK_WORD: Final = ACK << KIND_SHIFT
+_DELIVER_WORD: Final = DELIVER << KIND_SHIFT
+_HEAD_MASK: Final = ~OFFSET_MASK & ((1 << 64) - 1)  # kind and flags of a first word
+# Version 2 entries: u64 = offset (bits 0-47) | kind (bits 48-49) | count (bits 50-63),
+# kind 1 ENQUEUE, 2 DELIVER, 3 ACK.
+_V2_KIND_MASK: Final = 3 << OFFSET_BITS
+_V2_COUNT_SHIFT: Final = 50
+# Compact when the entries written since the last compaction outnumber the live ones
+# this many times over, and there are at least COMPACT_ENTRIES_MIN of them (so that small
+# queues do not rewrite their file often).
 COMPACT_RATIO: Final = 4
-COMPACT_DEAD_MIN: Final = 65536
+COMPACT_ENTRIES_MIN: Final = 65536
 _LITTLE: Final = sys.byteorder == "little"
 
 
@@ -71,44 +94,33 @@ class JournalCorrupted(Exception):
         self.position = position
 
 
-class LiveMessage(NamedTuple):
-    offset: int
-    delivery_count: int
-
-
-def entry(offset: int, kind: int, count: int = 0) -> int:
-    return offset | kind | (min(count, COUNT_MAX) << COUNT_SHIFT)
-
-
 def encode_header() -> bytes:
     return HEADER.pack(MAGIC, VERSION, 0, 0)
 
 
-def encode_block(entries: array[int]) -> bytes:
+def encode_block(words: array[int]) -> bytes:
     if not _LITTLE:
-        entries = array("Q", entries)
-        entries.byteswap()
-    payload = entries.tobytes()
-    return BLOCK.pack(len(entries), crc32c.crc32c(payload)) + payload
+        words = array("Q", words)
+        words.byteswap()
+    payload = words.tobytes()
+    return BLOCK.pack(len(words) // WORDS, crc32c.crc32c(payload)) + payload
 
 
-def encode_live(offsets: list[int], counts: dict[int, int]) -> bytes:
-    """The whole file for a queue holding `offsets` (sorted), `counts` giving the delivery
-    count of those delivered before: header, then one block of ENQUEUE (and DELIVER)."""
-    entries = array("Q")
-    append = entries.append
-    for offset in offsets:
-        append(offset | ENQUEUE)
-        count = counts.get(offset)
-        if count:
-            append(entry(offset, DELIVER, count))
-    return encode_header() + (encode_block(entries) if entries else b"")
-
-
-def encode_live_messages(live: list[LiveMessage]) -> bytes:
-    return encode_live(
-        [m.offset for m in live], {m.offset: m.delivery_count for m in live if m.delivery_count}
-    )
+def encode_live(
+    runs: list[tuple[int, int]], counts: dict[int, int], size_bytes: int, expiring: bool
+) -> bytes:
+    """The whole file for a queue holding `runs` (sorted) whose bodies total
+    `size_bytes`, `counts` giving the delivery count of those delivered before: header,
+    then one block of ENQUEUE (and DELIVER) entries."""
+    words = array("Q")
+    head = _ENQUEUE_WORD | ((FLAG_EXPIRING if expiring else 0) << FLAGS_SHIFT)
+    for first, count in runs:
+        words.extend((head | first, count, size_bytes))
+        size_bytes = 0
+    for offset in sorted(counts):
+        if counts[offset]:
+            words.extend((_DELIVER_WORD | offset, 1, counts[offset]))
+    return encode_header() + (encode_block(words) if words else b"")
 
 
 class JournalWork(NamedTuple):
@@ -119,28 +131,48 @@ class JournalWork(NamedTuple):
     data: bytes
 
 
+class LiveSnapshot(NamedTuple):
+    """What a queue holds, for a compaction."""
+
+    runs: list[tuple[int, int]]  # sorted
+    counts: dict[int, int]  # delivery counts of those delivered before
+    size_bytes: int
+    expiring: bool  # some may carry their own expiration
+
+
 class Replay(NamedTuple):
-    live: list[LiveMessage]  # in offset order
+    runs: list[tuple[int, int]]  # the offsets held, as sorted (first, count) runs
+    counts: dict[int, int]  # delivery counts of the held offsets delivered before
+    size_bytes: int  # the bodies held, in total
+    size_exact: bool  # False: entries were discarded, count the bytes from the log
+    expiring: bool  # some held message may carry its own expiration
     entries: int  # how many entries the file held, valid ones
     valid_bytes: int  # the file up to the last valid entry
     discarded: int  # entries outside the log's range
+    version: int
+
+    @property
+    def message_count(self) -> int:
+        return sum(count for _, count in self.runs)
 
 
 def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
     """Decode a journal file's bytes. A torn last block ends the replay; a bad block
     followed by more bytes raises JournalCorrupted."""
     if len(data) < HEADER.size:
-        return Replay([], 0, 0, 0)  # created, header not yet durable: an empty queue
+        # Created, header not yet durable: an empty queue.
+        return Replay([], {}, 0, True, False, 0, 0, 0, VERSION)
     magic, version, _, _ = HEADER.unpack_from(data, 0)
-    if magic != MAGIC or version != VERSION:
+    if magic != MAGIC or version not in (VERSION, VERSION_ENTRIES):
         raise JournalCorrupted(path, 0, f"bad header {magic!r} version {version}")
-    counts: dict[int, int] = {}
+    state = _V3State(log_start, log_next) if version == VERSION else _V2State(log_start, log_next)
+    entry_bytes = ENTRY_BYTES if version == VERSION else 8
     position = HEADER.size
-    entries = discarded = 0
+    entries = 0
     while position + BLOCK.size <= len(data):
         count, crc = BLOCK.unpack_from(data, position)
         start = position + BLOCK.size
-        end = start + count * ENTRY_BYTES
+        end = start + count * entry_bytes
         if count > BLOCK_ENTRIES_MAX or end > len(data) or crc32c.crc32c(data[start:end]) != crc:
             if end < len(data) and count <= BLOCK_ENTRIES_MAX:
                 raise JournalCorrupted(path, position, "block fails its checksum")
@@ -148,25 +180,119 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
         values = array("Q", data[start:end])
         if not _LITTLE:
             values.byteswap()
-        for value in values:
-            offset = value & OFFSET_MASK
-            if not log_start <= offset < log_next:
-                discarded += 1
-                continue
-            kind = value & KIND_MASK
-            if kind == ENQUEUE:
-                counts[offset] = 0
-            elif kind == DELIVER:
-                if offset in counts:
-                    counts[offset] = value >> COUNT_SHIFT
-            elif kind == ACK:
-                counts.pop(offset, None)
-            else:
-                raise JournalCorrupted(path, position, f"entry of unknown kind {value:#x}")
+        reason = state.apply(values)
+        if reason is not None:
+            raise JournalCorrupted(path, position, reason)
         entries += count
         position = end
-    live = [LiveMessage(o, counts[o]) for o in sorted(counts)]
-    return Replay(live, entries, position, discarded)
+    return state.result(entries, position, version)
+
+
+class _V3State:
+    """Replay of version 3 entries: runs in, runs out."""
+
+    def __init__(self, log_start: int, log_next: int) -> None:
+        self.log_start = log_start
+        self.log_next = log_next
+        self.live = RunSet()
+        self.delivered = RunSet()  # delivered once, live or not yet known to be gone
+        self.counts: dict[int, int] = {}  # delivered more than once
+        self.size_bytes = 0
+        self.discarded = 0
+        self.expiring = False
+
+    def apply(self, words: array[int]) -> str | None:
+        live, delivered, counts = self.live, self.delivered, self.counts
+        for i in range(0, len(words), WORDS):
+            head, count, value = words[i], words[i + 1], words[i + 2]
+            first = head & OFFSET_MASK
+            kind = head >> KIND_SHIFT
+            end = min(first + count, self.log_next)
+            start = max(first, self.log_start)
+            if start > first or end < first + count:
+                self.discarded += 1
+            if kind == ENQUEUE:
+                if end > start:
+                    live.append_run(start, end - start)
+                self.size_bytes += value
+                if (head >> FLAGS_SHIFT) & FLAG_EXPIRING:
+                    self.expiring = True
+            elif kind == ACK:
+                if end > start:
+                    live.remove_run(start, end - start)
+                    delivered.remove_run(start, end - start)
+                    if counts:
+                        for offset in range(start, end):
+                            counts.pop(offset, None)
+                self.size_bytes -= value
+            elif kind == DELIVER:
+                if end <= start:
+                    continue
+                if value <= 1:
+                    delivered.append_run(start, end - start)
+                else:
+                    for offset in range(start, end):
+                        counts[offset] = value
+            else:
+                return f"entry of unknown kind {kind}"
+        return None
+
+    def result(self, entries: int, valid_bytes: int, version: int) -> Replay:
+        live = self.live
+        counts = {o: c for o, c in self.counts.items() if o in live}
+        for first, count in self.delivered.runs():
+            for offset in range(first, first + count):
+                if offset in live and offset not in counts:
+                    counts[offset] = 1
+        return Replay(
+            live.runs(),
+            counts,
+            self.size_bytes,
+            not self.discarded,
+            self.expiring,
+            entries,
+            valid_bytes,
+            self.discarded,
+            version,
+        )
+
+
+class _V2State:
+    """Replay of version 2 entries (one per message and event); sizes were not kept."""
+
+    def __init__(self, log_start: int, log_next: int) -> None:
+        self.log_start = log_start
+        self.log_next = log_next
+        self.counts: dict[int, int] = {}
+        self.discarded = 0
+
+    def apply(self, values: array[int]) -> str | None:
+        counts = self.counts
+        for value in values:
+            offset = value & OFFSET_MASK
+            if not self.log_start <= offset < self.log_next:
+                self.discarded += 1
+                continue
+            kind = value & _V2_KIND_MASK
+            if kind == 1 << OFFSET_BITS:
+                counts[offset] = 0
+            elif kind == 2 << OFFSET_BITS:
+                if offset in counts:
+                    counts[offset] = value >> _V2_COUNT_SHIFT
+            elif kind == 3 << OFFSET_BITS:
+                counts.pop(offset, None)
+            else:
+                return f"entry of unknown kind {value:#x}"
+        return None
+
+    def result(self, entries: int, valid_bytes: int, version: int) -> Replay:
+        live = RunSet()
+        for offset in sorted(self.counts):
+            live.append_run(offset, 1)
+        delivered = {o: c for o, c in self.counts.items() if c}
+        return Replay(
+            live.runs(), delivered, 0, False, True, entries, valid_bytes, self.discarded, version
+        )
 
 
 class QueueJournal:
@@ -175,28 +301,29 @@ class QueueJournal:
     __slots__ = (
         "_buffer",
         "_compact",
-        "_dead",
         "_dirty",
+        "_entries",
         "_fd",
         "_header",
-        "_live",
         "_lock",
+        "live_entries",
         "live_source",
         "path",
     )
 
-    def __init__(self, path: str, fd: int, live_count: int, dirty: set[QueueJournal]) -> None:
+    def __init__(self, path: str, fd: int, entries: int, dirty: set[QueueJournal]) -> None:
         self.path = path
         self._fd = fd
         self._header = b""  # a new file's header, written with its first block
         self._buffer: array[int] = array("Q")
-        self._live = live_count
-        self._dead = 0
+        self._entries = entries  # in the file and the buffer, since the last compaction
         self._compact = False
         # The journals with something to write: the vhost's sync companion drains it.
         self._dirty = dirty
-        # What the queue holds now, for a compaction (the queue's cursor sets it).
-        self.live_source: Callable[[], tuple[list[int], dict[int, int]]] | None = None
+        # What the queue holds now, for a compaction (the queue's cursor sets both): the
+        # snapshot, and a cheap estimate of how many entries it would take.
+        self.live_source: Callable[[], LiveSnapshot] | None = None
+        self.live_entries: Callable[[], int] = lambda: 0
         # Held by a compaction's rename (fsync thread) and by `close` (event loop), so
         # that a queue deleted meanwhile does not get its file back.
         self._lock = threading.Lock()
@@ -214,69 +341,85 @@ class QueueJournal:
     @classmethod
     def load(
         cls, path: str, log_start: int, log_next: int, dirty: set[QueueJournal]
-    ) -> tuple[QueueJournal, list[LiveMessage]]:
+    ) -> tuple[QueueJournal, Replay]:
         """Open an existing journal and return what the queue holds.
 
         If the file held anything beyond its live entries that must not be read again
-        (discarded or torn entries, or enough acked ones), it is rewritten with its live
-        entries first; this fsyncs the file and directory before returning (start-up only).
-        Raises JournalCorrupted and OSError.
+        (discarded or torn entries, an older version, or enough dead entries), it is
+        rewritten with its live entries first; this fsyncs the file and directory
+        before returning (start-up only). A file whose byte total is inexact is
+        rewritten by the caller once it has counted them (`rewrite`). Raises
+        JournalCorrupted and OSError.
         """
         with open(path, "rb") as file:
             data = file.read()
         result = replay(path, data, log_start, log_next)
-        live_entries = len(result.live) * 2
-        if result.discarded or result.valid_bytes != len(data) or result.entries > live_entries:
-            write_file_atomic(path, encode_live_messages(result.live), fsync_dir=True)
+        live_entries = len(result.runs) + len(result.counts)
+        if result.size_exact and (
+            result.valid_bytes != len(data) or result.entries > 2 * live_entries + 16
+        ):
+            write_file_atomic(
+                path,
+                encode_live(result.runs, result.counts, result.size_bytes, result.expiring),
+                fsync_dir=True,
+            )
+            result = result._replace(entries=live_entries)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        return cls(path, fd, len(result.live), dirty), result.live
+        return cls(path, fd, result.entries, dirty), result
 
-    def enqueued(self, offset: int) -> None:
-        if not self._buffer:
-            self._dirty.add(self)
-        self._buffer.append(offset | ENQUEUE)
-        self._live += 1
-
-    def enqueued_run(self, first: int, count: int) -> None:
-        """`enqueued` for the `count` offsets from `first` on (one run of publishes)."""
-        if not self._buffer:
-            self._dirty.add(self)
-        start = first | ENQUEUE  # offsets stay below bit 48, so the kind bits add up
-        self._buffer.extend(range(start, start + count))
-        self._live += count
-
-    def delivered(self, offset: int, count: int) -> None:
-        if not self._buffer:
-            self._dirty.add(self)
-        # A comparison, not min(): this runs once per delivery.
-        self._buffer.append(
-            offset | DELIVER | ((count if count < COUNT_MAX else COUNT_MAX) << COUNT_SHIFT)
+    def rewrite(self, replayed: Replay, size_bytes: int, expiring: bool) -> None:
+        """Start-up, after a load whose byte total was inexact: replace the file with the
+        live entries and the byte total counted from the log (fsyncs file and dir)."""
+        write_file_atomic(
+            self.path,
+            encode_live(replayed.runs, replayed.counts, size_bytes, expiring),
+            fsync_dir=True,
         )
-        self._dead += 1
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._entries = len(replayed.runs) + len(replayed.counts)
 
-    def acked(self, offset: int) -> None:
-        if not self._buffer:
+    def _append(self, word: int, count: int, value: int, merge: bool) -> None:
+        """One entry; merged into the previous one when it continues it."""
+        buffer = self._buffer
+        if not buffer:
             self._dirty.add(self)
-        self._buffer.append(offset | ACK)
-        self._live -= 1
-        self._dead += 2
-
-    def acked_many(self, offsets: list[int]) -> None:
-        """`acked` of each of `offsets`."""
-        if not offsets:
+        elif (
+            merge
+            and buffer[-3] & _HEAD_MASK == word & _HEAD_MASK
+            and (buffer[-3] & OFFSET_MASK) + buffer[-2] == word & OFFSET_MASK
+            and (value == buffer[-1] if word >> KIND_SHIFT == DELIVER else True)
+        ):
+            buffer[-2] += count
+            if word >> KIND_SHIFT != DELIVER:
+                buffer[-1] += value
             return
-        if not self._buffer:
-            self._dirty.add(self)
-        self._buffer.extend(map(ACK.__or__, offsets))
-        self._live -= len(offsets)
-        self._dead += 2 * len(offsets)
+        buffer.extend((word, count, value))
+        self._entries += 1
+
+    def enqueued_run(self, first: int, count: int, size_bytes: int, expiring: bool = False) -> None:
+        """The queue holds `count` new offsets from `first` on, bodies of `size_bytes`."""
+        word = first | _ENQUEUE_WORD | ((FLAG_EXPIRING << FLAGS_SHIFT) if expiring else 0)
+        self._append(word, count, size_bytes, True)
+
+    def delivered_run(self, first: int, count: int, deliveries: int) -> None:
+        """The `count` offsets from `first` on went out; `deliveries` so far each."""
+        self._append(first | _DELIVER_WORD, count, deliveries, True)
+
+    def acked_run(self, first: int, count: int, size_bytes: int) -> None:
+        """The queue is done with the `count` offsets from `first` on (bodies of
+        `size_bytes` in total)."""
+        self._append(first | _ACK_WORD, count, size_bytes, True)
 
     def wants_compaction(self) -> bool:
-        return self._dead >= COMPACT_DEAD_MIN and self._dead >= COMPACT_RATIO * self._live
+        entries = self._entries
+        return entries >= COMPACT_ENTRIES_MIN and entries >= COMPACT_RATIO * max(
+            self.live_entries(), 1
+        )
 
     def request_compaction(self) -> None:
         """Rewrite the file with the queue's live messages at the start of the next round
-        (tests call it; otherwise `prepare_sync` decides by the dead-entry count)."""
+        (tests call it; otherwise `prepare_sync` decides by the entry count)."""
         self._compact = True
         self._dirty.add(self)
 
@@ -293,11 +436,11 @@ class QueueJournal:
                 self._header = b""
                 self._buffer = array("Q")
             return JournalWork(self._fd, None, data)
-        # Compaction. The snapshot (a C-level sort and dict copy here) includes everything
-        # recorded so far, so the new file replaces the buffer too; encoding and writing it
-        # happen on the fsync thread. Later entries go to the new file: they are written
-        # by the next round's prepare, which cannot run before this round is over.
-        offsets, counts = self.live_source()
+        # Compaction. The snapshot includes everything recorded so far, so the new file
+        # replaces the buffer too; encoding and writing it happen on the fsync thread.
+        # Later entries go to the new file: they are written by the next round's
+        # prepare, which cannot run before this round is over.
+        runs, counts, size_bytes, expiring = self.live_source()
         self._compact = False
         self._header = b""
         self._buffer = array("Q")
@@ -305,15 +448,15 @@ class QueueJournal:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         os.close(self._fd)
         self._fd = fd
-        self._live = len(offsets)
-        self._dead = len(counts)
+        self._entries = len(runs) + len(counts)
         work = os.dup(fd)
-        return JournalWork(None, lambda: self._replace(work, tmp, offsets, counts), b"")
+        data = encode_live(runs, counts, size_bytes, expiring)
+        return JournalWork(None, lambda: self._replace(work, tmp, data), b"")
 
-    def _replace(self, fd: int, tmp: str, offsets: list[int], counts: dict[int, int]) -> None:
+    def _replace(self, fd: int, tmp: str, data: bytes) -> None:
         """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory."""
         try:
-            write_all(fd, encode_live(offsets, counts))
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

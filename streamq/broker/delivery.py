@@ -1,0 +1,145 @@
+"""Delivery of a classic queue's ready messages, read from the vhost's log.
+
+Owns the hand-over from a queue's cursor to its consumers: which consumer gets what, in
+runs where the order allows it, and where the bytes come from. A classic queue holds
+offsets only; its messages' contents stay in the vhost's segment log (on disk, and in
+the log's buffers while they are recent), so memory does not grow with a queue's depth.
+
+- A `ReadWindow` per queue (`streamq.queues.window`) is its place in the log.
+  Consecutive offsets are consecutive records, so a run of a queue's offsets is a run
+  of records; the consumer frames them in one C call (`Consumer.deliver_records`)
+  straight from the window's bytes.
+- One consumer (the common case for throughput) takes runs as long as its prefetch
+  allows; several share a queue round robin, one message each, as RabbitMQ does.
+- A requeued message (redelivered, with a delivery count to show) and every message of
+  a queue with TTLs go one at a time through `Consumer.deliver`, with the record read
+  and checked by `SegmentLog.read_record`.
+
+It knows no AMQP: the consumer (the gateway) writes the frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from streamq.broker.queue import Consumer, Queue
+from streamq.log import format as fmt
+from streamq.log.errors import LogError, OffsetOutOfRange
+from streamq.log.log import SegmentLog
+from streamq.queues.classic import ReadyMessage
+
+OUT_BYTES_MAX: Final = 1 << 20  # output appended per framing call, at least one message
+
+
+class MessageUnreadable(Exception):
+    """A queued message could not be read back from the log."""
+
+
+def deliver_run(log: SegmentLog, queue: Queue, consumer: Consumer, first: int, count: int) -> int:
+    """Deliver the `count` messages of `queue` at offsets `first` .. (taken from its
+    cursor by `take_run`) to `consumer`; returns how many went out (the rest goes back
+    to the cursor). Raises MessageUnreadable."""
+    window = queue.window
+    cursor = queue.cursor
+    done = 0
+    try:
+        while done < count:
+            target = first + done
+            data, position = window.records(log, target)
+            delivered, position, next_offset, sizes = consumer.deliver_records(
+                queue, data, position, target, count - done
+            )
+            window.advance(position, next_offset)
+            if delivered:
+                cursor.delivered_run(target, sizes)
+                done += delivered
+            elif not window.read_on(log):
+                raise MessageUnreadable(f"message at offset {target} is missing from the log")
+    except (LogError, ValueError) as exc:
+        window.release()
+        raise MessageUnreadable(f"message at offset {first + done} cannot be read: {exc}") from exc
+    finally:
+        if done < count:
+            cursor.untake_run(first + done, count - done)
+    return done
+
+
+def read_message(log: SegmentLog, offset: int) -> fmt.Record:
+    """The record of a queued message. Raises MessageUnreadable."""
+    try:
+        return log.read_record(offset)
+    except OffsetOutOfRange as exc:
+        raise MessageUnreadable(f"message at offset {offset} is missing from the log") from exc
+    except LogError as exc:
+        raise MessageUnreadable(f"message at offset {offset} cannot be read: {exc}") from exc
+
+
+def round_robin(
+    log: SegmentLog,
+    queue: Queue,
+    consumers: list[Consumer],
+    take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
+    budget: int,
+) -> tuple[int, bool]:
+    """Deliver to `consumers` in turn while one has credit; returns the budget left and
+    whether the queue ran out of ready messages. `take` (queues with TTLs) takes one
+    message at a time, its record read; without it, runs go out where they can.
+    Raises MessageUnreadable."""
+    count = len(consumers)
+    cursor = queue.cursor
+    index = queue.next_consumer
+    idle = 0
+    empty = False
+    budget_given = budget
+    no_ack = 0
+    single = count > 1 or take is not None
+    while idle < count and budget > 0:
+        consumer = consumers[index % count]
+        index += 1
+        credit = consumer.credit()
+        if credit <= 0:
+            idle += 1
+            continue
+        idle = 0
+        if not single:
+            first, got = cursor.take_run(min(credit, budget))
+            if got:
+                sent = deliver_run(log, queue, consumer, first, got)
+                if consumer.no_ack:
+                    cursor.ack_many(list(range(first, first + sent)))
+                    no_ack += sent
+                budget -= sent
+                continue
+        if take is not None:
+            taken = take()
+        else:
+            ready = cursor.take()
+            taken = None if ready is None else (ready, _read_taken(log, queue, ready))
+        if taken is None:
+            # This consumer got nothing: its turn is the next message's, as in
+            # RabbitMQ, where only a consumer that received moves to the back.
+            index -= 1
+            empty = True
+            break
+        ready, record = taken
+        consumer.deliver(queue, ready, record)
+        cursor.delivered(ready.offset, len(record.body))
+        if consumer.no_ack:
+            cursor.ack(ready.offset)
+            no_ack += 1
+        budget -= 1
+    queue.next_consumer = index % count
+    # Counted once per batch, not per message (the hot path).
+    stats = queue.stats
+    stats.deliver += budget_given - budget - no_ack
+    stats.deliver_no_ack += no_ack
+    return budget, empty
+
+
+def _read_taken(log: SegmentLog, queue: Queue, ready: ReadyMessage) -> fmt.Record:
+    try:
+        return read_message(log, ready.offset)
+    except MessageUnreadable:
+        queue.cursor.untake(ready.offset)
+        raise
