@@ -20,12 +20,13 @@ It knows no AMQP: the consumer (the gateway) writes the frames.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Final
 
 from streamq.broker.queue import Consumer, Queue
 from streamq.log import format as fmt
-from streamq.log.errors import LogError, OffsetOutOfRange
+from streamq.log.errors import LogError, OffsetOutOfRange, SegmentCorrupted
 from streamq.log.log import SegmentLog
 from streamq.queues.classic import ReadyMessage
 
@@ -58,7 +59,7 @@ def deliver_run(log: SegmentLog, queue: Queue, consumer: Consumer, first: int, c
                 raise MessageUnreadable(f"message at offset {target} is missing from the log")
     except (LogError, ValueError) as exc:
         window.release()
-        raise MessageUnreadable(f"message at offset {first + done} cannot be read: {exc}") from exc
+        raise MessageUnreadable(unreadable_text(first + done, exc)) from exc
     finally:
         if done < count:
             cursor.untake_run(first + done, count - done)
@@ -72,7 +73,16 @@ def read_message(log: SegmentLog, offset: int) -> fmt.Record:
     except OffsetOutOfRange as exc:
         raise MessageUnreadable(f"message at offset {offset} is missing from the log") from exc
     except LogError as exc:
-        raise MessageUnreadable(f"message at offset {offset} cannot be read: {exc}") from exc
+        raise MessageUnreadable(unreadable_text(offset, exc)) from exc
+
+
+def unreadable_text(offset: int, exc: Exception) -> str:
+    """Why the message at `offset` cannot be read, short enough for a reply text (the
+    segment by its file name, not its path)."""
+    if isinstance(exc, SegmentCorrupted):
+        where = f"{os.path.basename(exc.path)} at position {exc.position}"
+        return f"message at offset {offset} is damaged: {exc.reason} in segment {where}"
+    return f"message at offset {offset} cannot be read: {exc}"
 
 
 def round_robin(

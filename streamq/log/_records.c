@@ -88,6 +88,15 @@ load_le32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+static inline uint64_t
+load_le64(const unsigned char *p)
+{
+    return (uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32;
+}
+
+/* length counts from the crc field on: the fixed fields after it are 28 bytes. */
+#define RECORD_LENGTH_MIN (RECORD_HEADER_BYTES - 4)
+
 static inline void
 store_le16(unsigned char *p, uint16_t v)
 {
@@ -548,10 +557,82 @@ py_crc32c_portable(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     return crc32c_call("_crc32c_portable", args, nargs, 1);
 }
 
+PyDoc_STRVAR(check_records_doc,
+"check_records(data, position, first_offset, /) -> (end, next_offset, error)\n"
+"\n"
+"Check the whole records of `data` from `position` on (segment-log records back to\n"
+"back, the first with offset `first_offset`): each record's length, flags, CRC32C and\n"
+"offset in sequence. Returns where the checked records end and the offset after them,\n"
+"and None, or a text saying what is wrong with the record at `end` (the records before\n"
+"it are good). A partial record at the end is not checked and not an error.");
+
+static PyObject *
+check_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "check_records() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    unsigned long long expected = PyLong_AsUnsignedLongLong(args[2]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t length = view.len;
+    const char *error = NULL;
+    if (position < 0 || position > length) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "position outside the data");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    while (length - position >= RECORD_HEADER_BYTES) {
+        const unsigned char *r = data + position;
+        uint32_t record_length = load_le32(r);
+        if (record_length < RECORD_LENGTH_MIN) {
+            error = "bad record length";
+            break;
+        }
+        if ((size_t)(length - position) < 4 + (size_t)record_length) {
+            break;
+        }
+        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
+        uint32_t lprops = load_le32(r + 28);
+        if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN) {
+            error = "bad record fields";
+            break;
+        }
+        uint32_t crc = crc32c_update(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu;
+        if (crc != load_le32(r + 4)) {
+            error = "record checksum mismatch";
+            break;
+        }
+        if (load_le64(r + 8) != expected) {
+            error = "record offset out of sequence";
+            break;
+        }
+        expected++;
+        position += 4 + (Py_ssize_t)record_length;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (error == NULL) {
+        return Py_BuildValue("(nKO)", position, expected, Py_None);
+    }
+    return Py_BuildValue("(nKs)", position, expected, error);
+}
+
 static PyMethodDef records_methods[] = {
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      encode_records_doc},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, crc32c_doc},
+    {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL,
+     check_records_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))py_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},

@@ -56,3 +56,9 @@ def crc32c(data: Buffer, value: int = 0, /) -> int:
 
 def _crc32c_portable(data: Buffer, value: int = 0, /) -> int:
     """`crc32c` computed with the table-driven code only (for the tests)."""
+
+def check_records(data: Buffer, position: int, first_offset: int, /) -> tuple[int, int, str | None]:
+    """Check the whole records of `data` from `position` on (the first with offset
+    `first_offset`): length, flags, CRC32C and offset sequence. Returns `(end,
+    next_offset, error)`: where the good records end, the offset after them, and None or
+    what is wrong with the record at `end`. A partial record at the end is not checked."""

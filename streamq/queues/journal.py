@@ -23,8 +23,8 @@ that continue each other merge in memory before they are written. The bytes tota
 make the queue's byte count exact after a restart without reading the messages (a
 purge may put its whole total on its first entry: only sums matter).
 
-Version 2 files (8-byte entries, one per message and event) are still read, and
-rewritten in version 3 when loaded.
+Version 2 files (8-byte entries, one per message and event) are still read; their byte
+total is inexact, so the vhost counts it from the log and `rewrite`s them in version 3.
 
 Durability: entries are buffered in memory; `prepare_sync` writes them to the OS and the
 vhost log's sync round fdatasyncs the file (this object is one of the log's sync

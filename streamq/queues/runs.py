@@ -139,6 +139,8 @@ class RunSet:
 
     def remove_run(self, first: int, count: int) -> int:
         """Remove what is held of `first` .. `first + count - 1`; returns how many were."""
+        if count <= 0:
+            return 0
         end = first + count
         removed = 0
         starts, ends = self._starts, self._ends

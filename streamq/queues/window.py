@@ -7,14 +7,18 @@ records: reading on in the window finds them without a lookup. A target far ahea
 behind, is found with the segment's sparse index (`SegmentLog.locate`).
 
 It reads only through `SegmentLog.read_at`, which serves recent records from memory and
-older ones from the file; it parses nothing (the consumer's framing does).
+older ones from the file, and checks every record it reads (length, CRC32C, offset, in
+one C call per chunk) before the consumer's framing sees it.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 from streamq.log import format as fmt
+from streamq.log._records import check_records
+from streamq.log.errors import SegmentCorrupted
 from streamq.log.log import SegmentLog
 
 READ_CHUNK_BYTES: Final = 128 * 1024
@@ -63,6 +67,9 @@ class ReadWindow:
         return self.base != base or len(self.data) > left
 
     def _load(self, log: SegmentLog, base: int, position: int, offset: int) -> None:
+        """Read from `position` of segment `base`, where the record `offset` starts, and
+        check the whole records read (length, CRC, offset sequence): the window ends
+        before a damaged one, which raises SegmentCorrupted once it is the next."""
         data = log.read_at(base, position, READ_CHUNK_BYTES)
         if not data:  # the end of that segment: the next one starts after its header
             following = log.segment_after(base)
@@ -73,6 +80,12 @@ class ReadWindow:
             need = 4 + int.from_bytes(data[:4], "little")
             if need > len(data):  # a record larger than a chunk
                 data = log.read_at(base, position, need)
+        end, _, error = check_records(data, 0, offset)
+        if error is not None:
+            if end == 0:
+                path = os.path.join(log.directory, fmt.segment_name(base))
+                raise SegmentCorrupted(path, position, f"{error} (offset {offset})")
+            data = data[:end]
         self.base, self.file_position, self.data, self.position = base, position, data, 0
         self.offset = offset
 

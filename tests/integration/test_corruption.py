@@ -164,9 +164,11 @@ def test_a_stream_segment_damaged_while_running_cancels_its_consumers(
 def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages_in_it(
     broker: RunningBroker,
 ) -> None:
-    """Classic queues share their vhost's log. A byte flipped in its first (sealed)
-    segment fails the queue whose messages are there; a queue whose messages are all in
-    later segments, and the vhost, go on."""
+    """Classic queues share their vhost's log and read their messages from it when they
+    deliver them (a restart reads none: docs/durability.md). A byte flipped in its first
+    (sealed) segment fails the queue whose message is there when that message is read:
+    the messages before it arrive intact, then 404 with the reason; a queue whose
+    messages are all in later segments, and the vhost, go on."""
     conn = connect(broker)
     channel = conn.channel()
     channel.queue_declare("early", durable=True)
@@ -183,11 +185,19 @@ def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages
     [messages_dir] = list((broker.data_dir / "vhosts").glob("*/messages"))
     segments = sorted(messages_dir.glob("*.seg"))
     assert len(segments) >= 2
-    flip_byte(segments[0], 3 << 20)
+    flip_byte(segments[0], 3 << 20)  # in the third message of "early" (1 MiB each)
     with broker_on(broker.data_dir) as restarted:
+        conn = connect(restarted)
+        channel = conn.channel()
+        bodies = [channel.basic_get("early", auto_ack=True)[2] for _ in range(2)]
+        assert bodies == [megabyte, megabyte]
+        conn.close()
         error = unavailable(restarted, lambda ch: ch.basic_get("early"))
         assert error.reply_code == 404
-        assert "in a damaged segment" in error.reply_text
+        assert "queue 'early' in vhost '/' is unavailable" in error.reply_text
+        assert "checksum mismatch" in error.reply_text
+        error = unavailable(restarted, lambda ch: ch.basic_get("early"))
+        assert error.reply_code == 404  # failed for good, until deleted
         conn = connect(restarted)
         channel = conn.channel()
         assert channel.queue_declare("late", passive=True).method.message_count == 6
@@ -197,3 +207,44 @@ def test_a_damaged_segment_of_the_shared_log_fails_only_the_queues_with_messages
         channel.basic_publish("", "fresh", b"new")
         assert channel.basic_get("fresh", auto_ack=True)[2] == b"new"
         conn.close()
+
+
+def test_a_consumer_of_a_damaged_message_is_cancelled_and_gets_none_of_it(
+    broker: RunningBroker,
+) -> None:
+    """Deliveries read records in runs: the run stops before the damaged record, so the
+    consumer receives every message before it intact and none after; then its queue
+    fails and the consumer is cancelled (consumer_cancel_notify)."""
+    conn = connect(broker)
+    channel = conn.channel()
+    channel.queue_declare("jobs", durable=True)
+    channel.confirm_delivery()
+    for n in range(200):
+        channel.basic_publish("", "jobs", f"{n:04d}".encode() * 256)  # 1 KiB each
+    channel.queue_declare("filler", durable=True)
+    megabyte = b"m" * (1 << 20)
+    for _ in range(MESSAGE_LOG_CONFIG.segment_bytes_max >> 20):  # seals the first segment
+        channel.basic_publish("", "filler", megabyte)
+    conn.close()
+    broker.stop()
+    [messages_dir] = list((broker.data_dir / "vhosts").glob("*/messages"))
+    segment = sorted(messages_dir.glob("*.seg"))[0]
+    flip_byte(segment, 100 * 1024)  # about the 99th record
+    with broker_on(broker.data_dir) as restarted:
+        conn = connect(restarted)
+        channel = conn.channel()
+        received: list[bytes] = []
+        cancelled: list[object] = []
+        channel.add_on_cancel_callback(cancelled.append)
+        channel.basic_consume(
+            "jobs", lambda ch, method, props, body: received.append(body), auto_ack=True
+        )
+        deadline = time.monotonic() + TIMEOUT_S
+        while not cancelled and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+        assert cancelled, f"the consumer was not cancelled ({len(received)} received)"
+        assert 90 <= len(received) < 100
+        assert received == [f"{n:04d}".encode() * 256 for n in range(len(received))]
+        conn.close()
+        error = unavailable(restarted, lambda ch: ch.basic_get("jobs"))
+        assert error.reply_code == 404 and "checksum mismatch" in error.reply_text

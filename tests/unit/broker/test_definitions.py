@@ -83,9 +83,9 @@ def test_a_vhost_restores_entities_and_messages(tmp_path: Path) -> None:
         assert vhost.queues["q1"].arguments == {"x-max-length": 5}
         assert [q.name for q in vhost.route("t", "a.z", None)] == ["q1"]
         assert vhost.queues["q1"].cursor.message_count == 3
-        taken = vhost.queues["q1"].cursor.take()
+        taken = vhost.get(vhost.queues["q1"], 0)
         assert taken is not None
-        assert vhost.messages[taken.offset].body == b"0"
+        assert taken[1].body == b"0"
         vhost.delete_queue("q1", False, False, owner)
         vhost = reopen(vhost, syncer)
         assert set(vhost.queues) == {"q2"}

@@ -6,50 +6,23 @@ counts its credit, and runs the rounds (`drain`) by hand."""
 
 from __future__ import annotations
 
-from collections import deque
 from pathlib import Path
 
 import pytest
 
 from amqp_gateway.codec import BasicProperties, encode_properties
 from amqp_gateway.deaths import AmqpPropertiesCodec
-from streamq.broker.queue import Queue, StoredMessage
+from streamq.broker.queue import Queue
 from streamq.broker.vhost import DRAIN_DELIVERIES_MAX, VHost
 from streamq.log.syncer import Syncer
-from streamq.queues.classic import ReadyMessage
+from tests.unit.broker.consumers import RecordingConsumer
 
 PLAIN = encode_properties(BasicProperties())
 NOW = encode_properties(BasicProperties(expiration="0"))
 
 
-class Consumer:
-    """A consumer with a prefetch limit (0: none) that keeps what it was given."""
-
-    def __init__(self, prefetch: int) -> None:
-        self.tag = "t"
-        self.no_ack = False
-        self.exclusive = False
-        self.priority = 0
-        self.stream_position = 0
-        self.stream_redeliver: deque[int] = deque()
-        self.stream_tracker = None
-        self.stream_filtered = False
-        self.prefetch = prefetch
-        self.unacked: list[int] = []
-        self.bodies: list[bytes] = []
-
-    def accepts(self, properties_raw: bytes) -> bool:
-        return True
-
-    def can_take(self) -> bool:
-        return self.prefetch == 0 or len(self.unacked) < self.prefetch
-
-    def deliver(self, queue: Queue, message: ReadyMessage, stored: StoredMessage) -> None:
-        self.unacked.append(message.offset)
-        self.bodies.append(stored.body)
-
-    def cancel_by_broker(self) -> None:
-        raise AssertionError("not cancelled in these tests")
+def Consumer(prefetch: int) -> RecordingConsumer:
+    return RecordingConsumer(prefetch)
 
 
 @pytest.fixture
@@ -74,8 +47,9 @@ def publish(vhost: VHost, body: bytes, properties: bytes = NOW) -> None:
 def dead_letters(vhost: VHost) -> list[bytes]:
     dlq = vhost.queues["dlq"]
     got = []
-    while (ready := vhost.take(dlq, 0)) is not None:
-        got.append(vhost.messages[ready.offset].body)
+    while (taken := vhost.get(dlq, 0)) is not None:
+        ready, record = taken
+        got.append(record.body)
         vhost.settle(dlq, ready.offset)
     return got
 

@@ -12,6 +12,7 @@ from streamq.broker.exchange import Destination, topic_match, topic_words
 from streamq.broker.vhost import VHost
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
+from tests.unit.broker.consumers import RecordingConsumer
 
 
 @pytest.fixture
@@ -32,12 +33,12 @@ def test_segments_are_collected_when_no_queue_needs_them(vhost: VHost) -> None:
     segments = len(vhost.log.segments())
     assert segments > 4
     assert vhost.collect_segments() == 0  # q still holds everything
-    while (ready := queue.cursor.take()) is not None:
-        vhost.settle(queue, ready.offset)
+    while (taken := vhost.get(queue, 0)) is not None:
+        vhost.settle(queue, taken[0].offset)
     assert vhost.collect_segments() == segments - 1  # all but the active one
     assert other.cursor.low_water_offset() == 200
     assert vhost.log.start_offset <= 200
-    assert vhost.messages.keys() == {200}
+    assert vhost.log.read_record(200).body == b"kept"
 
 
 def test_routing_follows_exchange_bindings_and_the_alternate_exchange(vhost: VHost) -> None:
@@ -79,21 +80,36 @@ def test_topic_matching(pattern: str, key: str, matches: bool) -> None:
     assert topic_match(topic_words(pattern), topic_words(key)) is matches
 
 
-def test_each_drain_drops_the_paging_order_of_settled_messages(vhost: VHost) -> None:
-    """The pager's order loses consumed messages drain by drain, not all at once in the
-    housekeeping; an offset still held stops the trim."""
+def test_a_consumer_gets_a_deep_queue_in_runs_read_back_across_segments(
+    vhost: VHost,
+) -> None:
+    """A classic queue holds offsets only: its messages are read back from the log's
+    segments (here 4 KiB each, so a run crosses many) and delivered in runs, in order and
+    intact, whether durable yet or still in the log's buffers."""
     queue = vhost.declare_queue("q", False, True, False, False, {}, owner=object())
-    for _ in range(50):
-        vhost.publish("", "q", b"", b"body", vhost.route("", "q", None))
-    assert len(vhost.pager.order) == 50
-    first = queue.cursor.take()
-    assert first is not None
-    for _ in range(29):
-        ready = queue.cursor.take()
-        assert ready is not None
-        vhost.settle(queue, ready.offset)
+    other = vhost.declare_queue("other", False, True, False, False, {}, owner=object())
+    bodies = []
+    for n in range(300):
+        body = f"{n:05d}".encode() * (n % 37)
+        bodies.append(body)
+        vhost.publish("", "q", b"\x00\x00", body, vhost.route("", "q", None))
+        if n % 7 == 0:  # other offsets in between: the runs have gaps
+            vhost.publish("", "other", b"\x00\x00", b"gap", vhost.route("", "other", None))
+    vhost.log.sync_blocking()
+    for n in range(300, 320):  # appended, not durable yet
+        body = f"{n:05d}".encode()
+        bodies.append(body)
+        vhost.publish("", "q", b"\x00\x00", body, vhost.route("", "q", None))
+    assert len(vhost.log.segments()) > 5
+    gaps = len(range(0, 300, 7))  # a gap after each of them
+    assert queue.cursor.run_count == gaps + 1
+    assert other.cursor.message_count == gaps
+    consumer = RecordingConsumer(prefetch=0)
+    vhost.add_consumer(queue, consumer)
     vhost.drain()
-    assert len(vhost.pager.order) == 50, "the first message is still held"
-    vhost.settle(queue, first.offset)
-    vhost.drain()
-    assert list(vhost.pager.order) == list(range(30, 50))
+    assert consumer.bodies == bodies
+    assert max(consumer.runs) > 1
+    assert queue.cursor.message_count == 0 and queue.cursor.unacked_count == 320
+    assert queue.cursor.bytes_unacked == sum(map(len, bodies))
+    vhost.settle_classic(queue, list(consumer.unacked))
+    assert queue.cursor.low_water_offset() is None
