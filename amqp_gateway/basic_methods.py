@@ -209,6 +209,29 @@ def settle(
     apply_settle(h, channel, settled, ack, requeue)
 
 
+def settle_plain_acks(
+    h: AmqpHandler, channel: ChannelSession, tags: list[int], kinds: bytes, start: int
+) -> int:
+    """Hot path: the plain acks (multiple=false) of a run from `start` on, settled in one
+    step (one pop per tag, one release, one `settle_classic` per queue); returns the
+    index of the first entry it did not settle, which the caller hands to the per-method
+    path: a nack, a reject, an ack with `multiple`, an unknown tag (406 there, with the
+    acks before it applied and those after it untouched, as one ack after another).
+    A transactional channel settles nothing here: `settle` holds its acks for the commit.
+    """
+    if channel.transactional:
+        return start
+    # The entries up to the first nonzero kind byte are plain acks (C-level strip).
+    stop = len(kinds) - len(kinds[start:].lstrip(b"\x00"))
+    if stop == start:
+        return start
+    plain = tags if start == 0 and stop == len(tags) else tags[start:stop]
+    settled = channel.settle_run(plain)
+    if settled:
+        apply_settle(h, channel, settled, True, False)
+    return start + len(settled)
+
+
 def apply_settle(
     h: AmqpHandler, channel: ChannelSession, settled: list[Unacked], ack: bool, requeue: bool
 ) -> None:
@@ -262,6 +285,19 @@ def _ack(vhost: VHost, settled: list[Unacked]) -> None:
         queue.stats.ack += len(offsets)
         vhost.settle_classic(queue, offsets)
         vhost.kick(queue)
+
+
+def ack_method(tag: int, kind: int) -> m.BasicAck | m.BasicNack | m.BasicReject:
+    """The method an entry of an AckRun stands for (its kind bits as `codec.scan_acks`
+    sets them), for the per-method path."""
+    delivery_tag = codec.DeliveryTag(tag)
+    multiple = bool(kind & codec.ACK_MULTIPLE)
+    requeue = bool(kind & codec.ACK_REQUEUE)
+    if kind & codec.ACK_NACK:
+        return m.BasicNack(delivery_tag, multiple, requeue)
+    if kind & codec.ACK_REJECT:
+        return m.BasicReject(delivery_tag, requeue)
+    return m.BasicAck(delivery_tag, multiple)
 
 
 def basic_ack(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:

@@ -13,7 +13,7 @@ import time
 from collections import Counter, deque
 from itertools import repeat, takewhile
 from operator import attrgetter
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast
 
 from amqp_gateway import codec, errors
 from amqp_gateway.codec import methods as m
@@ -161,6 +161,36 @@ class ChannelSession:
         settled = list(map(self.unacked.pop, self._named_tags(delivery_tag, multiple)))
         self.release(settled)
         return settled
+
+    def settle_run(self, tags: list[int]) -> list[Unacked]:
+        """`settle_tags` of a run of plain acks (multiple=false), in one step: the
+        deliveries of `tags` up to the first unknown one (a tag named twice is unknown the
+        second time, as one ack after another finds it), with their consumers' credit
+        given back. Fewer deliveries than tags means `tags[len(result)]` is unknown: the
+        tags from there stay unacked, for the per-method path to judge one by one."""
+        unacked = self.unacked
+        # C-level loops (map, the None test): one pop per tag and no Python code per ack.
+        settled: list[Unacked | None] = list(map(unacked.pop, tags, repeat(None)))
+        if None in settled:
+            settled = self._unsettle_after_unknown(tags, settled)
+        taken = cast("list[Unacked]", settled)  # no None is left
+        self.release(taken)
+        return taken
+
+    def _unsettle_after_unknown(
+        self, tags: list[int], settled: list[Unacked | None]
+    ) -> list[Unacked | None]:
+        """The deliveries taken after the first unknown tag go back to `unacked`, in tag
+        order (delivery order: tags only grow); returns the ones before it."""
+        unknown = settled.index(None)
+        back = [
+            (tag, entry) for tag, entry in zip(tags, settled, strict=True) if entry is not None
+        ][unknown:]
+        if back:
+            restored = self.unacked
+            restored.update(back)
+            self.unacked = dict(sorted(restored.items()))
+        return settled[:unknown]
 
     def hold_tags(self, delivery_tag: int, multiple: bool) -> dict[int, Unacked]:
         """`settle_tags` for a transaction: by tag, and the consumers' credit stays

@@ -56,6 +56,9 @@ MESSAGE_BYTES_MAX: Final = 128 * 1024 * 1024
 # Publishes per PublishRun event: the server handles a run without a break, so this
 # bounds the time a run keeps consumers waiting (EVENTS_PER_SLICE counts its messages).
 PUBLISH_RUN_MESSAGES_MAX: Final = 256
+# Acks, nacks and rejects per AckRun event: the server settles a run in one step, and
+# the slices count its tags as they counted one event per ack before (EVENTS_PER_SLICE).
+ACK_RUN_TAGS_MAX: Final = 512
 FRAME_MIN_SIZE: Final = 4096
 REPLY_TEXT_BYTES_MAX: Final = 255  # a shortstr
 # Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
@@ -157,6 +160,19 @@ class PublishRun(NamedTuple):
     flags: int  # the OR of their property flag words (16 bits, big-endian)
 
 
+class AckRun(NamedTuple):
+    """basic.ack, basic.nack and basic.reject methods in a row on one channel, split from
+    one read by the fast path (`codec.scan_acks`): one event for the lot, not a method
+    object per ack (STYLE.md section 11). Entry i is `tags[i]` with the kind bits
+    `kinds[i]` (codec.ACK_MULTIPLE, ACK_REQUEUE, ACK_NACK, ACK_REJECT; 0 is a plain
+    basic.ack), in the order the client sent them."""
+
+    channel: int
+    tags: list[int]
+    kinds: bytes
+    flags: int  # the OR of the kinds: 0 when every entry is a plain basic.ack
+
+
 @dataclass(frozen=True, slots=True)
 class MethodReceived:
     channel: int
@@ -183,6 +199,7 @@ Event = (
     | OpenRequested
     | Publish
     | PublishRun
+    | AckRun
     | MethodReceived
     | ChannelClosed
     | ConnectionClosed
@@ -323,7 +340,7 @@ class Connection:
             # A pause (rule 3) leaves the rest of the read instead, a frame_max or more.
             while True:
                 if self.state is State.OPEN:
-                    position = self._receive_publishes(view, position, events)
+                    position = self._receive_runs(view, position, events)
                 start = position
                 frame, position = codec.read_frame(view, position, self.frame_max)
                 if frame is None:
@@ -343,6 +360,43 @@ class Connection:
             # close-ok of a later read is parsed from a frame boundary (rule 2).
             return len(view)
         return position
+
+    def _receive_runs(self, data: memoryview, position: int, events: list[Event]) -> int:
+        """Hot path: runs of publishes and of acks, in the order they came, until a frame
+        of another kind (or one the frame-by-frame path must judge); returns where it
+        starts."""
+        while True:
+            after = self._receive_acks(
+                data, self._receive_publishes(data, position, events), events
+            )
+            if after == position:
+                return position
+            position = after
+
+    def _receive_acks(self, data: memoryview, position: int, events: list[Event]) -> int:
+        """Hot path: whole, well-formed basic.ack, nack and reject frames from `position`
+        on become AckRun events, a C call per run (`codec.scan_acks`); returns where the
+        first frame of another kind starts. The guards are `_receive_publishes`' own: an
+        ack on a channel that is not open, or in the middle of a publish's content, is
+        left to the frame-by-frame path, which reports it."""
+        channels = self._channels
+        payload_max = received_payload_max(self.frame_max)
+        scan = codec.scan_acks
+        while True:
+            channel_id, end, tags, kinds, flags = scan(
+                data, position, payload_max, ACK_RUN_TAGS_MAX
+            )
+            if not tags:
+                return position
+            channel = channels.get(channel_id)
+            if (
+                channel is None
+                or channel.state is not ChannelState.OPEN
+                or channel.publish is not None
+            ):
+                return position
+            events.append(AckRun(channel_id, tags, kinds, flags))
+            position = end
 
     def _receive_publishes(self, data: memoryview, position: int, events: list[Event]) -> int:
         """Hot path: whole, well-formed publishes from `position` on become PublishRun

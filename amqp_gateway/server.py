@@ -23,6 +23,7 @@ from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import (
     FRAME_MAX,
     SERVER_CAPABILITIES,
+    AckRun,
     ChannelClosed,
     Connection,
     ConnectionClosed,
@@ -67,7 +68,7 @@ HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake cl
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024
 # Messages handled per drain while deliveries are pending (a PublishRun counts each of
-# its messages, any other event one).
+# its messages, an AckRun each of its tags, any other event one).
 EVENTS_PER_SLICE: Final = 512
 _IMMEDIATE: Final = 2  # basic.publish's second bit
 # Publisher flow control: a connection that published to a queue in flow (see
@@ -586,6 +587,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 elif type(event) is Publish:
                     self._published = True
                     confirm_needed |= self._publish(event)
+                elif type(event) is AckRun:
+                    self._ack_run(event)
                 elif isinstance(event, MethodReceived):
                     # An error earlier in this read may have closed the channel after the
                     # protocol parsed this method: discard it (connection.py, rule 2).
@@ -915,6 +918,33 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 )
         return channel.confirm and not channel.transactional
 
+    def _ack_run(self, run: AckRun) -> None:
+        """Settle a run of acks, nacks and rejects, in their order, as one per-method
+        event after another would: the plain acks (multiple=false, the common case) in
+        one step each stretch (`basic_methods.settle_plain_acks`), every other entry
+        through the per-method path, which knows every rule (transactions, requeue,
+        `multiple`, the 406 of an unknown tag). The rest of a run is discarded once its
+        channel closes, and held when a reply waits, as `_handle_events` does with
+        events."""
+        channel_id, tags, kinds = run.channel, run.tags, run.kinds
+        start, count = 0, len(tags)
+        while start < count:
+            if self.conn.is_channel_closing(channel_id):
+                return  # connection.py, rule 2: see MethodReceived in _handle_events
+            if self._waiting is not None:
+                self._held.append(AckRun(channel_id, tags[start:], kinds[start:], run.flags))
+                return
+            try:
+                start = basic_methods.settle_plain_acks(
+                    self, self._channel(channel_id), tags, kinds, start
+                )
+            except (BrokerError, LogError) as exc:
+                raise to_amqp(exc, 60, 80) from exc  # as _method maps basic.ack's
+            if start < count:
+                method = basic_methods.ack_method(tags[start], kinds[start])
+                self._handle_events([MethodReceived(channel_id, method)])
+                start += 1
+
     def _store_run(self, channel: ChannelSession, run: PublishRun) -> bool:
         """`route_and_store` of a whole run when its common case holds; False, having
         stored nothing, otherwise."""
@@ -1129,7 +1159,12 @@ def _slice_end(events: list[Event]) -> int:
     """How many of `events` make one slice: EVENTS_PER_SLICE messages, at least one event."""
     weight = 0
     for index, event in enumerate(events):
-        weight += len(event.messages) if type(event) is PublishRun else 1
+        if type(event) is PublishRun:
+            weight += len(event.messages)
+        elif type(event) is AckRun:
+            weight += len(event.tags)  # as many as the per-ack events it replaced
+        else:
+            weight += 1
         if weight > EVENTS_PER_SLICE:
             return max(index, 1)
     return len(events)

@@ -20,7 +20,14 @@ paths) and `ids` (the `NewType`s).
 from __future__ import annotations
 
 from amqp_gateway.codec._deliver import deliver_records, encode_deliver
-from amqp_gateway.codec._scan import scan_publishes
+from amqp_gateway.codec._scan import (
+    ACK_MULTIPLE,
+    ACK_NACK,
+    ACK_REJECT,
+    ACK_REQUEUE,
+    scan_acks,
+    scan_publishes,
+)
 from amqp_gateway.codec.basic import (
     BASIC_PUBLISH_IDS,
     PublishedMessage,
@@ -92,6 +99,10 @@ from amqp_gateway.codec.values import (
 )
 
 __all__ = [
+    "ACK_MULTIPLE",
+    "ACK_NACK",
+    "ACK_REJECT",
+    "ACK_REQUEUE",
     "BASIC_PUBLISH_IDS",
     "EMPTY_PROPERTIES_RAW",
     "FRAME_BODY",
@@ -153,6 +164,7 @@ __all__ = [
     "read_basic_publish",
     "read_frame",
     "read_publish",
+    "scan_acks",
     "scan_publishes",
     "split_frames",
 ]

@@ -1,7 +1,7 @@
 /*
- * amqp_gateway.codec._scan: a run of whole basic.publish messages split from a receive
- * buffer in one call (STYLE.md section 11, the hot path). See MODULE_DOC below for what
- * it owns and why it is written in C.
+ * amqp_gateway.codec._scan: a run of whole basic.publish messages, or of basic.ack,
+ * basic.nack and basic.reject methods, split from a receive buffer in one call (STYLE.md
+ * section 11, the hot path). See MODULE_DOC below for what it owns and why it is C.
  *
  * Frame layout (AMQP 0-9-1 spec 4.2.3 general frame format, 4.2.6 content framing):
  *
@@ -10,12 +10,18 @@
  *   header frame   type=2 | channel u16 | size u32 | class u16=60 | weight u16 |
  *                  body-size u64 | property flags + property list | 0xCE
  *   body frame     type=3 | channel u16 | size u32 | body bytes | 0xCE
+ *   ack frame      type=1 | channel u16 | size u32=13 | class u16=60 |
+ *                  method u16=80 (ack), 90 (reject) or 120 (nack) | delivery-tag u64 |
+ *                  bits u8 | 0xCE
+ *   heartbeat      type=8 | channel u16=0 | size u32=0 | 0xCE
  *
  * Rules:
  * 1. It accepts a message exactly when `basic.read_publish` does, plus the limits of
  *    `scan_publishes` (one channel, exchange and routing key per run, body_bytes_max,
  *    count_max); the unit tests
- *    use read_publish as the oracle. Everything else it leaves to the frame-by-frame
+ *    use read_publish as the oracle. It accepts an ack, nack or reject exactly when
+ *    `read_frame` and `decode_method` accept it, on the run's one channel. Everything
+ *    else it leaves to the frame-by-frame
  *    path, which reports the error: it stops, it never raises for the bytes it reads.
  * 2. Every read is bounds-checked against the buffer before it happens.
  * 3. No Python code runs per message: only object allocation.
@@ -50,7 +56,13 @@ PyDoc_STRVAR(MODULE_DOC,
 "key per message (before runs stopped at a change of routing key), and 2.5M msgs/s\n"
 "even when called once per message. The exchange and routing key are decoded once\n"
 "per run, and a property block equal to the previous message's is shared, not\n"
-"allocated again.");
+"allocated again.\n"
+"\n"
+"It also owns `scan_acks`: the delivery tags of consecutive basic.ack, basic.nack and\n"
+"basic.reject methods on one channel, in their order, as one list of tags and one byte\n"
+"of kind bits per tag, so that the server settles a read full of per-message acks in\n"
+"one step. The profile of a consumer acking each message showed 28% of the broker's\n"
+"samples reading and splitting those frames and 35% settling them one by one.");
 
 /* Spec 4.2.3: frame types and the frame-end octet. */
 enum {
@@ -58,9 +70,22 @@ enum {
     FRAME_HEADER = 2,
     FRAME_BODY = 3,
     FRAME_END = 0xCE,
+    FRAME_HEARTBEAT = 8,
     FRAME_HEADER_BYTES = 7, /* type, channel, size */
     BASIC_CLASS = 60,
     BASIC_PUBLISH = 40,
+    BASIC_ACK = 80,
+    BASIC_REJECT = 90,
+    BASIC_NACK = 120,
+    /* class, method, delivery-tag, one octet of bits: all three methods (spec 1.8.3). */
+    ACK_PAYLOAD_BYTES = 2 + 2 + 8 + 1,
+    ACK_FRAME_BYTES = FRAME_HEADER_BYTES + ACK_PAYLOAD_BYTES + 1,
+    HEARTBEAT_FRAME_BYTES = FRAME_HEADER_BYTES + 1,
+    /* The kind byte of an entry of `scan_acks`; 0 is basic.ack without `multiple`. */
+    KIND_MULTIPLE = 1,
+    KIND_REQUEUE = 2,
+    KIND_NACK = 4,
+    KIND_REJECT = 8,
     /* Method frame header, class, method, ticket, exchange length. */
     PUBLISH_FIXED_BYTES = FRAME_HEADER_BYTES + 2 + 2 + 2 + 1,
     /* Payload bytes besides the two shortstrs: ids, ticket, two length octets, bits. */
@@ -474,10 +499,200 @@ scan_publishes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     return scan_result(channel, end, messages, bits, flags);
 }
 
+/* -- scan_acks ---------------------------------------------------------------------------- */
+
+/* Whether the 8 bytes at `at` are an empty heartbeat on channel 0, the one form
+ * `check_heartbeat_frame` accepts (spec 4.2.7). */
+static inline int
+is_heartbeat(const unsigned char *data, Py_ssize_t length, Py_ssize_t at)
+{
+    static const unsigned char heartbeat[HEARTBEAT_FRAME_BYTES] = {
+        FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END,
+    };
+    return length - at >= HEARTBEAT_FRAME_BYTES
+           && memcmp(data + at, heartbeat, HEARTBEAT_FRAME_BYTES) == 0;
+}
+
+/* The kind byte of the ack, nack or reject frame at `at` (its channel in `*channel`), or
+ * -1 unless the frame is one that `read_frame` and `decode_method` accept: a whole method
+ * frame with the frame-end octet, a payload of exactly 13 bytes (decode_basic_ack and the
+ * generic decoder refuse any other size with 502) and class 60. Only the bits the spec
+ * defines count, as in the decoders: multiple (ack, nack) and requeue (nack, reject). */
+static int
+ack_kind(const unsigned char *data, Py_ssize_t length, Py_ssize_t at, Py_ssize_t payload_max,
+         uint32_t *channel)
+{
+    if (length - at < ACK_FRAME_BYTES) {
+        return -1;
+    }
+    const unsigned char *p = data + at;
+    *channel = read_u16(p + 1);
+    Py_ssize_t size = frame_payload_size(data, length, at, FRAME_METHOD, *channel, payload_max);
+    if (size != ACK_PAYLOAD_BYTES || read_u16(p + 7) != BASIC_CLASS) {
+        return -1;
+    }
+    unsigned bits = p[FRAME_HEADER_BYTES + ACK_PAYLOAD_BYTES - 1];
+    switch (read_u16(p + 9)) {
+    case BASIC_ACK: /* multiple */
+        return (int)(bits & 1 ? KIND_MULTIPLE : 0);
+    case BASIC_NACK: /* multiple, requeue */
+        return (int)(KIND_NACK | (bits & 1 ? KIND_MULTIPLE : 0) | (bits & 2 ? KIND_REQUEUE : 0));
+    case BASIC_REJECT: /* requeue */
+        return (int)(KIND_REJECT | (bits & 1 ? KIND_REQUEUE : 0));
+    default:
+        return -1;
+    }
+}
+
+/* The first pass: how many acks from `position` make a run (on one channel, at most
+ * `count_max`, empty heartbeats between them skipped), their channel, the OR of their
+ * kinds and the end of the last one. Allocates nothing. */
+static Py_ssize_t
+count_acks(const unsigned char *data, Py_ssize_t length, Py_ssize_t position,
+           Py_ssize_t payload_max, Py_ssize_t count_max, uint32_t *channel, unsigned *flags,
+           Py_ssize_t *end)
+{
+    Py_ssize_t count = 0;
+    Py_ssize_t at = position;
+    *end = position;
+    while (count < count_max) {
+        /* A heartbeat only between acks: one before the first, or after the last, is
+         * left to the frame-by-frame path (`end` stays before it). */
+        if (count > 0 && is_heartbeat(data, length, at)) {
+            at += HEARTBEAT_FRAME_BYTES;
+            continue;
+        }
+        uint32_t frame_channel;
+        int kind = ack_kind(data, length, at, payload_max, &frame_channel);
+        if (kind < 0 || (count > 0 && frame_channel != *channel)) {
+            break;
+        }
+        *channel = frame_channel;
+        *flags |= (unsigned)kind;
+        count++;
+        at += ACK_FRAME_BYTES;
+        *end = at;
+    }
+    return count;
+}
+
+PyDoc_STRVAR(scan_acks_doc,
+"scan_acks(data, position, payload_max, count_max, /)\n"
+"--\n"
+"\n"
+"Read consecutive basic.ack, basic.nack and basic.reject methods on one channel from\n"
+"`data` at `position`.\n"
+"\n"
+"Returns `(channel, end, tags, kinds, flags)`: `tags` the delivery tags in frame order,\n"
+"`kinds` one byte per tag (multiple = 1, requeue = 2, nack = 4, reject = 8; a plain\n"
+"basic.ack is 0), `flags` the OR of the kinds, `end` the offset after the last frame\n"
+"read. A frame is taken exactly when `read_frame(data, offset, payload_max)` and\n"
+"`decode_method` would accept it, on the first frame's channel; at most `count_max`.\n"
+"Empty heartbeats on channel 0 between two of them are skipped. With none it returns\n"
+"`(0, position, [], b'', 0)`.\n"
+"\n"
+"Never raises for the bytes it reads: it stops at the first frame it does not accept.\n"
+"Raises TypeError when `data` has no buffer or an argument is not an integer, and\n"
+"ValueError for a negative argument, `position > len(data)` or `count_max < 1`.");
+
+static PyObject *
+scan_acks(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "scan_acks() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t position, payload_max, count_max;
+    if (non_negative(args[1], "position", &position) < 0
+        || non_negative(args[2], "payload_max", &payload_max) < 0
+        || non_negative(args[3], "count_max", &count_max) < 0) {
+        return NULL;
+    }
+    if (count_max < 1) {
+        PyErr_SetString(PyExc_ValueError, "count_max must be >= 1");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (position > view.len) {
+        PyErr_Format(PyExc_ValueError, "position %zd is past the end of the data (%zd bytes)",
+                     position, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    uint32_t channel = 0;
+    unsigned flags = 0;
+    Py_ssize_t end;
+    Py_ssize_t count =
+        count_acks(data, view.len, position, payload_max, count_max, &channel, &flags, &end);
+    /* The second pass fills objects of the exact size: every frame up to `end` is an
+     * accepted ack or a skipped heartbeat. */
+    PyObject *tags = PyList_New(count);
+    PyObject *kinds = PyBytes_FromStringAndSize(NULL, count);
+    if (tags == NULL || kinds == NULL) {
+        PyBuffer_Release(&view);
+        Py_XDECREF(tags);
+        Py_XDECREF(kinds);
+        return NULL;
+    }
+    char *kind_bytes = PyBytes_AS_STRING(kinds);
+    Py_ssize_t at = position;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        while (data[at] == FRAME_HEARTBEAT) {
+            at += HEARTBEAT_FRAME_BYTES;
+        }
+        uint32_t frame_channel;
+        int kind = ack_kind(data, view.len, at, payload_max, &frame_channel);
+        assert(kind >= 0 && frame_channel == channel);
+        (void)frame_channel; /* read by the assert only */
+        PyObject *tag = PyLong_FromUnsignedLongLong(read_u64(data + at + FRAME_HEADER_BYTES + 4));
+        if (tag == NULL) {
+            PyBuffer_Release(&view);
+            Py_DECREF(tags); /* the unset items are NULL, which the list skips */
+            Py_DECREF(kinds);
+            return NULL;
+        }
+        PyList_SET_ITEM(tags, i, tag);
+        kind_bytes[i] = (char)kind;
+        at += ACK_FRAME_BYTES;
+    }
+    PyBuffer_Release(&view);
+    PyObject *items[5] = {
+        PyLong_FromUnsignedLong(channel),
+        PyLong_FromSsize_t(end),
+        tags,
+        kinds,
+        PyLong_FromUnsignedLong(flags),
+    };
+    return steal_tuple(items, 5);
+}
+
 static PyMethodDef scan_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      scan_publishes_doc},
+    {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, scan_acks_doc},
     {NULL, NULL, 0, NULL},
+};
+
+/* The kind bits of `scan_acks`, for the Python side to test. */
+static int
+scan_exec(PyObject *module)
+{
+    if (PyModule_AddIntConstant(module, "ACK_MULTIPLE", KIND_MULTIPLE) < 0
+        || PyModule_AddIntConstant(module, "ACK_REQUEUE", KIND_REQUEUE) < 0
+        || PyModule_AddIntConstant(module, "ACK_NACK", KIND_NACK) < 0
+        || PyModule_AddIntConstant(module, "ACK_REJECT", KIND_REJECT) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static PyModuleDef_Slot scan_slots[] = {
+    {Py_mod_exec, scan_exec},
+    {0, NULL},
 };
 
 static struct PyModuleDef scan_module = {
@@ -486,6 +701,7 @@ static struct PyModuleDef scan_module = {
     .m_doc = MODULE_DOC,
     .m_size = 0,
     .m_methods = scan_methods,
+    .m_slots = scan_slots,
 };
 
 PyMODINIT_FUNC

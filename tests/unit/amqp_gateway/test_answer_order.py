@@ -13,6 +13,7 @@ from __future__ import annotations
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import (
+    AckRun,
     ChannelClosed,
     ConnectionClosed,
     Event,
@@ -197,10 +198,10 @@ def test_publishes_and_methods_for_the_server_never_pause() -> None:
     assert not client.server.parse_paused
     assert [type(e) for e in events] == [
         PublishRun,
-        MethodReceived,
+        AckRun,
         PublishRun,
         MethodReceived,
-        MethodReceived,
+        AckRun,
     ]
     assert [p.body for p in publishes(events)] == [b"a", b"b"]
     assert not any(isinstance(e, Publish) for e in events)
