@@ -109,12 +109,12 @@ class SinkConnection:
                 self.confirming[channel] += count
                 tag = codec.DeliveryTag(self.confirming[channel])
                 codec.append_basic_ack(self.out, codec.ChannelId(channel), tag, True)
-        for channel, tag in scan.acked_upto.items():
+        for channel, acked_upto in scan.acked_upto.items():
             stream = self.streams.get(channel)
             if stream is not None:
                 # A null broker: the highest tag acked stands for every tag below it,
                 # whether acked with `multiple` or one by one, in order.
-                stream.acked = max(stream.acked, tag)
+                stream.acked = max(stream.acked, acked_upto)
         for frame in scan.others:
             self.on_method(frame.channel, codec.decode_method(frame.payload))
 
