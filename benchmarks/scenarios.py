@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks.admin import declare_fanout, delete_all, wait_for_depth
+from benchmarks.admin import declare_fanout, delete_all, require_streams, wait_for_depth
 from benchmarks.compare_report import NO_WORSE, Metric
 from benchmarks.perf_process import ScenarioError, run_perf
 from benchmarks.rss import read_status_kib, wait_for_steady_rss
@@ -160,6 +160,17 @@ def timed(flags: str) -> Runner:
     return run_timed
 
 
+def stream_timed(flags: str) -> Runner:
+    """`timed` on a stream queue, n/a on a broker without stream queues."""
+    run_timed = timed(f"{flags} {_STREAM_ARGS}")
+
+    def run_stream(run: Run) -> dict[str, float]:
+        require_streams(run.broker.url, run.name("-probe"))
+        return run_timed(run)
+
+    return run_stream
+
+
 def fill(run: Run, queue: str, count: int) -> None:
     """Publish `count` 16-byte messages to `queue` and wait until it holds them all."""
     timeout_s = count / FILL_RATE_MIN + THROUGHPUT_MARGIN_S
@@ -282,7 +293,7 @@ def matrix(settings: Settings) -> list[Scenario]:
                  consume_queued),
         Scenario("stream", "stream, confirms, read from first",
                  f"{stream_flags} + stream queue, offset first", (CONFIRM, CONSUME),
-                 timed(f"{stream_flags} {_STREAM_ARGS}")),
+                 stream_timed(stream_flags)),
         Scenario("fanout", f"fanout to {FANOUT_QUEUES} queues", "-x 1 -y 0 -s 16 -e FANOUT",
                  (PUBLISH,), fanout),
         Scenario("connections", f"{CONNECTIONS:,} idle connections", f"connections {CONNECTIONS}",
@@ -301,7 +312,7 @@ def matrix(settings: Settings) -> list[Scenario]:
                  (CONSUME,), consume_queued_with(ACK_EACH)),
         Scenario("stream-ack-each", "stream, read from first over AMQP, per-message acks",
                  f"{stream_each_flags} + stream queue, offset first", (CONFIRM, CONSUME),
-                 timed(f"{stream_each_flags} {_STREAM_ARGS}")),
+                 stream_timed(stream_each_flags)),
         Scenario("idle", "after the runs, queues deleted, idle", "none: VmRSS once steady",
                  (RSS_IDLE,), idle_memory, runs_last=True),
     ]  # fmt: skip
