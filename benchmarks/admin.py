@@ -2,9 +2,9 @@
 
 Owns what `streamq perf` does not do itself: declaring a fanout exchange with its bound
 queues, waiting until a queue holds a number of messages, deleting a run's queues and
-exchanges so one run does not influence the next, and reading the server's product and
-version. Every call has a timeout; a failure becomes `ScenarioError`. It never starts or
-stops a broker.
+exchanges so one run does not influence the next, checking that a broker has stream
+queues at all, and reading the server's product and version. Every call has a timeout;
+a failure becomes `ScenarioError`. It never starts or stops a broker.
 """
 
 from __future__ import annotations
@@ -103,6 +103,25 @@ def _delete(chan: BlockingChannel, kind: str, name: str, failures: list[str]) ->
             failures.append(f"delete {kind} {name}: {exc.reply_code} {exc.reply_text}")
         return chan.connection.channel()
     return chan
+
+
+def require_streams(url: str, probe: str) -> None:
+    """Raise `ScenarioError` unless the broker has stream queues. A broker without them
+    (LavinMQ 1.1.5) takes `x-queue-type: stream` for a classic queue and would be
+    measured on one; a stream must be durable, so a broker with streams refuses a
+    non-durable one (406), as RabbitMQ and streamq do. The probe queue is deleted."""
+    arguments = {"x-queue-type": "stream"}
+    try:
+        with channel(url) as chan:
+            chan.queue_declare(probe, durable=False, arguments=arguments)
+            chan.queue_delete(probe)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code == pika.spec.PRECONDITION_FAILED:
+            return
+        raise ScenarioError(f"stream probe: {exc.reply_code} {exc.reply_text}") from None
+    except pika.exceptions.AMQPError as exc:
+        raise ScenarioError(f"stream probe failed: {exc!r}") from None
+    raise ScenarioError("no stream queues: x-queue-type stream made a classic queue")
 
 
 def server_version(url: str) -> str:

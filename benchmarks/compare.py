@@ -1,15 +1,16 @@
-"""Compare two running AMQP brokers on the fixed matrix of the perf issue.
+"""Compare two or three running AMQP brokers on the fixed matrix of the perf issue.
 
-Usage: python benchmarks/compare.py URL_A URL_B [--pid-a PID] [--pid-b PID]
-           [--name-a NAME] [--name-b NAME] [--quick] [--full] [--only KEYS] [--json FILE]
-           [--streamq COMMAND]
+Usage: python benchmarks/compare.py URL_A URL_B [URL_C] [--pid-a PID] [--pid-b PID]
+           [--pid-c PID] [--name-a NAME] [--name-b NAME] [--name-c NAME] [--quick]
+           [--full] [--only KEYS] [--json FILE] [--streamq COMMAND]
 
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
-`benchmarks/queue_features.py`) against A and B in turn, A B A B, three
+`benchmarks/queue_features.py`) against A and B (and C) in turn, A B C A B C, three
 repetitions of 5 s (--quick: one of 2 s; the 1M-message fills stay 1M), and prints per
 scenario the medians (for the memory scenarios the largest repetition, since later ones
-reuse what earlier ones freed), the A/B ratio and whether A meets the target against B,
-then each broker's peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
+reuse what earlier ones freed), the A/B ratio and whether A meets the target against B
+(with C: also C's figure, A/C and its verdict, in the same table), then each broker's
+peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
 /proc/PID/status, when the pids are given (the memory scenarios need them). The memory
 scenarios run first, while the heaps are small; --full queues 10M messages instead of 1M.
 A scenario that fails on a broker is reported as n/a with its reason; the comparison goes
@@ -81,10 +82,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "url_a", help="AMQP URI of broker A, e.g. amqp://guest:guest@host:5672/%%2f"
     )
     parser.add_argument("url_b", help="AMQP URI of broker B")
+    parser.add_argument("url_c", nargs="?", help="AMQP URI of an optional broker C")
     parser.add_argument("--pid-a", type=int, help="pid of broker A, for its RSS")
     parser.add_argument("--pid-b", type=int, help="pid of broker B, for its RSS")
+    parser.add_argument("--pid-c", type=int, help="pid of broker C, for its RSS")
     parser.add_argument("--name-a", default="A", help="name of broker A in the tables")
     parser.add_argument("--name-b", default="B", help="name of broker B in the tables")
+    parser.add_argument("--name-c", default="C", help="name of broker C in the tables")
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_DURATION_S} s runs, one repetition"
     )
@@ -131,9 +135,10 @@ def run_once(scenario: Scenario, run: Run, peaks: Peaks) -> dict[str, float] | s
     return outcome
 
 
-def record(rows: list[Row], outcome: dict[str, float] | str, is_a: bool) -> None:
+def record(rows: list[Row], outcome: dict[str, float] | str, index: int) -> None:
+    """Note one run's outcome on broker `index` (0 A, 1 B, 2 C) in each of its rows."""
     for row in rows:
-        values, errors = (row.values_a, row.errors_a) if is_a else (row.values_b, row.errors_b)
+        values, errors = row.side(index)
         if isinstance(outcome, str):
             errors.append(outcome)
         elif row.metric.key in outcome:
@@ -153,15 +158,15 @@ def describe(outcome: dict[str, float] | str, rows: list[Row]) -> str:
 
 
 def run_scenario(
-    scenario: Scenario, brokers: tuple[Broker, Broker], settings: Settings, peaks: Peaks
+    scenario: Scenario, brokers: tuple[Broker, ...], settings: Settings, peaks: Peaks
 ) -> list[Row]:
-    """Run one scenario A B A B... and collect every value."""
+    """Run one scenario A B (C) A B (C)... and collect every value."""
     rows = [Row(scenario.title, scenario.flags, metric) for metric in scenario.metrics]
     for repetition in range(1, settings.repetitions + 1):
         for index, broker in enumerate(brokers):
             tag = f"{scenario.key}-{broker.name.lower()}-{repetition}"
             outcome = run_once(scenario, Run(broker, settings, tag), peaks)
-            record(rows, outcome, is_a=index == 0)
+            record(rows, outcome, index)
             progress = f"{scenario.title} #{repetition} {broker.name}: {describe(outcome, rows)}"
             print(progress, file=sys.stderr, flush=True)
             time.sleep(PAUSE_S)
@@ -169,41 +174,40 @@ def run_scenario(
 
 
 def run_matrix(
-    scenarios: list[Scenario], brokers: tuple[Broker, Broker], settings: Settings, peaks: Peaks
+    scenarios: list[Scenario], brokers: tuple[Broker, ...], settings: Settings, peaks: Peaks
 ) -> list[Row]:
     """Run the memory scenarios first, while the brokers' heaps are small (freed memory
-    that a heap keeps is reused and hides the next allocations); return rows in matrix
-    order."""
+    that a heap keeps is reused and hides the next allocations), and the idle reading
+    last; return rows in matrix order."""
     rows_by_key: dict[str, list[Row]] = {}
-    for scenario in sorted(scenarios, key=lambda scenario: not scenario.runs_first):
+    for scenario in sorted(scenarios, key=Scenario.order):
         rows_by_key[scenario.key] = run_scenario(scenario, brokers, settings, peaks)
     return [row for scenario in scenarios for row in rows_by_key[scenario.key]]
 
 
-def memory_table(brokers: tuple[Broker, Broker], peaks: Peaks, scenarios: list[Scenario]) -> str:
+def memory_table(brokers: tuple[Broker, ...], peaks: Peaks, scenarios: list[Scenario]) -> str:
     """Peak sampled VmRSS per scenario and overall, and VmHWM now, in MiB."""
     names = [broker.name for broker in brokers]
-    lines = [f"| peak RSS | {names[0]} | {names[1]} |", "|---|---|---|"]
+    lines = ["| peak RSS | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for scenario in scenarios:
         per_broker = peaks.by_scenario.get(scenario.key, {})
-        lines.append(
-            f"| {scenario.title} | {_mib(per_broker.get(names[0]))} "
-            f"| {_mib(per_broker.get(names[1]))} |"
-        )
-    lines.append(
-        f"| all runs (sampled VmRSS) | {_mib(peaks.overall.get(names[0]))} "
-        f"| {_mib(peaks.overall.get(names[1]))} |"
-    )
-    hwm = [_mib(read_status_kib(broker.pid, "VmHWM")) for broker in brokers]
-    lines.append(f"| since start (VmHWM) | {hwm[0]} | {hwm[1]} |")
+        lines.append(_memory_line(scenario.title, [per_broker.get(name) for name in names]))
+    overall = [peaks.overall.get(name) for name in names]
+    lines.append(_memory_line("all runs (sampled VmRSS)", overall))
+    hwm = [read_status_kib(broker.pid, "VmHWM") for broker in brokers]
+    lines.append(_memory_line("since start (VmHWM)", hwm))
     return "\n".join(lines)
+
+
+def _memory_line(title: str, values_kib: list[int | None]) -> str:
+    return f"| {title} | " + " | ".join(_mib(value) for value in values_kib) + " |"
 
 
 def _mib(kib: int | None) -> str:
     return "n/a" if kib is None else f"{kib / _KIB_PER_MIB:,.0f} MiB"
 
 
-def environment(brokers: tuple[Broker, Broker]) -> dict[str, object]:
+def environment(brokers: tuple[Broker, ...]) -> dict[str, object]:
     cpu = "unknown"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -223,23 +227,36 @@ def environment(brokers: tuple[Broker, Broker]) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = settings_from(args)
-    brokers = (
-        Broker(args.name_a, args.url_a, args.pid_a),
-        Broker(args.name_b, args.url_b, args.pid_b),
-    )
+    brokers = brokers_from(args)
+    name_c = args.name_c if args.url_c else None
     scenarios = select(matrix(settings) + queue_feature_scenarios(), args.only)
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
     peaks = Peaks()
     rows = run_matrix(scenarios, brokers, settings, peaks)
-    print(markdown_table(rows, args.name_a, args.name_b))
+    print(markdown_table(rows, args.name_a, args.name_b, name_c))
     print()
     print(memory_table(brokers, peaks, scenarios))
-    for line in error_lines(rows, args.name_a, args.name_b):
+    for line in error_lines(rows, args.name_a, args.name_b, name_c):
         print(f"- {line}")
     if args.json:
         write_json(args.json, env, settings, rows, peaks)
     return 0
+
+
+def brokers_from(args: argparse.Namespace) -> tuple[Broker, ...]:
+    """A and B, and C when its URL was given. Raises `SystemExit` for clashing names."""
+    brokers = [
+        Broker(args.name_a, args.url_a, args.pid_a),
+        Broker(args.name_b, args.url_b, args.pid_b),
+    ]
+    if args.url_c:
+        brokers.append(Broker(args.name_c, args.url_c, args.pid_c))
+    names = [broker.name for broker in brokers]
+    if len(set(names)) != len(names):
+        # Peaks and run tags are keyed by name: two brokers of one name would mix.
+        raise SystemExit(f"the brokers need distinct names, got {', '.join(names)}")
+    return tuple(brokers)
 
 
 def write_json(

@@ -1,8 +1,9 @@
 """The arithmetic and the tables of `benchmarks/compare.py`: pure functions, no I/O.
 
 Owns what a comparison reports: the median of each broker's repetitions (the largest, for
-memory costs), the A/B ratio, whether A meets the target against B, and the Markdown
-table that `compare.py` prints and `docs/benchmarks.md` quotes. It must not start
+memory costs), the A/B ratio, whether A meets the target against B (and, with a third
+broker C, the A/C ratio and verdict beside them), and the Markdown table that
+`compare.py` prints and `docs/benchmarks.md` quotes. It must not start
 processes, open sockets or read /proc: everything here is unit-tested without brokers
 (tests/unit/test_compare.py).
 """
@@ -42,7 +43,8 @@ class Metric:
 
 @dataclass(slots=True)
 class Row:
-    """One metric of one scenario: every repetition's value and error for A and B."""
+    """One metric of one scenario: every repetition's value and error for A, B and the
+    optional third broker C."""
 
     scenario: str
     flags: str
@@ -51,6 +53,17 @@ class Row:
     values_b: list[float] = field(default_factory=list)
     errors_a: list[str] = field(default_factory=list)
     errors_b: list[str] = field(default_factory=list)
+    values_c: list[float] = field(default_factory=list)
+    errors_c: list[str] = field(default_factory=list)
+
+    def side(self, index: int) -> tuple[list[float], list[str]]:
+        """The values and errors of broker `index`: 0 is A, 1 is B, 2 is C."""
+        sides = (
+            (self.values_a, self.errors_a),
+            (self.values_b, self.errors_b),
+            (self.values_c, self.errors_c),
+        )
+        return sides[index]
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -120,41 +133,56 @@ def cell(values: Sequence[float], errors: Sequence[str], metric: Metric) -> str:
     return NOT_AVAILABLE
 
 
-def markdown_table(rows: Sequence[Row], name_a: str, name_b: str) -> str:
+def markdown_table(rows: Sequence[Row], name_a: str, name_b: str, name_c: str | None = None) -> str:
     """The comparison as a Markdown table: the reported figures (medians; the largest for
-    memory), A/B and whether A meets the target."""
-    lines = [
-        f"| scenario | flags | {name_a} | {name_b} | {name_a}/{name_b} | target |",
-        "|---|---|---|---|---|---|",
-    ]
+    memory), A/B and whether A meets the target; with `name_c`, C's figure and A/C with
+    its verdict too, so one run shows A against both."""
+    header = f"| scenario | flags | {name_a} | {name_b} |"
+    header += f" {name_c} |" if name_c else ""
+    header += f" {name_a}/{name_b} | target |"
+    header += f" {name_a}/{name_c} | target |" if name_c else ""
+    columns = 9 if name_c else 6
+    lines = [header, "|---" * columns + "|"]
     for row in rows:
-        a_over_b = ratio(reported(row.values_a, row.metric), reported(row.values_b, row.metric))
-        lines.append(
+        line = (
             f"| {row.scenario}: {row.metric.label} | `{row.flags}` "
             f"| {cell(row.values_a, row.errors_a, row.metric)} "
-            f"| {cell(row.values_b, row.errors_b, row.metric)} "
-            f"| {format_ratio(a_over_b)} "
-            f"| {verdict(a_over_b, row.metric)} |"
+            f"| {cell(row.values_b, row.errors_b, row.metric)} |"
         )
+        if name_c:
+            line += f" {cell(row.values_c, row.errors_c, row.metric)} |"
+        line += _ratio_cells(row, row.values_b)
+        if name_c:
+            line += _ratio_cells(row, row.values_c)
+        lines.append(line)
     return "\n".join(lines)
 
 
-def error_lines(rows: Sequence[Row], name_a: str, name_b: str) -> list[str]:
+def _ratio_cells(row: Row, values_other: Sequence[float]) -> str:
+    a_over_other = ratio(reported(row.values_a, row.metric), reported(values_other, row.metric))
+    return f" {format_ratio(a_over_other)} | {verdict(a_over_other, row.metric)} |"
+
+
+def error_lines(
+    rows: Sequence[Row], name_a: str, name_b: str, name_c: str | None = None
+) -> list[str]:
     """One line per distinct failure, for the notes under the table."""
     seen: dict[str, None] = {}
+    names = (name_a, name_b) if name_c is None else (name_a, name_b, name_c)
     for row in rows:
-        for name, errors in ((name_a, row.errors_a), (name_b, row.errors_b)):
-            for error in errors:
+        for index, name in enumerate(names):
+            for error in row.side(index)[1]:
                 seen.setdefault(f"{row.scenario} on {name}: {error}", None)
     return list(seen)
 
 
 def row_summary(row: Row) -> dict[str, object]:
     """A row as JSON-ready data: raw values, medians, the reported figures (the medians,
-    or the largest values for memory), their ratio and the verdict."""
+    or the largest values for memory), their ratio and the verdict; the same for C
+    (`ratio_c` is A/C) when the row has a third broker's values or errors."""
     reported_a, reported_b = reported(row.values_a, row.metric), reported(row.values_b, row.metric)
     a_over_b = ratio(reported_a, reported_b)
-    return {
+    summary: dict[str, object] = {
         "scenario": row.scenario,
         "flags": row.flags,
         "metric": row.metric.key,
@@ -171,3 +199,15 @@ def row_summary(row: Row) -> dict[str, object]:
         "ratio": a_over_b,
         "target": verdict(a_over_b, row.metric),
     }
+    if row.values_c or row.errors_c:
+        reported_c = reported(row.values_c, row.metric)
+        a_over_c = ratio(reported_a, reported_c)
+        summary.update(
+            values_c=row.values_c,
+            errors_c=row.errors_c,
+            median_c=median(row.values_c),
+            reported_c=reported_c,
+            ratio_c=a_over_c,
+            target_c=verdict(a_over_c, row.metric),
+        )
+    return summary

@@ -3,10 +3,13 @@
 Owns the scenarios of the perf issue (publish only at three body sizes, persistent with
 confirms, one publisher and one consumer for rate and for latency at a fixed rate,
 consume only from a full queue, a stream, a fanout to ten queues, and the memory costs
-of idle connections, queues and queued messages) and one run of any of them against one
-broker. Each run uses queue and exchange names of its own and deletes them afterwards.
-A run raises `ScenarioError` when the broker fails it; it never aborts the comparison and
-never starts or stops a broker.
+of idle connections, queues and queued messages), issue 19's rows whose consumers ack
+each message with its own basic.ack (`--ack-each`, as pika, kombu and Celery workers
+do), the broker's RSS with the queued messages and, last, idle after every run, and one
+run of any of them against one broker. Each run uses queue and exchange names of its own
+and deletes them afterwards. A run raises `ScenarioError` when the broker fails it (a
+scenario a broker cannot do, such as a stream on LavinMQ, is then n/a); it never aborts
+the comparison and never starts or stops a broker.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from benchmarks.admin import declare_fanout, delete_all, wait_for_depth
+from benchmarks.admin import declare_fanout, delete_all, require_streams, wait_for_depth
 from benchmarks.compare_report import NO_WORSE, Metric
 from benchmarks.perf_process import ScenarioError, run_perf
 from benchmarks.rss import read_status_kib, wait_for_steady_rss
@@ -52,6 +55,11 @@ PER_QUEUE: Final = Metric("kib_per_queue", "RSS each", "KiB", False, target=NO_W
 PER_MESSAGE: Final = Metric(
     "bytes_per_message", "RSS each", "B", False, target=NO_WORSE, largest=True
 )
+# Absolute resident memory (issue 19): reported and compared, without a target.
+RSS_QUEUED: Final = Metric("rss_queued_mib", "broker RSS", "MiB", False, target=None, largest=True)
+RSS_IDLE: Final = Metric("rss_idle_mib", "broker RSS", "MiB", False, target=None, largest=True)
+ACK_EACH: Final = "--ack-each -P 1000"
+"""Consumers that ack each message with its own basic.ack, prefetch 1000."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +96,8 @@ Runner = Callable[[Run], dict[str, float]]
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """`flags` is what the tables show; `runs_first` marks the memory scenarios, which
-    run before the others while the brokers' heaps are still small."""
+    run before the others while the brokers' heaps are still small, `runs_last` the idle
+    memory reading after all the others."""
 
     key: str
     title: str
@@ -96,6 +105,11 @@ class Scenario:
     metrics: tuple[Metric, ...]
     run: Runner
     runs_first: bool = False
+    runs_last: bool = False
+
+    def order(self) -> int:
+        """0 for the memory scenarios, 2 for the idle reading, 1 for the rest."""
+        return 0 if self.runs_first else 2 if self.runs_last else 1
 
 
 def summary_metrics(summary: dict[str, object]) -> dict[str, float]:
@@ -146,6 +160,17 @@ def timed(flags: str) -> Runner:
     return run_timed
 
 
+def stream_timed(flags: str) -> Runner:
+    """`timed` on a stream queue, n/a on a broker without stream queues."""
+    run_timed = timed(f"{flags} {_STREAM_ARGS}")
+
+    def run_stream(run: Run) -> dict[str, float]:
+        require_streams(run.broker.url, run.name("-probe"))
+        return run_timed(run)
+
+    return run_stream
+
+
 def fill(run: Run, queue: str, count: int) -> None:
     """Publish `count` 16-byte messages to `queue` and wait until it holds them all."""
     timeout_s = count / FILL_RATE_MIN + THROUGHPUT_MARGIN_S
@@ -155,13 +180,24 @@ def fill(run: Run, queue: str, count: int) -> None:
 
 def consume_queued(run: Run) -> dict[str, float]:
     """Fill a queue, then time one no-ack consumer taking every message."""
-    queue, count = run.name(), run.settings.consume_count
-    timeout_s = count / FILL_RATE_MIN + THROUGHPUT_MARGIN_S
-    try:
-        fill(run, queue, count)
-        return throughput(run, queue, ["-x", "0", "-y", "1", "-D", str(count)], timeout_s)
-    finally:
-        clean_up(run, [queue])
+    return consume_queued_with("")(run)
+
+
+def consume_queued_with(flags: str) -> Runner:
+    """Fill a queue, then time one consumer with `flags` (none: no-ack) taking every
+    message."""
+
+    def run_consume(run: Run) -> dict[str, float]:
+        queue, count = run.name(), run.settings.consume_count
+        timeout_s = count / FILL_RATE_MIN + THROUGHPUT_MARGIN_S
+        args = ["-x", "0", "-y", "1", "-D", str(count), *shlex.split(flags)]
+        try:
+            fill(run, queue, count)
+            return throughput(run, queue, args, timeout_s)
+        finally:
+            clean_up(run, [queue])
+
+    return run_consume
 
 
 def fanout(run: Run) -> dict[str, float]:
@@ -223,13 +259,26 @@ def queued_memory(run: Run) -> dict[str, float]:
         clean_up(run, [queue])
     if rss_before_kib is None or rss_after_kib is None:
         raise ScenarioError(f"cannot read the memory of pid {pid}")
-    return {"bytes_per_message": (rss_after_kib - rss_before_kib) * _KIB / count}
+    return {
+        "bytes_per_message": (rss_after_kib - rss_before_kib) * _KIB / count,
+        "rss_queued_mib": rss_after_kib / _KIB,
+    }
+
+
+def idle_memory(run: Run) -> dict[str, float]:
+    """The broker's RSS once steady after every other run, its queues deleted."""
+    pid = _steady_pid(run)
+    rss_kib = read_status_kib(pid, "VmRSS")
+    if rss_kib is None:
+        raise ScenarioError(f"cannot read the memory of pid {pid}")
+    return {"rss_idle_mib": rss_kib / _KIB}
 
 
 def matrix(settings: Settings) -> list[Scenario]:
     """The scenarios of the perf issue, in its order."""
     consume_count, queued_count = settings.consume_count, settings.queued_count
     stream_flags = "-x 1 -y 1 -c 1000 -a 100 -P 1000 -s 16"
+    stream_each_flags = f"-x 1 -y 1 -c 1000 {ACK_EACH} -s 16"
     return [
         _timed("publish-16", "publish only, 16 B", "-x 1 -y 0 -s 16", (PUBLISH,)),
         _timed("publish-1024", "publish only, 1 KiB", "-x 1 -y 0 -s 1024", (PUBLISH,)),
@@ -244,7 +293,7 @@ def matrix(settings: Settings) -> list[Scenario]:
                  consume_queued),
         Scenario("stream", "stream, confirms, read from first",
                  f"{stream_flags} + stream queue, offset first", (CONFIRM, CONSUME),
-                 timed(f"{stream_flags} {_STREAM_ARGS}")),
+                 stream_timed(stream_flags)),
         Scenario("fanout", f"fanout to {FANOUT_QUEUES} queues", "-x 1 -y 0 -s 16 -e FANOUT",
                  (PUBLISH,), fanout),
         Scenario("connections", f"{CONNECTIONS:,} idle connections", f"connections {CONNECTIONS}",
@@ -252,8 +301,20 @@ def matrix(settings: Settings) -> list[Scenario]:
         Scenario("queues", f"{QUEUES:,} queues", f"queues {QUEUES}", (PER_QUEUE,), queues,
                  runs_first=True),
         Scenario("queued", f"{queued_count:,} queued messages, 16 B",
-                 f"-x 1 -y 0 -s 16 -C {queued_count}", (PER_MESSAGE,), queued_memory,
+                 f"-x 1 -y 0 -s 16 -C {queued_count}", (PER_MESSAGE, RSS_QUEUED), queued_memory,
                  runs_first=True),
+        # Issue 19: consumers that ack each message with its own basic.ack.
+        _timed("ack-each", "1 pub + 1 cons, prefetch 1000, per-message acks",
+               f"-x 1 -y 1 {ACK_EACH} -s 16", (PUBLISH, CONSUME)),
+        Scenario("consume-ack-each",
+                 f"consume only, {consume_count:,} queued, prefetch 1000, per-message acks",
+                 f"-C {consume_count}, then -x 0 -y 1 -D {consume_count} {ACK_EACH}",
+                 (CONSUME,), consume_queued_with(ACK_EACH)),
+        Scenario("stream-ack-each", "stream, read from first over AMQP, per-message acks",
+                 f"{stream_each_flags} + stream queue, offset first", (CONFIRM, CONSUME),
+                 stream_timed(stream_each_flags)),
+        Scenario("idle", "after the runs, queues deleted, idle", "none: VmRSS once steady",
+                 (RSS_IDLE,), idle_memory, runs_last=True),
     ]  # fmt: skip
 
 

@@ -2,7 +2,8 @@
 
 Owns the consume loop: one `recv_into` per read, `scan_deliveries` over all of it, the
 shared `-D` budget claimed per read, a basic.ack with `multiple` once `-a` messages are
-unacked, a tx.commit after `-T` acks (pipelined: deliveries keep flowing while one
+unacked (with `--ack-each`, one basic.ack frame per message counted in the read, all in
+one write), a tx.commit after `-T` acks (pipelined: deliveries keep flowing while one
 commit is outstanding) and a sleep when ahead of the `-R` rate. Latency samples are its
 result. It prints nothing.
 """
@@ -20,7 +21,7 @@ from streamq.perf.errors import PerfError
 from streamq.perf.latency import LatencySamples
 from streamq.perf.options import ThroughputConfig
 from streamq.perf.shared import Shared
-from streamq.perf.wire import CHANNEL, DeliveryScan, scan_deliveries, scan_frames
+from streamq.perf.wire import CHANNEL, AckBatch, DeliveryScan, scan_deliveries, scan_frames
 from streamq.perf.worker import wait_for_go
 
 POLL_S: Final = 0.05
@@ -67,6 +68,8 @@ class Consumer:
         self.consumed = 0
         self.unacked = 0
         self.last_tag = 0
+        self.ack_frames = 0
+        self.ack_batch = AckBatch() if config.ack_each else None
         self.acked_in_tx = 0
         self.commit_pending = False
         self.started = time.monotonic()
@@ -125,6 +128,10 @@ class Consumer:
         taken = self.shared.claim_consumes(scan.count) if scan.count else 0
         if not taken:
             return
+        if self.config.ack_every and scan.last_tag - scan.first_tag + 1 != scan.count:
+            # The acks are computed from counts: one consumer on one channel, whose
+            # deliveries the broker numbers 1, 2, 3... (AMQP 0-9-1, basic.deliver).
+            raise PerfError(f"delivery tags {scan.first_tag}..{scan.last_tag} skip some")
         self.consumed += taken
         if self.config.latency:
             self.latency.add(time.time_ns(), scan.stamps[:taken])
@@ -132,7 +139,7 @@ class Consumer:
         self.unacked += taken
         if self.config.ack_every and self.unacked >= self.config.ack_every:
             self.ack()
-        self.shared.set_consumed(self.index, self.consumed)
+        self.shared.set_consumed(self.index, self.consumed, self.ack_frames)
 
     def on_method(self, method: m.Method | None) -> None:
         if isinstance(method, m.TxCommitOk):
@@ -141,9 +148,15 @@ class Consumer:
             raise PerfError("the broker cancelled the consumer")
 
     def ack(self) -> None:
-        """Ack everything counted so far; commit when `-T` acks are in the transaction."""
+        """Ack everything counted so far, with one multiple ack or (`--ack-each`) one
+        frame per message; commit when `-T` acks are in the transaction."""
         out = self.out
-        codec.append_basic_ack(out, CHANNEL, codec.DeliveryTag(self.last_tag), True)
+        if self.ack_batch is not None:
+            self.ack_batch.append(out, self.last_tag - self.unacked + 1, self.unacked)
+            self.ack_frames += self.unacked
+        else:
+            codec.append_basic_ack(out, CHANNEL, codec.DeliveryTag(self.last_tag), True)
+            self.ack_frames += 1
         self.acked_in_tx += self.unacked
         self.unacked = 0
         commit_due = self.config.ack_tx and self.acked_in_tx >= self.config.ack_tx
@@ -168,7 +181,7 @@ class Consumer:
                     self.acked_in_tx = 0
                 self.client.fill(deadline, "tx.commit-ok")
                 self.take_final(self.scan())
-        self.shared.set_consumed(self.index, self.consumed)
+        self.shared.set_consumed(self.index, self.consumed, self.ack_frames)
 
     def take_final(self, scan: DeliveryScan) -> None:
         """Past the budget: only look for commit-ok and closes, count nothing more."""

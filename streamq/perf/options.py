@@ -30,6 +30,7 @@ class ThroughputConfig:
     consumers: int
     body_bytes: int
     ack_every: int
+    ack_each: bool
     confirm_max: int
     publish_tx: int
     ack_tx: int
@@ -87,6 +88,12 @@ def _add_throughput(run: argparse.ArgumentParser) -> None:
     flag("-y", "--consumers", type=int, default=1, help="consumer processes (1)")
     flag("-s", "--size", type=int, default=16, help="body bytes (16)")
     flag("-a", "--ack", type=int, default=0, help="ack every N messages; 0: no-ack (0)")
+    flag(
+        "--ack-each",
+        action="store_true",
+        help="ack each message with its own basic.ack (multiple=false), as pika's "
+        "basic_ack(tag) does; the acks of one read go in one write",
+    )
     flag("-c", "--confirm", type=int, default=0, help="confirm mode, N unconfirmed max (0: off)")
     flag("-t", "--tx-publish", type=int, default=0, help="publish N messages per transaction")
     flag("-T", "--tx-ack", type=int, default=0, help="ack N messages per transaction")
@@ -134,6 +141,8 @@ def _check_counts(args: argparse.Namespace) -> None:
 def _check_modes(args: argparse.Namespace) -> None:
     if args.confirm and args.tx_publish:
         raise PerfError("-c and -t cannot be combined: a channel is in confirm or tx mode")
+    if args.ack_each and args.ack:
+        raise PerfError("--ack-each and -a cannot be combined: one ack per message or per N")
     if args.prefetch > PREFETCH_MAX:
         raise PerfError(f"-P: at most {PREFETCH_MAX}")
     if args.prefetch and (args.ack or args.tx_ack) > args.prefetch:
@@ -154,7 +163,9 @@ def throughput_config(args: argparse.Namespace) -> ThroughputConfig:
         consumers=args.consumers,
         body_bytes=args.size,
         # -T acks in transactions, so it implies acks: every N messages unless -a says.
-        ack_every=args.ack or args.tx_ack,
+        # --ack-each acks every read, each message with a frame of its own.
+        ack_every=1 if args.ack_each else args.ack or args.tx_ack,
+        ack_each=args.ack_each,
         confirm_max=args.confirm,
         publish_tx=args.tx_publish,
         ack_tx=args.tx_ack,

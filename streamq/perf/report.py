@@ -25,6 +25,8 @@ class Summary:
     avg_pub_rate: float
     avg_consume_rate: float
     latency_ms: dict[str, float] | None
+    # basic.ack frames the consumers sent; None when they consumed with no-ack.
+    ack_frames: int | None = None
 
 
 def summarize(
@@ -34,6 +36,7 @@ def summarize(
     body_bytes: int,
     counts: tuple[int, int | None, int],
     latency_ms: dict[str, float] | None,
+    ack_frames: int | None = None,
 ) -> Summary:
     published, confirmed, consumed = counts
     elapsed_s = max(elapsed_s, 1e-9)
@@ -48,6 +51,7 @@ def summarize(
         avg_pub_rate=round(published / elapsed_s, 1),
         avg_consume_rate=round(consumed / elapsed_s, 1),
         latency_ms=latency_ms,
+        ack_frames=ack_frames,
     )
 
 
@@ -74,6 +78,8 @@ def summary_table(summary: Summary) -> str:
     if summary.confirmed is not None:
         lines.append(f"  {'confirmed':<12}{summary.confirmed:>14,}")
     lines.append(_row("consumed", summary.consumed, summary.avg_consume_rate, summary.body_bytes))
+    if summary.ack_frames is not None:
+        lines.append(f"  {'ack frames':<12}{summary.ack_frames:>14,}")
     if summary.latency_ms is not None:
         latency = summary.latency_ms
         values = "  ".join(f"{key} {latency[key]:.3f}" for key in ("p50", "p95", "p99", "max"))

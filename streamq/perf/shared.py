@@ -38,8 +38,9 @@ class Shared:
         self.consumers = consumers
         self.publish_max = publish_max
         self.consume_max = consume_max
-        # Slots: header, then published and confirmed per publisher, consumed per consumer.
-        size = _HEADER_SLOTS + 2 * publishers + consumers
+        # Slots: header, then published and confirmed per publisher, then consumed and
+        # basic.ack frames sent per consumer.
+        size = _HEADER_SLOTS + 2 * publishers + 2 * consumers
         self.slots = context.RawArray(ctypes.c_int64, size)
         self.lock = context.Lock()
 
@@ -89,8 +90,10 @@ class Shared:
         self.slots[base] = published
         self.slots[base + 1] = confirmed
 
-    def set_consumed(self, consumer: int, consumed: int) -> None:
-        self.slots[_HEADER_SLOTS + 2 * self.publishers + consumer] = consumed
+    def set_consumed(self, consumer: int, consumed: int, ack_frames: int) -> None:
+        base = _HEADER_SLOTS + 2 * self.publishers + 2 * consumer
+        self.slots[base] = consumed
+        self.slots[base + 1] = ack_frames
 
     def published(self) -> int:
         start = _HEADER_SLOTS
@@ -102,7 +105,12 @@ class Shared:
 
     def consumed(self) -> int:
         start = _HEADER_SLOTS + 2 * self.publishers
-        return int(sum(self.slots[start : start + self.consumers]))
+        return int(sum(self.slots[start : start + 2 * self.consumers : 2]))
+
+    def ack_frames(self) -> int:
+        """basic.ack frames the consumers have sent (one per message with --ack-each)."""
+        start = _HEADER_SLOTS + 2 * self.publishers + 1
+        return int(sum(self.slots[start : start + 2 * self.consumers : 2]))
 
 
 def process_context() -> BaseContext:

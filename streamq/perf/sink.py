@@ -5,7 +5,8 @@ handshake (any PLAIN login), channels, queue and exchange methods answered with 
 `-ok` and nothing stored, publishes discarded unread (confirmed with one multiple ack
 per read in confirm mode), tx methods answered, and for each basic.consume an endless
 stream of pre-encoded deliveries of `--size` bytes (stamped, so `-l` works), held to the
-prefetch window when the consumer acks. One thread per connection; each read and write
+prefetch window when the consumer acks (acks are settled per read, the highest tag
+standing for all below it). One thread per connection; each read and write
 waits at most `IO_TIMEOUT_S`. Unknown methods close the connection with 540.
 """
 
@@ -108,6 +109,12 @@ class SinkConnection:
                 self.confirming[channel] += count
                 tag = codec.DeliveryTag(self.confirming[channel])
                 codec.append_basic_ack(self.out, codec.ChannelId(channel), tag, True)
+        for channel, acked_upto in scan.acked_upto.items():
+            stream = self.streams.get(channel)
+            if stream is not None:
+                # A null broker: the highest tag acked stands for every tag below it,
+                # whether acked with `multiple` or one by one, in order.
+                stream.acked = max(stream.acked, acked_upto)
         for frame in scan.others:
             self.on_method(frame.channel, codec.decode_method(frame.payload))
 
@@ -143,9 +150,6 @@ class SinkConnection:
         if isinstance(method, m.BasicCancel):
             self.streams.pop(channel, None)
             return m.BasicCancelOk(consumer_tag=method.consumer_tag)
-        if isinstance(method, m.BasicAck):
-            self.settle(channel, method)
-            return None
         if isinstance(method, m.ConnectionTuneOk | m.ConnectionCloseOk):
             return None
         text = f"the perf sink does not implement {method.NAME}"
@@ -156,12 +160,6 @@ class SinkConnection:
         batch = DeliveryBatch(channel, tag, method.queue, self.body_bytes, FRAME_MAX)
         self.streams[channel] = Stream(batch, method.no_ack, self.prefetch.get(channel, 0))
         return m.BasicConsumeOk(consumer_tag=tag)
-
-    def settle(self, channel: int, method: m.BasicAck) -> None:
-        stream = self.streams.get(channel)
-        if stream is not None:
-            acked = method.delivery_tag if method.multiple else stream.acked + 1
-            stream.acked = max(stream.acked, acked)
 
     def forget(self, channel: int) -> None:
         self.streams.pop(channel, None)

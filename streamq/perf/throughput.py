@@ -108,6 +108,7 @@ def run_throughput(config: ThroughputConfig) -> int:
         stop_workers(workers)
     raise_first_error(workers)
     confirmed = shared.confirmed() if config.confirm_max else None
+    ack_frames = shared.ack_frames() if config.ack_every else None
     summary = report.summarize(
         elapsed_s,
         config.publishers,
@@ -115,6 +116,7 @@ def run_throughput(config: ThroughputConfig) -> int:
         config.body_bytes,
         (shared.published(), confirmed, shared.consumed()),
         latency_summary([part for worker in workers for part in worker.latency]),
+        ack_frames,
     )
     print(report.summary_json(summary) if config.json else report.summary_table(summary))
     return 0

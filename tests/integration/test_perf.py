@@ -7,21 +7,26 @@ summary's counts exactly; rates and timings are never asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pika
 import pytest
 
+from amqp_gateway import codec
+from amqp_gateway.codec import methods as m
 from tests.integration.conftest import RunningBroker
 
 RUN_TIMEOUT_S = 60
 SINK_START_TIMEOUT_S = 20
+ACCEPT_POLL_S = 0.1
 
 
 def perf(*args: str) -> subprocess.CompletedProcess[str]:
@@ -123,6 +128,127 @@ def test_the_live_line_and_the_table_are_printed(sink_port: int) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("[  1s] publish")
     assert any(line.lstrip().startswith("published") for line in lines)
+
+
+class AckCountingRelay:
+    """A loopback TCP relay in front of the broker that splits what clients send into
+    frames (with the project's codec) and counts the basic.ack frames, and those among
+    them with `multiple`, so a test sees the frames on the wire, not the client's own
+    count of them. One thread accepts, two per connection copy bytes."""
+
+    def __init__(self, broker_port: int) -> None:
+        self.broker_port = broker_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.acks = 0
+        self.multiple_acks = 0
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.connections: list[socket.socket] = []
+        self.stopped = threading.Event()
+        self._start(self._accept)
+
+    def _start(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _accept(self) -> None:
+        self.listener.settimeout(ACCEPT_POLL_S)  # closing does not wake accept(): poll
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            client.settimeout(None)
+            upstream = socket.create_connection(("127.0.0.1", self.broker_port))
+            self.connections += [client, upstream]
+            self._start(self._copy, client, upstream, True)
+            self._start(self._copy, upstream, client, False)
+
+    def _copy(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        pending = bytearray()
+        header_left = len(codec.PROTOCOL_HEADER_0_9_1) if from_client else 0
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+                if from_client:
+                    pending += data
+                    skipped = min(header_left, len(pending))
+                    del pending[:skipped]
+                    header_left -= skipped
+                    self._count(pending)
+        except OSError:
+            pass  # the other side went away; the test checks the counts
+        finally:
+            # Each copier shuts both ends down, so the other copier's recv returns too.
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def _count(self, pending: bytearray) -> None:
+        frames, used = codec.split_frames(memoryview(pending), 1 << 20)
+        del pending[:used]
+        for frame in frames:
+            if frame.frame_type != codec.FRAME_METHOD or frame.payload[:4] != b"\x00\x3c\x00\x50":
+                continue
+            method = codec.decode_method(frame.payload)
+            assert isinstance(method, m.BasicAck)
+            with self.lock:
+                self.acks += 1
+                self.multiple_acks += method.multiple
+
+    def close(self) -> None:
+        """Stop accepting and wait for every connection's copiers to finish."""
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(RUN_TIMEOUT_S)
+            assert not thread.is_alive(), "a relay thread did not finish"
+        for connection in [self.listener, *self.connections]:
+            connection.close()
+
+
+def test_ack_each_sends_one_ack_frame_per_message(broker: RunningBroker) -> None:
+    # Goal: --ack-each acks each message with a basic.ack frame of its own. Method: run
+    # perf through a relay that counts the ack frames on the wire, then compare with
+    # perf's own count and with the broker's ack counter for the queue.
+    relay = AckCountingRelay(broker.amqp_port)
+    try:
+        result = perf(
+            "throughput", "--uri", uri(relay.port), "-C", "3000", "-D", "3000",
+            "--ack-each", "-P", "100", "-j", "-u", "perf-ack-each",
+        )  # fmt: skip
+    finally:
+        relay.close()
+    counts = summary(result)
+    assert (counts["published"], counts["consumed"], counts["ack_frames"]) == (3000, 3000, 3000)
+    assert (relay.acks, relay.multiple_acks) == (3000, 0)
+    status, queue, _ = broker.http("GET", "/api/queues/%2f/perf-ack-each")
+    assert status == 200
+    assert isinstance(queue, dict)
+    assert queue["messages"] == 0
+    assert queue["message_stats"]["ack"] == 3000
+
+
+def test_ack_every_n_sends_multiple_acks(broker: RunningBroker) -> None:
+    result = perf(
+        "throughput", "--uri", uri(broker.amqp_port), "-C", "1000", "-D", "1000",
+        "-a", "100", "-P", "1000", "-j", "-u", "perf-ack-multiple",
+    )  # fmt: skip
+    counts = summary(result)
+    assert counts["consumed"] == 1000
+    assert 1 <= counts["ack_frames"] <= 1000 // 100 + 1
+
+
+def test_ack_each_reads_a_stream_from_first(broker: RunningBroker) -> None:
+    result = perf(
+        "throughput", "--uri", uri(broker.amqp_port), "-C", "2000", "-D", "2000",
+        "--ack-each", "-P", "1000", "-c", "1000", "-j", "-u", "perf-ack-each-stream",
+        "--queue-args", '{"x-queue-type":"stream"}',
+        "--consumer-args", '{"x-stream-offset":"first"}',
+    )  # fmt: skip
+    counts = summary(result)
+    assert (counts["consumed"], counts["ack_frames"], counts["confirmed"]) == (2000, 2000, 2000)
 
 
 # -- connections and queues ------------------------------------------------------------

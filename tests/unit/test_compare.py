@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.compare import Peaks, parse_args, record, select, settings_from
+from benchmarks.compare import Peaks, brokers_from, parse_args, record, select, settings_from
 from benchmarks.compare_report import (
     Metric,
     Row,
@@ -25,7 +25,7 @@ from benchmarks.compare_report import (
 )
 from benchmarks.perf_process import ScenarioError, last_line, parse_json_summary
 from benchmarks.rss import is_steady, parse_status_kib
-from benchmarks.scenarios import CONSUME, PUBLISH, matrix, summary_metrics
+from benchmarks.scenarios import CONSUME, PUBLISH, Scenario, matrix, summary_metrics
 
 RATE = Metric("publish_rate", "publish", "msgs/s", higher_is_better=True)
 LATENCY = Metric("latency_p99_ms", "latency p99", "ms", higher_is_better=False, target=1.0)
@@ -169,22 +169,62 @@ def test_select_picks_keys_and_refuses_unknown_ones() -> None:
 def test_matrix_keys_are_unique_and_memory_scenarios_run_first() -> None:
     scenarios = matrix(settings_from(parse_args(URLS)))
     keys = [scenario.key for scenario in scenarios]
-    assert len(keys) == len(set(keys)) == 12
+    assert len(keys) == len(set(keys)) == 16
     assert {s.key for s in scenarios if s.runs_first} == {"connections", "queues", "queued"}
+    assert [s.key for s in scenarios if s.runs_last] == ["idle"]
+    assert [s.key for s in sorted(scenarios, key=Scenario.order)][-1] == "idle"
     # The memory scenarios, and only they, report their largest repetition.
     largest = {s.key for s in scenarios for metric in s.metrics if metric.largest}
-    assert largest == {"connections", "queues", "queued"}
+    assert largest == {"connections", "queues", "queued", "idle"}
+    assert {"ack-each", "consume-ack-each", "stream-ack-each"} <= set(keys)
+    per_message_acks = [s for s in scenarios if "per-message acks" in s.title]
+    assert len(per_message_acks) == 3
+    assert all("--ack-each -P 1000" in s.flags for s in per_message_acks)
+
+
+def test_a_third_broker_adds_its_column_and_the_ratio_against_it() -> None:
+    rate = Row("ack each", "--ack-each", RATE, [300.0], [100.0], values_c=[200.0])
+    stream = Row("stream", "-l", LATENCY, [0.1], [0.2], errors_c=["NOT_FOUND"])
+    lines = markdown_table([rate, stream], "streamq", "RabbitMQ", "LavinMQ").splitlines()
+    assert lines[0] == (
+        "| scenario | flags | streamq | RabbitMQ | LavinMQ | streamq/RabbitMQ | target "
+        "| streamq/LavinMQ | target |"
+    )
+    assert lines[1] == "|---" * 9 + "|"
+    assert lines[2] == (
+        "| ack each: publish | `--ack-each` | 300 msgs/s | 100 msgs/s | 200 msgs/s | 3.00 "
+        "| ≥1.5: met | 1.50 | ≥1.5: met |"
+    )
+    assert lines[3] == (
+        "| stream: latency p99 | `-l` | 0.100 ms | 0.200 ms | n/a (not supported) | 0.50 "
+        "| ≤1: met | n/a | n/a |"
+    )
+    assert error_lines([stream], "A", "B", "C") == ["stream on C: NOT_FOUND"]
+    assert row_summary(rate)["ratio_c"] == 1.5
+    assert "ratio_c" not in row_summary(Row("s", "f", RATE, [1.0], [1.0]))
+
+
+def test_parse_args_takes_an_optional_third_broker() -> None:
+    args = parse_args([*URLS, "amqp://c/", "--pid-c", "56", "--name-c", "LavinMQ"])
+    assert (args.url_c, args.pid_c, args.name_c) == ("amqp://c/", 56, "LavinMQ")
+    assert [broker.name for broker in brokers_from(args)] == ["A", "B", "LavinMQ"]
+    assert parse_args(URLS).url_c is None
+    assert len(brokers_from(parse_args(URLS))) == 2
+    with pytest.raises(SystemExit, match="distinct names"):
+        brokers_from(parse_args([*URLS, "amqp://c/", "--name-c", "A"]))
 
 
 def test_record_puts_values_and_errors_on_the_right_side() -> None:
     rows = [Row("ack", "-a 100", PUBLISH), Row("ack", "-a 100", CONSUME)]
-    record(rows, {"publish_rate": 10.0, "consume_rate": 9.0}, is_a=True)
-    record(rows, "connection refused", is_a=False)
-    record(rows, {"publish_rate": 8.0}, is_a=False)
+    record(rows, {"publish_rate": 10.0, "consume_rate": 9.0}, 0)
+    record(rows, "connection refused", 1)
+    record(rows, {"publish_rate": 8.0}, 1)
+    record(rows, {"publish_rate": 5.0, "consume_rate": 4.0}, 2)
     assert (rows[0].values_a, rows[1].values_a) == ([10.0], [9.0])
     assert rows[0].errors_b == ["connection refused"]
     assert rows[1].errors_b == ["connection refused", "no consume_rate in the result"]
     assert rows[0].values_b == [8.0]
+    assert (rows[0].values_c, rows[1].values_c, rows[0].errors_c) == ([5.0], [4.0], [])
 
 
 def test_peaks_keep_the_highest_sample() -> None:
