@@ -39,7 +39,8 @@ from typing import Final, NamedTuple
 
 import crc32c
 
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.errors import OutOfSpace
+from streamq.log.files import append_all, fsync_directory, write_file_atomic
 
 MAGIC: Final = b"SQQJ"
 VERSION: Final = 2
@@ -311,9 +312,20 @@ class QueueJournal:
         return JournalWork(None, lambda: self._replace(work, tmp, offsets, counts), b"")
 
     def _replace(self, fd: int, tmp: str, offsets: list[int], counts: dict[int, int]) -> None:
-        """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory."""
+        """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory.
+
+        Raises OutOfSpace, with `fd` kept open and nothing renamed, when the file system
+        has no room for the snapshot: the round runs this again later, before any entry
+        is written to the new file."""
         try:
-            write_all(fd, encode_live(offsets, counts))
+            os.ftruncate(fd, 0)  # a run after a full disk starts the snapshot again
+            append_all(fd, encode_live(offsets, counts))
+        except OutOfSpace:
+            raise
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
