@@ -637,7 +637,9 @@ class SegmentLog:
         if result.segments_done and not self._companions_stalled and stalled is None:
             self._end_space_wait(resumed=True)
             return True
-        error = stalled or OutOfSpace(errno.ENOSPC, "writes wait for room", self.directory)
+        error = stalled or OutOfSpace(
+            errno.ENOSPC, "No space left on device for a companion file's write", self.directory
+        )
         self._ran_out_of_space(error)
         return False
 

@@ -188,4 +188,8 @@ class SegmentWriter:
             # A direct write that stops short cannot go on unaligned. On a regular file it
             # stops short when the file system is full (the next write would get ENOSPC),
             # so it is reported as that: the caller cuts it back and retries it later.
-            raise OSError(errno.ENOSPC, f"wrote {written} of {length} bytes", self.path)
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device (a direct write stopped at {written} of {length} bytes)",
+                self.path,
+            )
