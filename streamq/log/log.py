@@ -860,6 +860,7 @@ class SegmentLog:
                 self.directory,
                 self._stalled.bytes + len(self._buffer),
             )
+            self._closed = True  # before waking the waiters: they must not start rounds
             self._end_space_wait(resumed=False)
             self._buffer = bytearray()
             if self._inflight is not None:

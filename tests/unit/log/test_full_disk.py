@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streamq.log.errors import OutOfSpace
+from streamq.log.errors import LogClosed, OutOfSpace
 from streamq.log.log import CompanionWork, LogConfig, SegmentLog
 from streamq.log.writer import SegmentWriter, staging_buffer
 from tests.small_fs import fill, small_filesystem
@@ -176,3 +176,22 @@ def test_companion_writes_that_find_no_room_are_retried_in_order(fs: Path) -> No
     log.remove_sync_companion(prepare)
     os.close(fd)
     log.close_blocking()
+
+
+async def test_close_does_not_wait_for_room(fs: Path) -> None:
+    """A shutdown on a full disk must not hang: the held appends (never reported durable)
+    are given up, and a sync still waiting is told the log is closed."""
+    log = SegmentLog.open(str(fs / "log"), tight_config())
+    filler = fill(fs / "filler", 512 * KIB)
+    durable = append_until_out_of_space(log)
+    log.append([message(log.next_offset, size=1000)], 5000)
+    waiting = asyncio.ensure_future(log.sync())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(log.close(), WAIT_S)
+    with pytest.raises(LogClosed):
+        await asyncio.wait_for(waiting, WAIT_S)
+    assert str(fs / "log") not in log._syncer.out_of_space
+    filler.unlink()  # recovery writes (index files): it needs room
+    again = SegmentLog.open(str(fs / "log"), tight_config())
+    assert [r.offset for r in again.read(0, 100_000)][:durable] == list(range(durable))
+    again.close_blocking()
