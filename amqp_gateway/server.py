@@ -48,7 +48,7 @@ from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
-from streamq.log.errors import LogError
+from streamq.log.errors import LogError, OutOfSpace
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +135,7 @@ class Gateway:
         self._release_timer: asyncio.TimerHandle | None = None
         self._release_deadline_ms = 0
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
+        self._space_listener: Callable[[], object] | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -142,6 +143,10 @@ class Gateway:
         for vhost in self.broker.vhosts.values():
             self.attach_vhost(vhost)
         self.broker.vhost_listeners.append(self.attach_vhost)  # vhosts created at run time
+        # A log that runs out of disk space blocks publishers at once, not at the next
+        # tick: what they send meanwhile is held in memory until there is room.
+        self._space_listener = lambda: loop.call_soon(self._check_resources)
+        self.broker.syncer.space_listeners.append(self._space_listener)
         self._housekeeping_task = loop.create_task(self._housekeeping())
 
     def attach_vhost(self, vhost: VHost) -> None:
@@ -217,10 +222,19 @@ class Gateway:
                 if self.broker.vhosts.get(vhost.name) is not vhost:
                     continue
                 try:
-                    if vhost.needs_sync() or collect:
-                        await vhost.sync_all()
-                    if collect:
-                        vhost.collect_segments()
+                    if vhost.log.out_of_space:
+                        # Its writes wait for room, retried by the log itself; the acks
+                        # may still be written, and free segments.
+                        if collect:
+                            await vhost.log.sync_companions()
+                            vhost.collect_segments()
+                    else:
+                        if vhost.needs_sync() or collect:
+                            await vhost.sync_all()
+                        if collect:
+                            vhost.collect_segments()
+                except OutOfSpace:
+                    pass  # the log said so once, and says so again when it has room
                 except LogError as exc:
                     logger.error("vhost %s: housekeeping failed: %s", vhost.name, exc)
 
@@ -238,7 +252,7 @@ class Gateway:
         """Block publishing connections while a resource alarm lasts (RabbitMQ: a
         connection that publishes is blocked; one that only consumes goes on, so that
         consumers can drain what fills memory)."""
-        reason = self.broker.resources.check()
+        reason = self.broker.resources.check(log_out_of_space=bool(self.broker.syncer.out_of_space))
         if reason == self.alarm:
             return
         was_alarmed, self.alarm = bool(self.alarm), reason
@@ -253,6 +267,9 @@ class Gateway:
                 handler.unblock()
 
     def stop(self) -> None:
+        if self._space_listener is not None:
+            self.broker.syncer.space_listeners.remove(self._space_listener)
+            self._space_listener = None
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
         if self._release_timer is not None:

@@ -126,7 +126,7 @@ def _fd_used() -> int:
 def node(broker: Broker) -> dict[str, object]:
     """RabbitMQ's node object for this process (`/api/nodes/{name}`)."""
     limits = broker.resources.limits
-    alarm = broker.resources.check()
+    alarm = broker.resources.check(log_out_of_space=bool(broker.syncer.out_of_space))
     try:
         disk_free = disk_free_bytes(broker.data_dir)
     except OSError:

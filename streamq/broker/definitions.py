@@ -30,7 +30,7 @@ from typing import Final
 import crc32c
 
 from streamq.broker.errors import BrokerError
-from streamq.log.files import write_all, write_file_atomic
+from streamq.log.files import append_all, write_file_atomic
 
 MAGIC: Final = b"SQDF"
 VERSION: Final = 1
@@ -125,8 +125,11 @@ class DefinitionsJournal:
         return bool(self._buffer)
 
     def prepare_sync(self) -> int:
+        """Write the buffered records (durable after the round's fdatasync of the returned
+        descriptor). Raises OutOfSpace, keeping the records for the next round, when the
+        file system has no room (the file is cut back to its last whole record)."""
         if self._buffer:
-            write_all(self._fd, self._buffer)
+            append_all(self._fd, self._buffer)
             self._buffer.clear()
         return self._fd
 

@@ -4,7 +4,8 @@ Owns the two limits RabbitMQ calls `vm_memory_high_watermark` and `disk_free_lim
 the check of both. When either is crossed, the gateway blocks publishing connections
 (connection.blocked) until it clears, so that the broker neither runs out of memory nor
 fills the disk: nothing already written is put at risk by a publisher that goes on.
-It reads `/proc` and `statvfs`; it knows no connections.
+It reads `/proc` and `statvfs`; it knows no connections. A log whose writes found the disk
+full (however much `statvfs` says is free) raises the disk alarm too, until its writes land.
 """
 
 from __future__ import annotations
@@ -114,12 +115,14 @@ class ResourceMonitor:
         self.data_dir = data_dir
         self.limits = limits  # may be changed at run time; the next check applies them
 
-    def check(self) -> str:
+    def check(self, *, log_out_of_space: bool) -> str:
+        """The alarm's reason; `log_out_of_space`: a log's writes wait for disk space."""
         memory = process_memory_bytes() >= self.limits.memory_high_watermark_bytes
         try:
             disk = disk_free_bytes(self.data_dir) < self.limits.disk_free_limit_bytes
         except OSError:
             disk = True  # the data directory cannot be examined: do not write more
+        disk = disk or log_out_of_space
         if memory and disk:
             return "low on memory & disk"  # RabbitMQ's reasons, which clients log
         if memory:

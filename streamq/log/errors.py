@@ -29,6 +29,13 @@ class LogFailed(LogError):
         self.cause = cause
 
 
+class OutOfSpace(LogError, OSError):
+    """A write found the file system full (ENOSPC, EDQUOT, or a direct write that stopped
+    short) before anything of it was fsynced. Nothing is lost: what was partly written was
+    cut back, and the write can be tried again once there is room (`SegmentLog` does, in
+    order). An OSError too, with the errno met, for callers that catch those."""
+
+
 class LogClosed(LogError):
     """The log was closed."""
 

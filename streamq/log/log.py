@@ -10,7 +10,11 @@ began after it returned. `sync` group-commits: one round of fdatasync calls cove
 append made before the round began, whoever asked.
 
 A log that meets an I/O error, or corrupt data in the segment being written, is failed:
-every later call raises LogFailed. Corrupt data in a sealed segment (which never changes
+every later call raises LogFailed. A full disk is not such an error: a write that finds no
+room before anything of it was fsynced is cut back and retried, in order, until there is
+room (see `space`); meanwhile `out_of_space` is true, the Syncer lists the log among those
+waiting for room, and `sync` waits, so that nothing is reported durable early. A failed
+fsync still fails the log. Corrupt data in a sealed segment (which never changes
 again) fails only the reads of it, with SegmentCorrupted. Other logs are not affected.
 """
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
+import logging
 import os
 from bisect import bisect_right
 from collections import deque
@@ -32,14 +38,24 @@ from streamq.log.errors import (
     LogError,
     LogFailed,
     OffsetOutOfRange,
+    OutOfSpace,
     RecordTooLarge,
     SegmentCorrupted,
 )
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.log.recovery import create_segment, recover
 from streamq.log.segment import Segment, read_records
+from streamq.log.space import (
+    CompanionBatch,
+    SpaceWait,
+    StalledWrites,
+    close_batches,
+    run_companions,
+)
 from streamq.log.syncer import Syncer
 from streamq.log.writer import SegmentWriter
+
+logger = logging.getLogger(__name__)
 
 MIB: Final = 1 << 20
 _encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module attribute
@@ -105,12 +121,17 @@ class _Round(NamedTuple):
 
     next_offset: int
     fds: list[int]
-    companion_fds: list[int]  # duplicates owned by the round, closed when it ends
-    companion_writes: list[tuple[int, bytes]]  # on duplicates among companion_fds
-    companion_actions: list[Callable[[], None]]
+    # What earlier rounds left undone for want of room, then this round's own batch.
+    companions: list[CompanionBatch]
+    companions_short: bool  # a companion could not even prepare its writes (disk full)
     sealing: list[Segment]
     index_writes: list[tuple[str, bytes]]
     fsync_dir: bool
+
+
+class _RoundResult(NamedTuple):
+    segments_done: bool  # the records below `next_offset` are durable, sealing done
+    left: list[CompanionBatch]  # companion work a full disk left for the next round
 
 
 class SegmentLog:
@@ -138,7 +159,7 @@ class SegmentLog:
         self._buffer = bytearray()
         self._unsealed: list[Segment] = []
         self._dir_dirty = False
-        self._inflight: asyncio.Future[None] | None = None
+        self._inflight: asyncio.Future[_RoundResult] | None = None
         self._rounds_started = 0
         self._rounds_finished = 0
         self._companions: list[Callable[[], CompanionWork]] = []
@@ -149,6 +170,12 @@ class SegmentLog:
         self._writes: deque[tuple[concurrent.futures.Future[None], int]] = deque()
         self._writes_bytes = 0
         self._write_error: BaseException | None = None
+        # A full disk (see `space`): writes parked on the Syncer thread, companion work
+        # left for the next round, and the wait for room on the event loop.
+        self._stalled = StalledWrites()
+        self._companions_left: list[CompanionBatch] = []
+        self._companions_stalled = False
+        self._space: SpaceWait | None = None
         self._read_fds: dict[int, int] = {}
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
@@ -202,6 +229,11 @@ class SegmentLog:
         return self._failed
 
     @property
+    def out_of_space(self) -> bool:
+        """Whether writes wait for disk space (they are retried until there is room)."""
+        return self._space is not None
+
+    @property
     def segment_count(self) -> int:
         return len(self._segments)
 
@@ -227,6 +259,7 @@ class SegmentLog:
     def _fail(self, cause: BaseException) -> LogFailed:
         if self._failed is None:
             self._failed = LogFailed(self.directory, cause)
+            self._end_space_wait(resumed=False)  # its waiters see the failure
         return self._failed
 
     # -- append --------------------------------------------------------------------------
@@ -400,6 +433,8 @@ class SegmentLog:
         64 KiB message in page faults (glibc maps such blocks anew every time)."""
         if self._write_error is not None:
             raise self._fail(self._write_error)
+        if self._stalled.error is not None and self._space is None:
+            self._ran_out_of_space(self._stalled.error)
         buffer = self._buffer
         if not buffer:
             return
@@ -430,17 +465,22 @@ class SegmentLog:
     ) -> concurrent.futures.Future[None]:
         staging = self._syncer.staging
 
-        def write() -> None:  # on the Syncer thread
-            if self._write_error is None:
-                try:
-                    writer.write(position, data, staging)
-                except (OSError, LogError) as exc:
-                    self._write_error = exc
+        def write() -> None:  # on the Syncer thread; a repeat after a full disk too
+            writer.write(position, data, staging)
 
         try:
-            return self._syncer.submit_write(write)
+            return self._syncer.submit_write(lambda: self._run_write(write, len(data)))
         except RuntimeError as exc:  # the Syncer was shut down
             raise self._fail(exc) from exc
+
+    def _run_write(self, op: Callable[[], None], size: int) -> None:
+        """On the Syncer thread: run a segment write (or a writer's close, size 0) in
+        order, parked behind any that wait for disk space; keep the first other error."""
+        if self._write_error is None:
+            try:
+                self._stalled.run_or_park(op, size)
+            except (OSError, LogError) as exc:
+                self._write_error = exc
 
     def _seal_active(self, offset: int, position: int) -> None:
         """Close the active segment for appends and start the next one at `offset`."""
@@ -453,8 +493,22 @@ class SegmentLog:
         try:
             # The new segment's floor is the newest timestamp the log holds before it.
             new = create_segment(
-                self.directory, offset, self.config.index_interval_bytes, old.last_timestamp_ms
+                self.directory,
+                offset,
+                self.config.index_interval_bytes,
+                old.last_timestamp_ms,
+                write_header=False,
             )
+        except OSError as exc:
+            raise self._fail(exc) from exc
+        header = fmt.encode_segment_header(offset, old.last_timestamp_ms)
+        try:
+            append_all(new.write_fd, header)
+        except OutOfSpace:
+            # No room even for the header: it goes with the first write, on the Syncer
+            # thread, which holds it back like any write instead of failing the roll (a
+            # segment cut before its header is rewritten by recovery).
+            self._buffer += header
         except OSError as exc:
             raise self._fail(exc) from exc
         self._segments.append(new)
@@ -487,12 +541,19 @@ class SegmentLog:
 
         Group commit: concurrent callers share rounds, and one round fsyncs every segment
         with unsynced appends. The fsync runs on the Syncer thread. Raises LogFailed if an
-        fsync fails (the log is failed: a failed fsync cannot be retried safely).
+        fsync fails (the log is failed: a failed fsync cannot be retried safely). While
+        the log is out of space, waits until the retried writes land and a round makes
+        them durable, however long that takes (`out_of_space` tells).
         """
         target = self._next_offset
         round_needed = self._rounds_started + 1 if companions else 0
         while self._durable_next < target or self._rounds_finished < round_needed:
             self._check_usable()
+            space = self._space
+            if space is not None:
+                space.schedule(self._retry_space)
+                await asyncio.shield(space.waiter())
+                continue
             inflight = self._inflight
             if inflight is None:
                 inflight = self._inflight = self._start_round()
@@ -506,38 +567,123 @@ class SegmentLog:
             await asyncio.shield(inflight)
         return self._durable_next
 
+    async def sync_companions(self) -> None:
+        """Wait for a round that began after this call to make the companions' writes
+        durable, even while the log's own writes wait for disk space (their records then
+        stay as they are). Lets consumers' acks free segments on a full disk.
+
+        Raises OutOfSpace when the companions' writes found no room either (they are
+        retried), LogFailed as `sync`.
+        """
+        round_needed = self._rounds_started + 1
+        while self._rounds_finished < round_needed:
+            self._check_usable()
+            inflight = self._inflight
+            if inflight is None:
+                inflight = self._inflight = self._start_round()
+            if inflight.done():
+                await asyncio.sleep(0)  # let its completion callback run (see `sync`)
+                continue
+            await asyncio.shield(inflight)
+            if self._companions_stalled:
+                raise OutOfSpace(errno.ENOSPC, "companion writes wait for room", self.directory)
+
     def sync_blocking(self) -> int:
-        """`sync()` for callers without an event loop: fsyncs before returning."""
+        """`sync()` for callers without an event loop: fsyncs before returning. Raises
+        OutOfSpace, the log going on, when writes found no room (the next call retries
+        them), and LogFailed."""
         self._check_usable()
         if self._inflight is not None:
             raise LogError("sync_blocking while an asynchronous sync is in flight")
-        if self._durable_next < self._next_offset or self._dir_dirty or self._companions:
+        if (
+            self._durable_next < self._next_offset
+            or self._dir_dirty
+            or self._companions
+            or self._space is not None
+        ):
             work = self._prepare_round()
             try:
                 # On the Syncer thread, after the writes handed to it.
-                self._syncer.submit(lambda: self._run_round(work)).result()
+                result = self._syncer.submit(lambda: self._run_round(work)).result()
             except (OSError, LogError, RuntimeError) as exc:
                 raise self._fail(exc) from exc
-            self._finish_round(work)
+            if not self._round_done(work, result):
+                assert self._space is not None
+                raise self._space.error
         return self._durable_next
 
-    def _start_round(self) -> asyncio.Future[None]:
+    def _start_round(self) -> asyncio.Future[_RoundResult]:
         work = self._prepare_round()
         self._rounds_started += 1
         loop = asyncio.get_running_loop()
         future = asyncio.wrap_future(self._syncer.submit(lambda: self._run_round(work)), loop=loop)
 
-        def finished(done: asyncio.Future[None]) -> None:
+        def finished(done: asyncio.Future[_RoundResult]) -> None:
             self._inflight = None
-            self._rounds_finished += 1
             exc = done.exception()
             if exc is not None:
+                self._rounds_finished += 1
                 self._fail(exc)
+                return
+            result = done.result()
+            self._round_done(work, result)
+            if self._companions_stalled:
+                # It covered nobody's companion work: a later round must (see
+                # `sync(companions=True)`, which counts rounds).
+                self._rounds_started -= 1
             else:
-                self._finish_round(work)
+                self._rounds_finished += 1
 
         future.add_done_callback(finished)
         return future
+
+    def _round_done(self, work: _Round, result: _RoundResult) -> bool:
+        """Take in a round's outcome; True when it did everything it was given."""
+        self._companions_left = result.left
+        self._companions_stalled = bool(result.left) or work.companions_short
+        if result.segments_done:
+            self._finish_round(work)
+        elif work.fsync_dir:
+            self._dir_dirty = True  # skipped with the segments: the next round does it
+        # A write may have found the disk full after the round ran: still out of space.
+        stalled = self._stalled.error
+        if result.segments_done and not self._companions_stalled and stalled is None:
+            self._end_space_wait(resumed=True)
+            return True
+        error = stalled or OutOfSpace(
+            errno.ENOSPC, "No space left on device for a companion file's write", self.directory
+        )
+        self._ran_out_of_space(error)
+        return False
+
+    # -- full disk (see `space`) ---------------------------------------------------------
+
+    def _ran_out_of_space(self, error: OutOfSpace) -> None:
+        """Writes wait for room: block publishers (through the Syncer's listeners), hold
+        every sync, and retry from a timer."""
+        space = self._space
+        if space is None:
+            space = self._space = SpaceWait(self.directory, error)
+            self._syncer.space_changed(self.directory, out_of_space=True)
+        space.error = error
+        if self._inflight is None:
+            space.schedule(self._retry_space)
+
+    def _retry_space(self) -> None:
+        """The retry timer: a round retries the parked writes and the companion work left
+        over, then fsyncs; its outcome ends the wait or schedules the next retry."""
+        space = self._space
+        if space is None:
+            return
+        space.timer = None
+        if self._failed is None and not self._closed and self._inflight is None:
+            self._inflight = self._start_round()
+
+    def _end_space_wait(self, *, resumed: bool) -> None:
+        space, self._space = self._space, None
+        if space is not None:
+            space.end(resumed=resumed)
+            self._syncer.space_changed(self.directory, out_of_space=False)
 
     def _prepare_round(self) -> _Round:
         """Runs on the caller's thread: flush buffers and list what the round must fsync."""
@@ -547,52 +693,59 @@ class SegmentLog:
         writes = [(s.index_path, s.index_bytes()) for s in sealing]
         fsync_dir = self._dir_dirty or bool(sealing)
         self._dir_dirty = False
-        companion_fds: list[int] = []
-        companion_writes: list[tuple[int, bytes]] = []
-        actions: list[Callable[[], None]] = []
+        batch = CompanionBatch([], [], [])
+        short = False
         for prepare in self._companions:
-            work = prepare()
-            companion_fds.extend(os.dup(fd) for fd in work.fds)
+            try:
+                work = prepare()
+            except OutOfSpace:
+                # A companion that writes on this thread (the definitions) found no
+                # room; it keeps its buffer for the next round, which retries it.
+                short = True
+                continue
+            batch.fds.extend(os.dup(fd) for fd in work.fds)
             for fd, data in work.writes:
                 duplicate = os.dup(fd)
-                companion_fds.append(duplicate)
-                companion_writes.append((duplicate, data))
-            actions.extend(work.actions)
-        return _Round(
-            self._next_offset,
-            fds,
-            companion_fds,
-            companion_writes,
-            actions,
-            sealing,
-            writes,
-            fsync_dir,
-        )
+                batch.fds.append(duplicate)
+                batch.writes.append((duplicate, data))
+            batch.actions.extend(work.actions)
+        # Work a full disk left over goes first, so that each file's writes stay in order.
+        left, self._companions_left = self._companions_left, []
+        return _Round(self._next_offset, fds, [*left, batch], short, sealing, writes, fsync_dir)
 
-    def _run_round(self, work: _Round) -> None:
+    def _run_round(self, work: _Round) -> _RoundResult:
         """Runs on the Syncer thread, after the writes flushed before the round: segment
         data first, then their index files, then the directory, so that an index on disk
         always describes durable data.
+
+        Writes parked for want of room are retried first; while some still find none, the
+        segments are left as they are (neither synced, sealed nor marked durable) and the
+        companions' work goes on. Companion work that finds no room is left for the next
+        round. Raises on any other error, an fsync's included (which fails the log).
         """
         if self._write_error is not None:
+            close_batches(work.companions)
             raise self._write_error
         try:
-            for fd, data in work.companion_writes:
-                write_all(fd, data)
-            for fd in work.fds:
-                os.fdatasync(fd)
-            for fd in work.companion_fds:
-                os.fdatasync(fd)
-        finally:
-            for fd in work.companion_fds:
-                os.close(fd)
-        for action in work.companion_actions:
-            action()
-        for path, data in work.index_writes:
-            write_file_atomic(path, data, fsync_dir=False)
+            segments_ready = self._stalled.retry()
+            if segments_ready:
+                for fd in work.fds:
+                    os.fdatasync(fd)
+        except BaseException:
+            close_batches(work.companions)
+            raise
+        left = run_companions(work.companions)
+        if not segments_ready or left:
+            return _RoundResult(False, left)
+        try:
+            for path, data in work.index_writes:
+                write_file_atomic(path, data, fsync_dir=False)
+        except OutOfSpace:
+            return _RoundResult(False, [])  # the segments stay unsealed until there is room
         if work.fsync_dir:
             fsync_directory(self.directory)
         os.pwrite(self._durable_fd, fmt.encode_durable(work.next_offset), 0)
+        return _RoundResult(True, [])
 
     def _finish_round(self, work: _Round) -> None:
         self._durable_next = max(self._durable_next, work.next_offset)
@@ -799,10 +952,25 @@ class SegmentLog:
     # -- close ---------------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Sync what was appended, then release every file. Idempotent."""
+        """Sync what was appended, then release every file. Idempotent. A log out of
+        space is closed without its unwritten appends (none of them was reported
+        durable): waiting for room could hold a shutdown for ever."""
         if self._closed:
             return
-        if self._failed is None:
+        if self._space is not None:
+            logger.warning(
+                "log %s: closed out of disk space; %d appended bytes never written",
+                self.directory,
+                self._stalled.bytes + len(self._buffer),
+            )
+            self._closed = True  # before waking the waiters: they must not start rounds
+            self._end_space_wait(resumed=False)
+            self._buffer = bytearray()
+            if self._inflight is not None:
+                await asyncio.wait([self._inflight])
+            self._release(wait=False)
+            await self._writes_done()
+        elif self._failed is None:
             try:
                 await self.sync(companions=bool(self._companions))
             finally:
@@ -856,6 +1024,9 @@ class SegmentLog:
                 os.close(segment.write_fd)
                 segment.write_fd = -1
         os.close(self._durable_fd)
+        close_batches(self._companions_left)
+        self._companions_left = []
+        self._submit_drop_stalled()  # a no-op unless writes wait for room
         self._finish_writer(self._active, cut_padding=cut_padding and self._failed is None)
         if wait and (done := self._writes_barrier()) is not None:
             done.result()
@@ -875,9 +1046,18 @@ class SegmentLog:
                     self._write_error = exc
 
         try:
-            self._syncer.submit_write(finish)
+            # After the writes parked for want of room, if any (size 0: a close).
+            self._syncer.submit_write(lambda: self._stalled.run_or_park(finish, 0))
         except RuntimeError:  # the Syncer was shut down, with every write done
             finish()
+
+    def _submit_drop_stalled(self) -> None:
+        """On the Syncer thread, after what was handed to it: forget the parked writes,
+        closing the writers parked with them."""
+        try:
+            self._syncer.submit_write(self._stalled.drop)
+        except RuntimeError:  # the Syncer was shut down: no thread to race with
+            self._stalled.drop()
 
 
 def _header_floor(segment: Segment) -> int:

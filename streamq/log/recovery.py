@@ -95,16 +95,23 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
 
 
 def create_segment(
-    directory: str, base_offset: int, interval_bytes: int, floor_ms: int = 0
+    directory: str,
+    base_offset: int,
+    interval_bytes: int,
+    floor_ms: int = 0,
+    *,
+    write_header: bool = True,
 ) -> Segment:
-    """Create an empty segment file holding only its header.
+    """Create an empty segment file holding only its header (without `write_header`,
+    empty: the caller writes the header first, as the log does on a roll).
 
     The header is buffered in the OS: durable after the caller's fsync of the file, the
     file's existence after an fsync of the directory.
     """
     path = os.path.join(directory, fmt.segment_name(base_offset))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-    write_all(fd, fmt.encode_segment_header(base_offset, floor_ms))
+    if write_header:
+        write_all(fd, fmt.encode_segment_header(base_offset, floor_ms))
     segment = Segment(path, base_offset, SparseIndex(interval_bytes))
     segment.write_fd = fd
     return segment

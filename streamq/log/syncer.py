@@ -4,6 +4,8 @@ Owns a single background thread. Logs hand it their segment writes (see `writer`
 whole rounds of work (fdatasync of several files, index files, a directory fsync), in
 order, so that neither writes nor fsync run on the event-loop thread; the log itself does
 the group commit (one round covers every append made before it).
+It also keeps the broker-wide view of a full disk: which logs wait for room (`out_of_space`)
+and who to tell when that changes (`space_listeners`, the gateway's resource alarm).
 It times each round (`round_seconds`, a histogram for the metrics endpoint): two clock
 reads and a few integer additions per round, on the fsync thread.
 """
@@ -70,6 +72,19 @@ class Syncer:
         self.round_seconds = Histogram(ROUND_SECONDS_BUCKETS)
         # The aligned buffer segment writes are assembled in, used only on the thread.
         self.staging = staging_buffer()
+        # The directories of the logs whose writes wait for disk space, and what to call
+        # when that set changes; both used on the event loop only.
+        self.out_of_space: set[str] = set()
+        self.space_listeners: list[Callable[[], object]] = []
+
+    def space_changed(self, directory: str, *, out_of_space: bool) -> None:
+        """A log ran out of disk space, or has room again: tell the listeners."""
+        if out_of_space:
+            self.out_of_space.add(directory)
+        else:
+            self.out_of_space.discard(directory)
+        for listener in self.space_listeners:
+            listener()
 
     def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run an fsync round on the thread, timed into `round_seconds`."""

@@ -21,6 +21,12 @@ durable offset.
 
 A file system that refuses O_DIRECT (EINVAL at open, or at the first direct write of a
 `write`, before any of it landed) gets plain positional writes.
+
+A write that finds the file system full (ENOSPC, EDQUOT, or a direct write that stops
+short, which is how a full disk answers O_DIRECT) leaves the writer as it was before the
+write: the file is cut back to the logical end, giving back any block the write took, and
+OutOfSpace is raised. Nothing of the write was fsynced, so the same write can be made
+again later, at the same position (the log does, see `SegmentLog`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import mmap
 import os
 from typing import Final
 
-from streamq.log.errors import LogError
+from streamq.log.errors import LogError, OutOfSpace
+from streamq.log.files import is_out_of_space
 
 BLOCK_BYTES: Final = 4096  # alignment of direct I/O: covers 512-byte and 4 KiB devices
 # The aligned buffer a direct write is assembled in: a 4 MiB write buffer and the block
@@ -72,12 +79,29 @@ class SegmentWriter:
         self.fd = self._open()
 
     def write(self, position: int, data: bytes | bytearray, staging: mmap.mmap) -> None:
-        """Write `data` at `position`, the segment's current end. Raises OSError, and
-        LogError when `position` is not where the previous write ended (a broken caller)."""
+        """Write `data` at `position`, the segment's current end. Raises OutOfSpace when
+        the file system is full (the writer and the file are then as before the call, and
+        the call may be repeated), other OSErrors, and LogError when `position` is not where
+        the previous write ended (a broken caller)."""
         if self.fd < 0:
             raise LogError(f"{self.path}: write after finish")
         if position != self.end:
             raise LogError(f"{self.path}: write at {position}, but the segment ends at {self.end}")
+        block_start, tail = self.block_start, self.tail
+        try:
+            self._write(position, data, staging)
+        except OSError as exc:
+            if not is_out_of_space(exc):
+                raise
+            self.block_start, self.tail = block_start, tail
+            # Nothing past `end` was fsynced: cut what this write left there (whole
+            # blocks, or a direct write's padding), so that its blocks go back to the
+            # file system and the file ends where the retry will start.
+            os.ftruncate(self.fd, self.end)
+            raise OutOfSpace(exc.errno, exc.strerror, self.path) from exc
+        self.end = position + len(data)
+
+    def _write(self, position: int, data: bytes | bytearray, staging: mmap.mmap) -> None:
         if self.direct:
             try:
                 self._write_direct(data, staging)
@@ -94,7 +118,6 @@ class SegmentWriter:
                 written = os.pwrite(self.fd, view, at)
                 view = view[written:]
                 at += written
-        self.end = position + len(data)
 
     def finish(self, *, cut_padding: bool) -> None:
         """Close the file; with cut_padding, first cut the zeros past the logical end (the
@@ -162,5 +185,11 @@ class SegmentWriter:
             raise
         self._first = False
         if written != length:
-            # A direct write that stops short (a full disk) cannot go on unaligned.
-            raise OSError(errno.EIO, f"{self.path}: wrote {written} of {length} bytes")
+            # A direct write that stops short cannot go on unaligned. On a regular file it
+            # stops short when the file system is full (the next write would get ENOSPC),
+            # so it is reported as that: the caller cuts it back and retries it later.
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device (a direct write stopped at {written} of {length} bytes)",
+                self.path,
+            )

@@ -50,7 +50,8 @@ from typing import Final, NamedTuple
 
 import crc32c
 
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.errors import OutOfSpace
+from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.queues.runs import RunSet
 
 MAGIC: Final = b"SQQJ"
@@ -454,9 +455,20 @@ class QueueJournal:
         return JournalWork(None, lambda: self._replace(work, tmp, data), b"")
 
     def _replace(self, fd: int, tmp: str, data: bytes) -> None:
-        """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory."""
+        """Runs on the fsync thread: write the snapshot, fsync, rename, fsync directory.
+
+        Raises OutOfSpace, with `fd` kept open and nothing renamed, when the file system
+        has no room for the snapshot: the round runs this again later, before any entry
+        is written to the new file."""
         try:
-            write_all(fd, data)
+            os.ftruncate(fd, 0)  # a run after a full disk starts the snapshot again
+            append_all(fd, data)
+        except OutOfSpace:
+            raise
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -37,13 +37,15 @@ def test_a_memory_limit_may_be_a_fraction_of_ram() -> None:
 
 def test_alarm_reasons(tmp_path: Path) -> None:
     monitor = ResourceMonitor(str(tmp_path), ResourceLimits(1 << 50, 0))
-    assert monitor.check() == ""
+    assert monitor.check(log_out_of_space=False) == ""
     monitor.limits = ResourceLimits(1, 0)
-    assert monitor.check() == "low on memory"
+    assert monitor.check(log_out_of_space=False) == "low on memory"
     monitor.limits = ResourceLimits(1 << 50, 1 << 60)
-    assert monitor.check() == "low on disk"
+    assert monitor.check(log_out_of_space=False) == "low on disk"
     monitor.limits = ResourceLimits(1, 1 << 60)
-    assert monitor.check() == "low on memory & disk"
+    assert monitor.check(log_out_of_space=False) == "low on memory & disk"
+    monitor.limits = ResourceLimits(1 << 50, 0)
+    assert monitor.check(log_out_of_space=True) == "low on disk"  # a log met a full disk
 
 
 def test_resident_memory_is_read_afresh_each_time() -> None:
