@@ -65,16 +65,17 @@ class RoutedPublish(NamedTuple):
     stats: MessageStats  # the exchange's
 
 
-class Unacked:
-    __slots__ = ("consumer", "delivered_ms", "offset", "queue")
+class Unacked(NamedTuple):
+    """A delivery not yet settled. A tuple, so that a run of deliveries builds its
+    entries in C (`tuple.__new__` mapped over zipped fields, no Python call each)."""
 
-    def __init__(
-        self, queue: Queue, offset: int, consumer: GatewayConsumer | None, delivered_ms: int
-    ) -> None:
-        self.queue = queue
-        self.offset = offset
-        self.consumer = consumer
-        self.delivered_ms = delivered_ms  # monotonic: the consumer timeout counts from here
+    queue: Queue
+    offset: int
+    consumer: GatewayConsumer | None
+    delivered_ms: int  # monotonic: the consumer timeout counts from here
+
+
+_new_tuple = tuple.__new__
 
 
 _CONSUMER_OF = attrgetter("consumer")
@@ -369,19 +370,14 @@ class GatewayConsumer:
             channel.next_delivery_tag = tag + delivered
             if not self.no_ack:
                 now_ms = channel.clock.now_ms
-                channel.unacked.update(
-                    zip(
-                        range(tag, tag + delivered),
-                        map(
-                            Unacked,
-                            repeat(queue),
-                            range(first, first + delivered),
-                            repeat(self),
-                            repeat(now_ms),
-                        ),
-                        strict=True,
-                    )
+                fields = zip(
+                    repeat(queue),
+                    range(first, first + delivered),
+                    repeat(self),
+                    repeat(now_ms),
                 )
+                entries = map(_new_tuple, repeat(Unacked), fields)
+                channel.unacked.update(zip(range(tag, tag + delivered), entries, strict=True))
                 self.unacked += delivered
                 channel.consumer_unacked += delivered
             channel.owner.note_output()

@@ -806,7 +806,14 @@ class SegmentLog:
         recent.append((segment, position, buffer, written))
         self._recent_bytes += len(buffer)
         keep = self.config.recent_bytes_max
-        while recent and recent[0][3].done() and self._recent_bytes - len(recent[0][2]) >= keep:
+        # A write parked by a full disk is done but not on disk: nothing goes then (its
+        # future completes after it is parked, so no parked bytes means it was written).
+        while (
+            recent
+            and recent[0][3].done()
+            and self._stalled.bytes == 0
+            and self._recent_bytes - len(recent[0][2]) >= keep
+        ):
             self._recent_bytes -= len(recent.popleft()[2])
 
     def locate(self, offset: int) -> tuple[int, int, int]:
