@@ -627,12 +627,119 @@ check_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("(nKs)", position, expected, error);
 }
 
+PyDoc_STRVAR(scan_records_doc,
+"scan_records(data, position, first_offset, limit_offset, base_position,\n"
+"             last_index_position, interval_bytes, last_timestamp_ms, /)\n"
+"-> (end, next_offset, first_timestamp_ms, last_timestamp_ms, entries, stopped)\n"
+"\n"
+"Recovery's walk over a segment, one chunk per call: check the whole records of `data`\n"
+"from `position` on as check_records does, the first with offset `first_offset`, and\n"
+"also that timestamps never decrease (from `last_timestamp_ms`); stop before a record\n"
+"with offset `limit_offset` or more. `base_position` is the segment position of\n"
+"data[0]. Returns where the good records end, the offset after them, the first and last\n"
+"timestamps met (-1 when none; `last_timestamp_ms` carried over), the sparse index\n"
+"entries of the records that start an interval of `interval_bytes` after the previous\n"
+"entry (at `last_index_position`) as (offset, segment position, timestamp) tuples, and\n"
+"whether the walk stopped for good (a torn, corrupt or out-of-order record, or the\n"
+"limit) rather than at the end of the data.");
+
+static PyObject *
+scan_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "scan_records() takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    unsigned long long expected = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long limit = PyLong_AsUnsignedLongLong(args[3]);
+    long long base_position = PyLong_AsLongLong(args[4]);
+    long long last_index = PyLong_AsLongLong(args[5]);
+    long long interval = PyLong_AsLongLong(args[6]);
+    long long last_ts = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t length = view.len;
+    long long first_ts = -1;
+    int stopped = 0;
+    if (position < 0 || position > length) {
+        PyErr_SetString(PyExc_ValueError, "position outside the data");
+        goto fail;
+    }
+    while (1) {
+        if (expected >= limit) {
+            stopped = 1;
+            break;
+        }
+        if (length - position < RECORD_HEADER_BYTES) {
+            break;
+        }
+        const unsigned char *r = data + position;
+        uint32_t record_length = load_le32(r);
+        if (record_length < RECORD_LENGTH_MIN) {
+            stopped = 1;
+            break;
+        }
+        if ((size_t)(length - position) < 4 + (size_t)record_length) {
+            break;
+        }
+        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
+        uint32_t lprops = load_le32(r + 28);
+        long long ts = (long long)load_le64(r + 16);
+        if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN ||
+            load_le64(r + 8) != expected || ts < last_ts ||
+            (crc32c_update(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu) !=
+                load_le32(r + 4)) {
+            stopped = 1;
+            break;
+        }
+        long long at = base_position + position;
+        if (at - last_index >= interval) {
+            PyObject *entry = Py_BuildValue("(KLL)", expected, at, ts);
+            if (entry == NULL || PyList_Append(entries, entry) < 0) {
+                Py_XDECREF(entry);
+                goto fail;
+            }
+            Py_DECREF(entry);
+            last_index = at;
+        }
+        if (first_ts < 0) {
+            first_ts = ts;
+        }
+        last_ts = ts;
+        expected++;
+        position += 4 + (Py_ssize_t)record_length;
+    }
+    PyBuffer_Release(&view);
+    PyObject *result = Py_BuildValue("(nKLLOO)", position, expected, first_ts, last_ts, entries,
+                                     stopped ? Py_True : Py_False);
+    Py_DECREF(entries);
+    return result;
+fail:
+    Py_DECREF(entries);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef records_methods[] = {
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      encode_records_doc},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, crc32c_doc},
     {"check_records", (PyCFunction)(void (*)(void))check_records, METH_FASTCALL,
      check_records_doc},
+    {"scan_records", (PyCFunction)(void (*)(void))scan_records, METH_FASTCALL,
+     scan_records_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))py_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},

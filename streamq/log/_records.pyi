@@ -62,3 +62,27 @@ def check_records(data: Buffer, position: int, first_offset: int, /) -> tuple[in
     `first_offset`): length, flags, CRC32C and offset sequence. Returns `(end,
     next_offset, error)`: where the good records end, the offset after them, and None or
     what is wrong with the record at `end`. A partial record at the end is not checked."""
+
+def scan_records(
+    data: Buffer,
+    position: int,
+    first_offset: int,
+    limit_offset: int,
+    base_position: int,
+    last_index_position: int,
+    interval_bytes: int,
+    last_timestamp_ms: int,
+    /,
+) -> tuple[int, int, int, int, list[tuple[int, int, int]], bool]:
+    """Recovery's walk over a segment, one chunk per call: check the whole records of
+    `data` from `position` on (length, flags, CRC32C, offsets in sequence from
+    `first_offset`, timestamps never decreasing from `last_timestamp_ms`), stopping
+    before offset `limit_offset`. `base_position` is the segment position of data[0].
+
+    Returns `(end, next_offset, first_timestamp_ms, last_timestamp_ms, entries,
+    stopped)`: where the good records end, the offset after them, the first and last
+    timestamps met (-1 when none; the last one carried over), the sparse index entries
+    `(offset, position, timestamp_ms)` of records starting `interval_bytes` or more
+    after the previous entry (at `last_index_position`), and whether the walk stopped
+    for good (a torn, corrupt or out-of-order record, or the limit) rather than at the
+    end of the data."""

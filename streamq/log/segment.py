@@ -12,10 +12,12 @@ import os
 from typing import BinaryIO, NamedTuple
 
 from streamq.log import format as fmt
+from streamq.log._records import scan_records
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.index import SparseIndex
 from streamq.log.writer import SegmentWriter
 
+_U64_MAX = (1 << 64) - 1
 SCAN_CHUNK_BYTES = 1 << 20  # read unit of scans, bounded so a scan never holds a whole file
 
 
@@ -82,6 +84,9 @@ def scan_segment(path: str, base_offset: int, interval_bytes: int, limit_offset:
     """Walk a segment record by record, checking length, CRC and offset sequence, and build
     its sparse index. Stops at the first record that is torn, corrupt or out of sequence,
     or whose offset is `limit_offset` or more. Raises SegmentCorrupted for a bad header.
+
+    The walk is one C call per chunk (`_records.scan_records`): recovery scans a vhost's
+    newest segment, up to 64 MiB, before the broker listens.
     """
     index = SparseIndex(interval_bytes)
     with open(path, "rb") as f:
@@ -90,27 +95,28 @@ def scan_segment(path: str, base_offset: int, interval_bytes: int, limit_offset:
         position = fmt.SEGMENT_HEADER_BYTES
         offset = base_offset
         first_ts = last_ts = -1
-        buffer = b""
-        buffer_position = position
-        while offset < limit_offset:
-            at = position - buffer_position
-            checked = fmt.check_record(buffer, at)
-            if checked is None:
-                if position >= file_bytes:
-                    break
-                buffer, buffer_position = _refill(f, position)
-                checked = fmt.check_record(buffer, 0)
-                if checked is None:
-                    break  # the record is torn or corrupt: the valid part ends here
-            record_offset, timestamp_ms, size = checked
-            if record_offset != offset or timestamp_ms < last_ts:
-                break
-            index.maybe_add(offset - base_offset, position, timestamp_ms)
+        while position < file_bytes:
+            buffer, _ = _refill(f, position)
+            end, offset_after, first, last, entries, stopped = scan_records(
+                buffer,
+                0,
+                offset,
+                min(limit_offset, _U64_MAX),
+                position,
+                index.last_position,
+                interval_bytes,
+                last_ts,
+            )
+            for entry_offset, entry_position, entry_ts in entries:
+                index.add(entry_offset - base_offset, entry_position, entry_ts)
             if first_ts < 0:
-                first_ts = timestamp_ms
-            last_ts = timestamp_ms
-            position += size
-            offset += 1
+                first_ts = first
+            last_ts = last
+            offset = offset_after
+            if stopped or end == 0:
+                position += end
+                break  # torn, corrupt or out of order; or a record the chunk cannot hold
+            position += end
     return ScanResult(position, file_bytes, offset, first_ts, last_ts, index)
 
 
