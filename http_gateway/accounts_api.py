@@ -29,7 +29,7 @@ from http_gateway.errors import HttpError
 from http_gateway.fields import flag
 from http_gateway.listing import list_response
 from streamq.broker.accounts import PERMISSION_KINDS, Permission
-from streamq.broker.stats import Sampler
+from streamq.broker.sampler import Sampler
 from streamq.broker.users import HASHING_ALGORITHM, NO_PASSWORD, User, hash_password
 from streamq.broker.vhost import VHost
 

@@ -20,7 +20,7 @@ from streamq.broker.accounts import AccountStore, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
 from streamq.broker.errors import BrokerError, NotAllowed
 from streamq.broker.resources import ResourceLimits, ResourceMonitor
-from streamq.broker.stats import Sampler
+from streamq.broker.sampler import Sampler
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory

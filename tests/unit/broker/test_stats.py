@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamq.broker.stats import FIELDS, MessageStats, Sampler, message_stats_json, vhost_counts
+from streamq.broker.sampler import Sampler, vhost_counts
+from streamq.broker.stats import FIELDS, MessageStats, message_stats_json
 from streamq.broker.vhost import VHost
 from streamq.log.syncer import ROUND_SECONDS_BUCKETS, Histogram, Syncer
 
