@@ -91,11 +91,14 @@ def round_robin(
     consumers: list[Consumer],
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
+    runs_from: Callable[[int], bool] | None = None,
 ) -> tuple[int, bool]:
     """Deliver to `consumers` in turn while one has credit; returns the budget left and
     whether the queue ran out of ready messages. `take` (queues with TTLs) takes one
-    message at a time, its record read; without it, runs go out where they can.
-    Raises MessageUnreadable."""
+    message at a time, its record read; without it, runs go out where they can. With
+    both, `runs_from(first)` says whether a run from offset `first` on may go out
+    whole (nothing in it expired: a queue TTL with the head not expired, since
+    timestamps never decrease along the log). Raises MessageUnreadable."""
     count = len(consumers)
     cursor = queue.cursor
     index = queue.next_consumer
@@ -103,7 +106,7 @@ def round_robin(
     empty = False
     budget_given = budget
     no_ack = 0
-    single = count > 1 or take is not None
+    single = count > 1 or (take is not None and runs_from is None)
     while idle < count and budget > 0:
         consumer = consumers[index % count]
         index += 1
@@ -114,6 +117,9 @@ def round_robin(
         idle = 0
         if not single:
             first, got = cursor.take_run(min(credit, budget))
+            if got and runs_from is not None and not runs_from(first):
+                cursor.untake_run(first, got)  # its head expired: one at a time
+                got = 0
             if got:
                 sent = deliver_run(log, queue, consumer, first, got)
                 if consumer.no_ack:

@@ -770,6 +770,24 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             and self._expired(queue, read_message(log, offset), now_ms)
         )
 
+    def _runs_from(self, queue: Queue, now_ms: int, fresh_from: int) -> Callable[[int], bool]:
+        """For a queue whose only TTL is its own (no message carries an expiration):
+        whether the never-delivered messages from an offset on may go out as a run
+        without an expiry check each. Those of the round (from `fresh_from` on) may (see
+        `take`); an older run may if its first message has not expired, since
+        timestamps never decrease along the log."""
+        ttl = queue.message_ttl_ms
+        log = self.log
+
+        def runs_from(first: int) -> bool:
+            if first >= fresh_from:
+                return True
+            if ttl is None or ttl < 0:
+                return True
+            return now_ms < read_message(log, first).timestamp_ms + ttl
+
+        return runs_from
+
     def _fresh_from(self, queue: Queue) -> int | None:
         """Where the messages of `queue` that wait for their first delivery round start,
         None if none wait: a round is due after each enqueue to a queue with consumers
@@ -978,6 +996,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.window.release()
             return
         take: Callable[[], tuple[ReadyMessage, Record] | None] | None = None
+        runs_from: Callable[[int], bool] | None = None
         # With TTLs, the round offers what came since the last complete one (see `take`),
         # up to the log's end now; a round is complete when it empties the queue or
         # leaves every consumer out of credit.
@@ -989,6 +1008,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             def take() -> tuple[ReadyMessage, Record] | None:
                 return self.take(queue, now_ms, fresh_from)
 
+            if not queue.holds_expiring:
+                runs_from = self._runs_from(queue, now_ms, fresh_from)
+
         if queue.arguments.get("x-single-active-consumer") is True:
             groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
         elif any(c.priority for c in consumers):
@@ -998,7 +1020,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         budget = DRAIN_DELIVERIES_MAX
         for group in groups:
             try:
-                budget, empty = round_robin(self.log, queue, group, take, budget)
+                budget, empty = round_robin(self.log, queue, group, take, budget, runs_from)
             except MessageUnreadable as exc:
                 self.fail_queue(queue, str(exc))
                 return

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from amqp_gateway.codec import BasicProperties, encode_properties
+from amqp_gateway.deaths import AmqpPropertiesCodec
 from streamq.broker.errors import AccessRefused, NotFound, PreconditionFailed
 from streamq.broker.exchange import Destination, topic_match, topic_words
 from streamq.broker.vhost import VHost
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from tests.unit.broker.consumers import RecordingConsumer
+
+PLAIN = encode_properties(BasicProperties())
 
 
 @pytest.fixture
@@ -113,3 +117,35 @@ def test_a_consumer_gets_a_deep_queue_in_runs_read_back_across_segments(
     assert queue.cursor.bytes_unacked == sum(map(len, bodies))
     vhost.settle_classic(queue, list(consumer.unacked))
     assert queue.cursor.low_water_offset() is None
+
+
+def test_a_queue_ttl_delivers_runs_and_still_expires_its_head(tmp_path: Path) -> None:
+    """With a queue TTL and no message expiration of its own, unexpired messages go out
+    in runs (timestamps never decrease along the log, so a run whose first message has
+    not expired has none that has); an expired head is dead-lettered one by one first."""
+    host = VHost("/", str(tmp_path / "vh"), Syncer())
+    host.properties_codec = AmqpPropertiesCodec()
+    try:
+        host.declare_queue("dlq", False, True, False, False, {}, owner=None)
+        arguments = {
+            "x-message-ttl": 60_000,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "dlq",
+        }
+        queue = host.declare_queue("q", False, True, False, False, arguments, owner=None)
+        old_ms, new_ms = 1_000, 10**13  # published long ago, and in the far future
+        for n in range(50):
+            host.publish("", "q", PLAIN, b"old%d" % n, [queue], old_ms)
+        for n in range(500):
+            host.publish("", "q", PLAIN, b"new%d" % n, [queue], new_ms)
+        consumer = RecordingConsumer(prefetch=0)
+        host.add_consumer(queue, consumer)
+        host.drain()
+        assert consumer.bodies == [b"new%d" % n for n in range(500)]
+        assert max(consumer.runs) > 100  # not one at a time
+        dead = host.queues["dlq"]
+        assert dead.cursor.message_count == 50
+        taken = host.get(dead, 0)
+        assert taken is not None and taken[1].body == b"old0"
+    finally:
+        host.close()
