@@ -986,7 +986,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         queues = vhost.route_run(exchange_name, routing_key)
         # None: the route reads properties; []: unroutable (mandatory, direct reply-to).
         if not queues or not vhost.publish_run(
-            exchange_name, routing_key, messages, queues, self._now_ms
+            exchange_name, routing_key, messages, queues, self._now_ms, run.flags >> 8
         ):
             return False
         count = len(messages)

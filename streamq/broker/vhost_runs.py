@@ -14,6 +14,7 @@ through `VHost.publish`, which knows every rule. `VHost` mixes it in.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 
 from streamq.broker.deadletter import EXPIRATION_FLAG_BYTE0
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
@@ -36,6 +37,7 @@ class VHostRuns:
         messages: list[RunMessage],
         queues: list[Queue],
         timestamp_ms: int,
+        flags_byte0: int | None = None,
     ) -> bool:
         """Append every message of `messages`, routed to `queues` (not empty), once to
         the log and give the offsets to every queue, in order; False, having done
@@ -56,13 +58,11 @@ class VHostRuns:
             if not queues:
                 return True
         first = self.log.append_run(exchange_raw, routing_key_raw, messages, timestamp_ms)
-        # Per message: its size and the OR of the property flags that matter here (a
-        # property list has at least its two flag bytes); no object is kept for it.
-        size_bytes = 0
-        flags = 0
-        for message in messages:
-            size_bytes += len(message[1])
-            flags |= message[0][0]
+        # No object is kept per message: the bodies' total size, and the OR of the first
+        # property flag bytes (the scan of the read gives it; a property list has at least
+        # its two flag bytes), both in C-level loops.
+        size_bytes = sum(map(len, map(_BODY, messages)))
+        flags = flags_byte0 if flags_byte0 is not None else _or_first_bytes(messages)
         priorities = (
             [message_priority(m[0]) if m[0][0] & PRIORITY_FLAG_BYTE0 else 0 for m in messages]
             if flags & PRIORITY_FLAG_BYTE0
@@ -82,3 +82,14 @@ class VHostRuns:
         if was_idle and dirty:
             self.wakeup()
         return True
+
+
+_BODY = itemgetter(1)
+
+
+def _or_first_bytes(messages: list[RunMessage]) -> int:
+    """The OR of the first property flag byte of every message."""
+    flags = 0
+    for message in messages:
+        flags |= message[0][0]
+    return flags
