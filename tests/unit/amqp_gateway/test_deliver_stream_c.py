@@ -226,7 +226,7 @@ def test_damaged_records_raise_and_append_nothing() -> None:
     records = bytearray(segment(0, [(plain, b"a"), (plain, b"b")]))
     out = bytearray(PREFIX)
     gap = segment(0, [(plain, b"a")]) + segment(2, [(plain, b"b")])
-    with pytest.raises(ValueError, match="offset 2 at .* where 1 was expected"):
+    with pytest.raises(ValueError, match=r"offset 2 at .* where 1 was expected"):
         codec.deliver_stream_records(out, gap, 0, 0, 2, 1, TAG, 1, 4096, 0)
     bad_flags = bytearray(records)
     bad_flags[26] = 1
