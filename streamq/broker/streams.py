@@ -3,8 +3,10 @@
 Owns what makes a queue declared with `x-queue-type: stream` different from a classic
 one: RabbitMQ's declaration rules (durable, not exclusive, not auto-delete, no arguments
 that only classic queues understand), a log of its own per stream under the vhost
-directory, and the drain that reads each consumer's next records from that log. Reading
-consumes nothing; acks only return credit. It knows no AMQP.
+directory, and the drain that reads each consumer's next records from that log: in runs
+framed from the log's bytes for a consumer without a filter, record by record otherwise.
+Reading consumes nothing; acks only return credit and move a tracked offset. It knows
+no AMQP.
 """
 
 from __future__ import annotations
