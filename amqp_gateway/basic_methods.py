@@ -23,6 +23,7 @@ from amqp_gateway.channels import (
 from amqp_gateway.codec import methods as m
 from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
 from streamq.broker.equivalence import type_name
+from streamq.broker.streams import track_run
 from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
@@ -255,11 +256,13 @@ def apply_settle(
 
 _QUEUE_OF = attrgetter("queue")
 _OFFSET_OF = attrgetter("offset")
+_CONSUMER_OF = attrgetter("consumer")
 
 
 def _ack(vhost: VHost, settled: list[Unacked]) -> None:
-    """Acks, grouped by classic queue: one settle call, one count and one kick per queue
-    rather than per message (an ack with `multiple` settles hundreds at once)."""
+    """Acks, grouped by queue: one settle call, one count and one kick per queue rather
+    than per message (an ack with `multiple`, or a read full of plain acks, settles
+    hundreds at once). A stream's acks move each consumer's tracked offset once per run."""
     queues: set[Queue] = set(map(_QUEUE_OF, settled))
     if len(queues) == 1:  # the common case: one queue, its offsets taken in C
         [only] = queues
@@ -267,24 +270,49 @@ def _ack(vhost: VHost, settled: list[Unacked]) -> None:
             taken: list[int] = list(map(_OFFSET_OF, settled))
             only.stats.ack += len(taken)
             vhost.settle_classic(only, taken)
-            vhost.kick(only)
-            return
-    groups: dict[Queue, list[int]] = {}
+        else:
+            _ack_stream(only, settled)
+        vhost.kick(only)
+        return
+    groups: dict[Queue, list[Unacked]] = {}
     for entry in settled:
-        queue = entry.queue
-        if queue.stream is not None:  # tracks the consumer's offset: one at a time
-            queue.stats.ack += 1
-            vhost.settle(queue, entry.offset, entry.consumer)
-            vhost.kick(queue)
-            continue
-        offsets = groups.get(queue)
-        if offsets is None:
-            offsets = groups[queue] = []
-        offsets.append(entry.offset)
-    for queue, offsets in groups.items():
-        queue.stats.ack += len(offsets)
-        vhost.settle_classic(queue, offsets)
+        entries = groups.get(entry.queue)
+        if entries is None:
+            entries = groups[entry.queue] = []
+        entries.append(entry)
+    for queue, entries in groups.items():
+        if queue.stream is None:
+            offsets = list(map(_OFFSET_OF, entries))
+            queue.stats.ack += len(offsets)
+            vhost.settle_classic(queue, offsets)
+        else:
+            _ack_stream(queue, entries)
         vhost.kick(queue)
+
+
+def _ack_stream(queue: Queue, settled: list[Unacked]) -> None:
+    """Acks of one stream's deliveries: reading a stream consumes nothing, so an ack only
+    returned credit (already) and moves its consumer's tracked offset, once per
+    consumer for the run (`streams.track_run`)."""
+    stream = queue.stream
+    assert stream is not None
+    queue.stats.ack += len(settled)
+    consumers = set(map(_CONSUMER_OF, settled))
+    if len(consumers) == 1:  # the common case: one consumer, its offsets taken in C
+        [consumer] = consumers
+        if consumer is not None and consumer.stream_tracker is not None:
+            track_run(stream, consumer, list(map(_OFFSET_OF, settled)))
+        return
+    runs: dict[GatewayConsumer, list[int]] = {}
+    for entry in settled:
+        consumer = entry.consumer
+        if consumer is not None and consumer.stream_tracker is not None:
+            offsets = runs.get(consumer)
+            if offsets is None:
+                offsets = runs[consumer] = []
+            offsets.append(entry.offset)
+    for consumer, offsets in runs.items():
+        track_run(stream, consumer, offsets)
 
 
 def ack_method(tag: int, kind: int) -> m.BasicAck | m.BasicNack | m.BasicReject:

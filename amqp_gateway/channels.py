@@ -23,6 +23,7 @@ from streamq.broker.queue import Queue
 from streamq.log.format import Record
 from streamq.queues.classic import ReadyMessage
 from streamq.queues.offsets import AckWatermark
+from streamq.queues.window import ReadWindow
 
 if TYPE_CHECKING:
     from amqp_gateway.connection import Connection, Publish
@@ -242,6 +243,7 @@ class GatewayConsumer:
         "stream_position",
         "stream_redeliver",
         "stream_tracker",
+        "stream_window",
         "tag",
         "tag_raw",
         "timeout_ms",
@@ -271,6 +273,7 @@ class GatewayConsumer:
         self.stream_redeliver: deque[int] = deque()
         self.stream_filter: StreamFilter | None = None
         self.stream_tracker: AckWatermark | None = None
+        self.stream_window: ReadWindow | None = None  # its place in the stream's log
 
     @property
     def stream_filtered(self) -> bool:
@@ -380,6 +383,48 @@ class GatewayConsumer:
                 channel.unacked.update(zip(range(tag, tag + delivered), entries, strict=True))
                 self.unacked += delivered
                 channel.consumer_unacked += delivered
+            channel.owner.note_output()
+        return result
+
+    def deliver_stream_records(
+        self,
+        queue: Queue,
+        records: bytes | bytearray | memoryview,
+        position: int,
+        first: int,
+        count: int,
+    ) -> tuple[int, int, int, bool]:
+        """`deliver_records` for a stream: the deliveries carry `x-stream-offset` (as
+        `deliver` adds it), and a record the C splice leaves to the per-record path
+        stops the run before it (`stopped`). Counts the deliveries in the queue's stats."""
+        channel = self.channel
+        tag = channel.next_delivery_tag
+        connection = channel.connection
+        result = codec.deliver_stream_records(
+            connection.outgoing,
+            records,
+            position,
+            first,
+            count,
+            channel.id,
+            self.tag_raw,
+            tag,
+            connection.frame_max,
+            DELIVER_OUT_BYTES_MAX,
+        )
+        delivered = result[0]
+        if delivered:
+            channel.next_delivery_tag = tag + delivered
+            if not self.no_ack:  # basic.consume refuses no-ack on a stream, as RabbitMQ
+                now_ms = channel.clock.now_ms
+                fields = zip(
+                    repeat(queue), range(first, first + delivered), repeat(self), repeat(now_ms)
+                )
+                entries = map(_new_tuple, repeat(Unacked), fields)
+                channel.unacked.update(zip(range(tag, tag + delivered), entries, strict=True))
+                self.unacked += delivered
+                channel.consumer_unacked += delivered
+            queue.stats.deliver += delivered
             channel.owner.note_output()
         return result
 

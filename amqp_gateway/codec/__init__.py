@@ -19,7 +19,7 @@ paths) and `ids` (the `NewType`s).
 
 from __future__ import annotations
 
-from amqp_gateway.codec._deliver import deliver_records, encode_deliver
+from amqp_gateway.codec._deliver import deliver_records, deliver_stream_records, encode_deliver
 from amqp_gateway.codec._scan import (
     ACK_MULTIPLE,
     ACK_NACK,
@@ -152,6 +152,7 @@ __all__ = [
     "decode_properties",
     "decode_table",
     "deliver_records",
+    "deliver_stream_records",
     "encode_array",
     "encode_deliver",
     "encode_frame",

@@ -53,3 +53,29 @@ def deliver_records(
     starts and its offset (-1 when no record was read), and each body's size. Raises
     ValueError, appending nothing, for a damaged record or an offset out of sequence.
     """
+
+def deliver_stream_records(
+    out: bytearray,
+    records: Buffer,
+    position: int,
+    first_offset: int,
+    count: int,
+    channel: int,
+    consumer_tag: str | bytes,
+    first_delivery_tag: int,
+    frame_max: int,
+    out_bytes_max: int,
+    /,
+) -> tuple[int, int, int, bool]:
+    """`deliver_records` for a stream: each delivery's properties carry the header
+    `x-stream-offset` (a long, the record's offset), spliced in byte for byte as
+    `properties.add_long_header` does.
+
+    Stops, besides where `deliver_records` stops, before a record it leaves to the
+    per-record path: properties that already hold the name x-stream-offset, cannot be
+    spliced simply, or would no longer fit one frame. Returns `(delivered, position,
+    next_offset, stopped)`: how many, where the next record starts and its offset (-1
+    when no record was read), and whether it stopped before such a record (then
+    `position` and `next_offset` are that record's). Raises ValueError, appending
+    nothing, for a damaged record or an offset out of sequence.
+    """

@@ -39,6 +39,7 @@ class Consumer(Protocol):
     stream_position: int
     stream_redeliver: deque[int]
     stream_tracker: AckWatermark | None  # x-stream-automatic-offset-tracking
+    stream_window: ReadWindow | None  # its place in the stream's log, while it reads
 
     @property
     def stream_filtered(self) -> bool:
@@ -68,6 +69,19 @@ class Consumer(Protocol):
         whose log records are in `records` from `position` on (earlier records passed
         over); stops at the end of the whole records given. Returns (how many went out,
         where the next record starts, its offset or -1, their body sizes)."""
+
+    def deliver_stream_records(
+        self,
+        queue: Queue,
+        records: bytes | bytearray | memoryview,
+        position: int,
+        first: int,
+        count: int,
+    ) -> tuple[int, int, int, bool]:
+        """`deliver_records` for a stream consumer (never redelivered, each with its
+        offset to show), counted in the queue's stats. Returns (how many went out, where
+        the next record starts, its offset or -1, whether it stopped before a record
+        that `deliver` must send)."""
 
     def cancel_by_broker(self) -> None:
         """The queue is gone or failed: tell the client (consumer_cancel_notify)."""

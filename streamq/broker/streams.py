@@ -3,8 +3,10 @@
 Owns what makes a queue declared with `x-queue-type: stream` different from a classic
 one: RabbitMQ's declaration rules (durable, not exclusive, not auto-delete, no arguments
 that only classic queues understand), a log of its own per stream under the vhost
-directory, and the drain that reads each consumer's next records from that log. Reading
-consumes nothing; acks only return credit. It knows no AMQP.
+directory, and the drain that reads each consumer's next records from that log: in runs
+framed from the log's bytes for a consumer without a filter, record by record otherwise.
+Reading consumes nothing; acks only return credit and move a tracked offset. It knows
+no AMQP.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import Final
 from retention.rules import RuleInvalid, rules_from_arguments
 from streamq.broker.errors import PreconditionFailed
 from streamq.broker.queue import Consumer, Queue
+from streamq.log.errors import LogError
+from streamq.log.format import Record
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
 from streamq.queues.offsets import OffsetStore
 from streamq.queues.stream import StreamQueue
+from streamq.queues.window import ReadWindow
 
 # Arguments that make no sense for a stream (RabbitMQ refuses them with 406).
 STREAM_REFUSED_ARGUMENTS: Final = (
@@ -113,38 +118,113 @@ def drain_stream(queue: Queue, stream: StreamQueue) -> bool:
 
 def _drain_consumer(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: int) -> int:
     """Deliver to one consumer while it has credit: first what it nacked with requeue,
-    then from its position. Records its filter refuses are passed over without using
-    credit. Returns the budget left (records looked at count against it)."""
+    then from its position, in runs framed from the log's bytes when it has no filter.
+    Returns the budget left (records looked at count against it)."""
     while budget > 0 and consumer.can_take():
         if consumer.stream_redeliver:
             offset = consumer.stream_redeliver.popleft()
             if offset < stream.log.start_offset:
                 continue  # retention dropped it meanwhile
             records = stream.log.read(offset, 1)
-            redelivered = True
+            if not records:
+                break
+            budget = _deliver_each(queue, stream, consumer, records, True, budget)
+            continue
+        if not consumer.stream_filtered:
+            sent = _deliver_run(queue, stream, consumer, budget)
+            if sent is None:  # the next record is the per-record path's
+                position = max(consumer.stream_position, stream.log.start_offset)
+                records = stream.log.read(position, 1) if position < stream.log.durable_next else []
+            elif sent:
+                budget -= sent
+                continue
+            else:
+                break
         else:
             records = stream.read(consumer.stream_position)
-            redelivered = False
         if not records:
             break
-        filtered = consumer.stream_filtered
-        can_take, deliver = consumer.can_take, consumer.deliver
-        for record in records:
-            if budget <= 0 or not can_take():
-                break
-            budget -= 1
-            offset = record.offset
-            if not redelivered:
-                consumer.stream_position = offset + 1
-            if filtered and not consumer.accepts(record.properties):
-                track(stream, consumer, offset)  # passed over: as good as acked
-                continue
-            deliver(queue, _new(ReadyMessage, (offset, redelivered, 0)), record)
+        budget = _deliver_each(queue, stream, consumer, records, False, budget)
     return budget
+
+
+def _deliver_each(
+    queue: Queue,
+    stream: StreamQueue,
+    consumer: Consumer,
+    records: list[Record],
+    redelivered: bool,
+    budget: int,
+) -> int:
+    """Deliver `records` one at a time (redeliveries, filtered consumers, and records a
+    run leaves to this path); records its filter refuses are passed over without using
+    credit. Returns the budget left."""
+    filtered = consumer.stream_filtered
+    can_take, deliver = consumer.can_take, consumer.deliver
+    for record in records:
+        if budget <= 0 or not can_take():
+            break
+        budget -= 1
+        offset = record.offset
+        if not redelivered:
+            consumer.stream_position = offset + 1
+        if filtered and not consumer.accepts(record.properties):
+            track(stream, consumer, offset)  # passed over: as good as acked
+            continue
+        deliver(queue, _new(ReadyMessage, (offset, redelivered, 0)), record)
+    return budget
+
+
+def _deliver_run(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: int) -> int | None:
+    """Deliver the consumer's next durable records as one run framed from the log's bytes
+    (`Consumer.deliver_stream_records`, one C call per chunk), read and checked (length,
+    CRC32C, offsets) through the consumer's `ReadWindow`. Returns how many went out (0:
+    nothing to read now), or None when the next record is the per-record path's: one
+    the C splice leaves to Python, or a read that failed here (that path reads it again
+    and raises what it raises, as before runs). The window is released when the consumer
+    has caught up, so an idle consumer holds no chunk."""
+    log = stream.log
+    position = max(consumer.stream_position, log.start_offset)
+    consumer.stream_position = position
+    count = min(consumer.credit(), budget, log.durable_next - position)
+    if count <= 0:
+        if position >= log.durable_next:
+            consumer.stream_window = None
+        return 0
+    window = consumer.stream_window
+    if window is None:
+        window = consumer.stream_window = ReadWindow()
+    try:
+        while True:
+            data, start = window.records(log, position)
+            delivered, start, next_offset, stopped = consumer.deliver_stream_records(
+                queue, data, start, position, count
+            )
+            window.advance(start, next_offset)
+            if delivered or stopped:
+                break
+            if not window.read_on(log):
+                return None  # a record is missing where the window reads
+    except (LogError, ValueError):
+        consumer.stream_window = None
+        return None
+    consumer.stream_position = position + delivered
+    if position + delivered >= log.durable_next:
+        consumer.stream_window = None
+    if stopped and not delivered:
+        return None
+    return delivered
 
 
 def track(stream: StreamQueue, consumer: Consumer, offset: int) -> None:
     """`offset` is acked (or passed over): store the consumer's offset if it moved."""
     tracker = consumer.stream_tracker
     if tracker is not None and tracker.done(offset):
+        stream.offsets.store(consumer.tag, tracker.next - 1)
+
+
+def track_run(stream: StreamQueue, consumer: Consumer, offsets: list[int]) -> None:
+    """`track` of a run of the consumer's acked offsets: the store is written once."""
+    tracker = consumer.stream_tracker
+    if tracker is not None and tracker.done_run(offsets):
         stream.offsets.store(consumer.tag, tracker.next - 1)

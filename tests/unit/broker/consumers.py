@@ -22,6 +22,7 @@ class RecordingConsumer:
         self.stream_position = 0
         self.stream_redeliver: deque[int] = deque()
         self.stream_tracker = None
+        self.stream_window = None  # streams only: these tests drive classic queues
         self.stream_filtered = False
         self.prefetch = prefetch
         self.unacked: list[int] = []

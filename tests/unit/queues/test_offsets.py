@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streamq.queues.offsets import (
     COMPACT_RECORDS_MIN,
@@ -25,6 +27,35 @@ def test_the_watermark_is_the_highest_offset_acked_with_all_before_it() -> None:
     assert not mark.done(12) and mark.next == 11
     assert not mark.done(5)  # below the start: already done
     assert mark.done(11) and mark.next == 13
+
+
+@given(
+    start=st.integers(0, 50),
+    runs=st.lists(st.lists(st.integers(0, 80), max_size=20), max_size=6),
+)
+def test_a_run_moves_the_watermark_as_its_acks_one_by_one_do(
+    start: int, runs: list[list[int]]
+) -> None:
+    """done_run of each run (any order, repeats, offsets below the start) leaves the
+    watermark where `done` of each offset leaves it, and says whether it moved."""
+    by_run, one_by_one = AckWatermark(start), AckWatermark(start)
+    for run in runs:
+        moved = [one_by_one.done(offset) for offset in run]
+        assert by_run.done_run(run) == any(moved)
+        assert by_run.next == one_by_one.next
+    # The acks above a gap are remembered alike: acking everything below closes it.
+    rest = list(range(start, 81))
+    assert by_run.done_run(rest) == any([one_by_one.done(offset) for offset in rest])
+    assert by_run.next == one_by_one.next
+
+
+def test_a_run_from_the_watermark_without_gaps_moves_it_in_one_step() -> None:
+    mark = AckWatermark(100)
+    assert mark.done_run(list(range(100, 1100)))
+    assert mark.next == 1100
+    assert not mark.done_run([5, 1099])  # all below the watermark: already done
+    assert not mark.done_run([1101, 1102])  # above a gap
+    assert mark.done_run([1100]) and mark.next == 1103
 
 
 def apply(store: OffsetStore) -> None:
