@@ -21,9 +21,8 @@ import re
 import struct
 from typing import Final
 
-from crc32c import crc32c
-
 from spark_source.store import stream_directory
+from streamq.log._records import crc32c
 
 DEFINITIONS_FILE: Final = "definitions"
 DEFINITIONS_MAGIC: Final = b"SQDF"

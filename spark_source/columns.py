@@ -22,9 +22,9 @@ from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from crc32c import crc32c
 
 from streamq.log import format as fmt
+from streamq.log._records import crc32c
 from streamq.log.errors import SegmentCorrupted
 
 Bytes = npt.NDArray[np.uint8]

@@ -27,9 +27,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Final
 
-import crc32c
-
 from streamq.broker.errors import BrokerError
+from streamq.log._records import crc32c
 from streamq.log.files import append_all, write_file_atomic
 
 MAGIC: Final = b"SQDF"
@@ -51,7 +50,7 @@ class DefinitionsCorrupted(BrokerError):
 
 def encode_record(op: Op) -> bytes:
     payload = json.dumps(op, separators=(",", ":"), ensure_ascii=False).encode()
-    return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+    return RECORD_HEADER.pack(len(payload), crc32c(payload)) + payload
 
 
 def encode_file(ops: list[Op]) -> bytes:
@@ -71,7 +70,7 @@ def decode_file(path: str, data: bytes) -> tuple[list[Op], int]:
         length, crc = RECORD_HEADER.unpack_from(data, position)
         start = position + RECORD_HEADER.size
         payload = data[start : start + length]
-        if length > RECORD_BYTES_MAX or len(payload) < length or crc32c.crc32c(payload) != crc:
+        if length > RECORD_BYTES_MAX or len(payload) < length or crc32c(payload) != crc:
             if start + length < len(data) and length <= RECORD_BYTES_MAX:
                 raise DefinitionsCorrupted(path, position, "record fails its checksum")
             break  # torn last record

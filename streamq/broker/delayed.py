@@ -26,8 +26,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from crc32c import crc32c
-
+from streamq.log._records import crc32c
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
 

@@ -31,8 +31,12 @@ class SparseIndex:
         cls, interval_bytes: int, entries: Iterable[tuple[int, int, int]]
     ) -> SparseIndex:
         index = cls(interval_bytes)
-        for relative_offset, position, timestamp_ms in entries:
-            index.add(relative_offset, position, timestamp_ms)
+        columns = list(zip(*entries, strict=True))
+        if columns:  # C-level copies: an index file's entries are read at every start
+            index.relative_offsets.extend(columns[0])
+            index.positions.extend(columns[1])
+            index.timestamps.extend(columns[2])
+            index.last_position = index.positions[-1]
         return index
 
     def __len__(self) -> int:

@@ -193,7 +193,7 @@ def _sealed_flags(directory: str, bases: list[int]) -> list[bool]:
     for base in bases:
         try:
             with open(os.path.join(directory, fmt.index_name(base)), "rb") as f:
-                flags.append(fmt.decode_index(f.read()) is not None)
+                flags.append(fmt.index_intact(f.read()))
         except FileNotFoundError:
             flags.append(False)
     return flags

@@ -15,10 +15,7 @@ import sys
 from typing import Any
 
 from streamq.perf.errors import PerfError
-from streamq.perf.footprint import format_result, run_connections, run_queues
 from streamq.perf.options import add_subcommands, json_table, throughput_config
-from streamq.perf.sink import run_sink
-from streamq.perf.throughput import run_throughput
 from streamq.perf.uri import parse_uri
 
 _USAGE_ERROR = 2
@@ -46,6 +43,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here: building the command line (every `streamq` start, the broker's too)
+    # needs only the options; the tests pull in multiprocessing and their clients.
+    from streamq.perf.footprint import format_result, run_connections, run_queues  # noqa: PLC0415
+    from streamq.perf.sink import run_sink  # noqa: PLC0415
+    from streamq.perf.throughput import run_throughput  # noqa: PLC0415
+
     command = args.perf_command
     if command == "throughput":
         return run_throughput(throughput_config(args))

@@ -48,8 +48,7 @@ from array import array
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-import crc32c
-
+from streamq.log._records import crc32c
 from streamq.log.errors import OutOfSpace
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.queues.runs import RunSet
@@ -104,7 +103,7 @@ def encode_block(words: array[int]) -> bytes:
         words = array("Q", words)
         words.byteswap()
     payload = words.tobytes()
-    return BLOCK.pack(len(words) // WORDS, crc32c.crc32c(payload)) + payload
+    return BLOCK.pack(len(words) // WORDS, crc32c(payload)) + payload
 
 
 def encode_live(
@@ -174,7 +173,7 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
         count, crc = BLOCK.unpack_from(data, position)
         start = position + BLOCK.size
         end = start + count * entry_bytes
-        if count > BLOCK_ENTRIES_MAX or end > len(data) or crc32c.crc32c(data[start:end]) != crc:
+        if count > BLOCK_ENTRIES_MAX or end > len(data) or crc32c(data[start:end]) != crc:
             if end < len(data) and count <= BLOCK_ENTRIES_MAX:
                 raise JournalCorrupted(path, position, "block fails its checksum")
             break  # a torn last block

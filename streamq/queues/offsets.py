@@ -25,8 +25,7 @@ import struct
 import threading
 from typing import Final
 
-import crc32c
-
+from streamq.log._records import crc32c
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
 
@@ -99,7 +98,7 @@ class AckWatermark:
 
 def encode_record(tag: str, offset: int) -> bytes:
     payload = OFFSET.pack(offset) + tag.encode("utf-8", "surrogateescape")
-    return RECORD.pack(len(payload), crc32c.crc32c(payload)) + payload
+    return RECORD.pack(len(payload), crc32c(payload)) + payload
 
 
 def encode_file(offsets: dict[str, int]) -> bytes:
@@ -122,7 +121,7 @@ def decode_file(path: str, data: bytes) -> tuple[dict[str, int], int, int]:
         start = position + RECORD.size
         payload = data[start : start + length]
         valid = OFFSET.size <= length <= OFFSET.size + TAG_BYTES_MAX
-        if not valid or len(payload) < length or crc32c.crc32c(payload) != crc:
+        if not valid or len(payload) < length or crc32c(payload) != crc:
             if valid and start + length < len(data):
                 raise OffsetsCorrupted(path, position, "record fails its checksum")
             break  # torn last record
