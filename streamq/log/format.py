@@ -352,12 +352,13 @@ def index_intact(data: bytes) -> bool:
     if len(data) < INDEX_HEADER_BYTES:
         return False
     magic, version, header_bytes, _, _, _, _, count, crc = INDEX_HEADER.unpack_from(data, 0)
+    expected: int = crc
     if magic != INDEX_MAGIC or version != FORMAT_VERSION or header_bytes != INDEX_HEADER_BYTES:
         return False
     if len(data) - INDEX_HEADER_BYTES != count * INDEX_ENTRY_BYTES:
         return False
     with memoryview(data) as view:
-        return crc32c(view[INDEX_HEADER_BYTES:], crc32c(view[:44])) == crc
+        return crc32c(view[INDEX_HEADER_BYTES:], crc32c(view[:44])) == expected
 
 
 def encode_durable(offset: int) -> bytes:
