@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 # The C accelerators (setup.py) build in place at install: a changed source reinstalls.
-C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/broker/*.c)
+C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c)
 
-.PHONY: run test check lint typecheck contracts pytest bench clean system-packages
+.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize
 
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
@@ -31,6 +31,11 @@ typecheck: $(TEST_STAMP)
 
 contracts: $(TEST_STAMP)
 	$(BIN)/lint-imports
+
+# The C modules' tests with the modules built under ASan and UBSan (also one test of the
+# suite: tests/integration/test_c_sanitizers.py).
+sanitize: $(TEST_STAMP)
+	tools/sanitize.sh
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/log_bench.py
