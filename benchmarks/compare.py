@@ -131,6 +131,8 @@ def run_once(scenario: Scenario, run: Run, peaks: Peaks) -> dict[str, float] | s
             outcome: dict[str, float] | str = scenario.run(run)
         except ScenarioError as exc:
             outcome = str(exc)
+        except Exception as exc:  # a client library's error: the run goes on
+            outcome = f"{type(exc).__name__}: {exc}"
     peaks.add(scenario.key, run.broker.name, sampler.peak_kib)
     return outcome
 

@@ -38,7 +38,7 @@ class Death:
 
 class DeadLetterRun(NamedTuple):
     """A dead letter as republished, for the next message of a run to reuse when its
-    properties, exchange and routing key are the same (`VHost.dead_letter_many`)."""
+    properties, exchange and routing key are the same (`VHost._expire_head`)."""
 
     properties_raw: bytes  # before
     exchange: str

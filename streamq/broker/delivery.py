@@ -76,6 +76,20 @@ def read_message(log: SegmentLog, offset: int) -> fmt.Record:
         raise MessageUnreadable(unreadable_text(offset, exc)) from exc
 
 
+def read_queued(log: SegmentLog, queue: Queue, offset: int) -> fmt.Record:
+    """The record of a message of `queue`, read through its window: reading a queue's
+    messages in order (its expired head, a run of dead letters) reads each chunk once.
+    Raises MessageUnreadable."""
+    try:
+        return queue.window.record(log, offset)
+    except OffsetOutOfRange as exc:
+        queue.window.release()
+        raise MessageUnreadable(f"message at offset {offset} is missing from the log") from exc
+    except LogError as exc:
+        queue.window.release()
+        raise MessageUnreadable(unreadable_text(offset, exc)) from exc
+
+
 def unreadable_text(offset: int, exc: Exception) -> str:
     """Why the message at `offset` cannot be read, short enough for a reply text (the
     segment by its file name, not its path)."""

@@ -36,7 +36,7 @@ from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsJournal,
 )
-from streamq.broker.delivery import MessageUnreadable, read_message, round_robin
+from streamq.broker.delivery import MessageUnreadable, read_message, read_queued, round_robin
 from streamq.broker.errors import (
     AccessRefused,
     NotFound,
@@ -74,7 +74,7 @@ from streamq.broker.vhost_store import (
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.format import Record
-from streamq.log.log import MIB, LogConfig, SegmentLog
+from streamq.log.log import MIB, LogConfig, RunMessage, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
 from streamq.queues.journal import QueueJournal
@@ -82,6 +82,7 @@ from streamq.queues.journal import QueueJournal
 logger = logging.getLogger(__name__)
 
 DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
+EXPIRE_RUN_MAX: Final = 4096  # expired messages read, dead-lettered and settled per run
 # Publisher flow control: a classic queue whose consumers are all out of credit after a
 # delivery round and whose ready backlog exceeds the high mark is "in flow" (publishers to
 # it are held briefly) until the backlog falls below the low mark.
@@ -718,7 +719,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             if ready is None:
                 return None
             try:
-                record = read_message(self.log, ready.offset)
+                record = read_queued(self.log, queue, ready.offset)
             except MessageUnreadable:
                 queue.cursor.untake(ready.offset)
                 raise
@@ -757,18 +758,23 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def _expiry_check(
         self, queue: Queue, now_ms: int, fresh_from: int | None
-    ) -> Callable[[int], bool]:
-        """Whether the message at an offset of `queue` has expired at `now_ms`; those
-        from `fresh_from` on that were never delivered wait for their first delivery
-        round and have not (see `take`). Reads the record (MessageUnreadable)."""
+    ) -> Callable[[int], Record | None]:
+        """The record of the message at an offset of `queue` if it has expired at
+        `now_ms`, else None; those from `fresh_from` on that were never delivered wait
+        for their first delivery round and have not (see `take`). Reads the record
+        (MessageUnreadable)."""
         log = self.log
         # Nothing in a queue is at the log's next offset or past it.
         fresh_min = log.next_offset if fresh_from is None else fresh_from
         delivered = queue.cursor.delivery_count  # looked up only from fresh_min on
-        return lambda offset: (
-            (offset < fresh_min or delivered(offset) > 0)
-            and self._expired(queue, read_message(log, offset), now_ms)
-        )
+
+        def expired(offset: int) -> Record | None:
+            if offset >= fresh_min and delivered(offset) == 0:
+                return None
+            record = read_queued(log, queue, offset)
+            return record if self._expired(queue, record, now_ms) else None
+
+        return expired
 
     def _runs_from(self, queue: Queue, now_ms: int, fresh_from: int) -> Callable[[int], bool]:
         """For a queue whose only TTL is its own (no message carries an expiration):
@@ -784,7 +790,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 return True
             if ttl is None or ttl < 0:
                 return True
-            return now_ms < read_message(log, first).timestamp_ms + ttl
+            return now_ms < read_queued(log, queue, first).timestamp_ms + ttl
 
         return runs_from
 
@@ -812,14 +818,98 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             return 0
         if queue.message_ttl_ms is None and not queue.holds_expiring:
             return 0
+        expired_runs = 0
+        if not queue.holds_expiring and queue.max_priority is None:
+            try:
+                expired_runs = self._expire_head_runs(queue, now_ms, fresh_from)
+            except MessageUnreadable as exc:
+                self.fail_queue(queue, str(exc))
+                return 0
+        run: list[DeadLetterRun | None] = [None]
+        cursor = queue.cursor
+
+        def dead_letter(offset: int, record: object) -> None:
+            # Each expired message is read once and dead-lettered right away: a run of
+            # them with the same exchange, routing key and properties (say, one
+            # publisher's) shares one x-death splice and one route (`DeadLetterRun`).
+            assert isinstance(record, Record)
+            run[0] = self._dead_letter_record(queue, record, "expired", now_ms, run[0])
+            cursor.dropped(offset, len(record.body))
+
         try:
-            taken = queue.cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from))
-            if taken:
-                self.dead_letter_many(queue, taken, "expired", now_ms)
+            taken = cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from), dead_letter)
         except MessageUnreadable as exc:
             self.fail_queue(queue, str(exc))
             return 0
-        return len(taken)
+        return expired_runs + len(taken)
+
+    def _expire_head_runs(self, queue: Queue, now_ms: int, fresh_from: int | None) -> int:
+        """`_expire_head` for a queue whose only TTL is its own, in runs: the expired
+        messages at its head that were never delivered are read in order (timestamps
+        never decrease along the log, so they end at the first one that has not
+        expired), taken as one run, dead-lettered as runs of publishes and settled as
+        one journal entry. What is left (requeued messages) takes the general path.
+        Returns how many expired. Raises MessageUnreadable."""
+        ttl = queue.message_ttl_ms
+        if ttl is None or ttl < 0:
+            return 0
+        cursor = queue.cursor
+        log = self.log
+        fresh_min = log.next_offset if fresh_from is None else fresh_from
+        published_max_ms = now_ms - ttl  # expired: published at or before this
+        total = 0
+        while True:
+            first, count = cursor.fresh_head_run()
+            count = min(count, fresh_min - first, EXPIRE_RUN_MAX)
+            if count <= 0:
+                return total
+            records: list[Record] = []
+            for offset in range(first, first + count):
+                record = read_queued(log, queue, offset)
+                if record.timestamp_ms > published_max_ms:
+                    break
+                records.append(record)
+            if not records:
+                return total
+            taken, taken_count = cursor.take_run(len(records))
+            assert (taken, taken_count) == (first, len(records))
+            self._dead_letter_records(queue, records, "expired", now_ms)
+            cursor.dropped_run(first, len(records), sum(len(r.body) for r in records))
+            total += len(records)
+            if len(records) < count:
+                return total
+
+    def _dead_letter_records(
+        self, queue: Queue, records: list[Record], reason: str, now_ms: int
+    ) -> None:
+        """Dead-letter `records` of `queue`, in order: those that share exchange, routing
+        key and properties with the one before share its x-death splice and route, and
+        are published as one run (`publish_run`) where it takes them."""
+        index = 0
+        while index < len(records):
+            head = records[index]
+            run = self._dead_letter_record(queue, head, reason, now_ms)
+            end = index + 1
+            while end < len(records) and (
+                records[end].properties == head.properties
+                and records[end].exchange == head.exchange
+                and records[end].routing_key == head.routing_key
+            ):
+                end += 1
+            rest = records[index + 1 : end]
+            if rest and run is not None and run.targets:
+                exchange_name = queue.dead_letter_exchange or ""
+                # A publish run's items as the gateway's scan gives them (what follows
+                # properties and body is not read by `publish_run`).
+                messages: list[RunMessage] = [
+                    (run.properties, r.body, exchange_name, run.dead_routing_key, 0) for r in rest
+                ]
+                if not self.publish_run(
+                    exchange_name, run.dead_routing_key, messages, run.targets, now_ms
+                ):
+                    for record in rest:  # a limit or a stream on the way: one by one
+                        self._dead_letter_record(queue, record, reason, now_ms, run)
+            index = end
 
     def expire_queues(self, now_s: float) -> list[Queue]:
         """Delete the queues unused for their x-expires (monotonic `now_s`); returns
@@ -855,26 +945,13 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def dead_letter_taken(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
         """`dead_letter` of a message just taken from the cursor, not delivered."""
         try:
-            record = read_message(self.log, offset)
+            record = read_queued(self.log, queue, offset)
         except MessageUnreadable as exc:
             queue.cursor.untake(offset)
             self.fail_queue(queue, str(exc))
             return
         self._dead_letter_record(queue, record, reason, now_ms)
         queue.cursor.dropped(offset, len(record.body))
-
-    def dead_letter_many(self, queue: Queue, offsets: list[int], reason: str, now_ms: int) -> None:
-        """`dead_letter_taken` for each offset, in order. A run of messages with the same
-        exchange, routing key and properties (say, expired messages of one publisher)
-        shares one x-death splice and one route: nothing can change routing while this
-        synchronous loop runs, and the same input gives the same properties. Raises
-        MessageUnreadable."""
-        run: DeadLetterRun | None = None
-        log = self.log
-        for offset in offsets:
-            record = read_message(log, offset)
-            run = self._dead_letter_record(queue, record, reason, now_ms, run)
-            queue.cursor.dropped(offset, len(record.body))
 
     def _dead_letter_record(
         self,
@@ -885,7 +962,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         run: DeadLetterRun | None = None,
     ) -> DeadLetterRun | None:
         """Republish `record` as a dead letter of `queue`; returns what a following
-        message of the same run can reuse (see `dead_letter_many`)."""
+        message of the same run can reuse (see `_expire_head`)."""
         exchange_name = queue.dead_letter_exchange
         codec = self.properties_codec
         if exchange_name is None or codec is None or exchange_name not in self.exchanges:

@@ -33,6 +33,7 @@ from typing import Final, NamedTuple
 
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
+from streamq.log._records import scan_records as _scan_records
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -833,7 +834,7 @@ class SegmentLog:
         i = bisect_right(self._bases, base_offset)
         return self._bases[i] if i < len(self._bases) else None
 
-    def read_at(self, base_offset: int, position: int, size: int) -> bytes | bytearray | memoryview:
+    def read_at(self, base_offset: int, position: int, size: int) -> bytes:
         """Up to `size` bytes of the segment at `base_offset` from `position` (a record
         boundary) on, records appended but not yet durable included: from the buffers in
         memory when they hold them, else from the file. The result holds whole records
@@ -856,7 +857,8 @@ class SegmentLog:
             memory_from = end - len(self._buffer)
             if position >= memory_from:
                 start = position - memory_from
-                return self._buffer[start : start + size]  # a copy: the buffer grows
+                with memoryview(self._buffer) as view:  # a copy: the buffer grows
+                    return bytes(view[start : start + size])
         for kept, start, data, _ in self._recent:
             if kept is segment:
                 if start <= position < start + len(data):
@@ -870,11 +872,14 @@ class SegmentLog:
             raise self._fail(exc) from exc
 
     def read_record(self, offset: int) -> fmt.Record:
-        """The record at `offset`, durable or not, its CRC checked. Raises
-        OffsetOutOfRange, SegmentCorrupted and LogFailed."""
+        """The record at `offset`, durable or not, its CRC checked (and those read on the
+        way from the index entry before it, in C). Raises OffsetOutOfRange,
+        SegmentCorrupted and LogFailed."""
         base, position, first_offset = self.locate(offset)
         segment = self._segments[bisect_right(self._bases, base) - 1]
-        size = self.config.read_chunk_bytes
+        # The index entry is at most an interval before it: read about that much (a
+        # read here is a copy, and callers read one record at a time).
+        size = self.config.index_interval_bytes + 1024
         out: list[fmt.Record] = []
         while True:
             data = self.read_at(base, position, size)
@@ -882,15 +887,22 @@ class SegmentLog:
                 need = 4 + int.from_bytes(data[:4], "little")
                 if need > len(data):
                     data = self.read_at(base, position, need)
-            result = fmt.decode_records(
+            if first_offset < offset:
+                # Pass over the records before it: one C call per chunk, not a decode each.
+                end, first_offset, _, _, _, _ = _scan_records(
+                    data, 0, first_offset, offset, 0, 0, 1 << 62, -(1 << 62)
+                )
+                if end > 0:
+                    position += end
+                    continue
+                # Nothing passed over: the next record is damaged or missing, and the
+                # Python decoder below says which, with the position.
+            fmt.decode_records(
                 bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
             )
             if out:
                 return out[0]
-            if result.position == 0:
-                raise SegmentCorrupted(segment.path, position, f"record {offset} is missing")
-            position += result.position
-            first_offset = result.next_offset
+            raise SegmentCorrupted(segment.path, position, f"record {offset} is missing")
 
     def seek_timestamp(self, timestamp_ms: int) -> int:
         """The first durable offset whose timestamp is `timestamp_ms` or later, or

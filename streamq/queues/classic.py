@@ -198,6 +198,14 @@ class ClassicQueue:
         """Give back the part of a run taken by `take_run` that did not go out."""
         self._taken_from.fresh.add_front(first, count)
 
+    def fresh_head_run(self) -> tuple[int, int]:
+        """The first run of never-delivered messages, if they are next in line (no
+        requeued message before them): (first, count); (0, 0) otherwise."""
+        level = self._top()
+        if level is None or level.requeued:
+            return 0, 0
+        return level.fresh.head_run()
+
     def take(self) -> ReadyMessage | None:
         """The next message, taken singly; the caller then calls `delivered` (it went
         out), `dropped` (it left the queue) or `untake`. None if nothing is ready."""
@@ -228,13 +236,21 @@ class ClassicQueue:
         else:
             level.fresh.add_front(offset, 1)
 
-    def take_expired(self, expired: Callable[[int], bool]) -> list[int]:
-        """Take the messages at the head for which `expired(offset)` holds, stopping at
-        the first that does not; the caller settles each with `dropped`."""
+    def take_expired(
+        self,
+        expired: Callable[[int], object],
+        on_taken: Callable[[int, object], None] | None = None,
+    ) -> list[int]:
+        """Take the messages at the head for which `expired(offset)` is true (a record,
+        say), stopping at the first for which it is not; `on_taken(offset, value)` runs
+        right after each take (it settles the message, with `dropped`), so that each is
+        read once and nothing read is held. Returns the offsets taken."""
         taken = []
-        while (offset := self.peek()) is not None and expired(offset):
+        while (offset := self.peek()) is not None and (value := expired(offset)):
             self.take()
             taken.append(offset)
+            if on_taken is not None:
+                on_taken(offset, value)
         return taken
 
     def dropped(self, offset: int, size: int) -> None:
@@ -244,6 +260,13 @@ class ClassicQueue:
         self._counts.pop(offset, None)
         if self.journal is not None:
             self.journal.acked_run(offset, 1, size)
+
+    def dropped_run(self, first: int, count: int, size: int) -> None:
+        """`dropped` of the `count` messages from `first` on, taken by `take_run`, whose
+        bodies total `size` bytes."""
+        self.bytes_ready -= size
+        if self.journal is not None:
+            self.journal.acked_run(first, count, size)
 
     # -- settlement ----------------------------------------------------------------------
 

@@ -77,19 +77,25 @@ class PriorityQueue(ClassicQueue):
         if priority:
             self._in_flight[offset] = priority
 
-    def take_expired(self, expired: Callable[[int], bool]) -> list[int]:
+    def take_expired(
+        self,
+        expired: Callable[[int], object],
+        on_taken: Callable[[int, object], None] | None = None,
+    ) -> list[int]:
         """As RabbitMQ's priority queue, the head of every priority is looked at, not
         only the overall head: an expired message of a low priority goes without
         waiting for the higher ones to drain."""
         taken = []
         for priority in self._used:
             level = self._by_priority[priority]
-            while (offset := level.first()) is not None and expired(offset):
+            while (offset := level.first()) is not None and (value := expired(offset)):
                 if level.requeued:
                     level.requeued.pop(0)
                 else:
                     level.fresh.pop_run(1)
                 taken.append(offset)
+                if on_taken is not None:
+                    on_taken(offset, value)
         return taken
 
     def ack(self, offset: int) -> int:

@@ -25,6 +25,8 @@ READ_CHUNK_BYTES: Final = 128 * 1024
 # A window more than this many offsets behind the next one to read seeks with the
 # segment index rather than reading the records in between.
 RELOCATE_RECORDS: Final = 2048
+_HEADER = fmt.RECORD_HEADER.unpack_from
+_new = tuple.__new__
 
 
 class ReadWindow:
@@ -35,7 +37,7 @@ class ReadWindow:
     def __init__(self) -> None:
         self.base = -1  # the segment's base offset; -1: nothing read
         self.file_position = 0  # where data[0] is in that segment
-        self.data: bytes | bytearray | memoryview = b""
+        self.data = b""
         self.position = 0  # the next record in data
         self.offset = -1  # that record's offset
 
@@ -43,7 +45,7 @@ class ReadWindow:
         self.base = -1
         self.data = b""
 
-    def records(self, log: SegmentLog, target: int) -> tuple[bytes | bytearray | memoryview, int]:
+    def records(self, log: SegmentLog, target: int) -> tuple[bytes, int]:
         """Bytes holding whole records from one at or before `target` on, and where in
         them the first such record starts."""
         if (
@@ -88,6 +90,50 @@ class ReadWindow:
             data = data[:end]
         self.base, self.file_position, self.data, self.position = base, position, data, 0
         self.offset = offset
+
+    def record(self, log: SegmentLog, target: int) -> fmt.Record:
+        """The record at offset `target`, read through the window (sequential reads, say
+        the expired head of a queue, cost a chunk read per 128 KiB, not one each).
+        Raises SegmentCorrupted (damaged or missing) and what `SegmentLog.read_at`
+        raises."""
+        if self.offset == target and self.base >= 0:
+            # Hot path (a queue's head read in order): the record is next in the window,
+            # checked when the chunk was read; its fields are sliced out, no CRC again.
+            data, position = self.data, self.position
+            if position + fmt.RECORD_HEADER_BYTES <= len(data):
+                length, _, offset, timestamp_ms, lex, lrk, _, lprops = _HEADER(data, position)
+                end = position + 4 + length
+                if end <= len(data) and offset == target:
+                    a = position + fmt.RECORD_HEADER_BYTES
+                    b = a + lex
+                    c = b + lrk
+                    d = c + lprops
+                    self.position, self.offset = end, target + 1
+                    fields = (target, timestamp_ms, data[a:b], data[b:c], data[c:d], data[d:end])
+                    return _new(fmt.Record, fields)
+        while True:
+            data, position = self.records(log, target)
+            offset = self.offset
+            end = len(data)
+            while position + 4 <= end:  # pass over the records before it
+                size = 4 + int.from_bytes(data[position : position + 4], "little")
+                if position + size > end or offset == target:
+                    break
+                position += size
+                offset += 1
+            self.advance(position, offset)
+            if offset == target and position + 4 <= end:
+                out: list[fmt.Record] = []
+                path = os.path.join(log.directory, fmt.segment_name(self.base))
+                result = fmt.decode_records(
+                    data, self.file_position, position, target, target + 1, out, 1, path
+                )
+                if out:
+                    self.advance(result.position, target + 1)
+                    return out[0]
+            if not self.read_on(log):
+                path = os.path.join(log.directory, fmt.segment_name(self.base))
+                raise SegmentCorrupted(path, self.file_position, f"record {target} is missing")
 
     def advance(self, position: int, next_offset: int) -> None:
         self.position = position

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amqp_gateway.codec import BasicProperties, encode_properties
+from amqp_gateway.codec import BasicProperties, decode_properties, encode_properties
 from amqp_gateway.deaths import AmqpPropertiesCodec
 from streamq.broker.errors import AccessRefused, NotFound, PreconditionFailed
 from streamq.broker.exchange import Destination, topic_match, topic_words
@@ -147,5 +147,40 @@ def test_a_queue_ttl_delivers_runs_and_still_expires_its_head(tmp_path: Path) ->
         assert dead.cursor.message_count == 50
         taken = host.get(dead, 0)
         assert taken is not None and taken[1].body == b"old0"
+    finally:
+        host.close()
+
+
+def test_an_expired_head_is_dead_lettered_in_runs_in_order(tmp_path: Path) -> None:
+    """A queue TTL's expired head goes as runs: read in order, dead-lettered with one
+    x-death splice per stretch of equal properties (published as one run), settled as
+    one journal entry; messages not yet expired stay, and so does their byte count."""
+    host = VHost("/", str(tmp_path / "vh"), Syncer())
+    host.properties_codec = AmqpPropertiesCodec()
+    try:
+        host.declare_queue("dlq", False, True, False, False, {}, owner=None)
+        arguments = {"x-message-ttl": 1000, "x-dead-letter-exchange": ""}
+        arguments["x-dead-letter-routing-key"] = "dlq"
+        queue = host.declare_queue("q", False, True, False, False, arguments, owner=None)
+        other = encode_properties(BasicProperties(content_type="text/plain"))
+        for n in range(5000):  # past EXPIRE_RUN_MAX; properties change at 3000
+            host.publish("", "q", PLAIN if n < 3000 else other, b"%d" % n, [queue], 1_000)
+        for n in range(3):
+            host.publish("", "q", PLAIN, b"late%d" % n, [queue], 10_000)
+        assert host.expire_head(queue, 5_000) == 5000
+        assert queue.cursor.message_count == 3
+        assert queue.cursor.bytes_ready == len(b"late0") * 3
+        dead = host.queues["dlq"]
+        bodies, content_types, deaths = [], set(), set()
+        codec = AmqpPropertiesCodec()
+        while (taken := host.get(dead, 0)) is not None:
+            ready, record = taken
+            bodies.append(record.body)
+            content_types.add(decode_properties(record.properties).content_type)
+            deaths.add(tuple(codec.deaths(record.properties)))
+            host.settle(dead, ready.offset)
+        assert bodies == [b"%d" % n for n in range(5000)]
+        assert content_types == {None, "text/plain"}
+        assert deaths == {(("q", "expired"),)}
     finally:
         host.close()
