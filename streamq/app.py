@@ -14,21 +14,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import importlib
 import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
 import uvloop
 
 from amqp_gateway.server import Gateway, start_amqp_server
-from http_gateway.server import HttpServer, start_http_server
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
 from streamq.heap import tune_collector
+
+if TYPE_CHECKING:
+    from http_gateway.server import HttpServer
 
 logger = logging.getLogger("streamq")
 
@@ -87,8 +90,13 @@ async def _listen(
 
 
 async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
+    # The management gateway (aiohttp and its handlers, about half of the start-up's
+    # imports) is imported on a worker thread once the AMQP listener is up: a restart
+    # serves AMQP clients while it loads.
+    loop = asyncio.get_running_loop()
+    server = await loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
     try:
-        return await start_http_server(broker, host, port)
+        return cast("HttpServer", await server.start_http_server(broker, host, port))
     except OSError as exc:
         raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
 
