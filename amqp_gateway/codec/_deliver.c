@@ -283,20 +283,55 @@ typedef struct {
     Py_ssize_t piece_max; /* body bytes per frame: frame_max - 8 */
 } Delivery;
 
+/* The basic.deliver method frame: `exchange` and `routing_key` are at most 255 bytes. */
+static unsigned char *
+put_deliver_method(unsigned char *p, uint32_t channel, uint32_t method_size, const Bytes *tag,
+                   uint64_t delivery_tag, unsigned redelivered, const void *exchange,
+                   size_t exchange_len, const void *routing_key, size_t routing_key_len)
+{
+    p = put_frame_start(p, FRAME_METHOD, channel, method_size);
+    p = put_u16(put_u16(p, BASIC_CLASS), BASIC_DELIVER);
+    p = put_shortstr(p, tag);
+    p = put_u64(p, delivery_tag);
+    *p++ = (unsigned char)redelivered;
+    *p++ = (unsigned char)exchange_len;
+    memcpy(p, exchange, exchange_len);
+    p += exchange_len;
+    *p++ = (unsigned char)routing_key_len;
+    memcpy(p, routing_key, routing_key_len);
+    p += routing_key_len;
+    *p++ = FRAME_END;
+    return p;
+}
+
+/* The body frames, at most `piece_max` body bytes each; none for an empty body (spec
+ * 4.2.6.2). */
+static unsigned char *
+put_body_frames(unsigned char *p, uint32_t channel, const void *body, size_t size,
+                size_t piece_max)
+{
+    const unsigned char *b = body;
+    for (size_t left = size; left > 0;) {
+        size_t piece = left < piece_max ? left : piece_max;
+        p = put_frame_start(p, FRAME_BODY, channel, (uint32_t)piece);
+        memcpy(p, b, piece);
+        p += piece;
+        *p++ = FRAME_END;
+        b += piece;
+        left -= piece;
+    }
+    return p;
+}
+
 /* Writes the three kinds of frame at `p`, which has room for exactly `delivery_size`
  * bytes (the caller computed it with the same formulas). */
 static void
 write_delivery(unsigned char *p, const Delivery *d, uint32_t method_size,
                uint32_t header_size)
 {
-    p = put_frame_start(p, FRAME_METHOD, d->channel, method_size);
-    p = put_u16(put_u16(p, BASIC_CLASS), BASIC_DELIVER);
-    p = put_shortstr(p, &d->consumer_tag);
-    p = put_u64(p, d->delivery_tag);
-    *p++ = (unsigned char)d->redelivered;
-    p = put_shortstr(p, &d->exchange);
-    p = put_shortstr(p, &d->routing_key);
-    *p++ = FRAME_END;
+    p = put_deliver_method(p, d->channel, method_size, &d->consumer_tag, d->delivery_tag,
+                           d->redelivered, d->exchange.data, (size_t)d->exchange.size,
+                           d->routing_key.data, (size_t)d->routing_key.size);
 
     /* Spec 4.2.6.1: weight is unused and must be zero. */
     p = put_frame_start(p, FRAME_HEADER, d->channel, header_size);
@@ -304,18 +339,7 @@ write_delivery(unsigned char *p, const Delivery *d, uint32_t method_size,
     memcpy(p, d->properties.data, (size_t)d->properties.size);
     p += d->properties.size;
     *p++ = FRAME_END;
-
-    /* Spec 4.2.6.2: no body frame for an empty body. */
-    const char *body = d->body.data;
-    for (Py_ssize_t left = d->body.size; left > 0;) {
-        Py_ssize_t piece = left < d->piece_max ? left : d->piece_max;
-        p = put_frame_start(p, FRAME_BODY, d->channel, (uint32_t)piece);
-        memcpy(p, body, (size_t)piece);
-        p += piece;
-        *p++ = FRAME_END;
-        body += piece;
-        left -= piece;
-    }
+    put_body_frames(p, d->channel, d->body.data, (size_t)d->body.size, (size_t)d->piece_max);
 }
 
 /* Reads and checks every argument in the order the Python function meets them, fills
@@ -535,6 +559,29 @@ typedef struct {
     size_t body_len;
 } Record;
 
+/* Where one record's parts are, its length and flags checked against the record's
+ * length; -1 with ValueError set when they do not add up. */
+static int
+parse_record(const unsigned char *r, uint32_t record_length, Py_ssize_t pos, Record *rec)
+{
+    rec->exchange_len = r[24];
+    rec->routing_key_len = r[25];
+    rec->properties_len = get_le32(r + 28);
+    uint32_t flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
+    if (flags != 0 || (uint64_t)rec->exchange_len + rec->routing_key_len + rec->properties_len >
+                          record_length - RECORD_LENGTH_MIN) {
+        PyErr_Format(PyExc_ValueError, "bad record at %zd", pos);
+        return -1;
+    }
+    rec->exchange = r + RECORD_HEADER_BYTES;
+    rec->routing_key = rec->exchange + rec->exchange_len;
+    rec->properties = rec->routing_key + rec->routing_key_len;
+    rec->body = rec->properties + rec->properties_len;
+    rec->body_len = record_length - RECORD_LENGTH_MIN - rec->exchange_len - rec->routing_key_len -
+                    rec->properties_len;
+    return 0;
+}
+
 PyDoc_STRVAR(deliver_records_doc,
 "deliver_records($module, out, records, position, first_offset, count, channel,\n"
 "                consumer_tag, first_delivery_tag, frame_max, out_bytes_max, /)\n"
@@ -607,6 +654,8 @@ deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     size_t total = 0;
     uint64_t expected = first_offset;
     long long next_offset = -1; /* after the last record passed over or delivered */
+    Py_ssize_t start = pos;     /* the first record of the run */
+    Record rec;
     while (delivered < count && (out_bytes_max <= 0 || delivered == 0 ||
                                  total < (size_t)out_bytes_max)) {
         if (length - pos < RECORD_HEADER_BYTES) {
@@ -622,15 +671,12 @@ deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break; /* the rest is in the next read */
         }
         uint64_t offset = get_le64(r + 8);
-        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
-        uint32_t lprops = get_le32(r + 28);
-        if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN) {
-            PyErr_Format(PyExc_ValueError, "bad record at %zd", pos);
+        if (parse_record(r, record_length, pos, &rec) < 0) {
             goto done;
         }
         if (offset < expected && delivered == 0) {
             pos += 4 + (Py_ssize_t)record_length; /* before the run: skipped */
-            end_pos = pos;
+            start = end_pos = pos;
             next_offset = (long long)offset + 1;
             continue;
         }
@@ -639,16 +685,15 @@ deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                          (unsigned long long)offset, pos, (unsigned long long)expected);
             goto done;
         }
-        size_t header_size = HEADER_FIELDS_BYTES + lprops;
+        size_t header_size = HEADER_FIELDS_BYTES + rec.properties_len;
         if (header_size > piece_max) {
             PyErr_Format(PyExc_ValueError, "content header of %zu bytes exceeds frame_max %lld",
                          header_size, frame_max);
             goto done;
         }
-        size_t body = record_length - RECORD_LENGTH_MIN - lex - lrk - lprops;
-        size_t pieces = body == 0 ? 0 : (body - 1) / piece_max + 1;
-        total += method_fixed + lex + lrk + header_size + body +
-                 (2 + pieces) * FRAME_OVERHEAD_BYTES;
+        size_t pieces = rec.body_len == 0 ? 0 : (rec.body_len - 1) / piece_max + 1;
+        total += method_fixed + rec.exchange_len + rec.routing_key_len + header_size +
+                 rec.body_len + (2 + pieces) * FRAME_OVERHEAD_BYTES;
         pos += 4 + (Py_ssize_t)record_length;
         end_pos = pos;
         expected++;
@@ -671,64 +716,29 @@ deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* Pass 2: write them (the checks above hold: the input did not change). */
     unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + mark;
-    pos = position > length ? length : position;
-    Py_ssize_t written = 0;
-    while (written < delivered) {
+    pos = start;
+    for (Py_ssize_t written = 0; written < delivered; written++) {
         const unsigned char *r = data + pos;
         uint32_t record_length = get_le32(r);
-        uint64_t offset = get_le64(r + 8);
         pos += 4 + (Py_ssize_t)record_length;
-        if (offset < first_offset) {
-            continue;
-        }
-        Record rec;
-        rec.exchange_len = r[24];
-        rec.routing_key_len = r[25];
-        rec.properties_len = get_le32(r + 28);
-        rec.exchange = r + RECORD_HEADER_BYTES;
-        rec.routing_key = rec.exchange + rec.exchange_len;
-        rec.properties = rec.routing_key + rec.routing_key_len;
-        rec.body = rec.properties + rec.properties_len;
-        rec.body_len = record_length - RECORD_LENGTH_MIN - rec.exchange_len -
-                       rec.routing_key_len - rec.properties_len;
+        (void)parse_record(r, record_length, pos, &rec); /* checked in pass 1 */
 
         uint32_t method_size = (uint32_t)(method_fixed + rec.exchange_len + rec.routing_key_len);
-        p = put_frame_start(p, FRAME_METHOD, (uint32_t)channel, method_size);
-        p = put_u16(put_u16(p, BASIC_CLASS), BASIC_DELIVER);
-        p = put_shortstr(p, &tag);
-        p = put_u64(p, first_tag + (uint64_t)written);
-        *p++ = 0;
-        *p++ = (unsigned char)rec.exchange_len;
-        memcpy(p, rec.exchange, rec.exchange_len);
-        p += rec.exchange_len;
-        *p++ = (unsigned char)rec.routing_key_len;
-        memcpy(p, rec.routing_key, rec.routing_key_len);
-        p += rec.routing_key_len;
-        *p++ = FRAME_END;
-
+        p = put_deliver_method(p, (uint32_t)channel, method_size, &tag,
+                               first_tag + (uint64_t)written, 0, rec.exchange, rec.exchange_len,
+                               rec.routing_key, rec.routing_key_len);
         p = put_frame_start(p, FRAME_HEADER, (uint32_t)channel,
                             (uint32_t)(HEADER_FIELDS_BYTES + rec.properties_len));
         p = put_u64(put_u16(put_u16(p, BASIC_CLASS), 0), (uint64_t)rec.body_len);
         memcpy(p, rec.properties, rec.properties_len);
         p += rec.properties_len;
         *p++ = FRAME_END;
-
-        const unsigned char *b = rec.body;
-        for (size_t left = rec.body_len; left > 0;) {
-            size_t piece = left < piece_max ? left : piece_max;
-            p = put_frame_start(p, FRAME_BODY, (uint32_t)channel, (uint32_t)piece);
-            memcpy(p, b, piece);
-            p += piece;
-            *p++ = FRAME_END;
-            b += piece;
-            left -= piece;
-        }
+        p = put_body_frames(p, (uint32_t)channel, rec.body, rec.body_len, piece_max);
         PyObject *size = PyLong_FromSize_t(rec.body_len);
         if (size == NULL) {
             goto done; /* out keeps what was written: only on memory exhaustion */
         }
         PyList_SET_ITEM(sizes, written, size);
-        written++;
     }
     result = Py_BuildValue("(nnLO)", delivered, end_pos, next_offset, sizes);
 done:
@@ -867,29 +877,6 @@ static inline uint32_t
 spliced_size(uint32_t size, const Splice *s)
 {
     return size + STREAM_OFFSET_ENTRY_BYTES + (s->has_table ? 0 : 4);
-}
-
-/* Where one record's parts are, its length and flags checked against the record's
- * length; -1 with ValueError set when they do not add up. */
-static int
-parse_record(const unsigned char *r, uint32_t record_length, Py_ssize_t pos, Record *rec)
-{
-    rec->exchange_len = r[24];
-    rec->routing_key_len = r[25];
-    rec->properties_len = get_le32(r + 28);
-    uint32_t flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
-    if (flags != 0 || (uint64_t)rec->exchange_len + rec->routing_key_len + rec->properties_len >
-                          record_length - RECORD_LENGTH_MIN) {
-        PyErr_Format(PyExc_ValueError, "bad record at %zd", pos);
-        return -1;
-    }
-    rec->exchange = r + RECORD_HEADER_BYTES;
-    rec->routing_key = rec->exchange + rec->exchange_len;
-    rec->properties = rec->routing_key + rec->routing_key_len;
-    rec->body = rec->properties + rec->properties_len;
-    rec->body_len = record_length - RECORD_LENGTH_MIN - rec->exchange_len - rec->routing_key_len -
-                    rec->properties_len;
-    return 0;
 }
 
 PyDoc_STRVAR(deliver_stream_records_doc,
@@ -1036,18 +1023,9 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         (void)plan_splice(rec.properties, rec.properties_len, &splice);
 
         uint32_t method_size = (uint32_t)(method_fixed + rec.exchange_len + rec.routing_key_len);
-        p = put_frame_start(p, FRAME_METHOD, (uint32_t)channel, method_size);
-        p = put_u16(put_u16(p, BASIC_CLASS), BASIC_DELIVER);
-        p = put_shortstr(p, &tag);
-        p = put_u64(p, first_tag + (uint64_t)written);
-        *p++ = 0;
-        *p++ = (unsigned char)rec.exchange_len;
-        memcpy(p, rec.exchange, rec.exchange_len);
-        p += rec.exchange_len;
-        *p++ = (unsigned char)rec.routing_key_len;
-        memcpy(p, rec.routing_key, rec.routing_key_len);
-        p += rec.routing_key_len;
-        *p++ = FRAME_END;
+        p = put_deliver_method(p, (uint32_t)channel, method_size, &tag,
+                               first_tag + (uint64_t)written, 0, rec.exchange, rec.exchange_len,
+                               rec.routing_key, rec.routing_key_len);
 
         uint32_t properties_size = spliced_size(rec.properties_len, &splice);
         p = put_frame_start(p, FRAME_HEADER, (uint32_t)channel,
@@ -1056,17 +1034,7 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         p = put_spliced_properties(p, rec.properties, rec.properties_len, &splice,
                                    first_offset + (uint64_t)written);
         *p++ = FRAME_END;
-
-        const unsigned char *b = rec.body;
-        for (size_t left = rec.body_len; left > 0;) {
-            size_t piece = left < piece_max ? left : piece_max;
-            p = put_frame_start(p, FRAME_BODY, (uint32_t)channel, (uint32_t)piece);
-            memcpy(p, b, piece);
-            p += piece;
-            *p++ = FRAME_END;
-            b += piece;
-            left -= piece;
-        }
+        p = put_body_frames(p, (uint32_t)channel, rec.body, rec.body_len, piece_max);
     }
     /* end_pos is after the last record delivered or passed over: where a stop is. */
     result = Py_BuildValue("(nnLO)", delivered, end_pos, next_offset,
