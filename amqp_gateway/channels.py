@@ -368,23 +368,27 @@ class GatewayConsumer:
             connection.frame_max,
             DELIVER_OUT_BYTES_MAX,
         )
-        delivered = result[0]
-        if delivered:
-            channel.next_delivery_tag = tag + delivered
-            if not self.no_ack:
-                now_ms = channel.clock.now_ms
-                fields = zip(
-                    repeat(queue),
-                    range(first, first + delivered),
-                    repeat(self),
-                    repeat(now_ms),
-                )
-                entries = map(_new_tuple, repeat(Unacked), fields)
-                channel.unacked.update(zip(range(tag, tag + delivered), entries, strict=True))
-                self.unacked += delivered
-                channel.consumer_unacked += delivered
-            channel.owner.note_output()
+        self._sent_run(queue, first, tag, result[0])
         return result
+
+    def _sent_run(self, queue: Queue, first: int, tag: int, delivered: int) -> None:
+        """`delivered` deliveries of the offsets from `first` on went out with the tags
+        from `tag` on: take the tags, and unless no-ack register them as unacked, their
+        entries built in C (`tuple.__new__` mapped over zipped fields)."""
+        if not delivered:
+            return
+        channel = self.channel
+        channel.next_delivery_tag = tag + delivered
+        if not self.no_ack:
+            now_ms = channel.clock.now_ms
+            fields = zip(
+                repeat(queue), range(first, first + delivered), repeat(self), repeat(now_ms)
+            )
+            entries = map(_new_tuple, repeat(Unacked), fields)
+            channel.unacked.update(zip(range(tag, tag + delivered), entries, strict=True))
+            self.unacked += delivered
+            channel.consumer_unacked += delivered
+        channel.owner.note_output()
 
     def deliver_stream_records(
         self,
@@ -412,20 +416,8 @@ class GatewayConsumer:
             connection.frame_max,
             DELIVER_OUT_BYTES_MAX,
         )
-        delivered = result[0]
-        if delivered:
-            channel.next_delivery_tag = tag + delivered
-            if not self.no_ack:  # basic.consume refuses no-ack on a stream, as RabbitMQ
-                now_ms = channel.clock.now_ms
-                fields = zip(
-                    repeat(queue), range(first, first + delivered), repeat(self), repeat(now_ms)
-                )
-                entries = map(_new_tuple, repeat(Unacked), fields)
-                channel.unacked.update(zip(range(tag, tag + delivered), entries, strict=True))
-                self.unacked += delivered
-                channel.consumer_unacked += delivered
-            queue.stats.deliver += delivered
-            channel.owner.note_output()
+        self._sent_run(queue, first, tag, result[0])
+        queue.stats.deliver += result[0]
         return result
 
 
