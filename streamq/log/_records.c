@@ -557,6 +557,40 @@ py_crc32c_portable(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     return crc32c_call("_crc32c_portable", args, nargs, 1);
 }
 
+/* The record at `r`, with `avail` bytes from it on, checked: its length, flags, fields,
+ * CRC32C and that its offset is `expected`. Returns NULL with its size (4 + length) in
+ * `*size`, RECORD_PARTIAL when it is not wholly there, or a text naming the damage. */
+static const char RECORD_PARTIAL[] = "partial record";
+
+static const char *
+check_one_record(const unsigned char *r, Py_ssize_t avail, uint64_t expected, size_t *size)
+{
+    if (avail < RECORD_HEADER_BYTES) {
+        return RECORD_PARTIAL;
+    }
+    uint32_t record_length = load_le32(r);
+    if (record_length < RECORD_LENGTH_MIN) {
+        return "bad record length";
+    }
+    if ((size_t)avail < 4 + (size_t)record_length) {
+        return RECORD_PARTIAL;
+    }
+    uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
+    uint32_t lprops = load_le32(r + 28);
+    if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN) {
+        return "bad record fields";
+    }
+    uint32_t crc = crc32c_update(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu;
+    if (crc != load_le32(r + 4)) {
+        return "record checksum mismatch";
+    }
+    if (load_le64(r + 8) != expected) {
+        return "record offset out of sequence";
+    }
+    *size = 4 + (size_t)record_length;
+    return NULL;
+}
+
 PyDoc_STRVAR(check_records_doc,
 "check_records(data, position, first_offset, /) -> (end, next_offset, error)\n"
 "\n"
@@ -591,33 +625,14 @@ check_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    while (length - position >= RECORD_HEADER_BYTES) {
-        const unsigned char *r = data + position;
-        uint32_t record_length = load_le32(r);
-        if (record_length < RECORD_LENGTH_MIN) {
-            error = "bad record length";
-            break;
-        }
-        if ((size_t)(length - position) < 4 + (size_t)record_length) {
-            break;
-        }
-        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
-        uint32_t lprops = load_le32(r + 28);
-        if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN) {
-            error = "bad record fields";
-            break;
-        }
-        uint32_t crc = crc32c_update(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu;
-        if (crc != load_le32(r + 4)) {
-            error = "record checksum mismatch";
-            break;
-        }
-        if (load_le64(r + 8) != expected) {
-            error = "record offset out of sequence";
-            break;
-        }
+    size_t size;
+    while ((error = check_one_record(data + position, length - position, expected, &size)) ==
+           NULL) {
         expected++;
-        position += 4 + (Py_ssize_t)record_length;
+        position += (Py_ssize_t)size;
+    }
+    if (error == RECORD_PARTIAL) {
+        error = NULL; /* the end of the data, not damage */
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
@@ -682,26 +697,12 @@ scan_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             stopped = 1;
             break;
         }
-        if (length - position < RECORD_HEADER_BYTES) {
-            break;
-        }
         const unsigned char *r = data + position;
-        uint32_t record_length = load_le32(r);
-        if (record_length < RECORD_LENGTH_MIN) {
-            stopped = 1;
-            break;
-        }
-        if ((size_t)(length - position) < 4 + (size_t)record_length) {
-            break;
-        }
-        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
-        uint32_t lprops = load_le32(r + 28);
-        long long ts = (long long)load_le64(r + 16);
-        if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN ||
-            load_le64(r + 8) != expected || ts < last_ts ||
-            (crc32c_update(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu) !=
-                load_le32(r + 4)) {
-            stopped = 1;
+        size_t size;
+        const char *error = check_one_record(r, length - position, expected, &size);
+        long long ts = error == NULL ? (long long)load_le64(r + 16) : 0;
+        if (error != NULL || ts < last_ts) {
+            stopped = error != RECORD_PARTIAL; /* a partial record: the end of the data */
             break;
         }
         long long at = base_position + position;
@@ -719,7 +720,7 @@ scan_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         }
         last_ts = ts;
         expected++;
-        position += 4 + (Py_ssize_t)record_length;
+        position += (Py_ssize_t)size;
     }
     PyBuffer_Release(&view);
     PyObject *result = Py_BuildValue("(nKLLOO)", position, expected, first_ts, last_ts, entries,
