@@ -436,6 +436,27 @@ scan(const unsigned char *data, Py_ssize_t length, Py_ssize_t position,
     return end;
 }
 
+/* The scanned buffer of scan_publishes and scan_acks, with their common argument checks:
+ * 0 with `view` held (release it), or -1 with ValueError or the buffer's error set. */
+static int
+open_scan(PyObject *data, Py_ssize_t position, Py_ssize_t count_max, Py_buffer *view)
+{
+    if (count_max < 1) {
+        PyErr_SetString(PyExc_ValueError, "count_max must be >= 1");
+        return -1;
+    }
+    if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    if (position > view->len) {
+        PyErr_Format(PyExc_ValueError, "position %zd is past the end of the data (%zd bytes)",
+                     position, view->len);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(scan_publishes_doc,
 "scan_publishes(data, position, payload_max, body_bytes_max, count_max, /)\n"
 "--\n"
@@ -468,18 +489,8 @@ scan_publishes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
         || non_negative(args[4], "count_max", &count_max) < 0) {
         return NULL;
     }
-    if (count_max < 1) {
-        PyErr_SetString(PyExc_ValueError, "count_max must be >= 1");
-        return NULL;
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    if (position > view.len) {
-        PyErr_Format(PyExc_ValueError, "position %zd is past the end of the data (%zd bytes)",
-                     position, view.len);
-        PyBuffer_Release(&view);
+    if (open_scan(args[0], position, count_max, &view) < 0) {
         return NULL;
     }
     PyObject *messages = PyList_New(0);
@@ -608,18 +619,8 @@ scan_acks(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         || non_negative(args[3], "count_max", &count_max) < 0) {
         return NULL;
     }
-    if (count_max < 1) {
-        PyErr_SetString(PyExc_ValueError, "count_max must be >= 1");
-        return NULL;
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    if (position > view.len) {
-        PyErr_Format(PyExc_ValueError, "position %zd is past the end of the data (%zd bytes)",
-                     position, view.len);
-        PyBuffer_Release(&view);
+    if (open_scan(args[0], position, count_max, &view) < 0) {
         return NULL;
     }
     const unsigned char *data = (const unsigned char *)view.buf;
