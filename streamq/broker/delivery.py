@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Final
 
 from streamq.broker.queue import Consumer, Queue
 from streamq.log import format as fmt
 from streamq.log.errors import LogError, OffsetOutOfRange, SegmentCorrupted
 from streamq.log.log import SegmentLog
 from streamq.queues.classic import ReadyMessage
-
-OUT_BYTES_MAX: Final = 1 << 20  # output appended per framing call, at least one message
 
 
 class MessageUnreadable(Exception):
