@@ -40,13 +40,42 @@ LOCK_FILE: Final = ".lock"
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
+    """What `streamq serve` runs with. The command line, STREAMQ_<KEY> environment
+    variables and the --config file fill it (streamq/config.py); tests build it directly."""
+
     data_dir: str = "./data"
-    bind: str = "127.0.0.1"
+    bind: str = "127.0.0.1"  # the AMQP listeners' address ([amqp] bind)
     amqp_port: int = 5672
     http_port: int = 15672
     limits: ResourceLimits | None = None  # None: RabbitMQ's defaults (see resources.py)
     consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT  # 0: no consumer timeout
     direct_io: bool = True  # segment writes past the page cache where the file system can
+    http_bind: str | None = None  # the management listeners' address; None: `bind`
+    # TLS (LavinMQ's names): a listener is off while its port is -1.
+    amqps_port: int = -1
+    https_port: int = -1
+    tls_cert: str = ""  # PEM: the certificate, or a chain with it first
+    tls_key: str = ""  # PEM private key; "": in the certificate file
+    tls_ciphers: str = ""  # OpenSSL cipher list for TLS 1.2; "": OpenSSL's defaults
+    tls_min_version: str = "1.2"  # "1.2" or "1.3"
+    tls_verify_peer: bool = False  # ask for a client certificate, verified against ca_cert
+    tls_ca_cert: str = ""
+    # AMQP over a unix socket ("" : none), and PROXY protocol on the AMQP listeners
+    # (0: off; 1 or 2: a PROXY header, v1 or v2, must lead each connection).
+    amqp_unix_path: str = ""
+    tcp_proxy_protocol: int = 0
+    unix_proxy_protocol: int = 0
+    # What the AMQP connection tuning offers (connection.tune).
+    heartbeat_s: int = 60
+    frame_max: int = 131072
+    channel_max: int = 2047
+    max_message_size: int = 128 * 1024 * 1024
+    # A fresh data directory's first user (guest/guest unless set); the hash is
+    # RabbitMQ's format (base64 of salt and SHA-256), "" for the hash of "guest".
+    default_user: str = "guest"
+    default_password_hash: str = ""
+    load_definitions: str = ""  # a definitions JSON imported at boot, before listening
+    pidfile: str = ""
 
 
 class ServeError(Exception):
@@ -125,30 +154,26 @@ async def run_broker(
         if on_broker is not None:
             on_broker(broker)
         gateway = Gateway(broker, config.consumer_timeout_ms)
-        servers.append(
-            await _listen(
-                lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
-                config.bind,
-                config.amqp_port,
-                "AMQP",
-            )
+        http_bind = config.bind if config.http_bind is None else config.http_bind
+        amqp = await _listen(
+            lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
+            config.bind,
+            config.amqp_port,
+            "AMQP",
         )
-        http = await _listen_http(broker, config.bind, config.http_port)
+        servers.append(amqp)
+        listeners = [("amqp", config.bind, _bound_port(amqp))]
+        http = await _listen_http(broker, http_bind, config.http_port)
         servers.append(http.server)
-        broker.listeners[:] = [
-            ("amqp", config.bind, _bound_port(servers[0])),
-            ("http", config.bind, _bound_port(servers[1])),
-        ]
+        listeners.append(("http", http_bind, _bound_port(http.server)))
+        broker.listeners[:] = listeners
         logger.info(
-            "listening amqp=%s:%d http=%s:%d data_dir=%s",
-            config.bind,
-            _bound_port(servers[0]),
-            config.bind,
-            _bound_port(servers[1]),
+            "listening %s data_dir=%s",
+            " ".join(f"{name}={host}:{port}" for name, host, port in listeners),
             os.path.abspath(config.data_dir),
         )
         if on_ready is not None:
-            on_ready(_bound_port(servers[0]), _bound_port(servers[1]))
+            on_ready(_bound_port(amqp), _bound_port(http.server))
         await stop.wait()
         logger.info("shutting down")
     finally:
