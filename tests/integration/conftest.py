@@ -28,9 +28,15 @@ T = TypeVar("T")
 
 
 class RunningBroker:
-    def __init__(self, data_dir: Path, limits: ResourceLimits | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, limits: ResourceLimits | None = None, **settings: object
+    ) -> None:
+        """`settings`: more ServeConfig fields (TLS, unix socket, tuning...); the broker's
+        listeners are in `self.listeners` once it runs, as (protocol, host, port)."""
         self.data_dir = data_dir
         self.limits = limits
+        self.settings = settings
+        self.listeners: list[tuple[str, str, int]] = []
         self.broker: Broker | None = None  # for tests that change limits at run time
         self.amqp_port = 0
         self.http_port = 0
@@ -52,12 +58,21 @@ class RunningBroker:
             def ready(amqp_port: int, http_port: int) -> None:
                 self.amqp_port = amqp_port
                 self.http_port = http_port
+                if self.broker is not None:
+                    self.listeners = list(self.broker.listeners)
                 self._ready.set()
 
             def keep(broker: Broker) -> None:
                 self.broker = broker
 
-            config = ServeConfig(str(self.data_dir), "127.0.0.1", 0, 0, self.limits)
+            config = ServeConfig(
+                str(self.data_dir),
+                "127.0.0.1",
+                0,
+                0,
+                self.limits,
+                **self.settings,  # type: ignore[arg-type]
+            )
             await run_broker(config, self._stop, ready, keep)
 
         try:
