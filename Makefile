@@ -42,7 +42,7 @@ bench: $(TEST_STAMP)
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77"
 
 $(RUN_STAMP): pyproject.toml $(C_SOURCES) | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e .
