@@ -126,7 +126,7 @@ KEYS: Final[tuple[Key, ...]] = (
          help="write segments past the page cache where the file system allows it",
          ini=(("main", "direct_io"),), flags=("--no-direct-io",), flag_const="false"),
     # [amqp]
-    Key("amqp_bind", field="bind", parse=v.text, default="127.0.0.1",
+    Key("amqp_bind", field="bind", parse=v.address, default="127.0.0.1",
          help="address of the AMQP listeners", ini=(("amqp", "bind"),),
          flags=("--amqp-bind",), metavar="ADDRESS"),
     Key("amqp_port", parse=v.port, default="5672", help="AMQP port",
@@ -155,7 +155,7 @@ KEYS: Final[tuple[Key, ...]] = (
          help="PROXY protocol version on the unix socket; 0: off",
          ini=(("amqp", "unix_proxy_protocol"),), metavar="0|1|2"),
     # [mgmt]
-    Key("http_bind", parse=v.text, default="127.0.0.1",
+    Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),
          flags=("--http-bind",), metavar="ADDRESS"),
     Key("http_port", parse=v.port, default="15672", help="management HTTP port",

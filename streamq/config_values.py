@@ -39,6 +39,13 @@ def text(value: str) -> str:
     return value
 
 
+def address(value: str) -> str:
+    """A listener's address: a host name or an IP address, not empty."""
+    if not value.strip() or any(c.isspace() for c in value.strip()):
+        raise ValueError(f"not an address: {value!r}")
+    return value.strip()
+
+
 def whole_number(value: str) -> int:
     try:
         return int(value.strip())

@@ -44,22 +44,22 @@ class DefinitionsInvalid(BrokerError):
 def read_definitions_file(path: str) -> dict[str, object]:
     """The definitions document in the JSON file at `path`.
 
-    Raises DefinitionsInvalid naming the file if it cannot be read, is too big, is not
-    JSON or not a JSON object.
+    Raises DefinitionsInvalid if it cannot be read, is too big, is not JSON or not a JSON
+    object (the caller names the file).
     """
     try:
         with open(path, "rb") as file:
             data = file.read(FILE_BYTES_MAX + 1)
     except OSError as exc:
-        raise DefinitionsInvalid(f"{path}: cannot read: {exc.strerror}") from None
+        raise DefinitionsInvalid(f"cannot read: {exc.strerror}") from None
     if len(data) > FILE_BYTES_MAX:
-        raise DefinitionsInvalid(f"{path}: larger than {FILE_BYTES_MAX} bytes")
+        raise DefinitionsInvalid(f"larger than {FILE_BYTES_MAX} bytes")
     try:
         document = json.loads(data)
     except ValueError as exc:
-        raise DefinitionsInvalid(f"{path}: not JSON: {exc}") from None
+        raise DefinitionsInvalid(f"not JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise DefinitionsInvalid(f"{path}: not a definitions document (a JSON object)")
+        raise DefinitionsInvalid("not a definitions document (a JSON object)")
     return document
 
 
