@@ -344,3 +344,10 @@ def test_print_config_shows_every_key_and_its_source(tmp_path: Path) -> None:
     assert by_name["amqp_port"] == ["amqp_port", "=", "5999", "(env", "STREAMQ_AMQP_PORT)"]
     assert by_name["http_port"] == ["http_port", "=", "15672", "(default)"]
     assert by_name["tls_key"] == ["tls_key", "=", "(default)"]
+
+
+def test_docs_name_every_key_flag_and_variable() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    for key in KEYS:
+        for name in (*key.flags, *key.env, *(ini for _, ini in key.ini)):
+            assert f"`{name}`" in docs, (key.name, name)
