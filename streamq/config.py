@@ -34,6 +34,8 @@ from streamq.config_keys import (
 from streamq.config_values import boolean
 
 DEFAULT_SOURCE: Final = "default"
+FILE_SOURCE: Final = "file "
+TLS_PORTS: Final = ("amqps_port", "https_port")
 BIND_FLAG: Final = "--bind"
 
 
@@ -70,7 +72,27 @@ def resolve(flags: Mapping[str, Flag], environ: Mapping[str, str]) -> Resolved:
         _apply_file(resolved, resolved.config_file.text)
     _apply_environment(resolved, environ)
     _apply_flags(resolved, flags)
+    _file_tls_ports_need_a_cert(resolved)
     return resolved
+
+
+def _file_tls_ports_need_a_cert(resolved: Resolved) -> None:
+    # LavinMQ opens its TLS listeners only when a certificate is configured, and ships a
+    # lavinmq.ini with `tls_port = 5671` and the certificate commented out: such a file
+    # starts streamq too, with the listener off and named in the warning. A TLS port asked
+    # for by a flag or the environment is left for the listener to refuse without a cert.
+    if resolved.text("tls_cert"):
+        return
+    for name in TLS_PORTS:
+        setting = resolved.settings[name]
+        if setting.source.startswith(FILE_SOURCE) and setting.value != -1:
+            section, key = BY_NAME[name].ini[0]
+            line = setting.source.rsplit(":", 1)[1]
+            resolved.unsupported.append(
+                f"[{section}] {key} = {setting.text} (line {line}; no tls_cert: the "
+                "listener is off, as in LavinMQ)"
+            )
+            resolved.settings[name] = Setting(-1, "-1", f"{setting.source} without tls_cert")
 
 
 def _default(key: Key) -> Setting:
@@ -91,7 +113,7 @@ def _apply_file(resolved: Resolved, path: str) -> None:
         section = SECTION_ALIASES.get(entry.section, entry.section)
         key = BY_INI.get((section, entry.key))
         if key is not None:
-            source = f"file {path}:{entry.line}"
+            source = f"{FILE_SOURCE}{path}:{entry.line}"
             resolved.settings[key.name] = _parsed(key, entry.value, source, _at(path, entry))
         elif (section, entry.key) in BUILT_IN:
             _check_built_in(resolved, path, entry, section)

@@ -325,9 +325,25 @@ def test_the_lavinmq_sample_config_reads_without_error(tmp_path: Path) -> None:
         "[amqp]\nbind = 0.0.0.0\nport = 5672\ntcp_proxy_protocol = false\ntls_port = 5671\n"
         "unix_path = /tmp/lavinmq.sock\nunix_proxy_protocol = true\n",
     )
-    assert resolved.value("amqps_port") == 5671
+    # Its TLS ports without a certificate are off, as LavinMQ leaves them.
+    assert (resolved.value("amqps_port"), resolved.value("https_port")) == (-1, -1)
     assert resolved.value("unix_proxy_protocol") == 1
-    assert resolved.unsupported == ["[mgmt] unix_path (line 12)"]
+    assert resolved.unsupported == [
+        "[mgmt] unix_path (line 12)",
+        "[amqp] tls_port = 5671 (line 18; no tls_cert: the listener is off, as in LavinMQ)",
+        "[mgmt] tls_port = 15671 (line 11; no tls_cert: the listener is off, as in LavinMQ)",
+    ]
+
+
+def test_tls_ports_are_kept_with_a_cert_or_when_asked_for_above_the_file(
+    tmp_path: Path,
+) -> None:
+    with_cert = from_file(tmp_path, "[main]\ntls_cert = c.pem\n[amqp]\ntls_port = 5671\n")
+    assert with_cert.value("amqps_port") == 5671
+    assert with_cert.unsupported == []
+    path = write(tmp_path, "[amqp]\ntls_port = 5671\n")
+    asked = resolve(serve_flags("--config", path, "--https-port", "15671"), {})
+    assert (asked.value("amqps_port"), asked.value("https_port")) == (-1, 15671)
 
 
 def test_print_config_shows_every_key_and_its_source(tmp_path: Path) -> None:
