@@ -18,7 +18,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from streamq.app import ServeConfig, run_broker
 from streamq.broker.broker import Broker
-from streamq.cli import build_parser
+from streamq.cli import build_parser, given_flags
+from streamq.config import resolve
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 10
@@ -176,8 +177,14 @@ def test_the_broker_default_covers_basic_get_too(tmp_path: Path) -> None:
 
 def test_the_command_line_option() -> None:
     parser = build_parser()
-    assert parser.parse_args(["serve"]).consumer_timeout_ms == 1_800_000  # RabbitMQ's
-    assert parser.parse_args(["serve", "--consumer-timeout-ms", "0"]).consumer_timeout_ms == 0
+
+    def timeout_ms(*argv: str) -> object:
+        return resolve(given_flags(parser.parse_args(["serve", *argv])), {}).value(
+            "consumer_timeout_ms"
+        )
+
+    assert timeout_ms() == 1_800_000  # RabbitMQ's
+    assert timeout_ms("--consumer-timeout-ms", "0") == 0
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--consumer-timeout-ms", "-5"])
 
