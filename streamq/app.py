@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Final, cast
 
 import uvloop
 
-from amqp_gateway.server import Gateway, start_amqp_server
+from amqp_gateway.gateway import Gateway
+from amqp_gateway.listeners import start_tcp_listener
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
@@ -156,7 +157,7 @@ async def run_broker(
         gateway = Gateway(broker, config.consumer_timeout_ms)
         http_bind = config.bind if config.http_bind is None else config.http_bind
         amqp = await _listen(
-            lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
+            lambda: start_tcp_listener(gateway, config.bind, config.amqp_port),
             config.bind,
             config.amqp_port,
             "AMQP",
