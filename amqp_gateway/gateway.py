@@ -22,6 +22,7 @@ from amqp_gateway.channels import ChannelSession, Clock, monotonic_ms
 from amqp_gateway.client_view import AmqpPropertiesJson
 from amqp_gateway.connection import FRAME_MAX
 from amqp_gateway.deaths import AmqpPropertiesCodec
+from amqp_gateway.endpoints import Endpoints
 from amqp_gateway.session import READ_BYTES_MAX, AmqpSession
 from streamq.broker.broker import Broker
 from streamq.broker.queue import Queue
@@ -276,5 +277,7 @@ class Gateway:
         for session in list(self.sessions):
             session.force_close(reason)
 
-    def protocol_factory(self) -> AmqpSession:
-        return AmqpSession(self)
+    def protocol_factory(self, endpoints: Endpoints | None = None) -> AmqpSession:
+        """A new session for a connection; `endpoints` if its listener knows them better
+        than its socket (a PROXY header's, a unix socket's)."""
+        return AmqpSession(self, endpoints)

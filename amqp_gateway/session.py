@@ -19,7 +19,6 @@ each, and there is no task per message.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from amqp_gateway.connection import (
     PublishRun,
     State,
 )
+from amqp_gateway.endpoints import Endpoints, socket_endpoints
 from amqp_gateway.errormap import to_amqp
 from streamq import __version__
 from streamq.broker.accounts import PermissionKind
@@ -126,7 +126,7 @@ class AmqpSession(asyncio.BufferedProtocol):
     and no copy of it into a buffer of the connection's, which cost a 256 KiB allocation
     and copy per read (about one copy of every published body)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, endpoints: Endpoints | None = None) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
         self.conn = Connection(server_properties(), time.monotonic())
@@ -134,8 +134,10 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.vhost: VHost | None = None
         self.paused = False
         self.clock = gateway.clock
+        # Given by the listener (a PROXY header's, a unix socket's), else read off the
+        # socket at connection_made; None for a socket that is not IP nor unix.
+        self.endpoints = endpoints
         self.peer = "?"
-        self._peer_is_loopback = False
         self._transport: asyncio.Transport | None = None
         self._heartbeat: asyncio.TimerHandle | None = None
         self.confirming = False
@@ -181,13 +183,12 @@ class AmqpSession(asyncio.BufferedProtocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
         self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
-        peer = transport.get_extra_info("peername")
-        host = peer[0] if isinstance(peer, tuple) else ""
-        self.peer = f"{host}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        try:
-            self._peer_is_loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            self._peer_is_loopback = False
+        if self.endpoints is None:
+            self.endpoints = socket_endpoints(transport)
+        if self.endpoints is not None:
+            self.peer = self.endpoints.peer
+        else:
+            self.peer = str(transport.get_extra_info("peername"))
         self.gateway.sessions.add(self)
         self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
 
@@ -482,7 +483,8 @@ class AmqpSession(asyncio.BufferedProtocol):
 
     def _login(self, event: LoginRequested) -> None:
         user = self.broker.accounts.authenticate(event.username, event.password)
-        if user is None or not login_allowed(user.name, self._peer_is_loopback):
+        loopback = self.endpoints is not None and self.endpoints.loopback
+        if user is None or not login_allowed(user.name, loopback):
             logger.warning("login refused for user %r from %s", event.username, self.peer)
             # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).
             raise errors.AccessRefused(
@@ -508,14 +510,10 @@ class AmqpSession(asyncio.BufferedProtocol):
 
     def _register(self) -> None:
         """List the open connection in `Broker.clients` for the management API."""
-        transport = self._transport
-        if transport is None:
-            return
-        local = transport.get_extra_info("sockname")
-        peer = transport.get_extra_info("peername")
-        if not isinstance(local, tuple) or not isinstance(peer, tuple):
-            return  # not an IP socket
-        self.client = AmqpClient(self, (local[0], local[1]), (peer[0], peer[1]))
+        ends = self.endpoints
+        if self._transport is None or ends is None:
+            return  # neither an IP nor a unix socket
+        self.client = AmqpClient(self, (ends.host, ends.port), (ends.peer_host, ends.peer_port))
         self.broker.clients[self.client.name] = self.client
 
     def check_access(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final, cast
 import uvloop
 
 from amqp_gateway.gateway import Gateway
-from amqp_gateway.listeners import start_tcp_listener
+from amqp_gateway.listeners import UnixListener, start_tcp_listener, start_unix_listener
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
@@ -131,6 +131,15 @@ async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
         raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
 
 
+async def _listen_unix(gateway: Gateway, config: ServeConfig) -> UnixListener:
+    path = config.amqp_unix_path
+    try:
+        return await start_unix_listener(gateway, path, config.unix_proxy_protocol)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ServeError(f"cannot listen for AMQP on unix socket {path!r}: {reason}") from exc
+
+
 def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
@@ -150,6 +159,7 @@ async def run_broker(
     http: HttpServer | None = None
     broker: Broker | None = None
     gateway: Gateway | None = None
+    unix: UnixListener | None = None
     try:
         broker = Broker(config.data_dir, config.limits, direct_io=config.direct_io)
         if on_broker is not None:
@@ -157,13 +167,18 @@ async def run_broker(
         gateway = Gateway(broker, config.consumer_timeout_ms)
         http_bind = config.bind if config.http_bind is None else config.http_bind
         amqp = await _listen(
-            lambda: start_tcp_listener(gateway, config.bind, config.amqp_port),
+            lambda: start_tcp_listener(
+                gateway, config.bind, config.amqp_port, config.tcp_proxy_protocol
+            ),
             config.bind,
             config.amqp_port,
             "AMQP",
         )
         servers.append(amqp)
         listeners = [("amqp", config.bind, _bound_port(amqp))]
+        if config.amqp_unix_path:
+            unix = await _listen_unix(gateway, config)
+            listeners.append(("amqp", config.amqp_unix_path, 0))  # LavinMQ: amqp, by path
         http = await _listen_http(broker, http_bind, config.http_port)
         servers.append(http.server)
         listeners.append(("http", http_bind, _bound_port(http.server)))
@@ -180,6 +195,8 @@ async def run_broker(
     finally:
         for server in servers:
             server.close()
+        if unix is not None:
+            unix.close()
         if http is not None:
             await http.close()
         if gateway is not None:
