@@ -20,10 +20,10 @@ from typing import Final
 from amqp_gateway import routing
 from amqp_gateway.channels import ChannelSession, Clock, monotonic_ms
 from amqp_gateway.client_view import AmqpPropertiesJson
-from amqp_gateway.connection import FRAME_MAX
 from amqp_gateway.deaths import AmqpPropertiesCodec
 from amqp_gateway.endpoints import Endpoints
 from amqp_gateway.session import READ_BYTES_MAX, AmqpSession
+from amqp_gateway.tuning import AmqpTuning
 from streamq.broker.broker import Broker
 from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
@@ -42,13 +42,19 @@ class Gateway:
     """The AMQP side of a broker: its sessions and the delivery drain."""
 
     def __init__(
-        self, broker: Broker, consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT
+        self,
+        broker: Broker,
+        consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT,
+        tuning: AmqpTuning = AmqpTuning(),  # noqa: B008  # frozen: one shared default is safe
     ) -> None:
+        """Raises ValueError if `tuning` is out of range (AmqpTuning.check)."""
+        tuning.check()
         self.broker = broker
         self.consumer_timeout_ms = consumer_timeout_ms
+        self.tuning = tuning  # what each connection offers and enforces
         # Every connection reads into this and parses it before the next read: one
         # buffer for all (see `Connection.read_buffer`).
-        self.read_buffer = bytearray(READ_BYTES_MAX + 2 * FRAME_MAX)
+        self.read_buffer = bytearray(READ_BYTES_MAX + 2 * tuning.frame_max)
         self.clock = Clock()  # stamps deliveries: set per drain and per housekeeping tick
         self.sessions: set[AmqpSession] = set()
         self._to_flush: set[AmqpSession] = set()

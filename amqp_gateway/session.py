@@ -129,7 +129,7 @@ class AmqpSession(asyncio.BufferedProtocol):
     def __init__(self, gateway: Gateway, endpoints: Endpoints | None = None) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
-        self.conn = Connection(server_properties(), time.monotonic())
+        self.conn = Connection(server_properties(), time.monotonic(), gateway.tuning)
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VHost | None = None
         self.paused = False

@@ -26,6 +26,7 @@ import uvloop
 
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.listeners import UnixListener, start_tcp_listener, start_unix_listener
+from amqp_gateway.tuning import AmqpTuning
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
@@ -131,6 +132,22 @@ async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
         raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
 
 
+def amqp_tuning(config: ServeConfig) -> AmqpTuning:
+    """The AMQP connection tuning of `config`. Raises ServeError if a value is out of
+    its range (AmqpTuning.check)."""
+    tuning = AmqpTuning(
+        heartbeat_s=config.heartbeat_s,
+        frame_max=config.frame_max,
+        channel_max=config.channel_max,
+        message_bytes_max=config.max_message_size,
+    )
+    try:
+        tuning.check()
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    return tuning
+
+
 async def _listen_unix(gateway: Gateway, config: ServeConfig) -> UnixListener:
     path = config.amqp_unix_path
     try:
@@ -154,6 +171,7 @@ async def run_broker(
 
     Raises ServeError if the broker cannot start.
     """
+    tuning = amqp_tuning(config)
     lock_fd = lock_data_dir(config.data_dir)
     servers: list[asyncio.Server] = []
     http: HttpServer | None = None
@@ -164,7 +182,7 @@ async def run_broker(
         broker = Broker(config.data_dir, config.limits, direct_io=config.direct_io)
         if on_broker is not None:
             on_broker(broker)
-        gateway = Gateway(broker, config.consumer_timeout_ms)
+        gateway = Gateway(broker, config.consumer_timeout_ms, tuning)
         http_bind = config.bind if config.http_bind is None else config.http_bind
         amqp = await _listen(
             lambda: start_tcp_listener(
