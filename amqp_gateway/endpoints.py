@@ -34,11 +34,16 @@ class Endpoints:
 
 
 def ip_endpoints(peer: tuple[str, int], local: tuple[str, int]) -> Endpoints:
-    """Endpoints of an IP connection; loopback when the peer's address is."""
+    """Endpoints of an IP connection; loopback when the peer's address is, an IPv4
+    loopback address mapped into IPv6 (a dual-stack listener's view) included, as
+    RabbitMQ's rabbit_net:is_loopback has it."""
     try:
-        loopback = ipaddress.ip_address(peer[0]).is_loopback
+        address = ipaddress.ip_address(peer[0])
     except ValueError:
         loopback = False
+    else:
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        loopback = address.is_loopback or (mapped is not None and mapped.is_loopback)
     return Endpoints(peer[0], peer[1], local[0], local[1], loopback)
 
 

@@ -20,7 +20,7 @@ import socket
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from amqp_gateway.endpoints import Endpoints, ip_endpoints, socket_endpoints, unix_endpoints
 from amqp_gateway.gateway import Gateway
@@ -130,7 +130,8 @@ class ProxyHeaderReceiver(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # a stream transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(PROXY_HEADER_TIMEOUT_S, self._stalled)
 
