@@ -140,7 +140,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.peer = "?"
         self._transport: asyncio.Transport | None = None
         self._heartbeat: asyncio.TimerHandle | None = None
-        self.confirming = False
+        self.confirming = False  # publishing.confirm_loop runs (one task at most)
         self._closing_timer: asyncio.TimerHandle | None = None
         self._connected_s = time.monotonic()
         self.connected_at_ms = int(time.time() * 1000)
