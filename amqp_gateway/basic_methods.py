@@ -1,8 +1,8 @@
 """The basic, confirm, tx and channel.flow methods, server side: one function per method.
 
 Owns consumers, basic.get, acks and their requeue rules, qos, publisher confirm mode and
-transactions as seen from one channel. Publishes themselves take the handler's hot path
-(`AmqpHandler.route` and `store`); deliveries are the vhost's drain.
+transactions as seen from one channel. Publishes themselves take the session's hot path
+(`publishing.route` and `store`); deliveries are the vhost's drain.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from amqp_gateway import codec, errors, reply_to
+from amqp_gateway import codec, errors, publishing, reply_to
 from amqp_gateway.channels import (
     ChannelSession,
     GatewayConsumer,
@@ -27,12 +27,12 @@ from streamq.broker.streams import track_run
 from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
-    from amqp_gateway.server import AmqpHandler
+    from amqp_gateway.session import AmqpSession
     from streamq.broker.queue import Queue
     from streamq.broker.vhost import VHost
 
 
-def basic_qos(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_qos(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicQos)
     if method.prefetch_size != 0:
         raise errors.AMQPNotImplemented(f"prefetch_size!=0 ({method.prefetch_size})", 60, 10)
@@ -46,7 +46,7 @@ def basic_qos(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
         h.current_vhost().kick(consumer.queue)
 
 
-def basic_consume(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_consume(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicConsume)
     if method.queue == reply_to.REPLY_TO_QUEUE:
         reply_to.consume(h, channel, method)
@@ -135,7 +135,7 @@ def _tracking(method: m.BasicConsume, tag: str) -> bool:
     return value
 
 
-def basic_cancel(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_cancel(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicCancel)
     if reply_to.cancel(h, channel, method):
         return
@@ -146,7 +146,7 @@ def basic_cancel(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> N
         h.conn.send_method(channel.id, m.BasicCancelOk(consumer_tag=method.consumer_tag))
 
 
-def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_get(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicGet)
     name = channel.queue_name(method.queue, (60, 70))
     h.check_access("read", "queue", name, (60, 70))
@@ -188,7 +188,7 @@ def basic_get(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
 
 
 def settle(
-    h: AmqpHandler,
+    h: AmqpSession,
     channel: ChannelSession,
     tag: int,
     multiple: bool,
@@ -211,7 +211,7 @@ def settle(
 
 
 def settle_plain_acks(
-    h: AmqpHandler, channel: ChannelSession, tags: list[int], kinds: bytes, start: int
+    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int
 ) -> int:
     """Hot path: the plain acks (multiple=false) of a run from `start` on, settled in one
     step (one pop per tag, one release, one `settle_classic` per queue); returns the
@@ -234,7 +234,7 @@ def settle_plain_acks(
 
 
 def apply_settle(
-    h: AmqpHandler, channel: ChannelSession, settled: list[Unacked], ack: bool, requeue: bool
+    h: AmqpSession, channel: ChannelSession, settled: list[Unacked], ack: bool, requeue: bool
 ) -> None:
     """Ack, requeue or reject `settled`, taken from the channel's unacked deliveries."""
     vhost = h.current_vhost()
@@ -328,22 +328,22 @@ def ack_method(tag: int, kind: int) -> m.BasicAck | m.BasicNack | m.BasicReject:
     return m.BasicAck(delivery_tag, multiple)
 
 
-def basic_ack(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_ack(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicAck)
     settle(h, channel, method.delivery_tag, method.multiple, True, False, (60, 80))
 
 
-def basic_nack(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_nack(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicNack)
     settle(h, channel, method.delivery_tag, method.multiple, False, method.requeue, (60, 120))
 
 
-def basic_reject(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_reject(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.BasicReject)
     settle(h, channel, method.delivery_tag, False, False, method.requeue, (60, 90))
 
 
-def basic_recover(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def basic_recover(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     # requeue=false would mean redelivering to the same consumer: RabbitMQ refuses
     # it with 540 (a connection error); requeue=true requeues every unacked delivery.
     if not getattr(method, "requeue", True):
@@ -355,7 +355,7 @@ def basic_recover(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
         h.conn.send_method(channel.id, m.BasicRecoverOk())
 
 
-def channel_flow(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def channel_flow(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ChannelFlow)
     channel.flow_active = method.active
     h.conn.send_method(channel.id, m.ChannelFlowOk(active=method.active))
@@ -364,7 +364,7 @@ def channel_flow(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> N
             h.current_vhost().kick(consumer.queue)
 
 
-def confirm_select(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def confirm_select(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ConfirmSelect)
     if channel.transactional:
         raise errors.PreconditionFailed("cannot switch from tx to confirm mode", 85, 10)
@@ -373,14 +373,14 @@ def confirm_select(h: AmqpHandler, channel: ChannelSession, method: m.Method) ->
         h.conn.send_method(channel.id, m.ConfirmSelectOk())
 
 
-def tx_select(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def tx_select(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     if channel.confirm:
         raise errors.PreconditionFailed("cannot switch from confirm to tx mode", 90, 10)
     channel.transactional = True
     h.conn.send_method(channel.id, m.TxSelectOk())
 
 
-def tx_commit(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def tx_commit(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     if not channel.transactional:
         raise errors.PreconditionFailed("channel is not transactional", 90, 20)
     vhost = h.current_vhost()
@@ -394,12 +394,12 @@ def tx_commit(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None
         # A queue deleted since the publish takes nothing (RabbitMQ's delivery to a
         # queue process that is gone).
         queues = [q for q in routed.queues if vhost.queues.get(q.name) is q]
-        h.store(vhost, channel, routed._replace(queues=queues))
+        publishing.store(h, vhost, channel, routed._replace(queues=queues))
     # Commit-Ok goes out once the committed publishes and acks are on disk.
     h.reply_durable(channel.id, m.TxCommitOk(), always=True)
 
 
-def tx_rollback(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def tx_rollback(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     if not channel.transactional:
         raise errors.PreconditionFailed("channel is not transactional", 90, 30)
     channel.restore_held()
@@ -407,5 +407,5 @@ def tx_rollback(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> No
     h.conn.send_method(channel.id, m.TxRollbackOk())
 
 
-def access_request(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def access_request(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     h.conn.send_method(channel.id, m.AccessRequestOk(ticket=1))

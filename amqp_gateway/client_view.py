@@ -17,62 +17,62 @@ from amqp_gateway.errors import AMQPError
 from streamq.broker.clients import ChannelInfo, ConsumerInfo
 
 if TYPE_CHECKING:
-    from amqp_gateway.server import AmqpHandler
+    from amqp_gateway.session import AmqpSession
 
 PROPERTY_NAMES: Final = frozenset(f.name for f in dataclasses.fields(codec.BasicProperties))
 INT_PROPERTIES: Final = frozenset({"delivery_mode", "priority", "timestamp"})
 
 
 class AmqpClient:
-    """A registered connection: reads its handler's state when asked."""
+    """A registered connection: reads its session's state when asked."""
 
-    def __init__(self, handler: AmqpHandler, local: tuple[str, int], peer: tuple[str, int]):
-        self._handler = handler
+    def __init__(self, session: AmqpSession, local: tuple[str, int], peer: tuple[str, int]):
+        self._session = session
         self.host, self.port = local
         self.peer_host, self.peer_port = peer
         self.name = f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
         self.protocol = "AMQP 0-9-1"
-        self.connected_at_ms = handler.connected_at_ms
+        self.connected_at_ms = session.connected_at_ms
 
     @property
     def vhost(self) -> str:
-        return self._handler.conn.virtual_host
+        return self._session.conn.virtual_host
 
     @property
     def user(self) -> str:
-        return self._handler.user
+        return self._session.user
 
     @property
     def client_properties(self) -> Mapping[str, object]:
-        return _json_table(self._handler.conn.client_properties)
+        return _json_table(self._session.conn.client_properties)
 
     @property
     def frame_max(self) -> int:
-        return self._handler.conn.frame_max
+        return self._session.conn.frame_max
 
     @property
     def channel_max(self) -> int:
-        return self._handler.conn.channel_max
+        return self._session.conn.channel_max
 
     @property
     def heartbeat_s(self) -> int:
-        return self._handler.conn.heartbeat_s
+        return self._session.conn.heartbeat_s
 
     @property
     def recv_oct(self) -> int:
-        return self._handler.recv_oct
+        return self._session.recv_oct
 
     @property
     def send_oct(self) -> int:
-        return self._handler.send_oct
+        return self._session.send_oct
 
     @property
     def blocked(self) -> bool:
-        return self._handler.blocked_by_alarm
+        return self._session.blocked_by_alarm
 
     def channels(self) -> list[ChannelInfo]:
         out = []
-        for number, channel in sorted(self._handler.channels.items()):
+        for number, channel in sorted(self._session.channels.items()):
             consumers = tuple(
                 ConsumerInfo(
                     tag=c.tag,
@@ -99,14 +99,14 @@ class AmqpClient:
         return out
 
     def close(self, reason: str) -> None:
-        self._handler.force_close(reason)
+        self._session.force_close(reason)
 
     def cancel_consumer(self, channel: int, tag: str) -> bool:
-        session = self._handler.channels.get(channel)
+        session = self._session.channels.get(channel)
         consumer = session.consumers.get(tag) if session is not None else None
         if consumer is None:
             return False
-        self._handler.current_vhost().remove_consumer(consumer.queue, consumer)
+        self._session.current_vhost().remove_consumer(consumer.queue, consumer)
         consumer.cancel_by_broker()
         return True
 

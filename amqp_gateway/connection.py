@@ -46,13 +46,13 @@ from amqp_gateway.errors import (
     ReplyCode,
     UnexpectedFrame,
 )
+from amqp_gateway.tuning import CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S, MESSAGE_BYTES_MAX, AmqpTuning
 
-# What we offer in connection.tune: RabbitMQ 3.10's defaults (rabbit.app: channel_max
-# 2047, frame_max 131072, heartbeat 60 s), since a client adopts them.
-CHANNEL_MAX: Final = 2047
-FRAME_MAX: Final = 131072
-HEARTBEAT_S: Final = 60
-MESSAGE_BYTES_MAX: Final = 128 * 1024 * 1024
+# The defaults of what connection.tune offers (CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S) and of
+# the largest message (MESSAGE_BYTES_MAX) live in amqp_gateway/tuning.py with the ranges
+# an operator may set; names kept here for the code and tests that read them here.
+__all__ = ["CHANNEL_MAX", "FRAME_MAX", "HEARTBEAT_S", "MESSAGE_BYTES_MAX"]
+
 # Publishes per PublishRun event: the server handles a run without a break, so this
 # bounds the time a run keeps consumers waiting (EVENTS_PER_SLICE counts its messages).
 PUBLISH_RUN_MESSAGES_MAX: Final = 256
@@ -63,6 +63,7 @@ FRAME_MIN_SIZE: Final = 4096
 REPLY_TEXT_BYTES_MAX: Final = 255  # a shortstr
 # Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
 _PRE_TUNE_FRAME_MAX: Final = FRAME_MIN_SIZE
+_DEFAULT_TUNING: Final = AmqpTuning()
 _NO_READ: Final = bytearray()
 _BASIC_CLASS: Final = 60
 
@@ -226,13 +227,19 @@ class _Channel:
 class Connection:
     """One AMQP connection, server side."""
 
-    def __init__(self, server_properties: codec.FieldTable, now_s: float) -> None:
+    def __init__(
+        self,
+        server_properties: codec.FieldTable,
+        now_s: float,
+        tuning: AmqpTuning = _DEFAULT_TUNING,
+    ) -> None:
         self.state = State.AWAIT_HEADER
         self.outgoing = bytearray()
-        self.channel_max = CHANNEL_MAX
+        self.tuning = tuning  # what connection.tune offers: the most tune-ok may ask for
+        self.channel_max = tuning.channel_max
         self.frame_max = _PRE_TUNE_FRAME_MAX
         self.heartbeat_s = 0
-        self.message_bytes_max = MESSAGE_BYTES_MAX
+        self.message_bytes_max = tuning.message_bytes_max
         self.username = ""
         self.virtual_host = ""
         self.client_properties: codec.FieldTable = {}
@@ -666,29 +673,35 @@ class Connection:
             )
         raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'", 10, 11)
 
-    def accept_login(self, username: str, heartbeat_s: int = HEARTBEAT_S) -> None:
+    def accept_login(self, username: str) -> None:
         """The server checked the credentials: offer the tuning parameters."""
         self.username = username
         self.state = State.AWAIT_TUNE_OK
+        offer = self.tuning
         self.send_method(
             0,
-            m.ConnectionTune(channel_max=CHANNEL_MAX, frame_max=FRAME_MAX, heartbeat=heartbeat_s),
+            m.ConnectionTune(
+                channel_max=offer.channel_max,
+                frame_max=offer.frame_max,
+                heartbeat=offer.heartbeat_s,
+            ),
         )
 
     def _tune(self, method: m.ConnectionTuneOk) -> None:
         # 0 means "no limit", which is above ours: RabbitMQ 3.10 refuses it too
         # (rabbit_reader:validate_negotiated_integer_value/3).
-        if method.channel_max > CHANNEL_MAX or method.channel_max == 0:
+        offer = self.tuning
+        if method.channel_max > offer.channel_max or method.channel_max == 0:
             raise NotAllowed(
                 f"negotiated channel_max = {method.channel_max} is higher than the maximum "
-                f"allowed value ({CHANNEL_MAX})",
+                f"allowed value ({offer.channel_max})",
                 10,
                 31,
             )
-        if method.frame_max > FRAME_MAX or method.frame_max == 0:
+        if method.frame_max > offer.frame_max or method.frame_max == 0:
             raise NotAllowed(
                 f"negotiated frame_max = {method.frame_max} is higher than the maximum "
-                f"allowed value ({FRAME_MAX})",
+                f"allowed value ({offer.frame_max})",
                 10,
                 31,
             )

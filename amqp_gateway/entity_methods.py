@@ -2,8 +2,8 @@
 
 Owns the translation of exchange.* and queue.* methods into broker-core calls, with the
 permission checks and the replies (Declare-Ok and the like go out after a sync round when
-a durable entity changed: `AmqpHandler.reply_durable`). Each function takes the connection
-handler, the channel and the decoded method; the handler's table dispatches to them.
+a durable entity changed: `AmqpSession.reply_durable`). Each function takes the connection's
+session, the channel and the decoded method; the session's table dispatches to them.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from streamq.broker.exchange import Destination
 from streamq.broker.vhost import DEFAULT_EXCHANGE_REFUSED
 
 if TYPE_CHECKING:
-    from amqp_gateway.server import AmqpHandler
+    from amqp_gateway.session import AmqpSession
 
 
-def exchange_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def exchange_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ExchangeDeclare)
     if method.exchange == "":
         # RabbitMQ 3.10 refuses the default exchange before any other check, passive
@@ -42,7 +42,7 @@ def exchange_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) 
         h.reply_durable(channel.id, m.ExchangeDeclareOk(), always=False)
 
 
-def exchange_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def exchange_delete(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ExchangeDelete)
     h.check_access("configure", "exchange", method.exchange, (40, 20))
     h.current_vhost().delete_exchange(method.exchange, method.if_unused)
@@ -50,7 +50,7 @@ def exchange_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -
         h.reply_durable(channel.id, m.ExchangeDeleteOk(), always=False)
 
 
-def exchange_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def exchange_bind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ExchangeBind)
     h.check_access("write", "exchange", method.destination, (40, 30))
     h.check_access("read", "exchange", method.source, (40, 30))
@@ -64,7 +64,7 @@ def exchange_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
         h.reply_durable(channel.id, m.ExchangeBindOk(), always=False)
 
 
-def exchange_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def exchange_unbind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.ExchangeUnbind)
     h.check_access("write", "exchange", method.destination, (40, 40))
     h.check_access("read", "exchange", method.source, (40, 40))
@@ -78,7 +78,7 @@ def exchange_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -
         h.reply_durable(channel.id, m.ExchangeUnbindOk(), always=False)
 
 
-def queue_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def queue_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.QueueDeclare)
     if method.passive and method.queue.startswith(reply_to.REPLY_TO_QUEUE):
         _declare_reply_to(h, channel, method)
@@ -107,7 +107,7 @@ def queue_declare(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> 
         )
 
 
-def _declare_reply_to(h: AmqpHandler, channel: ChannelSession, method: m.QueueDeclare) -> None:
+def _declare_reply_to(h: AmqpSession, channel: ChannelSession, method: m.QueueDeclare) -> None:
     """queue.declare passive of direct reply-to names, as RabbitMQ answers it."""
     if not reply_to.exists(h, method.queue):
         raise errors.NotFound(
@@ -119,7 +119,7 @@ def _declare_reply_to(h: AmqpHandler, channel: ChannelSession, method: m.QueueDe
         )
 
 
-def queue_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def queue_bind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.QueueBind)
     name = channel.queue_name(method.queue, (50, 20))
     # Spec: an empty queue name and routing key bind with the queue's name as key.
@@ -137,7 +137,7 @@ def queue_bind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> Non
         h.reply_durable(channel.id, m.QueueBindOk(), always=False)
 
 
-def queue_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def queue_unbind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.QueueUnbind)
     name = channel.queue_name(method.queue, (50, 50))
     h.check_access("write", "queue", name, (50, 50))
@@ -155,7 +155,7 @@ def queue_unbind(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> N
     h.reply_durable(channel.id, m.QueueUnbindOk(), always=False)
 
 
-def queue_purge(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def queue_purge(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.QueuePurge)
     name = channel.queue_name(method.queue, (50, 30))
     h.check_access("read", "queue", name, (50, 30))
@@ -164,7 +164,7 @@ def queue_purge(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> No
         h.reply_durable(channel.id, m.QueuePurgeOk(message_count=count), always=False)
 
 
-def queue_delete(h: AmqpHandler, channel: ChannelSession, method: m.Method) -> None:
+def queue_delete(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
     assert isinstance(method, m.QueueDelete)
     name = channel.queue_name(method.queue, (50, 40))
     h.check_access("configure", "queue", name, (50, 40))

@@ -19,14 +19,14 @@ from amqp_gateway.channels import ChannelSession
 from amqp_gateway.codec import methods as m
 
 if TYPE_CHECKING:
-    from amqp_gateway.server import AmqpHandler
+    from amqp_gateway.session import AmqpSession
 
 REPLY_TO_QUEUE: Final = "amq.rabbitmq.reply-to"
 REPLY_PREFIX: Final = REPLY_TO_QUEUE + "."
 SUFFIX_BYTES: Final = 18  # random bytes of a reply name: not guessable
 
 
-def consume(h: AmqpHandler, channel: ChannelSession, method: m.BasicConsume) -> None:
+def consume(h: AmqpSession, channel: ChannelSession, method: m.BasicConsume) -> None:
     """basic.consume on `amq.rabbitmq.reply-to` (RabbitMQ's checks and texts)."""
     tag = method.consumer_tag
     if tag and (tag in channel.consumers or tag == channel.reply_tag):
@@ -44,7 +44,7 @@ def consume(h: AmqpHandler, channel: ChannelSession, method: m.BasicConsume) -> 
         h.conn.send_method(channel.id, m.BasicConsumeOk(consumer_tag=tag))
 
 
-def cancel(h: AmqpHandler, channel: ChannelSession, method: m.BasicCancel) -> bool:
+def cancel(h: AmqpSession, channel: ChannelSession, method: m.BasicCancel) -> bool:
     """basic.cancel of the reply consumer; False if `method` names another consumer."""
     if channel.reply_tag is None or method.consumer_tag != channel.reply_tag:
         return False
@@ -54,7 +54,7 @@ def cancel(h: AmqpHandler, channel: ChannelSession, method: m.BasicCancel) -> bo
     return True
 
 
-def forget(h: AmqpHandler, channel: ChannelSession) -> None:
+def forget(h: AmqpSession, channel: ChannelSession) -> None:
     """The reply consumer is cancelled or its channel closed: later replies are dropped."""
     if channel.reply_suffix is not None:
         h.gateway.reply_channels.pop(channel.reply_suffix, None)
@@ -62,7 +62,7 @@ def forget(h: AmqpHandler, channel: ChannelSession) -> None:
     channel.reply_suffix = None
 
 
-def exists(h: AmqpHandler, name: str) -> bool:
+def exists(h: AmqpSession, name: str) -> bool:
     """queue.declare passive: the pseudo-queue always exists; a reply name while its
     consumer does."""
     if name == REPLY_TO_QUEUE:
@@ -70,7 +70,7 @@ def exists(h: AmqpHandler, name: str) -> bool:
     return name.startswith(REPLY_PREFIX) and name[len(REPLY_PREFIX) :] in h.gateway.reply_channels
 
 
-def deliver(h: AmqpHandler, routing_key: str, properties_raw: bytes, body: bytes) -> bool:
+def deliver(h: AmqpSession, routing_key: str, properties_raw: bytes, body: bytes) -> bool:
     """Deliver a reply published to the default exchange with `routing_key`; False if
     no reply consumer has that name (the reply is dropped)."""
     channel = h.gateway.reply_channels.get(routing_key[len(REPLY_PREFIX) :])

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Final, cast
 
 import uvloop
 
-from amqp_gateway.server import Gateway, start_amqp_server
+from amqp_gateway.gateway import Gateway
+from amqp_gateway.listeners import UnixListener, start_tcp_listener, start_unix_listener
+from amqp_gateway.tuning import AmqpTuning
 from streamq.broker.accounts import AccountValueInvalid, FirstUser
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer, read_definitions_file
@@ -160,6 +162,31 @@ async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
         raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
 
 
+def amqp_tuning(config: ServeConfig) -> AmqpTuning:
+    """The AMQP connection tuning of `config`. Raises ServeError if a value is out of
+    its range (AmqpTuning.check)."""
+    tuning = AmqpTuning(
+        heartbeat_s=config.heartbeat_s,
+        frame_max=config.frame_max,
+        channel_max=config.channel_max,
+        message_bytes_max=config.max_message_size,
+    )
+    try:
+        tuning.check()
+    except ValueError as exc:
+        raise ServeError(str(exc)) from None
+    return tuning
+
+
+async def _listen_unix(gateway: Gateway, config: ServeConfig) -> UnixListener:
+    path = config.amqp_unix_path
+    try:
+        return await start_unix_listener(gateway, path, config.unix_proxy_protocol)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ServeError(f"cannot listen for AMQP on unix socket {path!r}: {reason}") from exc
+
+
 def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
@@ -174,11 +201,13 @@ async def run_broker(
 
     Raises ServeError if the broker cannot start.
     """
+    tuning = amqp_tuning(config)
     lock_fd = lock_data_dir(config.data_dir)
     servers: list[asyncio.Server] = []
     http: HttpServer | None = None
     broker: Broker | None = None
     gateway: Gateway | None = None
+    unix: UnixListener | None = None
     try:
         if config.pidfile:
             try:
@@ -193,18 +222,23 @@ async def run_broker(
         )
         if on_broker is not None:
             on_broker(broker)
-        gateway = Gateway(broker, config.consumer_timeout_ms)
+        gateway = Gateway(broker, config.consumer_timeout_ms, tuning)
         if config.load_definitions:
             await load_definitions(broker, config.load_definitions)
         http_bind = config.bind if config.http_bind is None else config.http_bind
         amqp = await _listen(
-            lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
+            lambda: start_tcp_listener(
+                gateway, config.bind, config.amqp_port, config.tcp_proxy_protocol
+            ),
             config.bind,
             config.amqp_port,
             "AMQP",
         )
         servers.append(amqp)
         listeners = [("amqp", config.bind, _bound_port(amqp))]
+        if config.amqp_unix_path:
+            unix = await _listen_unix(gateway, config)
+            listeners.append(("amqp", config.amqp_unix_path, 0))  # LavinMQ: amqp, by path
         http = await _listen_http(broker, http_bind, config.http_port)
         servers.append(http.server)
         listeners.append(("http", http_bind, _bound_port(http.server)))
@@ -221,6 +255,8 @@ async def run_broker(
     finally:
         for server in servers:
             server.close()
+        if unix is not None:
+            unix.close()
         if http is not None:
             await http.close()
         if gateway is not None:

@@ -16,7 +16,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from amqp_gateway import server
+from amqp_gateway import session
 from streamq.broker import vhost as vhost_module
 from tests.integration.conftest import RunningBroker
 
@@ -24,7 +24,7 @@ HIGH = 300
 LOW = 150
 BODY_BYTES = 1024
 # What one socket read can carry at most.
-READ_MESSAGES = server.READ_BYTES_MAX // BODY_BYTES
+READ_MESSAGES = session.READ_BYTES_MAX // BODY_BYTES
 
 
 @pytest.fixture
@@ -177,7 +177,7 @@ def test_cancelling_consumer_releases_held_publisher(
     consumer_connection, consumer_channel = _stalled_consumer(port, "held")
     _fill_past_high(port, "held")
     assert _wait_for(lambda: _queue_state(running, "held")[1], 10)
-    monkeypatch.setattr(server, "FLOW_HOLD_MS_MAX", 600_000)  # only leaving flow releases
+    monkeypatch.setattr(session, "FLOW_HOLD_MS_MAX", 600_000)  # only leaving flow releases
     confirmed = threading.Event()
     errors: list[BaseException] = []
 

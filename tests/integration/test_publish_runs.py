@@ -1,5 +1,5 @@
 """Publish runs end to end: whole publishes of one read with one channel, exchange and
-routing key are routed once and stored in one step (amqp_gateway/server.py `_publish_run`,
+routing key are routed once and stored in one step (amqp_gateway/publishing.py `publish_run`,
 streamq/broker/vhost_runs.py); anything unusual in a run takes the per-message path.
 
 Method: a raw socket writes many publishes in one `sendall`, so that the broker reads

@@ -1,4 +1,4 @@
-"""When a publisher's reading pauses for a delivery drain (amqp_gateway/server.py `_run`).
+"""When a publisher's reading pauses for a delivery drain (amqp_gateway/session.py `_run`).
 
 The event loop reads a socket again at once only after a read that filled its buffer, so
 only then must a publisher wait for the drain (publishing and delivering alternate batch
@@ -14,7 +14,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 
-from amqp_gateway import server
+from amqp_gateway import session
 from tests.integration.conftest import RunningBroker
 from tests.integration.test_publish_runs import TIMEOUT_S, numbered, open_raw, publishes
 
@@ -22,13 +22,13 @@ from tests.integration.test_publish_runs import TIMEOUT_S, numbered, open_raw, p
 def record_holds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The reasons of every pause of reading from now on."""
     holds: list[str] = []
-    hold = server.AmqpHandler._hold
+    hold = session.AmqpSession._hold
 
-    def recording(handler: server.AmqpHandler, reason: str) -> None:
+    def recording(handler: session.AmqpSession, reason: str) -> None:
         holds.append(reason)
         hold(handler, reason)
 
-    monkeypatch.setattr(server.AmqpHandler, "_hold", recording)
+    monkeypatch.setattr(session.AmqpSession, "_hold", recording)
     return holds
 
 
@@ -66,7 +66,7 @@ def test_a_read_that_fills_its_buffer_waits_for_the_drain(
     broker: RunningBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     holds = record_holds(monkeypatch)
-    monkeypatch.setattr(server, "READ_BYTES_MAX", 4096)  # read by the connection's handler
+    monkeypatch.setattr(session, "READ_BYTES_MAX", 4096)  # read by the connection's handler
     connection, _, received = consuming(broker)
     raw = open_raw(broker.amqp_port)
     sent = [body.ljust(1000, b".") for body in numbered("m", 500)]

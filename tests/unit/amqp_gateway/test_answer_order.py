@@ -4,8 +4,8 @@ answers another frame of the same read.
 
 Method: the frames go in as one read; the test plays the server, handling the events that
 come out (a publish to a missing exchange is refused with 404 through `fail`, as
-`AmqpHandler._publish` does) before it lets the protocol go on with `resume_parse`, as
-`AmqpHandler._run` does, and reads the methods sent before and after.
+`publishing.publish` does) before it lets the protocol go on with `resume_parse`, as
+`AmqpSession._run` does, and reads the methods sent before and after.
 """
 
 from __future__ import annotations

@@ -1,27 +1,34 @@
-"""The AMQP server: the only code that touches sockets (STYLE.md section 2).
+"""The AMQP session: one client connection, from bytes read to broker calls.
 
-Owns one asyncio protocol object per connection. It feeds socket bytes to the sans-IO
-`Connection`, turns its events into broker-core calls, writes the outgoing buffer once per
-read and once per delivery batch, runs heartbeats, and waits for the log's group commit
-before it confirms publishes. There is no task per message: one confirm task per
-connection at most, and one drain callback per event-loop turn for all deliveries.
+Owns `AmqpSession`, the asyncio BufferedProtocol of one connection. It feeds what the
+transport reads to the sans-IO `Connection`, turns its events into broker-core calls
+(methods through METHOD_HANDLERS, publishes and confirms through `publishing`), writes
+the outgoing buffer once per read and once per delivery batch, pauses reading while a
+reply waits for a sync round, a drain, a resource alarm or publisher flow control, and
+runs heartbeats and the handshake timeout.
+
+It needs only the subset of asyncio.Transport it calls (write, close, abort, is_closing,
+pause_reading, resume_reading, set_write_buffer_limits, get_extra_info): a TCP socket, a
+unix socket, asyncio's TLS transport and a WebSocket adapter all run this same code. It
+must not open listeners or sockets itself (amqp_gateway/listeners.py) nor own what every
+connection shares (amqp_gateway/gateway.py). The fast path stays here: reads land in the
+gateway's shared buffer and are parsed in place, runs of publishes and acks are one event
+each, and there is no task per message.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import time
 from collections.abc import Callable
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
-from amqp_gateway import basic_methods, codec, entity_methods, errors, reply_to, routing
-from amqp_gateway.channels import ChannelSession, Clock, RoutedPublish, monotonic_ms
-from amqp_gateway.client_view import AmqpClient, AmqpPropertiesJson
+from amqp_gateway import basic_methods, codec, entity_methods, errors, publishing, reply_to
+from amqp_gateway.channels import ChannelSession, monotonic_ms
+from amqp_gateway.client_view import AmqpClient
 from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import (
-    FRAME_MAX,
     SERVER_CAPABILITIES,
     AckRun,
     ChannelClosed,
@@ -33,22 +40,20 @@ from amqp_gateway.connection import (
     OpenRequested,
     Publish,
     PublishRun,
-    RunMessage,
     State,
 )
-from amqp_gateway.deaths import AmqpPropertiesCodec
+from amqp_gateway.endpoints import Endpoints, socket_endpoints
 from amqp_gateway.errormap import to_amqp
-from amqp_gateway.reply_to import REPLY_PREFIX
 from streamq import __version__
 from streamq.broker.accounts import PermissionKind
-from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
-from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
-from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
-from streamq.log.errors import LogError, OutOfSpace
+from streamq.log.errors import LogError
+
+if TYPE_CHECKING:
+    from amqp_gateway.gateway import Gateway
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +64,6 @@ WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
 # the event loop's time per 64 KiB publish from about 62 to 45 us (fewer reads, window
 # updates and runs).
 READ_BYTES_MAX: Final = 1024 * 1024
-SEGMENT_COLLECT_INTERVAL_S: Final = 5.0
-# Acks and deliveries are recorded in queue journals; this often at the latest they are
-# written and fsynced even when no publisher asks for a sync round.
-JOURNAL_FLUSH_INTERVAL_S: Final = 0.2
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
@@ -70,7 +71,6 @@ PERMIT_CACHE_ENTRIES_MAX: Final = 1024
 # Messages handled per drain while deliveries are pending (a PublishRun counts each of
 # its messages, an AckRun each of its tags, any other event one).
 EVENTS_PER_SLICE: Final = 512
-_IMMEDIATE: Final = 2  # basic.publish's second bit
 # Publisher flow control: a connection that published to a queue in flow (see
 # VHost._drain_queue) stops reading until the queue leaves flow, or for this long at most
 # (checked after each drain and each housekeeping tick): a consumer that never acks slows
@@ -81,7 +81,7 @@ FLOW_HOLD_MS_MAX: Final = 100
 FLOW_READ_BYTES_MAX: Final = 64 * 1024
 
 
-MethodHandler = Callable[["AmqpHandler", ChannelSession, m.Method], None]
+MethodHandler = Callable[["AmqpSession", ChannelSession, m.Method], None]
 METHOD_HANDLERS: Final[dict[type[m.Method], MethodHandler]] = {
     m.ExchangeDeclare: entity_methods.exchange_declare,
     m.ExchangeDelete: entity_methods.exchange_delete,
@@ -110,246 +110,6 @@ METHOD_HANDLERS: Final[dict[type[m.Method], MethodHandler]] = {
 }
 
 
-class Gateway:
-    """The AMQP side of a broker: connection handlers and the delivery drain."""
-
-    def __init__(
-        self, broker: Broker, consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT
-    ) -> None:
-        self.broker = broker
-        self.consumer_timeout_ms = consumer_timeout_ms
-        # Every connection reads into this and parses it before the next read: one
-        # buffer for all (see `Connection.read_buffer`).
-        self.read_buffer = bytearray(READ_BYTES_MAX + 2 * FRAME_MAX)
-        self.clock = Clock()  # stamps deliveries: set per drain and per housekeeping tick
-        self.handlers: set[AmqpHandler] = set()
-        self._to_flush: set[AmqpHandler] = set()
-        self._drain_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._housekeeping_task: asyncio.Task[None] | None = None
-        self._held_readers: list[AmqpHandler] = []
-        self.flow_held: set[AmqpHandler] = set()  # publishers held by a queue in flow
-        # Direct reply-to: reply consumers' channels by the suffix of their reply name.
-        self.reply_channels: dict[str, ChannelSession] = {}
-        # Delayed messages: one timer for the nearest deadline (epoch ms).
-        self._release_timer: asyncio.TimerHandle | None = None
-        self._release_deadline_ms = 0
-        self.alarm = ""  # a resource alarm's reason while publishers are blocked
-        self._space_listener: Callable[[], object] | None = None
-
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.broker.properties_json = AmqpPropertiesJson()
-        for vhost in self.broker.vhosts.values():
-            self.attach_vhost(vhost)
-        self.broker.vhost_listeners.append(self.attach_vhost)  # vhosts created at run time
-        # A log that runs out of disk space blocks publishers at once, not at the next
-        # tick: what they send meanwhile is held in memory until there is room.
-        self._space_listener = lambda: loop.call_soon(self._check_resources)
-        self.broker.syncer.space_listeners.append(self._space_listener)
-        self._housekeeping_task = loop.create_task(self._housekeeping())
-
-    def attach_vhost(self, vhost: VHost) -> None:
-        vhost.wakeup = self.schedule_drain
-        vhost.properties_codec = AmqpPropertiesCodec()
-        vhost.on_delay = self._release_at
-        vhost.decode_for_route = routing.fields_for_route
-        deadline_ms = vhost.delayed.next_deadline_ms()
-        if deadline_ms is not None:
-            self._release_at(deadline_ms)  # delayed messages restored from disk
-
-    def _release_at(self, deadline_ms: int) -> None:
-        """Run `_release_delayed` at `deadline_ms` (epoch ms) unless a run is due sooner:
-        one timer for the nearest deadline of all delayed messages."""
-        loop = self._loop
-        if loop is None:
-            return
-        if self._release_timer is not None:
-            if self._release_deadline_ms <= deadline_ms:
-                return
-            self._release_timer.cancel()
-        delay_s = max(0.0, deadline_ms / 1000 - time.time())
-        self._release_deadline_ms = deadline_ms
-        self._release_timer = loop.call_later(delay_s, self._release_delayed)
-
-    def _release_delayed(self) -> None:
-        """Route the delayed messages whose time has come; set the timer for the next."""
-        self._release_timer = None
-        now_ms = int(time.time() * 1000)
-        nearest: int | None = None
-        for vhost in self.broker.vhosts.values():
-            try:
-                if routing.release_delayed(vhost, now_ms):
-                    self.schedule_drain()
-            except LogError as exc:
-                logger.error("vhost %s: delayed messages not routed: %s", vhost.name, exc)
-            deadline_ms = vhost.delayed.next_deadline_ms()
-            if deadline_ms is not None and (nearest is None or deadline_ms < nearest):
-                nearest = deadline_ms
-        if nearest is not None:
-            self._release_at(max(nearest, now_ms + 1))
-
-    async def _housekeeping(self) -> None:
-        """Flush queue journals that no sync round has covered lately, and drop log
-        segments no queue needs (after a round, so that the acks that freed them are
-        durable before the segments go)."""
-        since_collect_s = 0.0
-        while True:
-            await asyncio.sleep(JOURNAL_FLUSH_INTERVAL_S)
-            since_collect_s += JOURNAL_FLUSH_INTERVAL_S
-            collect = since_collect_s >= SEGMENT_COLLECT_INTERVAL_S
-            if collect:
-                since_collect_s = 0.0
-            self._check_resources()
-            self.broker.stats_sampler.tick(self.broker.vhosts.values(), time.monotonic())
-            now_ms = int(time.time() * 1000)
-            self.clock.now_ms = monotonic_ms()
-            self._check_consumer_timeouts()
-            self._release_flow(self.clock.now_ms)
-            for vhost in list(self.broker.vhosts.values()):
-                # Each step gets a loop turn of its own, so that reads and deliveries run
-                # in between: a whole pass in one go held every message that arrived
-                # meanwhile for 0.4-0.8 ms, five times a second.
-                await asyncio.sleep(0)
-                if self.broker.vhosts.get(vhost.name) is not vhost:
-                    continue  # deleted while an earlier one synced
-                if vhost.expire_heads(now_ms):
-                    self.schedule_drain()
-                vhost.expire_queues(time.monotonic())
-                if vhost.streams_unsynced:
-                    self._start_stream_syncs(vhost)
-                await asyncio.sleep(0)
-                if self.broker.vhosts.get(vhost.name) is not vhost:
-                    continue
-                try:
-                    if vhost.log.out_of_space:
-                        # Its writes wait for room, retried by the log itself; the acks
-                        # may still be written, and free segments.
-                        if collect:
-                            await vhost.log.sync_companions()
-                            vhost.collect_segments()
-                    else:
-                        if vhost.needs_sync() or collect:
-                            await vhost.sync_all()
-                        if collect:
-                            vhost.collect_segments()
-                except OutOfSpace:
-                    pass  # the log said so once, and says so again when it has room
-                except LogError as exc:
-                    logger.error("vhost %s: housekeeping failed: %s", vhost.name, exc)
-
-    def _check_consumer_timeouts(self) -> None:
-        """RabbitMQ's consumer_timeout: close each channel whose oldest unacked delivery
-        has outlived its timeout (one look per channel per tick, no timer per message)."""
-        now_ms = self.clock.now_ms
-        for handler in list(self.handlers):
-            for channel in list(handler.channels.values()):
-                timeout_ms = channel.timed_out(self.consumer_timeout_ms, now_ms)
-                if timeout_ms is not None:
-                    handler.time_out(channel, timeout_ms)
-
-    def _check_resources(self) -> None:
-        """Block publishing connections while a resource alarm lasts (RabbitMQ: a
-        connection that publishes is blocked; one that only consumes goes on, so that
-        consumers can drain what fills memory)."""
-        reason = self.broker.resources.check(log_out_of_space=bool(self.broker.syncer.out_of_space))
-        if reason == self.alarm:
-            return
-        was_alarmed, self.alarm = bool(self.alarm), reason
-        if reason and not was_alarmed:
-            logger.warning("resource alarm: %s; blocking publishers", reason)
-            for handler in list(self.handlers):
-                if handler.has_published:
-                    handler.block(reason)
-        elif not reason:
-            logger.warning("resource alarm cleared; unblocking publishers")
-            for handler in list(self.handlers):
-                handler.unblock()
-
-    def stop(self) -> None:
-        if self._space_listener is not None:
-            self.broker.syncer.space_listeners.remove(self._space_listener)
-            self._space_listener = None
-        if self._housekeeping_task is not None:
-            self._housekeeping_task.cancel()
-        if self._release_timer is not None:
-            self._release_timer.cancel()
-            self._release_timer = None
-
-    def schedule_drain(self) -> None:
-        if not self._drain_scheduled and self._loop is not None:
-            self._drain_scheduled = True
-            self._loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        self.clock.now_ms = monotonic_ms()  # the delivery time of this batch
-        for vhost in self.broker.vhosts.values():
-            if vhost.streams_unsynced:
-                self._start_stream_syncs(vhost)
-            if vhost.dirty:
-                vhost.drain()
-        self.flush_all()
-        held, self._held_readers = self._held_readers, []
-        for handler in held:
-            handler.resume_after_drain()
-        if self.flow_held:
-            self._release_flow(self.clock.now_ms)
-
-    def _release_flow(self, now_ms: int) -> None:
-        """Let publishers held by flow control read again once their queue left flow
-        or FLOW_HOLD_MS_MAX passed."""
-        for handler in list(self.flow_held):
-            if handler.release_flow(now_ms):
-                self.flow_held.discard(handler)
-
-    def _start_stream_syncs(self, vhost: VHost) -> None:
-        """One sync round per stream with new appends, per loop turn at most: appends
-        become readable once durable, and its waiting consumers are woken then."""
-        assert self._loop is not None
-        for queue in vhost.streams_to_sync():
-            self._loop.create_task(self._sync_stream(vhost, queue))
-
-    async def _sync_stream(self, vhost: VHost, queue: Queue) -> None:
-        try:
-            await vhost.sync_stream(queue)
-        except LogError as exc:
-            vhost.fail_queue(queue, f"its log failed: {exc}")
-        self.schedule_drain()
-
-    def hold_reading(self, handler: AmqpHandler) -> None:
-        """Stop reading from `handler` until the pending drain has run.
-
-        The event loop may call `data_received` back to back for as long as a fast
-        publisher keeps its socket readable; deliveries wait for the loop's next turn. A
-        publisher that read a batch while deliveries are pending therefore waits for one
-        drain: publishing and delivering alternate batch by batch.
-        """
-        self._held_readers.append(handler)
-
-    @property
-    def drain_pending(self) -> bool:
-        return self._drain_scheduled
-
-    def want_flush(self, handler: AmqpHandler) -> None:
-        self._to_flush.add(handler)
-        self.schedule_drain()
-
-    def flush_all(self) -> None:
-        handlers = self._to_flush
-        self._to_flush = set()
-        for handler in handlers:
-            handler.flush()
-
-    def close_all(self, reason: str) -> None:
-        """Close every connection with 320 CONNECTION_FORCED (graceful shutdown)."""
-        for handler in list(self.handlers):
-            handler.force_close(reason)
-
-    def protocol_factory(self) -> AmqpHandler:
-        return AmqpHandler(self)
-
-
 def server_properties() -> codec.FieldTable:
     return {
         "product": "streamq",
@@ -360,25 +120,27 @@ def server_properties() -> codec.FieldTable:
     }
 
 
-class AmqpHandler(asyncio.BufferedProtocol):
+class AmqpSession(asyncio.BufferedProtocol):
     """One client connection. Reads land in the gateway's read buffer, shared by every
     connection, and are parsed there (`Connection.read_buffer`): no bytes object per read
     and no copy of it into a buffer of the connection's, which cost a 256 KiB allocation
     and copy per read (about one copy of every published body)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, endpoints: Endpoints | None = None) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
-        self.conn = Connection(server_properties(), time.monotonic())
+        self.conn = Connection(server_properties(), time.monotonic(), gateway.tuning)
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VHost | None = None
         self.paused = False
         self.clock = gateway.clock
+        # Given by the listener (a PROXY header's, a unix socket's), else read off the
+        # socket at connection_made; None for a socket that is not IP nor unix.
+        self.endpoints = endpoints
         self.peer = "?"
-        self._peer_is_loopback = False
         self._transport: asyncio.Transport | None = None
         self._heartbeat: asyncio.TimerHandle | None = None
-        self._confirming = False
+        self.confirming = False  # publishing.confirm_loop runs (one task at most)
         self._closing_timer: asyncio.TimerHandle | None = None
         self._connected_s = time.monotonic()
         self.connected_at_ms = int(time.time() * 1000)
@@ -400,13 +162,13 @@ class AmqpHandler(asyncio.BufferedProtocol):
         # when the set is empty.
         self._holds: set[str] = set()
         # "flow": published to this queue while it was in flow (publisher flow control).
-        self._flow_queue: Queue | None = None
+        self.flow_queue: Queue | None = None
         self._flow_since_ms = 0
         self._read_max = READ_BYTES_MAX  # FLOW_READ_BYTES_MAX while its queue is in flow
         # Whether the last read filled its buffer: only then may the socket hold more, and
         # the event loop read it again before the drain (see `_run`).
         self._read_full = True
-        self._now_ms = 0
+        self.now_ms = 0
         self.user = ""
         self.impersonator = False
         # Each connection caches its permission answers, as RabbitMQ caches them per
@@ -421,21 +183,20 @@ class AmqpHandler(asyncio.BufferedProtocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
         self._transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
-        peer = transport.get_extra_info("peername")
-        host = peer[0] if isinstance(peer, tuple) else ""
-        self.peer = f"{host}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        try:
-            self._peer_is_loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            self._peer_is_loopback = False
-        self.gateway.handlers.add(self)
+        if self.endpoints is None:
+            self.endpoints = socket_endpoints(transport)
+        if self.endpoints is not None:
+            self.peer = self.endpoints.peer
+        else:
+            self.peer = str(transport.get_extra_info("peername"))
+        self.gateway.sessions.add(self)
         self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.conn.read_buffer(self.gateway.read_buffer, self._read_max)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._now_ms = int(time.time() * 1000)  # the append timestamp of this read
+        self.now_ms = int(time.time() * 1000)  # the append timestamp of this read
         self._read_full = nbytes >= self._read_max
         self.recv_oct += nbytes
         events = self.conn.receive_read(nbytes, time.monotonic())
@@ -466,7 +227,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self.has_published = True
             if self.gateway.alarm:
                 self.block(self.gateway.alarm)
-        if self._flow_queue is not None and "flow" not in self._holds:
+        if self.flow_queue is not None and "flow" not in self._holds:
             self._hold("flow")
             self._read_max = FLOW_READ_BYTES_MAX
             self._flow_since_ms = monotonic_ms()
@@ -496,13 +257,13 @@ class AmqpHandler(asyncio.BufferedProtocol):
     def release_flow(self, now_ms: int) -> bool:
         """Read again if the queue that held this publisher left flow or the hold has
         lasted FLOW_HOLD_MS_MAX; True once released."""
-        queue = self._flow_queue
+        queue = self.flow_queue
         if queue is not None and queue.in_flow:
             if now_ms - self._flow_since_ms < FLOW_HOLD_MS_MAX:
                 return False
         else:
             self._read_max = READ_BYTES_MAX  # its queue left flow: full reads again
-        self._flow_queue = None
+        self.flow_queue = None
         self._unhold("flow")
         return True
 
@@ -600,10 +361,10 @@ class AmqpHandler(asyncio.BufferedProtocol):
             try:
                 if type(event) is PublishRun:
                     self._published = True
-                    confirm_needed |= self._publish_run(event)
+                    confirm_needed |= publishing.publish_run(self, event)
                 elif type(event) is Publish:
                     self._published = True
-                    confirm_needed |= self._publish(event)
+                    confirm_needed |= publishing.publish(self, event)
                 elif type(event) is AckRun:
                     self._ack_run(event)
                 elif isinstance(event, MethodReceived):
@@ -620,15 +381,15 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 elif isinstance(event, ConnectionClosed):
                     self._cleanup()
             except errors.AMQPError as exc:
-                self._fail(exc, getattr(event, "channel", 0))
+                self.fail(exc, getattr(event, "channel", 0))
             except (BrokerError, LogError) as exc:
-                self._fail(to_amqp(exc, 0, 0), getattr(event, "channel", 0))
+                self.fail(to_amqp(exc, 0, 0), getattr(event, "channel", 0))
             except Exception as exc:  # a bug in a handler: 541 for this connection only
                 logger.exception("internal error on connection %s", self.peer)
-                self._fail(errors.InternalError(f"internal error: {exc}"), 0)
-        if confirm_needed and not self._confirming:
-            self._confirming = True
-            asyncio.get_running_loop().create_task(self._confirm_loop())
+                self.fail(errors.InternalError(f"internal error: {exc}"), 0)
+        if confirm_needed and not self.confirming:
+            self.confirming = True
+            asyncio.get_running_loop().create_task(publishing.confirm_loop(self))
 
     def reply_durable(
         self,
@@ -663,7 +424,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
             logger.error("message store failed; closing connection %s: %s", self.peer, exc)
             self._waiting = None
             ids = (0, 0) if method is None else (method.CLASS_ID, method.METHOD_ID)
-            self._fail(to_amqp(exc, *ids), 0)
+            self.fail(to_amqp(exc, *ids), 0)
         else:
             self._waiting = None
             if method is not None and self.conn.is_channel_open(channel_id):
@@ -678,7 +439,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         if self._waiting is None:
             self._unhold("sync")
 
-    def _fail(self, exc: errors.AMQPError, channel: int) -> None:
+    def fail(self, exc: errors.AMQPError, channel: int) -> None:
         session = self.channels.get(channel) if channel else None
         if (
             isinstance(exc, errors.ChannelException)
@@ -703,7 +464,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         def close() -> None:
             owed = self.channels.get(session.id) is session and seq > session.confirmed_seq
             if owed and self.conn.state is State.OPEN:
-                self._confirm(session, seq)
+                publishing.confirm(self, session, seq)
             self._fail_now(exc, session.id)
 
         self.reply_durable(session.id, None, always=True, then=close)
@@ -722,7 +483,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
 
     def _login(self, event: LoginRequested) -> None:
         user = self.broker.accounts.authenticate(event.username, event.password)
-        if user is None or not login_allowed(user.name, self._peer_is_loopback):
+        loopback = self.endpoints is not None and self.endpoints.loopback
+        if user is None or not login_allowed(user.name, loopback):
             logger.warning("login refused for user %r from %s", event.username, self.peer)
             # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).
             raise errors.AccessRefused(
@@ -748,14 +510,10 @@ class AmqpHandler(asyncio.BufferedProtocol):
 
     def _register(self) -> None:
         """List the open connection in `Broker.clients` for the management API."""
-        transport = self._transport
-        if transport is None:
-            return
-        local = transport.get_extra_info("sockname")
-        peer = transport.get_extra_info("peername")
-        if not isinstance(local, tuple) or not isinstance(peer, tuple):
-            return  # not an IP socket
-        self.client = AmqpClient(self, (local[0], local[1]), (peer[0], peer[1]))
+        ends = self.endpoints
+        if self._transport is None or ends is None:
+            return  # neither an IP nor a unix socket
+        self.client = AmqpClient(self, (ends.host, ends.port), (ends.peer_host, ends.peer_port))
         self.broker.clients[self.client.name] = self.client
 
     def check_access(
@@ -793,7 +551,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
         except (BrokerError, LogError) as exc:
             raise to_amqp(exc, method.CLASS_ID, method.METHOD_ID) from exc
 
-    def _channel(self, channel_id: int) -> ChannelSession:
+    def channel(self, channel_id: int) -> ChannelSession:
         channel = self.channels.get(channel_id)
         if channel is None:
             channel = self.channels[channel_id] = ChannelSession(channel_id, self.conn, self)
@@ -831,7 +589,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
             f"{timeout_ms} ms. This timeout value can be configured, see consumers doc guide "
             "to learn more"
         )
-        self._fail(errors.PreconditionFailed(text, 0, 0), channel.id)
+        self.fail(errors.PreconditionFailed(text, 0, 0), channel.id)
         self._release_channel(channel)
         self.flush()
 
@@ -849,7 +607,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
             for queue in list(self.vhost.queues.values()):
                 if queue.exclusive_owner is self:
                     self.vhost.remove_queue(queue)
-        self.gateway.handlers.discard(self)
+        self.gateway.sessions.discard(self)
         self.gateway.flow_held.discard(self)
         if self.client is not None:
             self.broker.clients.pop(self.client.name, None)
@@ -881,60 +639,6 @@ class AmqpHandler(asyncio.BufferedProtocol):
 
     # -- publish and confirms --------------------------------------------------------------
 
-    def _publish(self, publish: Publish) -> bool:
-        """Route and store one message; True if a confirm is now owed."""
-        if self.conn.is_channel_closing(publish.channel):
-            return False  # see _publish_run
-        channel = self._channel(publish.channel)
-        vhost = self.vhost
-        assert vhost is not None
-        if publish.immediate:
-            raise errors.AMQPNotImplemented("immediate=true", 60, 40)
-        self.check_access("write", "exchange", publish.exchange, (60, 40))
-        if channel.transactional:
-            # As RabbitMQ 3.10: checked and routed now, stored (or returned) at commit.
-            channel.tx_publishes.append(self.route(vhost, channel, publish))
-            return False
-        if channel.confirm:
-            channel.publish_seq += 1
-            try:
-                self.route_and_store(vhost, channel, publish)
-            except Exception:
-                channel.publish_seq -= 1  # not stored: nothing to confirm for it
-                raise
-            return True
-        self.route_and_store(vhost, channel, publish)
-        return False
-
-    def _publish_run(self, run: PublishRun) -> bool:
-        """Route and store a run of publishes (one channel, exchange and routing key);
-        True if confirms are owed. The common case routes once and stores the lot in one
-        step; anything else (a transaction, immediate, a slow-path property, no route, a
-        queue with a length limit, a stream) goes through `_publish` one by one."""
-        if self.conn.is_channel_closing(run.channel):
-            # An error earlier in this read closed the channel: what the client sent on it
-            # before it saw the close is discarded (connection.py, rule 2), as RabbitMQ.
-            # The client's own channel.close is parsed only once these are handled
-            # (connection.py, rule 3).
-            return False
-        channel = self._channel(run.channel)
-        if channel.transactional or run.bits & _IMMEDIATE or not self._store_run(channel, run):
-            channel_id = run.channel
-            publish = self._publish
-            for properties_raw, body, exchange, routing_key, bits in run.messages:
-                publish(
-                    Publish(
-                        channel_id,
-                        exchange,
-                        routing_key,
-                        bool(bits & 1),
-                        bool(bits & _IMMEDIATE),
-                        properties_raw,
-                        body,
-                    )
-                )
-        return channel.confirm and not channel.transactional
-
     def _ack_run(self, run: AckRun) -> None:
         """Settle a run of acks, nacks and rejects, in their order, as one per-method
         event after another would: the plain acks (multiple=false, the common case) in
@@ -953,7 +657,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 return
             try:
                 start = basic_methods.settle_plain_acks(
-                    self, self._channel(channel_id), tags, kinds, start
+                    self, self.channel(channel_id), tags, kinds, start
                 )
             except (BrokerError, LogError) as exc:
                 raise to_amqp(exc, 60, 80) from exc  # as _method maps basic.ack's
@@ -961,209 +665,6 @@ class AmqpHandler(asyncio.BufferedProtocol):
                 method = basic_methods.ack_method(tags[start], kinds[start])
                 self._handle_events([MethodReceived(channel_id, method)])
                 start += 1
-
-    def _store_run(self, channel: ChannelSession, run: PublishRun) -> bool:
-        """`route_and_store` of a whole run when its common case holds; False, having
-        stored nothing, otherwise."""
-        vhost = self.vhost
-        assert vhost is not None
-        messages = run.messages
-        _, _, exchange_name, routing_key, _ = messages[0]
-        exchange = vhost.exchanges.get(exchange_name)
-        if (
-            exchange is None
-            or exchange.internal
-            or exchange.reads_properties
-            or vhost.queue_dedupers
-            or (
-                run.flags & routing.SLOW_FLAGS
-                and any(routing.needs_slow_path(vhost, exchange, m[0]) for m in messages)
-            )
-            or (run.flags & routing.CHECKED_FLAGS and not self._pass_checks(messages))
-        ):
-            return False
-        self.check_access("write", "exchange", exchange_name, (60, 40))
-        queues = vhost.route_run(exchange_name, routing_key)
-        # None: the route reads properties; []: unroutable (mandatory, direct reply-to).
-        if not queues or not vhost.publish_run(
-            exchange_name, routing_key, messages, queues, self._now_ms, run.flags >> 8
-        ):
-            return False
-        count = len(messages)
-        stats = vhost.exchange_stats.get(exchange_name)
-        if stats is None:
-            stats = vhost.exchange_stats[exchange_name] = MessageStats()
-        stats.publish_in += count
-        stats.publish_out += count
-        if channel.confirm:
-            channel.publish_seq += count
-        for queue in queues:  # publisher flow control: one flag per routed queue
-            if queue.in_flow:
-                self._flow_queue = queue
-        return True
-
-    def _pass_checks(self, messages: list[RunMessage]) -> bool:
-        """Whether every message of a run passes `routing.check_properties`; if one does
-        not, the run goes one by one and the publishes before it are stored. Equal
-        consecutive properties are one object: each is checked once."""
-        previous = None
-        for message in messages:
-            properties_raw = message[0]
-            if properties_raw is not previous and routing.needs_check(properties_raw):
-                try:
-                    routing.check_properties(properties_raw, self.user, self.impersonator)
-                except errors.PreconditionFailed:
-                    return False
-            previous = properties_raw
-        return True
-
-    def route_and_store(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> None:
-        self.store(vhost, channel, self.route(vhost, channel, publish))
-
-    def route(self, vhost: VHost, channel: ChannelSession, publish: Publish) -> RoutedPublish:
-        """The queues `publish` goes to, and its properties as stored. Raises NotFound
-        (404) and AccessRefused (403) for its exchange, and what routing raises."""
-        exchange = vhost.exchanges.get(publish.exchange)
-        if exchange is None:
-            raise errors.NotFound(
-                f"no exchange '{publish.exchange}' in vhost '{vhost.name}'", 60, 40
-            )
-        if exchange.internal:
-            raise errors.AccessRefused(
-                f"cannot publish to internal exchange '{publish.exchange}' in vhost '{vhost.name}'",
-                60,
-                40,
-            )
-        # Message stats: one dict lookup and a few increments per publish.
-        stats = vhost.exchange_stats.get(publish.exchange)
-        if stats is None:
-            stats = vhost.exchange_stats[publish.exchange] = MessageStats()
-        stats.publish_in += 1
-        properties_raw = publish.properties_raw
-        if routing.needs_check(properties_raw):
-            routing.check_properties(properties_raw, self.user, self.impersonator)
-        # Hot path: two flags and one flag-byte test decide that nothing below applies.
-        if (
-            exchange.reads_properties
-            or vhost.queue_dedupers
-            or (
-                properties_raw
-                and properties_raw[0] & routing.SLOW_FLAGS_BYTE0
-                and routing.needs_slow_path(vhost, exchange, properties_raw)
-            )
-        ):
-            routed = routing.route_publish(
-                vhost,
-                exchange,
-                publish.routing_key,
-                properties_raw,
-                publish.body,
-                self._now_ms,
-                channel.reply_suffix,
-            )
-            queues, properties_raw = routed.queues, routed.properties_raw
-            reply = not routed.held
-            routed_later = routed.routed_later
-        else:
-            # The headers are decoded only if the route reaches an exchange that reads
-            # them (a headers exchange bound to this one).
-            queues = vhost.route(
-                publish.exchange, publish.routing_key, None, properties_raw=properties_raw
-            )
-            reply = not queues
-            routed_later = False
-        return RoutedPublish(publish, queues, properties_raw, reply, routed_later, stats)
-
-    def store(self, vhost: VHost, channel: ChannelSession, routed: RoutedPublish) -> None:
-        """Store a routed publish, or return it (mandatory) or drop it if it went nowhere."""
-        publish, queues, properties_raw, reply, routed_later, stats = routed
-        offset = vhost.publish(
-            publish.exchange,
-            publish.routing_key,
-            properties_raw,
-            publish.body,
-            queues,
-            self._now_ms,
-        )
-        for queue in queues:  # publisher flow control: one flag per routed queue
-            if queue.in_flow:
-                self._flow_queue = queue
-        if vhost.publish_rejected and channel.confirm:
-            channel.rejected_seqs.append(channel.publish_seq)
-        if reply and publish.exchange == "" and publish.routing_key.startswith(REPLY_PREFIX):
-            # Direct reply-to; still unrouted for `mandatory`, as RabbitMQ 3.x.
-            reply_to.deliver(self, publish.routing_key, properties_raw, publish.body)
-        if offset is not None or routed_later:
-            stats.publish_out += 1
-        elif not publish.mandatory:
-            vhost.stats.drop_unroutable += 1
-        else:
-            vhost.stats.return_unroutable += 1
-            self.conn.send_content(
-                channel.id,
-                m.BasicReturn(
-                    reply_code=312,
-                    reply_text="NO_ROUTE",
-                    exchange=publish.exchange,
-                    routing_key=publish.routing_key,
-                ),
-                properties_raw,
-                publish.body,
-            )
-
-    async def _confirm_loop(self) -> None:
-        """Confirm publishes once the log has made them durable: one sync round covers
-        every publish so far on every channel, and each channel gets one cumulative ack."""
-        try:
-            while self.vhost is not None and self.conn.state is State.OPEN:
-                owed = {
-                    channel: channel.publish_seq
-                    for channel in self.channels.values()
-                    if channel.confirm
-                    and channel.publish_seq > channel.confirmed_seq
-                    and not self.conn.is_channel_closing(channel.id)
-                }
-                if not owed:
-                    return
-                await self.vhost.sync()
-                for channel, seq in owed.items():
-                    # Nothing goes out on a channel after its channel.close (spec 1.5.2.5):
-                    # what a failed channel owed was confirmed before it (_fail).
-                    if (
-                        self.channels.get(channel.id) is channel
-                        and seq > channel.confirmed_seq
-                        and not self.conn.is_channel_closing(channel.id)
-                    ):
-                        self._confirm(channel, seq)
-                self.flush()
-        except LogError as exc:
-            logger.error("message store failed; closing connection %s: %s", self.peer, exc)
-            self._fail(to_amqp(exc, 60, 40), 0)
-            self.flush()
-        finally:
-            self._confirming = False
-
-    def _confirm(self, channel: ChannelSession, seq: int) -> None:
-        """Cumulative acks up to `seq`, with a nack for each publish a full queue refused
-        (x-overflow reject-publish), in order."""
-        out = self.conn.outgoing
-        channel_id = codec.ChannelId(channel.id)
-        done = channel.confirmed_seq
-        rejected = channel.rejected_seqs
-        while rejected and rejected[0] <= seq:
-            refused = rejected.pop(0)
-            if refused - 1 > done:
-                codec.append_basic_ack(out, channel_id, codec.DeliveryTag(refused - 1), True)
-            self.conn.send_method(
-                channel.id,
-                m.BasicNack(delivery_tag=codec.DeliveryTag(refused), multiple=False, requeue=False),
-            )
-            done = refused
-        if seq > done:
-            codec.append_basic_ack(out, channel_id, codec.DeliveryTag(seq), True)
-        if self.vhost is not None:
-            self.vhost.stats.confirm += seq - channel.confirmed_seq
-        channel.confirmed_seq = seq
 
     # -- methods (amqp_gateway.entity_methods and basic_methods) ---------------------------
 
@@ -1185,9 +686,3 @@ def _slice_end(events: list[Event]) -> int:
         if weight > EVENTS_PER_SLICE:
             return max(index, 1)
     return len(events)
-
-
-async def start_amqp_server(gateway: Gateway, host: str, port: int) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
-    gateway.attach(loop)
-    return await loop.create_server(gateway.protocol_factory, host, port, reuse_address=True)

@@ -1,0 +1,200 @@
+"""AMQP listeners: the sockets that accept connections for the gateway's sessions.
+
+Owns opening the AMQP listeners (plain TCP and a unix socket) and what happens between a
+connection's accept and its session: the endpoints a session is given (a unix socket's,
+treated as loopback as LavinMQ does) and, on a listener with PROXY protocol on, reading
+the header a load balancer sends first (`ProxyHeaderReceiver`), within a bounded time.
+Once the header is read the transport is handed to the session itself
+(`transport.set_protocol`): the session reads from the socket as on any other listener,
+fast path included. It must not parse AMQP bytes nor hold broker state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import os
+import socket
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, cast
+
+from amqp_gateway.endpoints import Endpoints, ip_endpoints, socket_endpoints, unix_endpoints
+from amqp_gateway.gateway import Gateway
+from amqp_gateway.proxy_protocol import ProxyHeader, ProxyHeaderError, parse_header
+from amqp_gateway.session import HANDSHAKE_TIMEOUT_S, AmqpSession
+
+logger = logging.getLogger(__name__)
+
+# A PROXY header must be complete this long after the accept: the handshake's own bound
+# (RabbitMQ's handshake_timeout), which starts again once the session takes over.
+PROXY_HEADER_TIMEOUT_S: Final = HANDSHAKE_TIMEOUT_S
+UNIX_SOCKET_MODE: Final = 0o666  # as LavinMQ: any local user may connect, then log in
+
+OwnEndpoints = Callable[[asyncio.BaseTransport], Endpoints | None]
+
+
+async def start_tcp_listener(
+    gateway: Gateway, host: str, port: int, proxy_protocol: int = 0
+) -> asyncio.Server:
+    """Listen for AMQP over TCP on host:port; with `proxy_protocol` (1 or 2: either
+    version's header is accepted) each connection must start with a PROXY header.
+    Raises OSError if it cannot bind."""
+    loop = asyncio.get_running_loop()
+    gateway.attach(loop)
+
+    def factory() -> asyncio.BaseProtocol:
+        if proxy_protocol:
+            return ProxyHeaderReceiver(gateway, socket_endpoints)
+        return gateway.protocol_factory()
+
+    return await loop.create_server(factory, host, port, reuse_address=True)
+
+
+@dataclass(frozen=True, slots=True)
+class UnixListener:
+    """A listening unix socket and the inode of its file (removed at `close`)."""
+
+    server: asyncio.Server
+    path: str
+    inode: int
+
+    def close(self) -> None:
+        """Stop listening and remove the socket file, unless another process has put
+        its own there since."""
+        self.server.close()
+        try:
+            if os.lstat(self.path).st_ino == self.inode:
+                os.unlink(self.path)
+        except OSError:
+            pass  # gone already, or not ours to remove
+
+
+async def start_unix_listener(gateway: Gateway, path: str, proxy_protocol: int = 0) -> UnixListener:
+    """Listen for AMQP on a unix socket at `path`, removing a socket file a dead broker
+    left there. Raises OSError if `path` is something else than a socket, another process
+    listens on it, or it cannot be bound."""
+    loop = asyncio.get_running_loop()
+    gateway.attach(loop)
+    _remove_stale_socket(path)
+    numbers = itertools.count(1)
+
+    def own(transport: asyncio.BaseTransport) -> Endpoints:
+        return unix_endpoints(path, next(numbers))
+
+    def factory() -> asyncio.BaseProtocol:
+        if proxy_protocol:
+            return ProxyHeaderReceiver(gateway, own)
+        return gateway.protocol_factory(unix_endpoints(path, next(numbers)))
+
+    server = await loop.create_unix_server(factory, path)
+    os.chmod(path, UNIX_SOCKET_MODE)
+    return UnixListener(server, path, os.lstat(path).st_ino)
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a unix socket file nobody listens on; refuse anything else at `path`."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(errno.EEXIST, "the path exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            os.unlink(path)  # a dead broker's socket
+            return
+        except BlockingIOError:
+            pass  # a listener with a full backlog: alive
+    raise OSError(errno.EADDRINUSE, "another process listens on this socket")
+
+
+class ProxyHeaderReceiver(asyncio.Protocol):
+    """A connection on a PROXY protocol listener until its header is read: then a
+    session takes the transport over, with the header's addresses as its endpoints (or
+    the socket's own for v1 UNKNOWN and v2 LOCAL) and the bytes that followed the header
+    in the same read. A connection without a valid header, or whose header is not
+    complete within PROXY_HEADER_TIMEOUT_S, is closed with a log line."""
+
+    def __init__(self, gateway: Gateway, own_endpoints: OwnEndpoints) -> None:
+        self._gateway = gateway
+        self._own_endpoints = own_endpoints
+        self._transport: asyncio.Transport | None = None
+        self._data = bytearray()  # bounded: parse_header refuses what grows past a header
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(PROXY_HEADER_TIMEOUT_S, self._stalled)
+
+    def data_received(self, data: bytes) -> None:
+        self._data += data
+        try:
+            parsed = parse_header(self._data)
+        except ProxyHeaderError as exc:
+            self._refuse(str(exc))
+            return
+        if parsed is not None:
+            header, size = parsed
+            self._cancel_timer()
+            self._start_session(header, bytes(self._data[size:]))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+
+    def _start_session(self, header: ProxyHeader, rest: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        session = self._gateway.protocol_factory(self._endpoints(header, transport))
+        transport.set_protocol(session)
+        session.connection_made(transport)
+        feed(session, rest)
+
+    def _endpoints(self, header: ProxyHeader, transport: asyncio.Transport) -> Endpoints | None:
+        source, destination = header.source, header.destination
+        if source is None or destination is None:
+            return self._own_endpoints(transport)
+        if header.family == "UNIX":
+            # A client of the balancer's own unix socket: not ours to call local.
+            own = self._own_endpoints(transport)
+            number = own.peer_port if own is not None else 0
+            return Endpoints(source[0] or "unix", number, destination[0], 0, False)
+        return ip_endpoints(source, destination)
+
+    def _stalled(self) -> None:
+        self._refuse(f"no complete PROXY protocol header within {PROXY_HEADER_TIMEOUT_S:g} s")
+
+    def _refuse(self, reason: str) -> None:
+        self._cancel_timer()
+        transport = self._transport
+        if transport is None:
+            return
+        ends = socket_endpoints(transport)
+        peer = ends.peer if ends is not None else "a unix socket client"
+        logger.warning("closing connection from %s: %s", peer, reason)
+        transport.abort()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def feed(session: AmqpSession, data: bytes) -> None:
+    """Hand `data`, read before the session took the transport, to the session as if it
+    had read it itself (asyncio's BufferedProtocol calls)."""
+    view = memoryview(data)
+    while view:
+        buffer = session.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        session.buffer_updated(size)
+        view = view[size:]
