@@ -38,6 +38,7 @@ from amqp_gateway.connection import (
 )
 from amqp_gateway.deaths import AmqpPropertiesCodec
 from amqp_gateway.errormap import to_amqp
+from amqp_gateway.external_auth import authenticate_login, certificate_login, offered_mechanisms
 from amqp_gateway.reply_to import REPLY_PREFIX
 from streamq import __version__
 from streamq.broker.accounts import PermissionKind
@@ -428,6 +429,7 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self._peer_is_loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:
             self._peer_is_loopback = False
+        self.conn.mechanisms = offered_mechanisms(transport)
         self.gateway.handlers.add(self)
         self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
 
@@ -721,7 +723,8 @@ class AmqpHandler(asyncio.BufferedProtocol):
             self._transport.abort()
 
     def _login(self, event: LoginRequested) -> None:
-        user = self.broker.accounts.authenticate(event.username, event.password)
+        event = certificate_login(event, self._transport)  # EXTERNAL: the certificate's CN
+        user = authenticate_login(self.broker.accounts, event)
         if user is None or not login_allowed(user.name, self._peer_is_loopback):
             logger.warning("login refused for user %r from %s", event.username, self.peer)
             # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).

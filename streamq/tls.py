@@ -157,7 +157,10 @@ def _address(peer: object) -> str:
 
 
 def _why(exc: BaseException) -> str:
-    """OpenSSL's reason in words ("key values mismatch"), or the OS's ("No such file")."""
+    """OpenSSL's reason in words ("key values mismatch", "certificate verify failed:
+    certificate has expired"), or the OS's ("No such file or directory")."""
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_message:
+        return f"certificate verify failed: {exc.verify_message}"
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason).lower().replace("_", " ")
     if isinstance(exc, OSError) and exc.strerror:
