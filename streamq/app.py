@@ -25,10 +25,15 @@ from typing import TYPE_CHECKING, Final, cast
 import uvloop
 
 from amqp_gateway.server import Gateway, start_amqp_server
+from streamq.broker.accounts import AccountValueInvalid, FirstUser
 from streamq.broker.broker import Broker
+from streamq.broker.definitions_import import Importer, read_definitions_file
+from streamq.broker.errors import BrokerError
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
+from streamq.broker.users import DEFAULT_PASSWORD, DEFAULT_USER, hash_password
 from streamq.heap import tune_collector
+from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
 from streamq.tls import TlsContexts, TlsError, serve_tls
 
 if TYPE_CHECKING:
@@ -108,6 +113,31 @@ def lock_data_dir(data_dir: str) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def first_user(config: ServeConfig) -> FirstUser | None:
+    """The fresh data directory's user from `default_user` and its hash; None: guest/guest.
+
+    Raises ServeError for a name or hash the accounts refuse."""
+    if config.default_user == DEFAULT_USER and not config.default_password_hash:
+        return None
+    try:
+        return FirstUser(
+            config.default_user,
+            config.default_password_hash or hash_password(DEFAULT_PASSWORD),
+        )
+    except AccountValueInvalid as exc:
+        raise ServeError(f"default_user {config.default_user!r}: {exc}") from exc
+
+
+async def load_definitions(broker: Broker, path: str) -> None:
+    """Import the definitions file at `path` (before the listeners open); durable on
+    return. Raises ServeError naming the file and the reason."""
+    try:
+        await Importer(broker, read_definitions_file(path), None).run()
+    except (BrokerError, OSError) as exc:
+        raise ServeError(f"load_definitions {path}: {exc}") from exc
+    logger.info("loaded definitions from %s", path)
 
 
 async def _listen(
@@ -191,10 +221,22 @@ async def run_broker(
     broker: Broker | None = None
     gateway: Gateway | None = None
     try:
-        broker = Broker(config.data_dir, config.limits, direct_io=config.direct_io)
+        if config.pidfile:
+            try:
+                write_pidfile(config.pidfile)
+            except PidfileError as exc:
+                raise ServeError(str(exc)) from exc
+        broker = Broker(
+            config.data_dir,
+            config.limits,
+            direct_io=config.direct_io,
+            first_user=first_user(config),
+        )
         if on_broker is not None:
             on_broker(broker)
         gateway = Gateway(broker, config.consumer_timeout_ms)
+        if config.load_definitions:
+            await load_definitions(broker, config.load_definitions)
         http_bind = config.bind if config.http_bind is None else config.http_bind
         amqp = await _listen(
             lambda: start_amqp_server(gateway, config.bind, config.amqp_port),
@@ -236,6 +278,8 @@ async def run_broker(
             gateway.close_all("broker shutdown")
         if broker is not None:
             await broker.aclose()
+        if config.pidfile:
+            remove_pidfile(config.pidfile)
         os.close(lock_fd)
     logger.info("stopped")
 

@@ -9,42 +9,80 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from streamq import __version__, ctl, perf
-from streamq.argtypes import non_negative_int
-from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
-from streamq.broker.resources import ResourceLimits, parse_memory_limit, parse_size
+from streamq.config_ini import ConfigError
+from streamq.config_keys import BY_NAME, KEYS, Flag, Key
+from streamq.config_values import LOG_LEVELS
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 0-65535: {port}")
-    return port
+logger = logging.getLogger("streamq")
 
 
-_milliseconds = non_negative_int("a number of milliseconds")
+def _validator(key: Key) -> Callable[[str], str]:
+    # Flags are checked here, so that a bad one is argparse's usage error (exit 2), but
+    # kept as text: streamq.config parses every layer the same way and shows the text.
+    def check(text: str) -> str:
+        try:
+            key.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return check
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _add_key_flag(serve: argparse.ArgumentParser, key: Key) -> None:
+    # SUPPRESS: a flag that is not given leaves no attribute, so that the environment and
+    # the config file below it are not masked by argparse defaults.
+    default = f" ({key.default})" if key.default else ""
+    if key.flag_const is not None:
+        serve.add_argument(
+            *key.flags,
+            dest=key.name,
+            action="store_const",
+            const=key.flag_const,
+            default=argparse.SUPPRESS,
+            help=key.help,
+        )
+        return
+    serve.add_argument(
+        *key.flags,
+        dest=key.name,
+        type=_validator(key),
+        choices=key.choices,
+        default=argparse.SUPPRESS,
+        metavar=key.metavar,
+        help=key.help + default,
+    )
 
 
-def _memory_limit(text: str) -> int:
-    try:
-        return parse_memory_limit(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _add_serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the broker",
+        description="Run the broker. Settings come from these flags, then STREAMQ_<KEY> "
+        "environment variables, then the --config file, then the defaults; "
+        "docs/configuration.md lists every key.",
+    )
+    serve.add_argument(
+        "-c", "--config", default=argparse.SUPPRESS, metavar="FILE",
+        help="an INI config file with LavinMQ's sections and keys (or $STREAMQ_CONFIG)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration and where each value came from, and exit",
+    )
+    serve.add_argument(
+        "-b", "--bind", type=_validator(BY_NAME["amqp_bind"]), default=argparse.SUPPRESS,
+        metavar="ADDRESS", help="address of all listeners (--amqp-bind and --http-bind)",
+    )  # fmt: skip
+    for key in KEYS:
+        if key.flags:
+            _add_key_flag(serve, key)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,94 +91,82 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"streamq {__version__}")
     parser.add_argument(
-        "--log-level", choices=LOG_LEVELS, default="info", help="stderr log level (info)"
+        "--log-level", choices=LOG_LEVELS, default=None, help="stderr log level (info)"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = commands.add_parser("serve", help="run the broker")
-    run.add_argument("--data-dir", default="./data", help="data directory (./data)")
-    run.add_argument("--bind", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    run.add_argument("--amqp-port", type=_port, default=5672, help="AMQP port (5672)")
-    run.add_argument("--http-port", type=_port, default=15672, help="HTTP port (15672)")
-    run.add_argument(
-        "--memory-high-watermark",
-        type=_memory_limit,
-        default=None,
-        metavar="LIMIT",
-        help="block publishers above this memory: a fraction of RAM or a size (0.4)",
-    )
-    run.add_argument(
-        "--disk-free-limit",
-        type=_size,
-        default=None,
-        metavar="SIZE",
-        help="block publishers when the data dir's disk has less free (64MiB)",
-    )
-    run.add_argument(
-        "--consumer-timeout-ms",
-        type=_milliseconds,
-        default=CONSUMER_TIMEOUT_MS_DEFAULT,
-        metavar="MS",
-        help="close a channel whose delivery stays unacked this long; 0: never (1800000)",
-    )
-    run.add_argument(
-        "--no-direct-io",
-        dest="direct_io",
-        action="store_false",
-        help="write segments through the page cache (default: direct I/O where the file "
-        "system allows it)",
-    )
+    _add_serve_parser(commands)
     ctl.add_parser(commands)
     perf.add_parser(commands)
     return parser
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, log_file: str = "") -> None:
+    """Log to stderr, or append to `log_file`; raises OSError if it cannot be opened."""
+    handler: logging.Handler = (
+        logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    )
     logging.basicConfig(
-        stream=sys.stderr,
+        handlers=[handler],
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
 
-def _limits(memory_bytes: int | None, disk_bytes: int | None) -> ResourceLimits:
-    limits = ResourceLimits.defaults()
-    if memory_bytes is not None:
-        limits.memory_high_watermark_bytes = memory_bytes
-    if disk_bytes is not None:
-        limits.disk_free_limit_bytes = disk_bytes
-    return limits
+def given_flags(args: argparse.Namespace) -> dict[str, Flag]:
+    """The serve flags the command line gave, by key name (and "bind", "config")."""
+    given = vars(args)
+    flags = {
+        key.name: Flag(given[key.name], key.flag)
+        for key in KEYS
+        if key.flags and given.get(key.name) is not None
+    }
+    for name in ("bind", "config"):
+        if name in given:
+            flags[name] = Flag(given[name], f"--{name}")
+    return flags
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Imported here: the server pulls in uvloop, aiohttp and the gateways, which `ctl`
+    # and `perf` do not need (they start in a fraction of the time without them).
+    from streamq import config  # noqa: PLC0415
+    from streamq.app import ServeError, serve  # noqa: PLC0415
+
+    try:
+        resolved = config.resolve(given_flags(args), os.environ)
+    except ConfigError as exc:
+        print(f"streamq: {exc}", file=sys.stderr)
+        return 1
+    if args.print_config:
+        sys.stdout.write(config.print_config(resolved))
+        return 0
+    try:
+        configure_logging(str(resolved.value("log_level")), resolved.text("log_file"))
+    except OSError as exc:
+        print(f"streamq: cannot open the log file: {exc}", file=sys.stderr)
+        return 1
+    if (warning := config.unsupported_warning(resolved)) is not None:
+        logger.warning("%s", warning)
+    try:
+        serve(config.serve_config(resolved))
+    except ServeError as exc:
+        print(f"streamq: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    if args.command == "serve":
+        return _serve(args)
+    configure_logging(LOG_LEVELS[args.log_level or "info"])
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
     if args.command == "ctl":
         return ctl.main(args)
-    if args.command == "perf":
-        return perf.main(args)
-    # Imported here: the server pulls in uvloop, aiohttp and the gateways, which `ctl`
-    # and `perf` do not need (they start in a fraction of the time without them).
-    from streamq.app import ServeConfig, ServeError, serve  # noqa: PLC0415
-
-    config = ServeConfig(
-        data_dir=args.data_dir,
-        bind=args.bind,
-        amqp_port=args.amqp_port,
-        http_port=args.http_port,
-        limits=_limits(args.memory_high_watermark, args.disk_free_limit),
-        consumer_timeout_ms=args.consumer_timeout_ms,
-        direct_io=args.direct_io,
-    )
-    try:
-        serve(config)
-    except ServeError as exc:
-        print(f"streamq: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return perf.main(args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ old state or the new one, never a mix. Mutators block on fsync: keep them off th
 Rule 2: a file that cannot be read is never replaced. It raises `AccountsCorrupted` and stays
 for an operator to repair; without a file, the store holds RabbitMQ's first-start defaults
 (vhost "/", user guest/guest tagged administrator with full permissions on "/"), written
-with the first change.
+with the first change; a first user other than guest (`FirstUser`) is written at once.
 
 It does not know connections (the loopback rule is `users.login_allowed`) nor vhost data
 directories (the broker creates and deletes those).
@@ -126,6 +126,25 @@ class _State:
     grants: Mapping[tuple[str, str], _Grant]
 
 
+@dataclass(frozen=True, slots=True)
+class FirstUser:
+    """The user a fresh data directory starts with: administrator, full permissions on
+    "/" (RabbitMQ's `default_user` and `default_pass`, LavinMQ's `default_password_hash`)."""
+
+    name: str
+    password_hash: str  # RabbitMQ's sha256 format
+
+    def __post_init__(self) -> None:
+        check_name("user", self.name)
+        if self.password_hash == NO_PASSWORD:
+            raise AccountValueInvalid("the first user needs a password hash")
+        check_password_hash(self.password_hash)
+
+    @classmethod
+    def guest(cls) -> FirstUser:
+        return cls(DEFAULT_USER, hash_password(DEFAULT_PASSWORD))
+
+
 class AccountStore:
     """Users, vhosts and permissions of one data directory (see the module docstring).
 
@@ -139,18 +158,25 @@ class AccountStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, data_dir: str) -> AccountStore:
+    def open(cls, data_dir: str, first_user: FirstUser | None = None) -> AccountStore:
         """Read the accounts of `data_dir`, or the first-start defaults if it has none.
 
-        Writes nothing. Raises AccountsCorrupted for a file it cannot parse, OSError if the
-        file cannot be read.
+        Without a file, the defaults' user is `first_user` if given (the operator's
+        `default_user`), and the file is written at once (fsynced) so that this user stays
+        the first one whatever the next start is given; else it is guest/guest and nothing
+        is written. An existing file is never changed here. Raises AccountsCorrupted for a
+        file it cannot parse, OSError if the file cannot be read or written.
         """
         path = os.path.join(data_dir, ACCOUNTS_DIR, ACCOUNTS_FILE)
         try:
             with open(path, "rb") as file:
                 data = file.read()
         except FileNotFoundError:
-            return cls(path, _default_state())
+            if first_user is None:
+                return cls(path, _default_state(FirstUser.guest()))
+            store = cls(path, _default_state(first_user))
+            store._commit(store._state)
+            return store
         return cls(path, _decode(path, data))
 
     # Users.
@@ -484,10 +510,10 @@ def _make_state(
     return _State({user.name: user for user in users}, frozenset(vhosts), by_key, grants)
 
 
-def _default_state() -> _State:
-    guest = User(DEFAULT_USER, hash_password(DEFAULT_PASSWORD), DEFAULT_TAGS)
-    full = Permission(DEFAULT_USER, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
-    return _make_state([guest], [DEFAULT_VHOST], [full])
+def _default_state(first_user: FirstUser) -> _State:
+    user = User(first_user.name, first_user.password_hash, DEFAULT_TAGS)
+    full = Permission(first_user.name, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
+    return _make_state([user], [DEFAULT_VHOST], [full])
 
 
 # The file format (see the module docstring).

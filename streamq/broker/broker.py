@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from streamq.broker.accounts import AccountStore, VHostNotFound
+from streamq.broker.accounts import AccountStore, FirstUser, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
 from streamq.broker.errors import BrokerError, NotAllowed
 from streamq.broker.resources import ResourceLimits, ResourceMonitor
@@ -36,12 +36,19 @@ CLIENTS_CLOSE_TIMEOUT_S: Final = 5.0
 
 class Broker:
     def __init__(
-        self, data_dir: str, limits: ResourceLimits | None = None, *, direct_io: bool = True
+        self,
+        data_dir: str,
+        limits: ResourceLimits | None = None,
+        *,
+        direct_io: bool = True,
+        first_user: FirstUser | None = None,
     ) -> None:
+        """Open the data directory. `first_user`: a fresh directory's user instead of
+        guest/guest (see `AccountStore.open`)."""
         self.data_dir = data_dir
         self.syncer = Syncer(direct_io=direct_io)
         self.resources = ResourceMonitor(data_dir, limits or ResourceLimits.defaults())
-        self.accounts = AccountStore.open(data_dir)
+        self.accounts = AccountStore.open(data_dir, first_user)
         self.vhosts: dict[str, VHost] = {}
         self.failed_vhosts: dict[str, str] = {}  # name: why it could not be opened
         # Client connections by name (the AMQP gateway registers them, the management
