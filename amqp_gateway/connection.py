@@ -53,6 +53,7 @@ from amqp_gateway.tuning import CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S, MESSAGE_BYT
 # an operator may set; names kept here for the code and tests that read them here.
 __all__ = ["CHANNEL_MAX", "FRAME_MAX", "HEARTBEAT_S", "MESSAGE_BYTES_MAX"]
 
+MECHANISMS: Final = b"PLAIN AMQPLAIN"  # SASL mechanisms offered on every connection
 # Publishes per PublishRun event: the server handles a run without a break, so this
 # bounds the time a run keeps consumers waiting (EVENTS_PER_SLICE counts its messages).
 PUBLISH_RUN_MESSAGES_MAX: Final = 256
@@ -243,6 +244,9 @@ class Connection:
         self.username = ""
         self.virtual_host = ""
         self.client_properties: codec.FieldTable = {}
+        # What connection.start offers: the server adds EXTERNAL on a TLS connection
+        # with a verified client certificate (external_auth.py).
+        self.mechanisms = MECHANISMS
         self._server_properties = server_properties
         self._buffer = bytearray()
         self._read_into = _NO_READ  # the buffer `read_buffer` handed out
@@ -443,7 +447,7 @@ class Connection:
             version_major=0,
             version_minor=9,
             server_properties=self._server_properties,
-            mechanisms=b"PLAIN AMQPLAIN",
+            mechanisms=self.mechanisms,
             locales=b"en_US",
         )
         self.state = State.AWAIT_START_OK
@@ -671,6 +675,14 @@ class Connection:
                 _field_str(table.get("PASSWORD")),
                 method.client_properties,
             )
+        if mechanism == "EXTERNAL" and mechanism.encode() in self.mechanisms.split():
+            # The user is the client certificate's, which the server knows: the
+            # response (pika sends none) is not read, as in RabbitMQ's EXTERNAL.
+            return LoginRequested(mechanism, "", "", method.client_properties)
+        if mechanism == "EXTERNAL":
+            # Known but not offered here (plain TCP, no client certificate): RabbitMQ's
+            # rabbit_reader:auth_mechanism_to_module/2 text for that case.
+            raise CommandInvalid(f"invalid authentication mechanism '{mechanism}'", 10, 11)
         raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'", 10, 11)
 
     def accept_login(self, username: str) -> None:

@@ -44,6 +44,7 @@ from amqp_gateway.connection import (
 )
 from amqp_gateway.endpoints import Endpoints, socket_endpoints
 from amqp_gateway.errormap import to_amqp
+from amqp_gateway.external_auth import authenticate_login, certificate_login, offered_mechanisms
 from streamq import __version__
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.errors import BrokerError
@@ -189,6 +190,7 @@ class AmqpSession(asyncio.BufferedProtocol):
             self.peer = self.endpoints.peer
         else:
             self.peer = str(transport.get_extra_info("peername"))
+        self.conn.mechanisms = offered_mechanisms(transport)
         self.gateway.sessions.add(self)
         self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
 
@@ -482,7 +484,8 @@ class AmqpSession(asyncio.BufferedProtocol):
             self._transport.abort()
 
     def _login(self, event: LoginRequested) -> None:
-        user = self.broker.accounts.authenticate(event.username, event.password)
+        event = certificate_login(event, self._transport)  # EXTERNAL: the certificate's CN
+        user = authenticate_login(self.broker.accounts, event)
         loopback = self.endpoints is not None and self.endpoints.loopback
         if user is None or not login_allowed(user.name, loopback):
             logger.warning("login refused for user %r from %s", event.username, self.peer)

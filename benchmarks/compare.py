@@ -3,6 +3,7 @@
 Usage: python benchmarks/compare.py URL_A URL_B [URL_C] [--pid-a PID] [--pid-b PID]
            [--pid-c PID] [--name-a NAME] [--name-b NAME] [--name-c NAME] [--quick]
            [--full] [--only KEYS] [--json FILE] [--streamq COMMAND]
+           [--tls-url-a AMQPS_URL] [--tls-url-b AMQPS_URL] [--tls-url-c AMQPS_URL]
 
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
 `benchmarks/queue_features.py`) against A and B (and C) in turn, A B C A B C, three
@@ -14,7 +15,9 @@ peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
 /proc/PID/status, when the pids are given (the memory scenarios need them). The memory
 scenarios run first, while the heaps are small; --full queues 10M messages instead of 1M.
 A scenario that fails on a broker is reported as n/a with its reason; the comparison goes
-on. `--streamq` names the command that provides `streamq perf` (default: the one in this
+on. The TLS rows (issue 20) run over each broker's --tls-url (an amqps:// URI with
+`cacertfile`); below the tables, each broker's rate over TLS as a share of the same run over
+TCP. `--streamq` names the command that provides `streamq perf` (default: the one in this
 interpreter's venv), e.g. a wrapper around a frozen copy of the tree.
 
 This script only drives the load generator (`streamq perf`) and pika; it never starts or
@@ -43,6 +46,7 @@ from benchmarks.compare_report import (
     format_value,
     markdown_table,
     row_summary,
+    tls_lines,
 )
 from benchmarks.perf_process import ScenarioError, default_streamq
 from benchmarks.queue_features import queue_feature_scenarios
@@ -83,6 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("url_b", help="AMQP URI of broker B")
     parser.add_argument("url_c", nargs="?", help="AMQP URI of an optional broker C")
+    for side in "abc":
+        parser.add_argument(
+            f"--tls-url-{side}",
+            help=f"amqps:// URI of broker {side.upper()} for the TLS rows, e.g. "
+            "amqps://guest:guest@127.0.0.1:5671/%%2f?cacertfile=ca.pem",
+        )
     parser.add_argument("--pid-a", type=int, help="pid of broker A, for its RSS")
     parser.add_argument("--pid-b", type=int, help="pid of broker B, for its RSS")
     parser.add_argument("--pid-c", type=int, help="pid of broker C, for its RSS")
@@ -241,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     print(memory_table(brokers, peaks, scenarios))
     for line in error_lines(rows, args.name_a, args.name_b, name_c):
         print(f"- {line}")
+    for line in tls_lines(rows, [broker.name for broker in brokers]):
+        print(f"- {line}")
     if args.json:
         write_json(args.json, env, settings, rows, peaks)
     return 0
@@ -249,11 +261,11 @@ def main(argv: list[str] | None = None) -> int:
 def brokers_from(args: argparse.Namespace) -> tuple[Broker, ...]:
     """A and B, and C when its URL was given. Raises `SystemExit` for clashing names."""
     brokers = [
-        Broker(args.name_a, args.url_a, args.pid_a),
-        Broker(args.name_b, args.url_b, args.pid_b),
+        Broker(args.name_a, args.url_a, args.pid_a, args.tls_url_a),
+        Broker(args.name_b, args.url_b, args.pid_b, args.tls_url_b),
     ]
     if args.url_c:
-        brokers.append(Broker(args.name_c, args.url_c, args.pid_c))
+        brokers.append(Broker(args.name_c, args.url_c, args.pid_c, args.tls_url_c))
     names = [broker.name for broker in brokers]
     if len(set(names)) != len(names):
         # Peaks and run tags are keyed by name: two brokers of one name would mix.

@@ -211,3 +211,29 @@ def row_summary(row: Row) -> dict[str, object]:
             target_c=verdict(a_over_c, row.metric),
         )
     return summary
+
+
+# Issue 20: each TLS scenario and the TCP scenario it repeats over TLS.
+TLS_TWINS: Final = (
+    ("TLS: publish only, 16 B", "publish only, 16 B"),
+    ("TLS: publish only, 1 KiB", "publish only, 1 KiB"),
+    ("TLS: 1 pub + 1 cons, manual ack", "1 pub + 1 cons, manual ack"),
+)
+
+
+def tls_lines(rows: Sequence[Row], names: Sequence[str]) -> list[str]:
+    """Each broker's rate over TLS as a share of its rate over TCP, per metric of the TLS
+    scenarios that ran beside their TCP twins."""
+    by_title = {(row.scenario, row.metric.key): row for row in rows}
+    lines = []
+    for tls_title, tcp_title in TLS_TWINS:
+        for (title, key), tls_row in by_title.items():
+            tcp_row = by_title.get((tcp_title, key))
+            if title != tls_title or tcp_row is None:
+                continue
+            shares = []
+            for index, name in enumerate(names):
+                share = ratio(median(tls_row.side(index)[0]), median(tcp_row.side(index)[0]))
+                shares.append(f"{name} {NOT_AVAILABLE if share is None else f'{share:.0%}'}")
+            lines.append(f"{tls_title}, {tls_row.metric.label}: TLS/TCP " + ", ".join(shares))
+    return lines

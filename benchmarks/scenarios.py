@@ -6,7 +6,8 @@ consume only from a full queue, a stream, a fanout to ten queues, and the memory
 of idle connections, queues and queued messages), issue 19's rows whose consumers ack
 each message with its own basic.ack (`--ack-each`, as pika, kombu and Celery workers
 do), the broker's RSS with the queued messages and, last, idle after every run, and one
-run of any of them against one broker. Each run uses queue and exchange names of its own
+run of any of them against one broker, and issue 20's runs over TLS (each broker's
+`tls_url`, an amqps:// URI). Each run uses queue and exchange names of its own
 and deletes them afterwards. A run raises `ScenarioError` when the broker fails it (a
 scenario a broker cannot do, such as a stream on LavinMQ, is then n/a); it never aborts
 the comparison and never starts or stops a broker.
@@ -67,6 +68,7 @@ class Broker:
     name: str
     url: str
     pid: int | None
+    tls_url: str | None = None  # amqps://...?cacertfile=...: the TLS scenarios' URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +137,11 @@ def _number(table: dict[str, object], key: str) -> float:
     return float(value)
 
 
-def throughput(run: Run, queue: str, flags: list[str], timeout_s: float) -> dict[str, float]:
-    args = ["throughput", "--uri", run.broker.url, "-u", queue, "-q", *flags]
+def throughput(
+    run: Run, queue: str, flags: list[str], timeout_s: float, url: str | None = None
+) -> dict[str, float]:
+    """`streamq perf throughput` on `queue`, over `url` (default: the broker's URL)."""
+    args = ["throughput", "--uri", url or run.broker.url, "-u", queue, "-q", *flags]
     return summary_metrics(run_perf(run.settings.streamq, args, timeout_s))
 
 
@@ -158,6 +163,26 @@ def timed(flags: str) -> Runner:
             clean_up(run, [queue])
 
     return run_timed
+
+
+def tls_timed(flags: str) -> Runner:
+    """`timed` over the broker's TLS URL (n/a without one); set-up and clean-up stay on
+    its plain URL."""
+
+    def run_tls(run: Run) -> dict[str, float]:
+        if run.broker.tls_url is None:
+            raise ScenarioError(f"no TLS URL for {run.broker.name} (--tls-url-...)")
+        queue = run.name()
+        duration_s = run.settings.duration_s
+        args = [*shlex.split(flags), "-z", str(duration_s)]
+        try:
+            return throughput(
+                run, queue, args, duration_s + THROUGHPUT_MARGIN_S, run.broker.tls_url
+            )
+        finally:
+            clean_up(run, [queue])
+
+    return run_tls
 
 
 def stream_timed(flags: str) -> Runner:
@@ -313,6 +338,14 @@ def matrix(settings: Settings) -> list[Scenario]:
         Scenario("stream-ack-each", "stream, read from first over AMQP, per-message acks",
                  f"{stream_each_flags} + stream queue, offset first", (CONFIRM, CONSUME),
                  stream_timed(stream_each_flags)),
+        # Issue 20: AMQP over TLS, beside the same runs over TCP above.
+        Scenario("tls-publish-16", "TLS: publish only, 16 B", "-x 1 -y 0 -s 16 over amqps",
+                 (PUBLISH,), tls_timed("-x 1 -y 0 -s 16")),
+        Scenario("tls-publish-1024", "TLS: publish only, 1 KiB", "-x 1 -y 0 -s 1024 over amqps",
+                 (PUBLISH,), tls_timed("-x 1 -y 0 -s 1024")),
+        Scenario("tls-ack", "TLS: 1 pub + 1 cons, manual ack",
+                 "-x 1 -y 1 -a 100 -P 1000 -s 16 over amqps", (PUBLISH, CONSUME),
+                 tls_timed("-x 1 -y 1 -a 100 -P 1000 -s 16")),
         Scenario("idle", "after the runs, queues deleted, idle", "none: VmRSS once steady",
                  (RSS_IDLE,), idle_memory, runs_last=True),
     ]  # fmt: skip

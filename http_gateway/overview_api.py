@@ -38,6 +38,7 @@ PRODUCT_NAME: Final = "streamq"
 ALIVENESS_QUEUE: Final = "aliveness-test"
 ALIVENESS_BODY: Final = b"test_message"
 EMPTY_PROPERTIES: Final = b"\x00\x00"  # AMQP basic properties: no flags set
+LISTEN_BACKLOG: Final = 100  # asyncio's (and uvloop's) create_server default
 
 routes = web.RouteTableDef()
 
@@ -79,13 +80,31 @@ def message_stats(broker: Broker, vhosts: list[VHost]) -> dict[str, object]:
     return message_stats_json(counts, rates)
 
 
+def socket_opts(protocol: str, port: int) -> dict[str, object]:
+    """A listener's `socket_opts` as RabbitMQ shows them: the TCP options of the AMQP
+    listeners (asyncio's backlog, Nagle off), the port of the management ones."""
+    if protocol.startswith("amqp"):
+        return {"backlog": LISTEN_BACKLOG, "nodelay": True}
+    return {"port": port}
+
+
 def listeners(broker: Broker, request: web.Request) -> list[dict[str, object]]:
-    """The broker's listeners (as the process registered them), or at least this one."""
-    found = [{"protocol": p, "ip_address": ip, "port": port} for p, ip, port in broker.listeners]
+    """Every listener of the broker (as the process registered them: "amqp", "amqp/ssl",
+    "http", "https", RabbitMQ's protocol names), or at least the one serving `request`."""
+    found = [(p, ip, port) for p, ip, port in broker.listeners]
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    if sockname and not any(entry["protocol"] == "http" for entry in found):
-        found.append({"protocol": "http", "ip_address": sockname[0], "port": sockname[1]})
-    return [{"node": node_name(), **entry} for entry in found]
+    if sockname and not any(p.startswith("http") for p, _, _ in found):
+        found.append(("http", sockname[0], sockname[1]))
+    return [
+        {
+            "node": node_name(),
+            "protocol": p,
+            "ip_address": ip,
+            "port": port,
+            "socket_opts": socket_opts(p, port),
+        }
+        for p, ip, port in found
+    ]
 
 
 def overview(who: Caller, request: web.Request) -> dict[str, object]:

@@ -69,6 +69,8 @@ BROKER_ERROR_STATUS: Final[tuple[tuple[type[broker_errors.BrokerError], int], ..
 )
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Binds host:port to connections made by a protocol factory (aiohttp's web.Server).
+Listen = Callable[[web.Server, str, int], Awaitable[asyncio.Server]]
 
 
 def status_of(exc: broker_errors.BrokerError) -> int:
@@ -122,15 +124,22 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def start_http_server(broker: Broker, host: str, port: int) -> HttpServer:
-    """Listen on host:port. Raises OSError if the port cannot be bound."""
+async def _listen_tcp(factory: web.Server, host: str, port: int) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(factory, host, port, reuse_address=True)
+
+
+async def start_http_server(
+    broker: Broker, host: str, port: int, listen: Listen = _listen_tcp
+) -> HttpServer:
+    """Listen on host:port (with `listen`: plain TCP, or the broker's TLS for HTTPS).
+    Raises OSError if the port cannot be bound."""
     runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
     await runner.setup()
     protocol_factory = runner.server
     assert protocol_factory is not None, "set up above"
-    loop = asyncio.get_running_loop()
     try:
-        server = await loop.create_server(protocol_factory, host, port, reuse_address=True)
+        server = await listen(protocol_factory, host, port)
     except OSError:
         await runner.cleanup()
         raise

@@ -36,6 +36,7 @@ from streamq.broker.resources import ResourceLimits
 from streamq.broker.users import DEFAULT_PASSWORD, DEFAULT_USER, hash_password
 from streamq.heap import tune_collector
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.tls import TlsContexts, TlsError, serve_tls
 
 if TYPE_CHECKING:
     from http_gateway.server import HttpServer
@@ -150,16 +151,50 @@ async def _listen(
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
 
-async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
+async def _listen_http(
+    broker: Broker, host: str, port: int, tls: TlsContexts | None = None
+) -> HttpServer:
+    """The management API on plain HTTP, or on HTTPS with `tls`."""
     # The management gateway (aiohttp and its handlers, about half of the start-up's
     # imports) is imported on a worker thread once the AMQP listener is up: a restart
     # serves AMQP clients while it loads.
     loop = asyncio.get_running_loop()
     server = await loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
+    what = "HTTP" if tls is None else "HTTPS"
     try:
-        return cast("HttpServer", await server.start_http_server(broker, host, port))
+        if tls is None:
+            return cast("HttpServer", await server.start_http_server(broker, host, port))
+        listen = _tls_listen(tls, what)
+        return cast("HttpServer", await server.start_http_server(broker, host, port, listen))
     except OSError as exc:
-        raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
+        raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
+
+
+def _tls_listen(
+    tls: TlsContexts, what: str
+) -> Callable[[Callable[[], asyncio.BaseProtocol], str, int], Awaitable[asyncio.Server]]:
+    # The https context is read at each accept: a SIGHUP reload swaps it.
+    return lambda factory, host, port: serve_tls(factory, host, port, lambda: tls.https, what)
+
+
+def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
+    """The TLS contexts when a TLS port is on. Raises ServeError for a bad TLS setting."""
+    if config.amqps_port < 0 and config.https_port < 0:
+        return None
+    try:
+        return TlsContexts(config)
+    except TlsError as exc:
+        raise ServeError(f"TLS: {exc}") from None
+
+
+async def _listen_amqps(gateway: Gateway, tls: TlsContexts, host: str, port: int) -> asyncio.Server:
+    # The amqps context is read at each accept: a SIGHUP reload swaps it.
+    return await _listen(
+        lambda: serve_tls(gateway.protocol_factory, host, port, lambda: tls.amqps, "AMQPS"),
+        host,
+        port,
+        "AMQPS",
+    )
 
 
 def amqp_tuning(config: ServeConfig) -> AmqpTuning:
@@ -196,15 +231,21 @@ async def run_broker(
     stop: asyncio.Event,
     on_ready: Callable[[int, int], None] | None = None,
     on_broker: Callable[[Broker], None] | None = None,
+    on_tls: Callable[[TlsContexts], None] | None = None,
 ) -> None:
-    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening.
+    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening,
+    `on_tls` with the TLS contexts (for their reload) when a TLS port is on.
 
     Raises ServeError if the broker cannot start.
     """
     tuning = amqp_tuning(config)
+    tls = _tls_contexts(config)  # a bad certificate stops the start before anything opens
+    if tls is not None and on_tls is not None:
+        on_tls(tls)
     lock_fd = lock_data_dir(config.data_dir)
     servers: list[asyncio.Server] = []
     http: HttpServer | None = None
+    https_servers: list[HttpServer] = []
     broker: Broker | None = None
     gateway: Gateway | None = None
     unix: UnixListener | None = None
@@ -236,12 +277,21 @@ async def run_broker(
         )
         servers.append(amqp)
         listeners = [("amqp", config.bind, _bound_port(amqp))]
-        if config.amqp_unix_path:
-            unix = await _listen_unix(gateway, config)
-            listeners.append(("amqp", config.amqp_unix_path, 0))  # LavinMQ: amqp, by path
         http = await _listen_http(broker, http_bind, config.http_port)
         servers.append(http.server)
         listeners.append(("http", http_bind, _bound_port(http.server)))
+        if config.amqp_unix_path:
+            unix = await _listen_unix(gateway, config)
+            listeners.append(("amqp", config.amqp_unix_path, 0))  # LavinMQ: amqp, by path
+        if tls is not None and config.amqps_port >= 0:
+            amqps = await _listen_amqps(gateway, tls, config.bind, config.amqps_port)
+            servers.append(amqps)
+            listeners.append(("amqp/ssl", config.bind, _bound_port(amqps)))
+        if tls is not None and config.https_port >= 0:
+            https = await _listen_http(broker, http_bind, config.https_port, tls)
+            https_servers.append(https)
+            servers.append(https.server)
+            listeners.append(("https", http_bind, _bound_port(https.server)))
         broker.listeners[:] = listeners
         logger.info(
             "listening %s data_dir=%s",
@@ -257,8 +307,8 @@ async def run_broker(
             server.close()
         if unix is not None:
             unix.close()
-        if http is not None:
-            await http.close()
+        for closing in ([http] if http is not None else []) + https_servers:
+            await closing.close()
         if gateway is not None:
             gateway.stop()
             gateway.close_all("broker shutdown")
@@ -270,12 +320,23 @@ async def run_broker(
     logger.info("stopped")
 
 
+def _reload(tls: list[TlsContexts]) -> None:
+    """SIGHUP: reload the TLS certificate and key (LavinMQ's reload). It never stops the
+    broker, whose default action on SIGHUP would be to die."""
+    if not tls:
+        logger.info("SIGHUP: no TLS listener, nothing to reload")
+        return
+    tls[0].reload()
+
+
 async def _main(config: ServeConfig) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await run_broker(config, stop)
+    tls: list[TlsContexts] = []
+    loop.add_signal_handler(signal.SIGHUP, _reload, tls)
+    await run_broker(config, stop, on_tls=tls.append)
 
 
 def serve(config: ServeConfig) -> None:

@@ -1,11 +1,12 @@
 """A minimal blocking AMQP 0-9-1 client for the load generator's set-up and tear-down.
 
-Owns one connection over a plain socket: the handshake (PLAIN, heartbeats off), channel
-1, synchronous calls (`call`) and a clean close. It turns every way a broker can refuse
-or drop us (refused connection, timeout, connection.close, channel.close, a malformed
-frame) into `PerfError` with a one-line message. The per-message work (publishes,
-deliveries, confirms) is not here: the publisher and consumer take over `sock` and
-`buffer` once set-up is done. Every read waits at most `timeout_s`.
+Owns one connection over a socket (TCP, or TLS for amqps://): the handshake (PLAIN,
+heartbeats off), channel 1, synchronous calls (`call`) and a clean close. It turns every
+way a broker can refuse or drop us (refused connection, timeout, a failed TLS handshake,
+connection.close, channel.close, a malformed frame) into `PerfError` with a one-line
+message. The per-message work (publishes, deliveries, confirms) is not here: the
+publisher and consumer take over `sock` and `buffer` once set-up is done. Every read
+waits at most `timeout_s`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -117,6 +119,14 @@ class AmqpClient:
                 raise PerfError(f"the broker read nothing for {PUBLISH_STALL_S:g} s")
         return True
 
+    def readable(self, timeout_s: float) -> bool:
+        """Whether a read would return at once, waiting up to `timeout_s`. TLS may hold
+        decrypted bytes that the socket no longer shows as readable."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True
+        readable, _, _ = select.select([self.sock], [], [], timeout_s)
+        return bool(readable)
+
     def abort(self) -> None:
         """Close the socket without the close handshake (after a batch cut mid-frame)."""
         self.sock.close()
@@ -208,7 +218,29 @@ class AmqpClient:
 
 
 def open_socket(uri: AmqpUri, timeout_s: float) -> socket.socket:
-    """A connected TCP socket with Nagle off. Raises `PerfError` when refused."""
+    """A connected TCP socket with Nagle off, with TLS for amqps://. Raises `PerfError`
+    when refused or when the TLS handshake fails."""
+    sock = _tcp_socket(uri, timeout_s)
+    return _with_tls(sock, uri) if uri.tls else sock
+
+
+def _with_tls(sock: socket.socket, uri: AmqpUri) -> ssl.SSLSocket:
+    try:
+        context = ssl.create_default_context(cafile=uri.cacertfile or None)
+    except OSError as exc:
+        sock.close()
+        raise PerfError(f"cannot read cacertfile {uri.cacertfile!r}: {exc}") from None
+    if not uri.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    try:
+        return context.wrap_socket(sock, server_hostname=uri.host)
+    except (OSError, ssl.SSLError) as exc:
+        sock.close()
+        raise PerfError(f"TLS handshake with {uri.address()} failed: {exc}") from None
+
+
+def _tcp_socket(uri: AmqpUri, timeout_s: float) -> socket.socket:
     try:
         sock = socket.create_connection((uri.host, uri.port), timeout=timeout_s)
     except ConnectionRefusedError:

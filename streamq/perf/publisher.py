@@ -9,7 +9,6 @@ end it commits an open transaction and waits for outstanding confirms. Counts go
 
 from __future__ import annotations
 
-import select
 import time
 from typing import Final
 
@@ -130,8 +129,7 @@ class Publisher:
     def take_incoming(self, timeout_s: float) -> bool:
         """Read and handle what the broker sent, waiting up to `timeout_s` for it.
         Returns whether anything arrived. Raises `PerfError` on a close."""
-        readable, _, _ = select.select([self.client.sock], [], [], timeout_s)
-        if not readable:
+        if not self.client.readable(timeout_s):
             return False
         self.client.fill(time.monotonic() + IO_TIMEOUT_S, "the broker")
         for frame in self.confirms.take_frames(self.client.split()):

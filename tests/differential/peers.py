@@ -53,11 +53,34 @@ class Endpoint:
     http_port: int
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server certificate, its key and the CA file for RabbitMQ's TLS listener."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def tls_config(port: int, files: TlsFiles) -> str:
+    """rabbitmq.conf lines for an AMQPS listener on 127.0.0.1:port (no client
+    certificates asked, as streamq's default)."""
+    return (
+        f"listeners.ssl.default = 127.0.0.1:{port}\n"
+        f"ssl_options.cacertfile = {files.ca}\n"
+        f"ssl_options.certfile = {files.cert}\n"
+        f"ssl_options.keyfile = {files.key}\n"
+        "ssl_options.verify = verify_none\n"
+        "ssl_options.fail_if_no_peer_cert = false\n"
+    )
+
+
 class RabbitMQServer:
     """Debian's rabbitmq-server with the management plugin, on loopback ports of its own,
-    in `directory`. Raises RuntimeError, with the end of its log, if it does not start."""
+    in `directory`, and with `tls` an AMQPS listener on `amqps_port` too. Raises
+    RuntimeError, with the end of its log, if it does not start."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, tls: TlsFiles | None = None) -> None:
         if not RABBITMQ_SERVER.exists():
             raise RuntimeError(
                 f"{RABBITMQ_SERVER} is missing: `make test` installs Debian's rabbitmq-server "
@@ -68,11 +91,12 @@ class RabbitMQServer:
         self.amqp_port, self.http_port = free_port(), free_port()
         self.epmd_port, dist_port = free_port(), free_port()
         self.endpoint = Endpoint("rabbitmq", self.amqp_port, self.http_port)
+        self.amqps_port = free_port() if tls is not None else -1
         (directory / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n"
             f"management.tcp.port = {self.http_port}\n"
             "management.tcp.ip = 127.0.0.1\n"
-            "log.console = false\n"
+            "log.console = false\n" + (tls_config(self.amqps_port, tls) if tls else "")
         )
         (directory / "enabled_plugins").write_text("[rabbitmq_management].\n")
         self.node = f"streamq-differential-{os.getpid()}@localhost"

@@ -169,7 +169,7 @@ def test_select_picks_keys_and_refuses_unknown_ones() -> None:
 def test_matrix_keys_are_unique_and_memory_scenarios_run_first() -> None:
     scenarios = matrix(settings_from(parse_args(URLS)))
     keys = [scenario.key for scenario in scenarios]
-    assert len(keys) == len(set(keys)) == 16
+    assert len(keys) == len(set(keys)) == 19  # 16, and issue 20's three TLS rows
     assert {s.key for s in scenarios if s.runs_first} == {"connections", "queues", "queued"}
     assert [s.key for s in scenarios if s.runs_last] == ["idle"]
     assert [s.key for s in sorted(scenarios, key=Scenario.order)][-1] == "idle"
