@@ -32,6 +32,7 @@ from http_gateway import (
     segments_api,
     streams_api,
     ui,
+    websocket_api,
 )
 from http_gateway.auth import FAILED_LOGINS_KEY, FailedLogins, authenticate
 from http_gateway.context import BODY_BYTES_MAX, BROKER_KEY
@@ -97,12 +98,20 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         return error_response(500, "internal error, see the broker log")
 
 
-def build_app(broker: Broker) -> web.Application:
-    app = web.Application(middlewares=[api_middleware], client_max_size=BODY_BYTES_MAX)
+def build_app(
+    broker: Broker, websocket: websocket_api.AmqpWebSocketServer | None = None
+) -> web.Application:
+    """The application; with `websocket`, AMQP over WebSocket on any path as well."""
+    middlewares = [api_middleware]
+    if websocket is not None:
+        middlewares.insert(0, websocket_api.middleware)  # upgrades skip HTTP auth: AMQP's own
+    app = web.Application(middlewares=middlewares, client_max_size=BODY_BYTES_MAX)
     app[BROKER_KEY] = broker
     app[FAILED_LOGINS_KEY] = FailedLogins()
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)
+    if websocket is not None:
+        websocket_api.install(app, websocket)
     return app
 
 
@@ -122,9 +131,17 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def start_http_server(broker: Broker, host: str, port: int) -> HttpServer:
-    """Listen on host:port. Raises OSError if the port cannot be bound."""
-    runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
+async def start_http_server(
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    websocket: websocket_api.AmqpWebSocketServer | None = None,
+) -> HttpServer:
+    """Listen on host:port; with `websocket`, WebSocket upgrades carry AMQP connections
+    (websocket_api.py). Raises OSError if the port cannot be bound."""
+    app = build_app(broker, websocket)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     protocol_factory = runner.server
     assert protocol_factory is not None, "set up above"

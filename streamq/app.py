@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final, cast
 import uvloop
 
 from amqp_gateway.server import Gateway, start_amqp_server
+from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from streamq.broker.broker import Broker
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
@@ -118,14 +119,17 @@ async def _listen(
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
 
-async def _listen_http(broker: Broker, host: str, port: int) -> HttpServer:
+async def _listen_http(
+    broker: Broker, host: str, port: int, websocket: AmqpOverWebSocket
+) -> HttpServer:
     # The management gateway (aiohttp and its handlers, about half of the start-up's
     # imports) is imported on a worker thread once the AMQP listener is up: a restart
     # serves AMQP clients while it loads.
     loop = asyncio.get_running_loop()
     server = await loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
     try:
-        return cast("HttpServer", await server.start_http_server(broker, host, port))
+        started = await server.start_http_server(broker, host, port, websocket=websocket)
+        return cast("HttpServer", started)
     except OSError as exc:
         raise ServeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from exc
 
@@ -163,7 +167,12 @@ async def run_broker(
         )
         servers.append(amqp)
         listeners = [("amqp", config.bind, _bound_port(amqp))]
-        http = await _listen_http(broker, http_bind, config.http_port)
+        # AMQP over WebSocket on the HTTP port, as LavinMQ (http_gateway/websocket_api.py).
+        websocket = AmqpOverWebSocket(
+            gateway.protocol_factory,
+            message_bytes_max(config.max_message_size, config.frame_max),
+        )
+        http = await _listen_http(broker, http_bind, config.http_port, websocket)
         servers.append(http.server)
         listeners.append(("http", http_bind, _bound_port(http.server)))
         broker.listeners[:] = listeners
@@ -179,11 +188,12 @@ async def run_broker(
     finally:
         for server in servers:
             server.close()
-        if http is not None:
-            await http.close()
         if gateway is not None:
+            # Before the HTTP server closes: its WebSocket clients get the 320 too.
             gateway.stop()
             gateway.close_all("broker shutdown")
+        if http is not None:
+            await http.close()
         if broker is not None:
             await broker.aclose()
         os.close(lock_fd)
