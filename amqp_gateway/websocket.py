@@ -95,6 +95,10 @@ class WebSocketTransport(asyncio.Transport):
                     if data is None:
                         break
                     self._feed(memoryview(data))
+                    # One message per loop turn, as a TCP transport reads once per turn:
+                    # the delivery drain and flow control run between two (a queued
+                    # message is returned without a turn of the loop).
+                    await asyncio.sleep(0)
             if self._closing:
                 await asyncio.wait([self._writer])  # what the session wrote last, the close
         finally:

@@ -51,6 +51,8 @@ class WebSocketRelay:
             ):
                 self.connections += 1
                 await _pump(reader, writer, ws)
+        except asyncio.CancelledError:
+            pass  # close(): this connection ends with the relay
         finally:
             self._tasks.discard(task)
             writer.close()
