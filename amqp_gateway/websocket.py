@@ -7,9 +7,10 @@ socket: one session from `Gateway.protocol_factory()` per socket, the same sessi
 over TCP. It must not parse AMQP: the session's parser takes a byte stream, so frames may
 be split across messages or several share one.
 
-Limits: what the session has not yet been handed of a message waits while its reading is
-paused, and no further message is taken from the socket meanwhile (the WebSocket's own
-buffer fills, then TCP's: backpressure reaches the client); outgoing bytes not yet written
+Limits: messages received wait in an inbox of INBOX_BYTES_MAX until the session's next
+read; while it is full or the session paused reading, no further message is taken from
+the socket (the WebSocket's own buffer fills, then TCP's: backpressure reaches the
+client); outgoing bytes not yet written
 to the socket drive the session's pause_writing/resume_writing, as a TCP transport's
 write buffer does; `message_bytes_max` bounds one incoming message.
 """
@@ -17,6 +18,7 @@ write buffer does; `message_bytes_max` bounds one incoming message.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -25,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 # Write buffer marks as asyncio's TCP transports have them, until the session sets its own.
 WRITE_BUFFER_HIGH_BYTES_DEFAULT: Final = 64 * 1024
+# Messages received and not yet handed to the session: at most this much (plus the one
+# message that crossed it) before receiving stops. A TCP read takes 1 MiB at most.
+INBOX_BYTES_MAX: Final = 1024 * 1024
 FRAME_HEADER_BYTES: Final = 8  # type, channel, size; frame-end octet
 FRAME_MIN_BYTES: Final = 4096  # spec 4.2.3 frame-min-size
 
@@ -67,10 +72,16 @@ class WebSocketTransport(asyncio.Transport):
         self._socket = socket
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
-        self._reading = asyncio.Event()  # clear while the session paused reading
-        self._reading.set()
-        self._rest: memoryview | None = None  # of a message, not yet handed over
+        self._reading = True  # False while the session paused reading
+        # Messages received, not yet handed over; the receiving stops while they hold
+        # INBOX_BYTES_MAX or the session paused reading (`_room` clear).
+        self._inbox: collections.deque[memoryview] = collections.deque()
+        self._inbox_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._feed_scheduled = False
         self._closing = False
+        self._lost = False
         self._pending: list[bytes] = []  # written by the session, not yet sent
         self._pending_bytes = 0
         self._write_wanted = asyncio.Event()
@@ -80,48 +91,69 @@ class WebSocketTransport(asyncio.Transport):
         self._writing_paused = False
 
     async def run(self) -> None:
-        """Start the session, hand it every message until the socket closes, then tell it
-        the connection is lost."""
+        """Start the session, receive messages until the socket closes, then tell the
+        session the connection is lost."""
         self._writer = self._loop.create_task(self._write_loop())
         try:
             self._protocol.connection_made(self)
             while not self._closing:
-                if not self._reading.is_set():
-                    await self._reading.wait()
-                elif self._rest is not None:
-                    self._feed(self._rest)
-                else:
-                    data = await self._socket.receive()
-                    if data is None:
-                        break
-                    self._feed(memoryview(data))
-                    # One message per loop turn, as a TCP transport reads once per turn:
-                    # the delivery drain and flow control run between two (a queued
-                    # message is returned without a turn of the loop).
-                    await asyncio.sleep(0)
+                if not self._room.is_set():
+                    await self._room.wait()
+                    continue
+                data = await self._socket.receive()
+                if data is None:
+                    break
+                self._inbox.append(memoryview(data))
+                self._inbox_bytes += len(data)
+                if self._inbox_bytes >= INBOX_BYTES_MAX:
+                    self._room.clear()
+                self._schedule_feed()
             if self._closing:
                 await asyncio.wait([self._writer])  # what the session wrote last, the close
+            else:
+                self._feed()  # what came before the close, as a TCP read before EOF
         finally:
-            self._closing = True
+            self._closing = self._lost = True
             self._writer.cancel()
             self._protocol.connection_lost(None)
 
-    def _feed(self, data: memoryview) -> None:
-        """Hand `data` to the session, as reads of at most what its buffer takes; stop
-        where the session pauses reading and keep the rest for when it resumes."""
+    def _schedule_feed(self) -> None:
+        if not self._feed_scheduled and self._reading:
+            self._feed_scheduled = True
+            self._loop.call_soon(self._feed)
+
+    def _feed(self) -> None:
+        """One read of the session: as much of the inbox as its buffer takes. It runs once
+        per loop turn, as a TCP transport reads once per turn: messages that arrived
+        meanwhile make one read (the session parses them as one, in publish runs), and
+        the delivery drain and flow control run between two reads."""
+        self._feed_scheduled = False
+        inbox = self._inbox
+        if not inbox or not self._reading or self._lost:
+            return
         protocol = self._protocol
-        offset, size = 0, len(data)
         try:
-            while offset < size and self._reading.is_set() and not self._closing:
-                buffer = memoryview(protocol.get_buffer(size - offset))
-                count = min(len(buffer), size - offset)
-                buffer[:count] = data[offset : offset + count]
-                protocol.buffer_updated(count)
-                offset += count
+            buffer = memoryview(protocol.get_buffer(self._inbox_bytes))
+            room, filled = len(buffer), 0
+            while inbox and filled < room:
+                data = inbox[0]
+                count = min(room - filled, len(data))
+                buffer[filled : filled + count] = data[:count]
+                filled += count
+                if count == len(data):
+                    inbox.popleft()
+                else:
+                    inbox[0] = data[count:]
+            self._inbox_bytes -= filled
+            protocol.buffer_updated(filled)
         except Exception:  # as asyncio's transports: a protocol's bug ends its connection
             logger.exception("AMQP session over WebSocket failed; dropping the connection")
             self.abort()
-        self._rest = data[offset:] if offset < size and not self._closing else None
+            return
+        if inbox:
+            self._schedule_feed()
+        if self._reading and self._inbox_bytes < INBOX_BYTES_MAX:
+            self._room.set()
 
     async def _write_loop(self) -> None:
         """Send what the session wrote, everything pending in one message; close the
@@ -169,7 +201,7 @@ class WebSocketTransport(asyncio.Transport):
         if not self._closing:
             self._closing = True
             self._write_wanted.set()
-            self._reading.set()  # a paused reader stops, the writer sends and closes
+            self._room.set()  # a waiting receiver stops; the writer sends and closes
 
     def abort(self) -> None:
         self._drop()
@@ -178,7 +210,8 @@ class WebSocketTransport(asyncio.Transport):
         self._closing = True
         self._pending.clear()
         self._pending_bytes = 0
-        self._reading.set()
+        self._inbox.clear()
+        self._room.set()
         if self._writer is not None and self._writer is not asyncio.current_task():
             self._writer.cancel()
         self._socket.abort()
@@ -187,13 +220,19 @@ class WebSocketTransport(asyncio.Transport):
         return self._closing
 
     def pause_reading(self) -> None:
-        self._reading.clear()
+        self._reading = False
+        self._room.clear()
 
     def resume_reading(self) -> None:
-        self._reading.set()
+        if self._reading or self._closing:
+            return
+        self._reading = True
+        self._schedule_feed()
+        if self._inbox_bytes < INBOX_BYTES_MAX:
+            self._room.set()
 
     def is_reading(self) -> bool:
-        return self._reading.is_set() and not self._closing
+        return self._reading and not self._closing
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._high = WRITE_BUFFER_HIGH_BYTES_DEFAULT if high is None else high
