@@ -6,7 +6,9 @@ over both transports: pre-encoded basic.publish frames (method, header, body; en
 once by pamqp), `--batch` publishes per socket write or WebSocket message, confirms on
 (the channel in confirm mode, at most `--window` unconfirmed), to one non-durable queue
 that is deleted afterwards. The rate is messages confirmed per second, from the first
-write to the last confirm; the median of `--rounds` runs, transports alternating.
+write to the last confirm; the median of `--rounds` runs, transports alternating. Beside
+it, the broker's CPU time per message (user + system, from /proc): what the broker spends,
+less sensitive than the rate to a loaded machine and to the client's own cost.
 
   .venv/bin/python benchmarks/websocket.py [--messages 200000] [--sizes 16,1024]
       [--batches 1,100] [--rounds 3] [--json out.json]
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import struct
 import sys
@@ -173,6 +176,19 @@ async def over_websocket(port: int, *run: int) -> float:
         return await publish_run(ws.send_bytes, receive, "bench-ws", *run)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(pid: int, run: Awaitable[float]) -> tuple[float, float]:
+    """(seconds, broker CPU seconds) of one run."""
+    before = cpu_seconds(pid)
+    seconds = uvloop.run(run)
+    return seconds, cpu_seconds(pid) - before
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=200_000)
@@ -189,10 +205,11 @@ def main() -> None:
             for size in (int(s) for s in args.sizes.split(",")):
                 for batch in (int(b) for b in args.batches.split(",")):
                     run = (size, args.messages, batch, args.window)
+                    pid = broker.process.pid
                     tcp, ws = [], []
                     for _ in range(args.rounds):
-                        tcp.append(uvloop.run(over_tcp(broker.amqp_port, *run)))
-                        ws.append(uvloop.run(over_websocket(broker.http_port, *run)))
+                        tcp.append(timed(pid, over_tcp(broker.amqp_port, *run)))
+                        ws.append(timed(pid, over_websocket(broker.http_port, *run)))
                     rows.append(report(size, batch, args.messages, tcp, ws))
         finally:
             broker.stop()
@@ -201,16 +218,26 @@ def main() -> None:
 
 
 def report(
-    size: int, batch: int, count: int, tcp: list[float], ws: list[float]
+    size: int, batch: int, count: int, tcp: list[tuple[float, float]], ws: list[tuple[float, float]]
 ) -> dict[str, float]:
-    tcp_rate = count / statistics.median(tcp)
-    ws_rate = count / statistics.median(ws)
+    tcp_rate = count / statistics.median(t for t, _ in tcp)
+    ws_rate = count / statistics.median(t for t, _ in ws)
+    tcp_cpu_us = statistics.median(c for _, c in tcp) / count * 1e6
+    ws_cpu_us = statistics.median(c for _, c in ws) / count * 1e6
     print(
-        f"{size:>6} B  batch {batch:>4}  TCP {tcp_rate:>10,.0f} msg/s  "
-        f"WebSocket {ws_rate:>10,.0f} msg/s  WebSocket/TCP {ws_rate / tcp_rate:.2f}",
+        f"{size:>6} B  batch {batch:>4}  TCP {tcp_rate:>9,.0f} msg/s {tcp_cpu_us:5.1f} us/msg  "
+        f"WebSocket {ws_rate:>9,.0f} msg/s {ws_cpu_us:5.1f} us/msg  "
+        f"WebSocket/TCP rate {ws_rate / tcp_rate:.2f}",
         flush=True,
     )
-    return {"size": size, "batch": batch, "tcp_msgs_s": tcp_rate, "ws_msgs_s": ws_rate}
+    return {
+        "size": size,
+        "batch": batch,
+        "tcp_msgs_s": tcp_rate,
+        "ws_msgs_s": ws_rate,
+        "tcp_broker_cpu_us_per_msg": tcp_cpu_us,
+        "ws_broker_cpu_us_per_msg": ws_cpu_us,
+    }
 
 
 if __name__ == "__main__":
