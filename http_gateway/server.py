@@ -32,6 +32,7 @@ from http_gateway import (
     segments_api,
     streams_api,
     ui,
+    websocket_api,
 )
 from http_gateway.auth import FAILED_LOGINS_KEY, FailedLogins, authenticate
 from http_gateway.context import BODY_BYTES_MAX, BROKER_KEY
@@ -99,12 +100,20 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         return error_response(500, "internal error, see the broker log")
 
 
-def build_app(broker: Broker) -> web.Application:
-    app = web.Application(middlewares=[api_middleware], client_max_size=BODY_BYTES_MAX)
+def build_app(
+    broker: Broker, websocket: websocket_api.AmqpWebSocketServer | None = None
+) -> web.Application:
+    """The application; with `websocket`, AMQP over WebSocket on any path as well."""
+    middlewares = [api_middleware]
+    if websocket is not None:
+        middlewares.insert(0, websocket_api.middleware)  # upgrades skip HTTP auth: AMQP's own
+    app = web.Application(middlewares=middlewares, client_max_size=BODY_BYTES_MAX)
     app[BROKER_KEY] = broker
     app[FAILED_LOGINS_KEY] = FailedLogins()
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)
+    if websocket is not None:
+        websocket_api.install(app, websocket)
     return app
 
 
@@ -130,11 +139,18 @@ async def _listen_tcp(factory: web.Server, host: str, port: int) -> asyncio.Serv
 
 
 async def start_http_server(
-    broker: Broker, host: str, port: int, listen: Listen = _listen_tcp
+    broker: Broker,
+    host: str,
+    port: int,
+    listen: Listen = _listen_tcp,
+    *,
+    websocket: websocket_api.AmqpWebSocketServer | None = None,
 ) -> HttpServer:
-    """Listen on host:port (with `listen`: plain TCP, or the broker's TLS for HTTPS).
-    Raises OSError if the port cannot be bound."""
-    runner = web.AppRunner(build_app(broker), access_log=None, handle_signals=False)
+    """Listen on host:port (with `listen`: plain TCP, or the broker's TLS for HTTPS); with
+    `websocket`, WebSocket upgrades carry AMQP connections (websocket_api.py). Raises
+    OSError if the port cannot be bound."""
+    app = build_app(broker, websocket)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     protocol_factory = runner.server
     assert protocol_factory is not None, "set up above"

@@ -27,6 +27,7 @@ import uvloop
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.listeners import UnixListener, start_tcp_listener, start_unix_listener
 from amqp_gateway.tuning import AmqpTuning
+from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from streamq.broker.accounts import AccountValueInvalid, FirstUser
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer, read_definitions_file
@@ -152,9 +153,14 @@ async def _listen(
 
 
 async def _listen_http(
-    broker: Broker, host: str, port: int, tls: TlsContexts | None = None
+    broker: Broker,
+    host: str,
+    port: int,
+    websocket: AmqpOverWebSocket,
+    tls: TlsContexts | None = None,
 ) -> HttpServer:
-    """The management API on plain HTTP, or on HTTPS with `tls`."""
+    """The management API (and AMQP over WebSocket) on plain HTTP, or on HTTPS with
+    `tls`."""
     # The management gateway (aiohttp and its handlers, about half of the start-up's
     # imports) is imported on a worker thread once the AMQP listener is up: a restart
     # serves AMQP clients while it loads.
@@ -163,9 +169,13 @@ async def _listen_http(
     what = "HTTP" if tls is None else "HTTPS"
     try:
         if tls is None:
-            return cast("HttpServer", await server.start_http_server(broker, host, port))
-        listen = _tls_listen(tls, what)
-        return cast("HttpServer", await server.start_http_server(broker, host, port, listen))
+            started = await server.start_http_server(broker, host, port, websocket=websocket)
+        else:
+            listen = _tls_listen(tls, what)
+            started = await server.start_http_server(
+                broker, host, port, listen, websocket=websocket
+            )
+        return cast("HttpServer", started)
     except OSError as exc:
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
@@ -277,7 +287,12 @@ async def run_broker(
         )
         servers.append(amqp)
         listeners = [("amqp", config.bind, _bound_port(amqp))]
-        http = await _listen_http(broker, http_bind, config.http_port)
+        # AMQP over WebSocket on the HTTP port, as LavinMQ (http_gateway/websocket_api.py).
+        websocket = AmqpOverWebSocket(
+            gateway.protocol_factory,
+            message_bytes_max(config.max_message_size, config.frame_max),
+        )
+        http = await _listen_http(broker, http_bind, config.http_port, websocket)
         servers.append(http.server)
         listeners.append(("http", http_bind, _bound_port(http.server)))
         if config.amqp_unix_path:
@@ -288,7 +303,7 @@ async def run_broker(
             servers.append(amqps)
             listeners.append(("amqp/ssl", config.bind, _bound_port(amqps)))
         if tls is not None and config.https_port >= 0:
-            https = await _listen_http(broker, http_bind, config.https_port, tls)
+            https = await _listen_http(broker, http_bind, config.https_port, websocket, tls)
             https_servers.append(https)
             servers.append(https.server)
             listeners.append(("https", http_bind, _bound_port(https.server)))
@@ -307,11 +322,12 @@ async def run_broker(
             server.close()
         if unix is not None:
             unix.close()
-        for closing in ([http] if http is not None else []) + https_servers:
-            await closing.close()
         if gateway is not None:
+            # Before the HTTP server closes: its WebSocket clients get the 320 too.
             gateway.stop()
             gateway.close_all("broker shutdown")
+        for closing in ([http] if http is not None else []) + https_servers:
+            await closing.close()
         if broker is not None:
             await broker.aclose()
         if config.pidfile:

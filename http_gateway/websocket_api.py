@@ -1,0 +1,158 @@
+"""AMQP over WebSocket on the management ports (HTTP and HTTPS), as LavinMQ serves it.
+
+Owns the upgrade: a request on any path whose `Upgrade: websocket` offers the subprotocol
+`amqp`, or offers none (LavinMQ's JavaScript client names none), becomes a WebSocket that
+carries one AMQP connection; the reply names `amqp` when the client offered it. Every
+other request goes on to the API and UI as before; an upgrade offering other subprotocols
+only is refused with 400. Also owns the WebSocket side of the socket
+(`AiohttpMessageSocket`): binary messages go to the AMQP session as they are; a text
+message, a message over the limit or a broken frame closes the socket with its WebSocket
+close code and a log line. It must not parse AMQP: the AMQP gateway's
+`AmqpOverWebSocket` (wired by streamq/app.py; gateways do not import each other) runs the
+session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
+
+from aiohttp import WSCloseCode, WSMsgType, hdrs, web
+
+from http_gateway.errors import error_response
+
+logger = logging.getLogger(__name__)
+
+AMQP_SUBPROTOCOL: Final = "amqp"
+CLOSE_TIMEOUT_S: Final = 5.0  # a client's answer to our close frame, then the TCP close
+SHUTDOWN_WAIT_S: Final = 2.0  # for sessions to send connection.close before 1001
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class AiohttpMessageSocket:
+    """An upgraded WebSocket as the AMQP gateway's `MessageSocket`."""
+
+    def __init__(self, ws: web.WebSocketResponse, request: web.Request) -> None:
+        self._ws = ws
+        self._request = request
+        self.peer = _peer(request)
+
+    async def receive(self) -> bytes | None:
+        """The next binary message; None once closed, having closed it with its code if
+        the client broke the rules (text, too large, bad framing)."""
+        msg = await self._ws.receive()
+        if msg.type is WSMsgType.BINARY:
+            data: bytes = msg.data
+            return data
+        if msg.type is WSMsgType.TEXT:
+            logger.warning("WebSocket client %s sent a text message; AMQP needs binary", self.peer)
+            await self._ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"AMQP needs binary")
+        elif msg.type is WSMsgType.ERROR:
+            logger.warning(
+                "WebSocket client %s: %s; closed with code %s",
+                self.peer,
+                msg.data,
+                self._ws.close_code,
+            )
+        return None  # CLOSE, CLOSING, CLOSED
+
+    async def send(self, data: bytes) -> None:
+        await self._ws.send_bytes(data)
+
+    async def close(self, code: int = WSCloseCode.OK) -> None:
+        await self._ws.close(code=code)
+
+    def abort(self) -> None:
+        transport = self._request.transport
+        if transport is not None:
+            transport.abort()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        transport = self._request.transport
+        return default if transport is None else transport.get_extra_info(name, default)
+
+
+class AmqpWebSocketServer(Protocol):
+    """The AMQP gateway's side (amqp_gateway.websocket.AmqpOverWebSocket)."""
+
+    @property
+    def message_bytes_max(self) -> int: ...
+
+    async def serve(self, socket: AiohttpMessageSocket) -> None: ...
+
+
+SERVER_KEY: Final = web.AppKey("amqp_websocket_server", AmqpWebSocketServer)
+OPEN_KEY: Final = web.AppKey("amqp_websockets", dict[AiohttpMessageSocket, asyncio.Event])
+
+
+def install(app: web.Application, server: AmqpWebSocketServer) -> None:
+    """Serve AMQP over WebSocket on `app`'s every site; `middleware` must be its first."""
+    app[SERVER_KEY] = server
+    app[OPEN_KEY] = {}
+    app.on_shutdown.append(_close_all)
+
+
+@web.middleware
+async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # Every request pays this header lookup; the API and UI see no other change.
+    if request.headers.get(hdrs.UPGRADE, "").strip().lower() != "websocket":
+        return await handler(request)
+    return await _upgrade(request, request.app[SERVER_KEY])
+
+
+def _offered(request: web.Request) -> list[str]:
+    headers = request.headers.getall(hdrs.SEC_WEBSOCKET_PROTOCOL, ())
+    return [name.strip() for header in headers for name in header.split(",") if name.strip()]
+
+
+async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.StreamResponse:
+    offered = _offered(request)
+    if offered and AMQP_SUBPROTOCOL not in offered:
+        logger.warning(
+            "WebSocket upgrade from %s refused: subprotocols %s offered, only %r served",
+            _peer(request),
+            ", ".join(offered),
+            AMQP_SUBPROTOCOL,
+        )
+        return error_response(400, f"WebSocket subprotocol {AMQP_SUBPROTOCOL!r} required")
+    ws = web.WebSocketResponse(
+        protocols=(AMQP_SUBPROTOCOL,),
+        compress=False,  # AMQP bodies are the client's to compress: no CPU per message here
+        max_msg_size=server.message_bytes_max,
+        timeout=CLOSE_TIMEOUT_S,
+    )
+    if not ws.can_prepare(request).ok:
+        return error_response(400, "not a WebSocket upgrade (RFC 6455 section 4.1)")
+    await ws.prepare(request)
+    socket = AiohttpMessageSocket(ws, request)
+    sockets = request.app[OPEN_KEY]
+    sockets[socket] = done = asyncio.Event()
+    try:
+        await server.serve(socket)
+    finally:
+        del sockets[socket]
+        done.set()
+    return ws
+
+
+async def _close_all(app: web.Application) -> None:
+    """At shutdown: give the sessions (closed by the AMQP gateway with 320) a moment to
+    finish, then close what is left with 1001 Going Away."""
+    sockets = app[OPEN_KEY]
+    if not sockets:
+        return
+    waits = [asyncio.ensure_future(done.wait()) for done in sockets.values()]
+    _, pending = await asyncio.wait(waits, timeout=SHUTDOWN_WAIT_S)
+    for wait in pending:
+        wait.cancel()
+    for socket in list(sockets):
+        await socket.close(WSCloseCode.GOING_AWAY)
+
+
+def _peer(request: web.Request) -> str:
+    transport = request.transport
+    peer = None if transport is None else transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
