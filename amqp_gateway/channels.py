@@ -26,7 +26,8 @@ from streamq.queues.offsets import AckWatermark
 from streamq.queues.window import ReadWindow
 
 if TYPE_CHECKING:
-    from amqp_gateway.connection import Connection, Publish
+    from amqp_gateway.connection import Connection
+    from amqp_gateway.events import Publish
     from streamq.broker.stats import MessageStats
 
 

@@ -1,11 +1,13 @@
 """The sans-IO AMQP 0-9-1 connection state machine (STYLE.md section 2).
 
-Owns the protocol's rules for one connection: the handshake (protocol header, start,
-tune, open), channel life cycles, content assembly of published messages, heartbeats
-and the close handshakes both ways. Bytes go in with `receive_data`, events come out of
-it, and bytes to send accumulate in `outgoing`. It has no sockets, no clock (time is
-passed in) and no knowledge of queues or exchanges: the server decides what a method
-means and answers through `send_method` and friends.
+Owns the protocol's rules for one connection: the order of the handshake (protocol
+header, start, tune, open), channel life cycles, the fast path's runs of publishes and
+acks, heartbeats and the close handshakes both ways. Bytes go in with `receive_data`,
+events (amqp_gateway/events.py) come out of it, and bytes to send accumulate in
+`outgoing`. What the handshake methods say is handshake.py's, a publish's content
+assembly is assembly.py's, the states and their tables are states.py's. It has no
+sockets, no clock (time is passed in) and no knowledge of queues or exchanges: the server
+decides what a method means and answers through `send_method` and friends.
 
 Rule 1: every error becomes a close in one place, `fail()`: a ChannelException closes its
 channel, a ConnectionException (or any error on channel 0) the connection.
@@ -24,28 +26,32 @@ never stop it: the hot path is unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import IntEnum
-from typing import Final, NamedTuple
+from typing import Final
 
-from amqp_gateway import codec
+from amqp_gateway import assembly, codec, handshake, states
 from amqp_gateway.codec import methods as m
 from amqp_gateway.codec.erlang_text import unexpected_frame_text
 from amqp_gateway.codec.frame import received_payload_max
-from amqp_gateway.codec.values import read_table
 from amqp_gateway.errors import (
     AMQPError,
-    AMQPSyntaxError,
     ChannelError,
     ChannelException,
     CommandInvalid,
     ConnectionException,
-    FrameError,
     NotAllowed,
-    PreconditionFailed,
     ReplyCode,
     UnexpectedFrame,
 )
+from amqp_gateway.events import (
+    AckRun,
+    ChannelClosed,
+    ConnectionClosed,
+    Event,
+    MethodReceived,
+    OpenRequested,
+    PublishRun,
+)
+from amqp_gateway.states import ChannelState, State
 from amqp_gateway.tuning import CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S, MESSAGE_BYTES_MAX, AmqpTuning
 
 # The defaults of what connection.tune offers (CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S) and of
@@ -53,176 +59,22 @@ from amqp_gateway.tuning import CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S, MESSAGE_BYT
 # an operator may set; names kept here for the code and tests that read them here.
 __all__ = ["CHANNEL_MAX", "FRAME_MAX", "HEARTBEAT_S", "MESSAGE_BYTES_MAX"]
 
-MECHANISMS: Final = b"PLAIN AMQPLAIN"  # SASL mechanisms offered on every connection
 # Publishes per PublishRun event: the server handles a run without a break, so this
 # bounds the time a run keeps consumers waiting (EVENTS_PER_SLICE counts its messages).
 PUBLISH_RUN_MESSAGES_MAX: Final = 256
 # Acks, nacks and rejects per AckRun event: the server settles a run in one step, and
 # the slices count its tags as they counted one event per ack before (EVENTS_PER_SLICE).
 ACK_RUN_TAGS_MAX: Final = 512
-FRAME_MIN_SIZE: Final = 4096
 REPLY_TEXT_BYTES_MAX: Final = 255  # a shortstr
 # Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
-_PRE_TUNE_FRAME_MAX: Final = FRAME_MIN_SIZE
+_PRE_TUNE_FRAME_MAX: Final = codec.FRAME_MIN_SIZE
 _DEFAULT_TUNING: Final = AmqpTuning()
 _NO_READ: Final = bytearray()
-_BASIC_CLASS: Final = 60
-
-SERVER_CAPABILITIES: Final[dict[str, codec.FieldValue]] = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-
-
-class State(IntEnum):
-    AWAIT_HEADER = 0
-    AWAIT_START_OK = 1
-    AWAIT_TUNE_OK = 2
-    AWAIT_OPEN = 3
-    OPEN = 4
-    CLOSING = 5  # we sent connection.close and wait for close-ok
-    CLOSED = 6
-
-
-class ChannelState(IntEnum):
-    OPEN = 0
-    CLOSING = 1  # we sent channel.close and wait for close-ok
-
-
-# RabbitMQ's names of the connection states, which its reply texts show.
-_RABBITMQ_STATE_NAMES: Final[dict[State, str]] = {
-    State.AWAIT_START_OK: "starting",
-    State.AWAIT_TUNE_OK: "tuning",
-    State.AWAIT_OPEN: "opening",
-    State.OPEN: "running",
-}
-# Before tune-ok, RabbitMQ 3.10 answers an error by closing the socket without
-# connection.close (rabbit_reader:handle_exception/3, after a 3 s pause against login
-# floods), but for a refused login when the client announced
-# authentication_failure_close. The spec asks as much of a bad mechanism and of a
-# tune-ok above the server's limits ("close the connection without attempting a
-# negotiated close").
-_SILENT_STATES: Final = frozenset({State.AWAIT_START_OK, State.AWAIT_TUNE_OK})
-# RabbitMQ's texts for content frames out of order (rabbit_command_assembler:process/2).
-_EXPECTED_METHOD_FRAME: Final = "expected method frame, got non method frame instead"
-_EXPECTED_HEADER: Final = (
-    "expected content header for class 60, got non content header frame instead"
-)
-_EXPECTED_BODY: Final = "expected content body, got non content body frame instead"
-
-
-# -- events --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LoginRequested:
-    mechanism: str
-    username: str
-    password: str
-    client_properties: codec.FieldTable
-
-
-@dataclass(frozen=True, slots=True)
-class OpenRequested:
-    virtual_host: str
-
-
-class Publish(NamedTuple):
-    """A basic.publish with its content assembled (hot path: a tuple, not a dataclass)."""
-
-    channel: int
-    exchange: str
-    routing_key: str
-    mandatory: bool
-    immediate: bool
-    properties_raw: bytes
-    body: bytes
-
-
-# One publish of a run: properties_raw, body, exchange, routing key, bits (mandatory = 1,
-# immediate = 2), as `codec.scan_publishes` builds it.
-RunMessage = tuple[bytes, bytes, str, str, int]
-
-
-class PublishRun(NamedTuple):
-    """Whole publishes in a row on one channel with one exchange and routing key, split
-    from one read by the fast path: one event for the lot, not one per message (STYLE.md
-    section 11). Equal consecutive properties share one bytes object."""
-
-    channel: int
-    messages: list[RunMessage]
-    bits: int  # the OR of the messages' bits
-    flags: int  # the OR of their property flag words (16 bits, big-endian)
-
-
-class AckRun(NamedTuple):
-    """basic.ack, basic.nack and basic.reject methods in a row on one channel, split from
-    one read by the fast path (`codec.scan_acks`): one event for the lot, not a method
-    object per ack (STYLE.md section 11). Entry i is `tags[i]` with the kind bits
-    `kinds[i]` (codec.ACK_MULTIPLE, ACK_REQUEUE, ACK_NACK, ACK_REJECT; 0 is a plain
-    basic.ack), in the order the client sent them."""
-
-    channel: int
-    tags: list[int]
-    kinds: bytes
-    flags: int  # the OR of the kinds: 0 when every entry is a plain basic.ack
-
-
-@dataclass(frozen=True, slots=True)
-class MethodReceived:
-    channel: int
-    method: m.Method
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelClosed:
-    """The channel is gone (either side closed it); the server releases its state."""
-
-    channel: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionClosed:
-    """The close handshake is over: flush `outgoing`, then drop the socket."""
-
-    reply_code: int
-    reply_text: str
-
-
-Event = (
-    LoginRequested
-    | OpenRequested
-    | Publish
-    | PublishRun
-    | AckRun
-    | MethodReceived
-    | ChannelClosed
-    | ConnectionClosed
-)
 
 
 class _AnswerLater(Exception):
     """Rule 3: the frame being parsed needs the protocol's own answer while events read
     before it wait for the server (raised before any state changes)."""
-
-
-class _Channel:
-    __slots__ = ("body", "body_size", "properties_raw", "publish", "received", "state")
-
-    def __init__(self) -> None:
-        self.state = ChannelState.OPEN
-        self.publish: tuple[str, str, bool, bool] | None = None
-        self.properties_raw = b""
-        self.body_size = -1  # -1: no content header yet
-        self.body: list[bytes] = []
-        self.received = 0
 
 
 class Connection:
@@ -246,14 +98,14 @@ class Connection:
         self.client_properties: codec.FieldTable = {}
         # What connection.start offers: the server adds EXTERNAL on a TLS connection
         # with a verified client certificate (external_auth.py).
-        self.mechanisms = MECHANISMS
+        self.mechanisms = handshake.MECHANISMS
         self._server_properties = server_properties
         self._buffer = bytearray()
         self._read_into = _NO_READ  # the buffer `read_buffer` handed out
         # Rule 3: parsing stopped before a frame to answer once the server has handled
         # the events read before it; `_buffer` holds that frame and what followed.
         self.parse_paused = False
-        self._channels: dict[int, _Channel] = {}
+        self._channels: dict[int, assembly.ProtocolChannel] = {}
         self._last_received_s = now_s
         self._last_sent_s = now_s
 
@@ -443,15 +295,8 @@ class Connection:
         if version is None:
             return False
         del self._buffer[:used]
-        start = m.ConnectionStart(
-            version_major=0,
-            version_minor=9,
-            server_properties=self._server_properties,
-            mechanisms=self.mechanisms,
-            locales=b"en_US",
-        )
         self.state = State.AWAIT_START_OK
-        self.send_method(0, start)
+        self.send_method(0, handshake.connection_start(self._server_properties, self.mechanisms))
         return True
 
     def _receive_frame(self, frame: codec.Frame, events: list[Event]) -> None:
@@ -481,29 +326,35 @@ class Connection:
             elif channel is None:
                 # RabbitMQ makes the channel at its first frame, and its assembler
                 # wants a method frame.
-                raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
+                raise UnexpectedFrame(assembly.EXPECTED_METHOD_FRAME)
             elif frame_type == codec.FRAME_HEADER:
-                self._receive_content_header(channel_id, channel, payload, events)
+                assembly.receive_content_header(
+                    channel_id, channel, payload, self.message_bytes_max, events
+                )
             else:
-                self._receive_body(channel_id, channel, payload, events)
+                assembly.receive_body(channel_id, channel, payload, events)
         except ChannelException as exc:
             _answer_in_order(events)
             self.fail(exc, channel_id, events)
 
     def _receive_channel_method(
-        self, channel_id: int, channel: _Channel | None, payload: bytes, events: list[Event]
+        self,
+        channel_id: int,
+        channel: assembly.ProtocolChannel | None,
+        payload: bytes,
+        events: list[Event],
     ) -> None:
         if payload.startswith(codec.BASIC_PUBLISH_IDS):
             # Hot path: basic.publish skips the generic decoder.
             if channel is None:
                 raise ChannelError("expected 'channel.open'", 60, 40)
             if channel.publish is not None:
-                raise _content_expected(channel)
+                raise assembly.content_expected(channel)
             channel.publish = codec.read_basic_publish(payload)
             return
         method = codec.decode_method(payload)
         if channel is not None and channel.publish is not None:
-            raise _content_expected(channel)
+            raise assembly.content_expected(channel)
         if isinstance(method, m.ChannelOpen):
             _answer_in_order(events)
             if channel is not None:
@@ -518,7 +369,7 @@ class Connection:
                     f"number of channels opened ({open_count}) has reached the "
                     f"negotiated channel_max ({self.channel_max})"
                 )
-            self._channels[channel_id] = _Channel()
+            self._channels[channel_id] = assembly.ProtocolChannel()
             self.send_method(channel_id, m.ChannelOpenOk())
             events.append(MethodReceived(channel_id, method))  # the server lists it now
             return
@@ -554,72 +405,6 @@ class Connection:
             events.append(ChannelClosed(channel_id))
         # Anything else is discarded until the close-ok (rule 2).
 
-    def _receive_content_header(
-        self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
-    ) -> None:
-        header = codec.decode_content_header(payload)
-        if channel.publish is None:
-            raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
-        if channel.body_size >= 0:
-            raise UnexpectedFrame(_EXPECTED_BODY, 60, 40)
-        if header.weight != 0:  # spec 4.2.6.1: weight is unused and must be zero
-            raise UnexpectedFrame(_EXPECTED_HEADER, 60, 40)
-        if header.class_id != _BASIC_CLASS:
-            raise UnexpectedFrame(
-                f"expected content header for class 60, got one for class {header.class_id} "
-                "instead",
-                60,
-                40,
-            )
-        if header.body_size > self.message_bytes_max:
-            # `fail` forgets the publish: no state changes before a raise (rule 3).
-            raise PreconditionFailed(
-                f"message size {header.body_size} is larger than configured max size "
-                f"{self.message_bytes_max}",
-                60,
-                40,
-            )
-        channel.properties_raw = header.properties_raw
-        channel.body_size = header.body_size
-        if header.body_size == 0:
-            self._complete_publish(channel_id, channel, events)
-
-    def _receive_body(
-        self, channel_id: int, channel: _Channel, payload: bytes, events: list[Event]
-    ) -> None:
-        if channel.body_size < 0:
-            if channel.publish is None:
-                raise UnexpectedFrame(_EXPECTED_METHOD_FRAME)
-            raise UnexpectedFrame(_EXPECTED_HEADER, 60, 40)
-        received = channel.received + len(payload)
-        if received > channel.body_size:  # checked first: no state changes before a raise
-            raise FrameError(f"content body of {received} bytes exceeds {channel.body_size}")
-        channel.body.append(payload)
-        channel.received = received
-        if received == channel.body_size:
-            self._complete_publish(channel_id, channel, events)
-
-    def _complete_publish(self, channel_id: int, channel: _Channel, events: list[Event]) -> None:
-        publish = channel.publish
-        assert publish is not None
-        body = channel.body[0] if len(channel.body) == 1 else b"".join(channel.body)
-        exchange, routing_key, mandatory, immediate = publish
-        events.append(
-            Publish(
-                channel_id,
-                exchange,
-                routing_key,
-                mandatory,
-                immediate,
-                channel.properties_raw,
-                body,
-            )
-        )
-        channel.publish = None
-        channel.body_size = -1
-        channel.body = []
-        channel.received = 0
-
     # -- connection class --------------------------------------------------------------------
 
     def _receive_connection_method(self, method: m.Method, events: list[Event]) -> None:
@@ -639,91 +424,31 @@ class Connection:
         elif state is State.OPEN and isinstance(method, m.ConnectionUpdateSecret):
             _answer_in_order(events)
             self.send_method(0, m.ConnectionUpdateSecretOk())
-        elif not isinstance(method, _EXPECTED_METHOD.get(state, ())):
+        elif not isinstance(method, states.EXPECTED_METHOD.get(state, ())):
             # Anything else, a second connection.open or start-ok included, is what
             # RabbitMQ's handle_method0/2 refuses last.
             raise ChannelError(
-                f"unexpected method in connection state {_RABBITMQ_STATE_NAMES[state]}",
+                f"unexpected method in connection state {states.RABBITMQ_STATE_NAMES[state]}",
                 method.CLASS_ID,
                 method.METHOD_ID,
             )
         elif isinstance(method, m.ConnectionStartOk):
-            events.append(self._login_request(method))
+            self.client_properties = method.client_properties
+            events.append(handshake.login_request(method, self.mechanisms))
         elif isinstance(method, m.ConnectionTuneOk):
             self._tune(method)
         else:
             assert isinstance(method, m.ConnectionOpen)
             events.append(OpenRequested(method.virtual_host))
 
-    def _login_request(self, method: m.ConnectionStartOk) -> LoginRequested:
-        mechanism = method.mechanism
-        self.client_properties = method.client_properties
-        if mechanism == "PLAIN":
-            parts = method.response.split(b"\x00")
-            if len(parts) != 3:
-                raise AMQPSyntaxError("malformed PLAIN response", 10, 11)
-            username, password = parts[1], parts[2]
-            return LoginRequested(
-                mechanism, _utf8(username), _utf8(password), method.client_properties
-            )
-        if mechanism == "AMQPLAIN":
-            # The response is a field table without its length prefix.
-            table = _amqplain_table(method.response)
-            return LoginRequested(
-                mechanism,
-                _field_str(table.get("LOGIN")),
-                _field_str(table.get("PASSWORD")),
-                method.client_properties,
-            )
-        if mechanism == "EXTERNAL" and mechanism.encode() in self.mechanisms.split():
-            # The user is the client certificate's, which the server knows: the
-            # response (pika sends none) is not read, as in RabbitMQ's EXTERNAL.
-            return LoginRequested(mechanism, "", "", method.client_properties)
-        if mechanism == "EXTERNAL":
-            # Known but not offered here (plain TCP, no client certificate): RabbitMQ's
-            # rabbit_reader:auth_mechanism_to_module/2 text for that case.
-            raise CommandInvalid(f"invalid authentication mechanism '{mechanism}'", 10, 11)
-        raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'", 10, 11)
-
     def accept_login(self, username: str) -> None:
         """The server checked the credentials: offer the tuning parameters."""
         self.username = username
         self.state = State.AWAIT_TUNE_OK
-        offer = self.tuning
-        self.send_method(
-            0,
-            m.ConnectionTune(
-                channel_max=offer.channel_max,
-                frame_max=offer.frame_max,
-                heartbeat=offer.heartbeat_s,
-            ),
-        )
+        self.send_method(0, handshake.connection_tune(self.tuning))
 
     def _tune(self, method: m.ConnectionTuneOk) -> None:
-        # 0 means "no limit", which is above ours: RabbitMQ 3.10 refuses it too
-        # (rabbit_reader:validate_negotiated_integer_value/3).
-        offer = self.tuning
-        if method.channel_max > offer.channel_max or method.channel_max == 0:
-            raise NotAllowed(
-                f"negotiated channel_max = {method.channel_max} is higher than the maximum "
-                f"allowed value ({offer.channel_max})",
-                10,
-                31,
-            )
-        if method.frame_max > offer.frame_max or method.frame_max == 0:
-            raise NotAllowed(
-                f"negotiated frame_max = {method.frame_max} is higher than the maximum "
-                f"allowed value ({offer.frame_max})",
-                10,
-                31,
-            )
-        if 0 < method.frame_max < FRAME_MIN_SIZE:
-            raise NotAllowed(
-                f"negotiated frame_max = {method.frame_max} is lower than the minimum "
-                f"allowed value ({FRAME_MIN_SIZE})",
-                10,
-                31,
-            )
+        handshake.check_tune_ok(method, self.tuning)
         self.channel_max = method.channel_max
         self.frame_max = method.frame_max
         self.heartbeat_s = method.heartbeat
@@ -817,7 +542,7 @@ class Connection:
             self.outgoing += codec.PROTOCOL_HEADER_0_9_1
             self._closed(events, reply_code, reply_text)
             return
-        if self.state in _SILENT_STATES and not self._announces_refusal(reply_code):
+        if self.state in states.SILENT_STATES and not self._announces_refusal(reply_code):
             self._closed(events, reply_code, reply_text)
             return
         self.state = State.CLOSING
@@ -854,24 +579,12 @@ class Connection:
         events.append(ConnectionClosed(reply_code, reply_text))
 
 
-_EXPECTED_METHOD: Final[dict[State, type[m.Method]]] = {
-    State.AWAIT_START_OK: m.ConnectionStartOk,
-    State.AWAIT_TUNE_OK: m.ConnectionTuneOk,
-    State.AWAIT_OPEN: m.ConnectionOpen,
-}
-
-
 def _answer_in_order(events: list[Event]) -> None:
     """Rule 3: call where a frame gets the protocol's own answer, before any state
     changes. Raises _AnswerLater if events read before it are still the server's to
     handle (they are all earlier in `events`: no frame adds one before it answers)."""
     if events:
         raise _AnswerLater
-
-
-def _content_expected(channel: _Channel) -> UnexpectedFrame:
-    """A method frame where the content of a basic.publish was to come."""
-    return UnexpectedFrame(_EXPECTED_HEADER if channel.body_size < 0 else _EXPECTED_BODY, 60, 40)
 
 
 def _reply_text(exc: AMQPError) -> str:
@@ -884,19 +597,3 @@ def _reply_text(exc: AMQPError) -> str:
     if len(raw) > REPLY_TEXT_BYTES_MAX:
         raw = raw[: REPLY_TEXT_BYTES_MAX - 3] + b"..."
     return raw.decode("utf-8", "surrogateescape")
-
-
-def _utf8(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
-
-
-def _amqplain_table(response: bytes) -> codec.FieldTable:
-    length = len(response).to_bytes(4, "big")
-    table, _ = read_table(length + response, 0)
-    return table
-
-
-def _field_str(value: object) -> str:
-    if isinstance(value, bytes):
-        return _utf8(value)
-    return str(value) if value is not None else ""

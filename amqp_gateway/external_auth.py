@@ -15,7 +15,8 @@ import asyncio
 import dataclasses
 from typing import Final
 
-from amqp_gateway.connection import MECHANISMS, LoginRequested
+from amqp_gateway.events import LoginRequested
+from amqp_gateway.handshake import MECHANISMS
 from streamq.broker.accounts import AccountStore
 from streamq.broker.users import User
 

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Final
 from amqp_gateway import codec, errors, reply_to, routing
 from amqp_gateway.channels import ChannelSession, RoutedPublish
 from amqp_gateway.codec import methods as m
-from amqp_gateway.connection import Publish, PublishRun, RunMessage, State
 from amqp_gateway.errormap import to_amqp
+from amqp_gateway.events import Publish, PublishRun, RunMessage
 from amqp_gateway.reply_to import REPLY_PREFIX
+from amqp_gateway.states import State
 from streamq.broker.stats import MessageStats
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError

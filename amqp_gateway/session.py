@@ -2,10 +2,11 @@
 
 Owns `AmqpSession`, the asyncio BufferedProtocol of one connection. It feeds what the
 transport reads to the sans-IO `Connection`, turns its events into broker-core calls
-(methods through METHOD_HANDLERS, publishes and confirms through `publishing`), writes
-the outgoing buffer once per read and once per delivery batch, pauses reading while a
-reply waits for a sync round, a drain, a resource alarm or publisher flow control, and
-runs heartbeats and the handshake timeout.
+(login, open and permissions through `access`, methods through `channel_methods`,
+publishes and confirms through `publishing`), writes the outgoing buffer once per read
+and once per delivery batch, pauses reading while a reply waits for a sync round, a
+drain, a resource alarm or publisher flow control, and runs heartbeats and the handshake
+timeout.
 
 It needs only the subset of asyncio.Transport it calls (write, close, abort, is_closing,
 pause_reading, resume_reading, set_write_buffer_limits, get_extra_info): a TCP socket, a
@@ -24,15 +25,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
-from amqp_gateway import basic_methods, codec, entity_methods, errors, publishing, reply_to
+from amqp_gateway import access, basic_methods, channel_methods, errors, publishing
+from amqp_gateway.access import Permissions
 from amqp_gateway.channels import ChannelSession, monotonic_ms
 from amqp_gateway.client_view import AmqpClient
 from amqp_gateway.codec import methods as m
-from amqp_gateway.connection import (
-    SERVER_CAPABILITIES,
+from amqp_gateway.connection import Connection
+from amqp_gateway.endpoints import Endpoints, socket_endpoints
+from amqp_gateway.errormap import to_amqp
+from amqp_gateway.events import (
     AckRun,
     ChannelClosed,
-    Connection,
     ConnectionClosed,
     Event,
     LoginRequested,
@@ -40,16 +43,12 @@ from amqp_gateway.connection import (
     OpenRequested,
     Publish,
     PublishRun,
-    State,
 )
-from amqp_gateway.endpoints import Endpoints, socket_endpoints
-from amqp_gateway.errormap import to_amqp
-from amqp_gateway.external_auth import authenticate_login, certificate_login, offered_mechanisms
-from streamq import __version__
+from amqp_gateway.external_auth import offered_mechanisms
+from amqp_gateway.states import State
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
-from streamq.broker.users import login_allowed
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
 
@@ -68,7 +67,6 @@ READ_BYTES_MAX: Final = 1024 * 1024
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
-PERMIT_CACHE_ENTRIES_MAX: Final = 1024
 # Messages handled per drain while deliveries are pending (a PublishRun counts each of
 # its messages, an AckRun each of its tags, any other event one).
 EVENTS_PER_SLICE: Final = 512
@@ -82,45 +80,6 @@ FLOW_HOLD_MS_MAX: Final = 100
 FLOW_READ_BYTES_MAX: Final = 64 * 1024
 
 
-MethodHandler = Callable[["AmqpSession", ChannelSession, m.Method], None]
-METHOD_HANDLERS: Final[dict[type[m.Method], MethodHandler]] = {
-    m.ExchangeDeclare: entity_methods.exchange_declare,
-    m.ExchangeDelete: entity_methods.exchange_delete,
-    m.ExchangeBind: entity_methods.exchange_bind,
-    m.ExchangeUnbind: entity_methods.exchange_unbind,
-    m.QueueDeclare: entity_methods.queue_declare,
-    m.QueueBind: entity_methods.queue_bind,
-    m.QueueUnbind: entity_methods.queue_unbind,
-    m.QueuePurge: entity_methods.queue_purge,
-    m.QueueDelete: entity_methods.queue_delete,
-    m.BasicQos: basic_methods.basic_qos,
-    m.BasicConsume: basic_methods.basic_consume,
-    m.BasicCancel: basic_methods.basic_cancel,
-    m.BasicGet: basic_methods.basic_get,
-    m.BasicAck: basic_methods.basic_ack,
-    m.BasicNack: basic_methods.basic_nack,
-    m.BasicReject: basic_methods.basic_reject,
-    m.BasicRecover: basic_methods.basic_recover,
-    m.BasicRecoverAsync: basic_methods.basic_recover,
-    m.ChannelFlow: basic_methods.channel_flow,
-    m.ConfirmSelect: basic_methods.confirm_select,
-    m.TxSelect: basic_methods.tx_select,
-    m.TxCommit: basic_methods.tx_commit,
-    m.TxRollback: basic_methods.tx_rollback,
-    m.AccessRequest: basic_methods.access_request,
-}
-
-
-def server_properties() -> codec.FieldTable:
-    return {
-        "product": "streamq",
-        "version": __version__,
-        "platform": "Python",
-        "information": "A streaming-first AMQP 0-9-1 broker",
-        "capabilities": dict(SERVER_CAPABILITIES),
-    }
-
-
 class AmqpSession(asyncio.BufferedProtocol):
     """One client connection. Reads land in the gateway's read buffer, shared by every
     connection, and are parsed there (`Connection.read_buffer`): no bytes object per read
@@ -130,7 +89,7 @@ class AmqpSession(asyncio.BufferedProtocol):
     def __init__(self, gateway: Gateway, endpoints: Endpoints | None = None) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
-        self.conn = Connection(server_properties(), time.monotonic(), gateway.tuning)
+        self.conn = Connection(access.server_properties(), time.monotonic(), gateway.tuning)
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VHost | None = None
         self.paused = False
@@ -170,13 +129,9 @@ class AmqpSession(asyncio.BufferedProtocol):
         # the event loop read it again before the drain (see `_run`).
         self._read_full = True
         self.now_ms = 0
-        self.user = ""
+        self.user = ""  # set at login, with the vhost and permissions at open (access.py)
         self.impersonator = False
-        # Each connection caches its permission answers, as RabbitMQ caches them per
-        # connection and channel: a permission changed over the management API (or
-        # `streamq ctl`) applies to connections opened afterwards; deleting a user closes
-        # that user's connections.
-        self._permits: dict[tuple[str, str, str], bool] = {}
+        self.permissions: Permissions | None = None
 
     # -- socket events ---------------------------------------------------------------------
 
@@ -292,7 +247,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         if (
             not self._blocked_sent
             and self.conn.state is State.OPEN
-            and self._client_knows_blocked()
+            and self.conn.announces("connection.blocked")
         ):
             self.conn.send_method(0, m.ConnectionBlocked(reason=reason))
             self._blocked_sent = True
@@ -312,10 +267,6 @@ class AmqpSession(asyncio.BufferedProtocol):
     @property
     def blocked_by_alarm(self) -> bool:
         return "alarm" in self._holds
-
-    def _client_knows_blocked(self) -> bool:
-        capabilities = self.conn.client_properties.get("capabilities")
-        return isinstance(capabilities, dict) and capabilities.get("connection.blocked") is True
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -373,13 +324,13 @@ class AmqpSession(asyncio.BufferedProtocol):
                     # An error earlier in this read may have closed the channel after the
                     # protocol parsed this method: discard it (connection.py, rule 2).
                     if not self.conn.is_channel_closing(event.channel):
-                        self._method(event.channel, event.method)
+                        channel_methods.receive_method(self, event.channel, event.method)
                 elif isinstance(event, ChannelClosed):
-                    self._channel_closed(event.channel)
+                    channel_methods.channel_closed(self, event.channel)
                 elif isinstance(event, LoginRequested):
-                    self._login(event)
+                    access.login(self, event)
                 elif isinstance(event, OpenRequested):
-                    self._open(event.virtual_host)
+                    access.open_vhost(self, event.virtual_host)
                 elif isinstance(event, ConnectionClosed):
                     self._cleanup()
             except errors.AMQPError as exc:
@@ -483,102 +434,23 @@ class AmqpSession(asyncio.BufferedProtocol):
         if self._transport is not None:
             self._transport.abort()
 
-    def _login(self, event: LoginRequested) -> None:
-        event = certificate_login(event, self._transport)  # EXTERNAL: the certificate's CN
-        user = authenticate_login(self.broker.accounts, event)
-        loopback = self.endpoints is not None and self.endpoints.loopback
-        if user is None or not login_allowed(user.name, loopback):
-            logger.warning("login refused for user %r from %s", event.username, self.peer)
-            # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).
-            raise errors.AccessRefused(
-                f"Login was refused using authentication mechanism {event.mechanism}. "
-                "For details see the broker logfile."
-            )
-        self.conn.accept_login(user.name)
-        self.user = user.name
-        self.impersonator = "impersonator" in user.tags  # may publish any user-id
-
-    def _open(self, virtual_host: str) -> None:
-        try:
-            vhost = self.broker.vhost(virtual_host)
-        except BrokerError as exc:
-            raise to_amqp(exc, 10, 40) from exc
-        if not self.broker.accounts.vhost_access(self.user, virtual_host):
-            raise errors.NotAllowed(
-                f"access to vhost '{virtual_host}' refused for user '{self.user}'", 10, 40
-            )
-        self.vhost = vhost
-        self.conn.accept_open(virtual_host)
-        self._register()
-
-    def _register(self) -> None:
-        """List the open connection in `Broker.clients` for the management API."""
-        ends = self.endpoints
-        if self._transport is None or ends is None:
-            return  # neither an IP nor a unix socket
-        self.client = AmqpClient(self, (ends.host, ends.port), (ends.peer_host, ends.peer_port))
-        self.broker.clients[self.client.name] = self.client
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
 
     def check_access(
         self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]
     ) -> None:
         """RabbitMQ's resource permissions: 403 unless the user's `kind` regex allows it."""
-        key = (kind, resource, name)
-        allowed = self._permits.get(key)
-        if allowed is None:
-            vhost = self.current_vhost().name
-            allowed = self.broker.accounts.permitted(self.user, vhost, kind, name)
-            if len(self._permits) >= PERMIT_CACHE_ENTRIES_MAX:
-                self._permits.clear()
-            self._permits[key] = allowed
-        if not allowed:
-            shown = name or "amq.default"
-            raise errors.AccessRefused(
-                f"access to {resource} '{shown}' in vhost '{self.current_vhost().name}' "
-                f"refused for user '{self.user}'",
-                *ids,
-            )
-
-    def _method(self, channel_id: int, method: m.Method) -> None:
-        channel = self.channels.get(channel_id)
-        if channel is None:
-            channel = self.channels[channel_id] = ChannelSession(channel_id, self.conn, self)
-            if isinstance(method, m.ChannelOpen):
-                return  # listed from now on (the management API shows open channels)
-        handler = METHOD_HANDLERS.get(type(method))
-        if handler is None:
-            # RabbitMQ's words for a method its channel has no clause for (rabbit_channel).
-            raise errors.CommandInvalid("unimplemented method", method.CLASS_ID, method.METHOD_ID)
-        try:
-            handler(self, channel, method)
-        except (BrokerError, LogError) as exc:
-            raise to_amqp(exc, method.CLASS_ID, method.METHOD_ID) from exc
+        permissions = self.permissions
+        assert permissions is not None  # methods come only once the connection is open
+        permissions.check(kind, resource, name, ids)
 
     def channel(self, channel_id: int) -> ChannelSession:
         channel = self.channels.get(channel_id)
         if channel is None:
             channel = self.channels[channel_id] = ChannelSession(channel_id, self.conn, self)
         return channel
-
-    def _channel_closed(self, channel_id: int) -> None:
-        channel = self.channels.pop(channel_id, None)
-        if channel is not None:
-            self._release_channel(channel)
-
-    def _release_channel(self, channel: ChannelSession) -> None:
-        vhost = self.vhost
-        if vhost is None:
-            return
-        reply_to.forget(self, channel)
-        for consumer in list(channel.consumers.values()):
-            vhost.remove_consumer(consumer.queue, consumer)
-        channel.consumers.clear()
-        # Unacked deliveries go back to their queues in their original order, with those
-        # an uncommitted transaction acked.
-        channel.restore_held()
-        for entry in channel.unacked.values():
-            vhost.requeue(entry.queue, entry.offset)
-        channel.unacked.clear()
 
     def time_out(self, channel: ChannelSession, timeout_ms: int) -> None:
         """A delivery on `channel` stayed unacked past the consumer timeout: close the
@@ -593,7 +465,7 @@ class AmqpSession(asyncio.BufferedProtocol):
             "to learn more"
         )
         self.fail(errors.PreconditionFailed(text, 0, 0), channel.id)
-        self._release_channel(channel)
+        channel_methods.release_channel(self, channel)
         self.flush()
 
     def _cleanup(self) -> None:
@@ -604,7 +476,7 @@ class AmqpSession(asyncio.BufferedProtocol):
             self._closing_timer.cancel()
             self._closing_timer = None
         for channel in list(self.channels.values()):
-            self._release_channel(channel)
+            channel_methods.release_channel(self, channel)
         self.channels.clear()
         if self.vhost is not None:
             for queue in list(self.vhost.queues.values()):

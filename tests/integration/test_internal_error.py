@@ -7,7 +7,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from amqp_gateway import session
+from amqp_gateway import channel_methods, session
 from amqp_gateway.channels import ChannelSession
 from amqp_gateway.codec import methods as m
 from tests.integration.conftest import RunningBroker
@@ -29,7 +29,7 @@ def test_a_handler_bug_is_541_for_its_connection_only(
     bystander = connect(broker)
     bystander_channel = bystander.channel()
     bystander_channel.queue_declare("still-here")
-    monkeypatch.setitem(session.METHOD_HANDLERS, m.BasicRecover, broken_handler)
+    monkeypatch.setitem(channel_methods.METHOD_HANDLERS, m.BasicRecover, broken_handler)
     victim = connect(broker)
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
         victim.channel().basic_recover(requeue=True)

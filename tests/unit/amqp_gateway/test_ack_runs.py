@@ -16,8 +16,8 @@ from amqp_gateway import codec
 from amqp_gateway.basic_methods import ack_method
 from amqp_gateway.channels import ChannelSession, Clock, Unacked
 from amqp_gateway.codec import methods as m
-from amqp_gateway.connection import AckRun, Event, MethodReceived, PublishRun
 from amqp_gateway.errors import NotFound
+from amqp_gateway.events import AckRun, Event, MethodReceived, PublishRun
 from tests.unit.amqp_gateway.test_connection import Client, publish_frames
 
 

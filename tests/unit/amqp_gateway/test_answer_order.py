@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
-from amqp_gateway.connection import (
+from amqp_gateway.errors import NotFound
+from amqp_gateway.events import (
     AckRun,
     ChannelClosed,
     ConnectionClosed,
@@ -21,7 +22,6 @@ from amqp_gateway.connection import (
     Publish,
     PublishRun,
 )
-from amqp_gateway.errors import NotFound
 from tests.unit.amqp_gateway.test_connection import Client, publish_frames, publishes
 
 BYE = m.ChannelClose(reply_code=200, reply_text="bye", class_id=0, method_id=0)

@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
-from amqp_gateway.connection import (
-    CHANNEL_MAX,
-    FRAME_MAX,
+from amqp_gateway.connection import CHANNEL_MAX, FRAME_MAX, Connection
+from amqp_gateway.errors import AccessRefused, NotFound
+from amqp_gateway.events import (
     ChannelClosed,
-    Connection,
     ConnectionClosed,
     Event,
     LoginRequested,
@@ -23,9 +22,8 @@ from amqp_gateway.connection import (
     OpenRequested,
     Publish,
     PublishRun,
-    State,
 )
-from amqp_gateway.errors import AccessRefused, NotFound
+from amqp_gateway.states import State
 
 
 class Client:

@@ -8,14 +8,9 @@ import pytest
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
-from amqp_gateway.connection import (
-    CHANNEL_MAX,
-    FRAME_MAX,
-    HEARTBEAT_S,
-    Connection,
-    ConnectionClosed,
-    State,
-)
+from amqp_gateway.connection import CHANNEL_MAX, FRAME_MAX, HEARTBEAT_S, Connection
+from amqp_gateway.events import ConnectionClosed
+from amqp_gateway.states import State
 from amqp_gateway.tuning import (
     FRAME_MAX_LIMIT,
     MESSAGE_BYTES_MAX_LIMIT,
@@ -109,7 +104,7 @@ def test_the_connection_offers_its_tuning() -> None:
 )
 def test_a_tune_ok_above_the_offer_is_530(tune_ok: m.ConnectionTuneOk, text: str) -> None:
     # Before connection.open the refusal closes the socket without a close method, as
-    # RabbitMQ does (connection.py, _SILENT_STATES).
+    # RabbitMQ does (states.py, SILENT_STATES).
     client = tuned_client(AmqpTuning(heartbeat_s=7, frame_max=8192, channel_max=5))
     offered_tune(client)
     [closed] = client.send_method(0, tune_ok)
