@@ -58,6 +58,7 @@ def login(s: AmqpSession, event: LoginRequested) -> None:
         )
     s.conn.accept_login(user.name)
     s.user = user.name
+    s.auth_mechanism = event.mechanism
     s.impersonator = "impersonator" in user.tags  # may publish any user-id
 
 

@@ -8,6 +8,7 @@ properties to and from RabbitMQ's management JSON. Nothing here runs per message
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
@@ -33,6 +34,9 @@ class AmqpClient:
         self.name = f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
         self.protocol = "AMQP 0-9-1"
         self.connected_at_ms = session.connected_at_ms
+        transport = session.transport
+        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+        self.tls = tls_fields(ssl_object) if isinstance(ssl_object, ssl.SSLObject) else None
 
     @property
     def vhost(self) -> str:
@@ -69,6 +73,10 @@ class AmqpClient:
     @property
     def blocked(self) -> bool:
         return self._session.blocked_by_alarm
+
+    @property
+    def auth_mechanism(self) -> str:
+        return self._session.auth_mechanism
 
     def channels(self) -> list[ChannelInfo]:
         out = []
@@ -109,6 +117,42 @@ class AmqpClient:
         self._session.current_vhost().remove_consumer(consumer.queue, consumer)
         consumer.cancel_by_broker()
         return True
+
+
+# Certificate name attributes as RabbitMQ writes them in peer_cert_subject/issuer.
+_NAME_KEYS: Final = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+}
+
+
+def tls_fields(ssl_object: ssl.SSLObject) -> dict[str, object]:
+    """RabbitMQ's TLS fields of a connection: the protocol ("tlsv1.3"), OpenSSL's cipher
+    suite name, and the client certificate's subject, issuer and validity when one was
+    verified (tls_verify_peer); key exchange and hash are not split out of the suite."""
+    cipher = ssl_object.cipher()
+    version = ssl_object.version()
+    cert = ssl_object.getpeercert()
+    return {
+        "ssl_protocol": version.lower() if version else None,
+        "ssl_key_exchange": None,
+        "ssl_cipher": cipher[0] if cipher else None,
+        "ssl_hash": None,
+        "peer_cert_subject": _cert_name(cert.get("subject")) if cert else None,
+        "peer_cert_issuer": _cert_name(cert.get("issuer")) if cert else None,
+        "peer_cert_validity": f"{cert['notBefore']} - {cert['notAfter']}" if cert else None,
+    }
+
+
+def _cert_name(name: object) -> str | None:
+    if not isinstance(name, tuple):
+        return None
+    parts = [f"{_NAME_KEYS.get(key, key)}={value}" for rdn in name for key, value in rdn]
+    return ",".join(parts)
 
 
 def _json_value(value: object) -> object:

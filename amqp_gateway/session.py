@@ -129,6 +129,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         # the event loop read it again before the drain (see `_run`).
         self._read_full = True
         self.now_ms = 0
+        self.auth_mechanism = ""  # SASL's, at login
         self.user = ""  # set at login, with the vhost and permissions at open (access.py)
         self.impersonator = False
         self.permissions: Permissions | None = None

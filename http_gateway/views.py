@@ -62,6 +62,20 @@ def client_by_name(who: Caller, name: str) -> Client:
     return client
 
 
+# What RabbitMQ shows of a connection without TLS.
+NO_TLS: Final[dict[str, object]] = dict.fromkeys(
+    (
+        "ssl_protocol",
+        "ssl_key_exchange",
+        "ssl_cipher",
+        "ssl_hash",
+        "peer_cert_subject",
+        "peer_cert_issuer",
+        "peer_cert_validity",
+    )
+)
+
+
 def connection_json(client: Client) -> dict[str, object]:
     return {
         "name": client.name,
@@ -72,8 +86,9 @@ def connection_json(client: Client) -> dict[str, object]:
         "vhost": client.vhost,
         "user": client.user,
         "user_who_performed_action": client.user,
-        "auth_mechanism": "PLAIN",
-        "ssl": False,
+        "auth_mechanism": client.auth_mechanism,
+        "ssl": client.tls is not None,
+        **(client.tls if client.tls is not None else NO_TLS),
         "host": client.host,
         "port": client.port,
         "peer_host": client.peer_host,

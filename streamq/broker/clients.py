@@ -99,6 +99,15 @@ class Client(Protocol):
     def blocked(self) -> bool:
         """A resource alarm blocks this publisher."""
 
+    @property
+    def auth_mechanism(self) -> str:
+        """The SASL mechanism of its login: "PLAIN", "AMQPLAIN", "EXTERNAL"."""
+
+    @property
+    def tls(self) -> Mapping[str, object] | None:
+        """RabbitMQ's ssl_* and peer_cert_* fields of a TLS connection; None over plain
+        TCP, a unix socket or plain WebSocket."""
+
     def channels(self) -> list[ChannelInfo]:
         """The open channels, by number."""
 

@@ -31,6 +31,8 @@ def test_list_get_channels_and_consumers(mgmt_broker: RunningBroker) -> None:
         assert found["client_properties"]["connection_name"] == "test-mgr"
         assert found["protocol"] == "AMQP 0-9-1" and found["state"] == "running"
         assert found["recv_oct"] > 0 and found["send_oct"] > 0
+        assert found["auth_mechanism"] == "PLAIN" and found["ssl"] is False
+        assert found["ssl_protocol"] is None and found["peer_cert_subject"] is None
         assert call(b, "GET", f"/api/connections/{q(name)}")[1]["name"] == name
         assert call(b, "GET", "/api/vhosts/%2F/connections")[1][0]["name"] == name
         channels = call(b, "GET", f"/api/connections/{q(name)}/channels")[1]

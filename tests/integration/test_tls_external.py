@@ -86,10 +86,19 @@ def test_external_login_as_guest(broker: RunningBroker, pki: Certs) -> None:
         channel.basic_publish("", "ext", b"by certificate")
         method, _, body = channel.basic_get("ext", auto_ack=True)
         assert method is not None and body == b"by certificate"
+        # The management API shows the login and the TLS session as RabbitMQ does.
+        _, listed, _ = broker.http("GET", "/api/connections")
+        assert isinstance(listed, list) and len(listed) == 1
+        shown = listed[0]
+        assert shown["user"] == "guest"
+        assert shown["auth_mechanism"] == "EXTERNAL"
+        assert shown["ssl"] is True
+        assert shown["ssl_protocol"] in ("tlsv1.2", "tlsv1.3")
+        assert shown["ssl_cipher"]
+        assert "CN=guest" in shown["peer_cert_subject"].split(",")
+        assert "CN=ca" in shown["peer_cert_issuer"].split(",")
     finally:
         connection.close()
-    _, listed, _ = broker.http("GET", "/api/connections")
-    assert isinstance(listed, list)
 
 
 def test_external_login_as_a_user_without_password_with_its_permissions(
