@@ -53,6 +53,9 @@ async def test_amqp_over_wss_publishes_with_confirms_and_gets(
         await amqp.next_frame()  # the content header
         _, content = await amqp.next_frame()
         assert content.value == b"through TLS"  # type: ignore[attr-defined]
+        _, listed, _ = broker.http("GET", "/api/connections")
+        assert isinstance(listed, list) and len(listed) == 1
+        assert listed[0]["ssl"] is True and listed[0]["port"] == port_of(broker, "https")
 
 
 async def test_wss_refuses_a_client_that_does_not_trust_the_certificate(
