@@ -17,6 +17,20 @@ def streamq(*args: str) -> list[str]:
     return [sys.executable, "-m", "streamq", *args]
 
 
+def wait_listening(process: subprocess.Popen[bytes]) -> tuple[bytes, int, int]:
+    """Read `process`'s stderr until its `listening` line: (what it printed, the AMQP
+    port, the HTTP port). Fails if it exits or does not listen in STARTUP_TIMEOUT_S."""
+    printed = b""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    assert process.stderr is not None
+    while (match := LISTENING.search(printed)) is None:
+        assert time.monotonic() < deadline, f"broker did not start: {printed!r}"
+        line = process.stderr.readline()
+        assert line, f"broker exited: {printed!r}"
+        printed += line
+    return printed, int(match[1]), int(match[2])
+
+
 class BrokerProcess:
     """`streamq serve` on loopback ports chosen by the OS; waits until it listens."""
 
@@ -35,15 +49,7 @@ class BrokerProcess:
             ),
             stderr=subprocess.PIPE,
         )
-        self.stderr = b""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        assert self.process.stderr is not None
-        while (match := LISTENING.search(self.stderr)) is None:
-            assert time.monotonic() < deadline, f"broker did not start: {self.stderr!r}"
-            line = self.process.stderr.readline()
-            assert line, f"broker exited: {self.stderr!r}"
-            self.stderr += line
-        self.amqp_port, self.http_port = int(match[1]), int(match[2])
+        self.stderr, self.amqp_port, self.http_port = wait_listening(self.process)
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:

@@ -17,7 +17,13 @@ import pika.exceptions
 import pytest
 
 from streamq.broker.users import hash_password
-from tests.integration.broker_process import LISTENING, STARTUP_TIMEOUT_S, BrokerProcess, streamq
+from tests.integration.broker_process import (
+    LISTENING,
+    STARTUP_TIMEOUT_S,
+    BrokerProcess,
+    streamq,
+    wait_listening,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEFINITIONS = REPO / "tests" / "data" / "rabbitmq-3.10-definitions.json"
@@ -76,15 +82,7 @@ class Serve:
         self.process = subprocess.Popen(
             streamq("serve", *args), stderr=subprocess.PIPE, env=_base_env() | env
         )
-        self.stderr = b""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        assert self.process.stderr is not None
-        while (match := LISTENING.search(self.stderr)) is None:
-            assert time.monotonic() < deadline, f"broker did not start: {self.stderr!r}"
-            line = self.process.stderr.readline()
-            assert line, f"broker exited: {self.stderr!r}"
-            self.stderr += line
-        self.amqp_port, self.http_port = int(match[1]), int(match[2])
+        self.stderr, self.amqp_port, self.http_port = wait_listening(self.process)
 
     def stop(self) -> int:
         if self.process.poll() is None:
