@@ -27,10 +27,10 @@ from http_gateway.context import (
 )
 from http_gateway.errors import HttpError
 from http_gateway.listing import list_response
+from streamq.broker.definitions_import import OPERATOR_POLICY_COMPONENT
 from streamq.broker.policies import Policy
 from streamq.broker.vhost import VHost
 
-OPERATOR_POLICY_COMPONENT: Final = "operator_policy"
 PARAMETER_TAGS: Final = frozenset({"policymaker", "administrator"})  # as RabbitMQ's
 ADMIN_TAGS: Final = frozenset({"administrator"})
 
