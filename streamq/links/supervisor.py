@@ -18,14 +18,15 @@ import socket
 from typing import Final
 
 from streamq.broker.broker import Broker
-from streamq.broker.link_definitions import ParameterInvalid, shovel_definition
+from streamq.broker.link_definitions import ShovelDefinition
+from streamq.broker.links import SHOVEL, link_key
 from streamq.links.amqp.client import DirectConnector
 from streamq.links.shovel_endpoints import Opener
 from streamq.links.shovels import Shovel
+from streamq.log.errors import LogError
 
 logger = logging.getLogger(__name__)
 
-SHOVEL: Final = "shovel"
 NODE: Final = f"streamq@{socket.gethostname()}"  # as /api/overview names the node
 DIRECT_USER_DEFAULT: Final = "guest"
 
@@ -38,16 +39,12 @@ class LinkSupervisor:
         self.direct = direct  # `amqp://` with no host: this broker, without the network
         self.amqp_port = amqp_port  # this broker's AMQP port (for what needs a socket)
         self._stopping: set[asyncio.Task[None]] = set()
-        self._started = False
 
     def start(self) -> None:
         """Follow parameter changes from now on and start the links of every parameter
         there is (those of the data directory, and of definitions loaded at boot)."""
-        self._started = True
+        # Appending replays every parameter there is to the listener first.
         self.broker.parameter_listeners.append(self._on_parameter)
-        for vhost in list(self.broker.vhosts.values()):
-            for parameter in vhost.parameters.list(SHOVEL):
-                self._on_parameter(vhost.name, SHOVEL, parameter.name, parameter.value)
 
     async def stop(self) -> None:
         """Stop every link (shutdown): their sessions close, unacked messages go back."""
@@ -57,34 +54,31 @@ class LinkSupervisor:
         self.broker.links.clear()
         await asyncio.gather(*(link.stop() for link in links), *self._stopping)
 
-    def _on_parameter(self, vhost: str, component: str, name: str, value: dict | None) -> None:
+    def _on_parameter(self, vhost: str, component: str, name: str, value: object) -> None:
         if component == SHOVEL:
             self._shovel_changed(vhost, name, value)
 
-    def _shovel_changed(self, vhost: str, name: str, value: dict | None) -> None:
+    def _shovel_changed(self, vhost: str, name: str, value: object) -> None:
         """Start, replace or stop the shovel of parameter `name` (value None: deleted)."""
-        key = (SHOVEL, vhost, name)
+        key = link_key(SHOVEL, vhost, name)
         old = self.broker.links.get(key)
         if isinstance(old, Shovel) and value is not None and old.value == value:
-            return  # the same definition again (start-up and the listener both tell)
+            return  # the same definition again
         stopped = None
-        if old is not None:
+        if isinstance(old, Shovel):
             del self.broker.links[key]
             stopped = self._stop_later(old)
-        if value is None:
+        found = self.broker.vhosts.get(vhost)
+        parameter = None if found is None else found.parameters.parameter(SHOVEL, name)
+        if value is None or parameter is None:
             return
-        try:
-            definition = shovel_definition(value)
-        except ParameterInvalid as exc:  # validated when stored; a hand-edited file?
-            logger.error("shovel %s/%s not started: %s", vhost, name, exc)
-            return
-        user = str(value.get("user", "")) or DIRECT_USER_DEFAULT
+        assert isinstance(parameter.definition, ShovelDefinition)  # component "shovel"
         shovel = Shovel(
             vhost,
             name,
             value,
-            definition,
-            Opener(self.direct, vhost, user),
+            parameter.definition,
+            Opener(self.direct, vhost, parameter.user or DIRECT_USER_DEFAULT),
             NODE,
             self._shovel_done,
         )
@@ -105,14 +99,9 @@ class LinkSupervisor:
         vhost = self.broker.vhosts.get(shovel.vhost)
         if vhost is None or vhost.parameters.get(SHOVEL, shovel.name) != shovel.value:
             return  # deleted or replaced meanwhile
-        try:
-            await _delete_parameter(vhost.parameters, shovel.name)
-        except Exception:  # the shovel is done either way; the parameter stays
-            logger.exception("shovel %s/%s: parameter not deleted", shovel.vhost, shovel.name)
+        vhost.parameters.delete(SHOVEL, shovel.name)
         logger.info("shovel %s/%s: done, parameter deleted", shovel.vhost, shovel.name)
-
-
-async def _delete_parameter(parameters: object, name: str) -> None:
-    result = parameters.delete(SHOVEL, name)  # type: ignore[attr-defined]
-    if asyncio.iscoroutine(result):
-        await result
+        try:
+            await vhost.sync_all()  # the deletion is durable once this returns
+        except LogError as exc:
+            logger.error("shovel %s/%s: deletion not synced: %s", shovel.vhost, shovel.name, exc)
