@@ -26,9 +26,7 @@ def amqp_uri(port: int, vhost: str = "/") -> str:
     return f"amqp://guest:guest@127.0.0.1:{port}/{urllib.parse.quote(vhost, safe='')}"
 
 
-def http_call(
-    port: int, method: str, path: str, body: object = None
-) -> tuple[int, object]:
+def http_call(port: int, method: str, path: str, body: object = None) -> tuple[int, object]:
     """One management API call as guest: (status, the JSON body or text or None)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
     token = base64.b64encode(b"guest:guest").decode()
