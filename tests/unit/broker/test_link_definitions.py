@@ -16,6 +16,7 @@ from streamq.broker.link_definitions import (
     upstream_definition,
     upstream_set_definition,
 )
+from streamq.broker.policies import PolicyInvalid, make_policy
 
 MINIMAL = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}
 
@@ -178,3 +179,21 @@ def test_upstream_set_members_override_their_upstream() -> None:
         upstream_set_definition([{"upstream": "a", "max-hops": "2"}])
     with pytest.raises(ParameterInvalid, match="should be a list"):
         upstream_set_definition({"upstream": "a"})
+
+
+def test_policies_take_the_federation_keys() -> None:
+    policy = make_policy(
+        "fed", {"pattern": "^fed\\.", "definition": {"federation-upstream-set": "all"}}
+    )
+    assert policy.definition == {"federation-upstream-set": "all"}
+    make_policy("fed", {"pattern": ".", "definition": {"federation-upstream": "up1"}})
+    with pytest.raises(PolicyInvalid, match="together"):
+        make_policy(
+            "fed",
+            {
+                "pattern": ".",
+                "definition": {"federation-upstream": "a", "federation-upstream-set": "all"},
+            },
+        )
+    with pytest.raises(PolicyInvalid, match="must be a string"):
+        make_policy("fed", {"pattern": ".", "definition": {"federation-upstream": 1}})
