@@ -120,6 +120,14 @@ def queue_length(port: int, queue: str) -> int:
             connection.close()
 
 
+def queue_messages(http_port: int, queue: str, vhost: str = "/") -> int:
+    """Ready plus unacked messages of `queue` (the management API's `messages`)."""
+    path = f"/api/queues/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(queue, safe='')}"
+    status, body = http_call(http_port, "GET", path)
+    assert status == 200 and isinstance(body, dict), (status, body)
+    return int(body["messages"])
+
+
 def wait_length(port: int, queue: str, count: int, timeout_s: float = TIMEOUT_S) -> None:
     wait_until(
         lambda: queue_length(port, queue) >= count, f"{count} messages in {queue}", timeout_s
