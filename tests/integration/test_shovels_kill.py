@@ -32,7 +32,7 @@ from tests.integration.shovel_helpers import (
     wait_until,
 )
 
-MESSAGES = 20_000
+MESSAGES = 5_000
 PREFETCH = 50  # small: the transfer takes long enough to be cut in the middle
 IN_FLIGHT_MAX = 4 * PREFETCH  # unacked at the source plus confirmed but not yet acked
 
