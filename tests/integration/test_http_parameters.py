@@ -307,3 +307,17 @@ def test_federation_links_status(running: RunningBroker) -> None:
     assert call(running, "GET", "/api/federation-links/%2F")[1] == listed
     assert call(running, "GET", "/api/federation-links/nowhere")[0] == 404
     assert call(running, "GET", "/api/federation-links", user="outsider") == (200, [])
+
+
+def test_metrics_of_links(running: RunningBroker) -> None:
+    register(running, TestLink("shovel", "/", "moving", transferred=7))
+    register(running, TestLink("federation", "/", "fed.x up", state="paused", transferred=3))
+    status, text, _ = running.http("GET", "/metrics")
+    assert status == 200 and isinstance(text, str)
+    lines = set(text.splitlines())
+    assert "# TYPE streamq_shovel_state gauge" in lines
+    assert 'streamq_shovel_state{vhost="/",name="moving",state="running"} 1' in lines
+    assert 'streamq_shovel_state{vhost="/",name="moving",state="terminated"} 0' in lines
+    assert 'streamq_shovel_transferred_total{vhost="/",name="moving"} 7' in lines
+    assert 'streamq_federation_link_state{vhost="/",name="fed.x up",state="paused"} 1' in lines
+    assert 'streamq_federation_link_transferred_total{vhost="/",name="fed.x up"} 3' in lines
