@@ -21,9 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from streamq.broker.link_definitions import ShovelDefinition
+from streamq.broker.link_definitions import ShovelDefinition, redact_uri
 from streamq.links.amqp.client import AmqpConnectionError
-from streamq.links.amqp.uri import redact
 from streamq.links.shovel_endpoints import DestinationError, Opener, is_http
 from streamq.links.shovel_session import DONE, ShovelSession
 
@@ -177,9 +176,9 @@ class Shovel:
             "vhost": self.vhost,
             "type": "dynamic",
             "state": self.state,
-            "src_uri": redact(definition.src_uris[0]),
+            "src_uri": redact_uri(definition.src_uris[0]),
             "src_protocol": "amqp091",
-            "dest_uri": redact(definition.dest_uris[0]),
+            "dest_uri": redact_uri(definition.dest_uris[0]),
             "dest_protocol": "http" if is_http(definition.dest_uris[0]) else "amqp091",
             "blocked_status": "blocked" if self._blocked() else "running",
             "error": self.error,
