@@ -157,9 +157,13 @@ class Shovel:
         self.transferred += count
 
     def rate(self) -> float:
-        """Messages per second over the last RATE_WINDOW_S (sampled at each status)."""
+        """Messages per second over the last RATE_WINDOW_S, or since the previous status
+        if that is older (sampled at each status)."""
         now = time.monotonic()
-        samples = [s for s in self._rate_samples if now - s[0] <= RATE_WINDOW_S]
+        # The last sample is kept even when older than the window: statuses read less
+        # often than every RATE_WINDOW_S still get the rate since the previous read.
+        recent = [s for s in self._rate_samples if now - s[0] <= RATE_WINDOW_S]
+        samples = recent or self._rate_samples[-1:]
         samples.append((now, self.transferred))
         self._rate_samples = samples
         first_s, first_count = samples[0]
