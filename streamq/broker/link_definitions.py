@@ -329,12 +329,8 @@ def _upstream_value(key: str, value: object) -> object:
         return _integer(key, value, PREFETCH_MAX)
     if key == "reconnect-delay":
         return _number(key, value)
-    if key == "max-hops":
-        hops = _integer(key, value)
-        if hops < 1:
-            raise ParameterInvalid(f"{key} should be at least 1, actually was {hops}")
-        return hops
-    if key in ("expires", "message-ttl"):
+    if key in ("max-hops", "expires", "message-ttl"):
+        # max-hops 0 forwards nothing, but RabbitMQ accepts it: so do we, for its exports.
         return _integer(key, value)
     if key in ("trust-user-id", "bind-nowait"):
         return _flag(key, value)

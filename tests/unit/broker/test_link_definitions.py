@@ -156,7 +156,7 @@ def test_upstream_defaults_and_keys() -> None:
     ("value", "reason"),
     [
         ({}, 'Key "uri" not found'),
-        ({"uri": "amqp://a", "max-hops": 0}, "max-hops should be at least 1"),
+        ({"uri": "amqp://a", "max-hops": -1}, "max-hops should be a non-negative integer"),
         ({"uri": "amqp://a", "trust-user-id": 1}, "trust-user-id should be a boolean"),
         ({"uri": "amqp://a", "exchnage": "x"}, "Unrecognised terms"),
         ({"uri": "http://a"}, "scheme must be one of amqp, amqps"),
