@@ -128,7 +128,7 @@ export async function federationPage(ctx) {
     clear(upstreams, table('upstreams-table', [
       { title: 'Virtual host', value: (u) => u.vhost },
       { title: 'Name', class: 'name', value: (u) => u.name },
-      { title: 'URI', value: (u) => h('code', {}, [].concat(u.value.uri).join(', ').replace(/:\/\/([^:@/]*):[^@/]*@/g, '://$1:***@')) },
+      { title: 'URI', value: (u) => h('code', {}, [].concat(u.value.uri).join(', ').replace(/:\/\/([^:@/]*):[^@/]*@/g, '://$1:********@')) },
       { title: 'Settings', value: (u) => kvList(Object.fromEntries(Object.entries(u.value).filter(([k]) => k !== 'uri'))) },
       {
         title: '',

@@ -66,7 +66,7 @@ def test_shovels_page(broker: RunningBroker, driver: WebDriver) -> None:
     driver.find_element(By.ID, "shovel-form-submit").click()
     added = visible(driver, 'tr[data-key="//ui-shovel"]')
     assert "exchange archive" in added.text and "queue orders" in added.text
-    assert "***" in added.text and "secret" not in added.text
+    assert "********" in added.text and "secret" not in added.text
     status, body = parameter_status(broker, "shovel", "ui-shovel")
     assert status == 200 and isinstance(body, dict)
     assert body["value"] == {
@@ -127,7 +127,7 @@ def test_federation_page(broker: RunningBroker, driver: WebDriver) -> None:
     )
     driver.find_element(By.ID, "upstream-form-submit").click()
     row = visible(driver, 'tr[data-key="//ui-up"]')
-    assert "fed:***@" in row.text and "secret" not in row.text and "max-hops" in row.text
+    assert "fed:********@" in row.text and "secret" not in row.text and "max-hops" in row.text
     status, body = parameter_status(broker, "federation-upstream", "ui-up")
     assert status == 200 and isinstance(body, dict)
     assert body["value"] == {

@@ -60,7 +60,7 @@ def test_shovels_added_listed_and_deleted(ctl: Ctl, broker: RunningBroker) -> No
     }
     listed = ctl.json("list_shovels")
     assert isinstance(listed, list) and [r["name"] for r in listed] == ["s1"]
-    assert listed[0]["dest_uri"] == "amqp://u:***@127.0.0.1:3"
+    assert listed[0]["dest_uri"] == "amqp://u:********@127.0.0.1:3"
     table = ctl.ok("list_shovels", "-p", "/")
     assert table.splitlines()[0].split() == [
         "vhost",

@@ -227,7 +227,7 @@ class TestLink:
                 "state": self.state,
                 "src_uri": "amqp://127.0.0.1:1",
                 "src_queue": "from",
-                "dest_uri": "amqp://user:***@127.0.0.1:2/%2f",
+                "dest_uri": "amqp://user:********@127.0.0.1:2/%2f",
                 "dest_queue": "to",
                 "timestamp": "2024-01-01 00:00:00",
             }
@@ -238,7 +238,7 @@ class TestLink:
             "type": "exchange",
             "status": self.state,
             "local_connection": "<direct>",
-            "uri": "amqp://up:***@127.0.0.1:3",
+            "uri": "amqp://up:********@127.0.0.1:3",
             "timestamp": "2024-01-01 00:00:00",
         }
 
@@ -269,7 +269,7 @@ def test_a_shovel_not_running_yet_is_starting(running: RunningBroker) -> None:
     # Unless a links runtime registered it meanwhile (and failed to reach 127.0.0.1:1).
     assert shown["state"] in ("starting", "terminated")
     assert shown["transferred"] == 0 and shown["type"] == "dynamic"
-    assert shown["dest_uri"] == "amqp://user:***@127.0.0.1:2/%2f"
+    assert shown["dest_uri"] == "amqp://user:********@127.0.0.1:2/%2f"
     assert (shown["src_queue"], shown["dest_queue"]) == ("from", "to")
     assert call(running, "GET", "/api/shovels/vhost/%2F/pending")[1] == shown
     assert call(running, "GET", "/api/shovels/vhost/%2F/nothing")[0] == 404

@@ -123,7 +123,7 @@ def test_missing_keys() -> None:
 
 
 def test_passwords_never_show_in_reasons() -> None:
-    assert redact_uri("amqp://user:secret@host/vh") == "amqp://user:***@host/vh"
+    assert redact_uri("amqp://user:secret@host/vh") == "amqp://user:********@host/vh"
     assert redact_uri("amqp://host") == "amqp://host"
     with pytest.raises(ParameterInvalid) as caught:
         check_uri("src-uri", "amqp://user:secret@host:notaport/", ("amqp",))
