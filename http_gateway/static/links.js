@@ -128,7 +128,7 @@ export async function federationPage(ctx) {
     clear(upstreams, table('upstreams-table', [
       { title: 'Virtual host', value: (u) => u.vhost },
       { title: 'Name', class: 'name', value: (u) => u.name },
-      { title: 'URI', value: (u) => h('code', {}, [].concat(u.value.uri).join(', ').replace(/:\/\/([^:@/]*):[^@/]*@/g, '://$1:***@')) },
+      { title: 'URI', value: (u) => h('code', {}, [].concat(u.value.uri).join(', ').replace(/:\/\/([^:@/]*):[^@/]*@/g, '://$1:********@')) },
       { title: 'Settings', value: (u) => kvList(Object.fromEntries(Object.entries(u.value).filter(([k]) => k !== 'uri'))) },
       {
         title: '',
@@ -137,7 +137,7 @@ export async function federationPage(ctx) {
           await api(`/api/parameters/federation-upstream/${enc(u.vhost)}/${enc(u.name)}`, { method: 'DELETE' });
           toast(`Upstream ${u.name} deleted.`, 'ok');
           await refresh();
-        }),
+        }, { id: `upstream-delete:${u.vhost}/${u.name}` }),
       },
     ], Array.isArray(upstreamList) ? upstreamList : [], { key: (u) => `${u.vhost}/${u.name}`, empty: 'No upstreams.' }));
     clear(links, table('federation-links-table', [
