@@ -23,6 +23,7 @@ from amqp_gateway.external_auth import authenticate_login, certificate_login
 from amqp_gateway.handshake import SERVER_CAPABILITIES
 from streamq import __version__
 from streamq.broker.accounts import AccountStore, PermissionKind
+from streamq.broker.definitions_import import INTERNAL_USER
 from streamq.broker.errors import BrokerError
 from streamq.broker.users import login_allowed
 
@@ -46,6 +47,15 @@ def server_properties() -> codec.FieldTable:
 
 def login(s: AmqpSession, event: LoginRequested) -> None:
     """Accept the login of start-ok, or raise AccessRefused."""
+    if s.direct_user == INTERNAL_USER:
+        # The links of parameters that a boot-time definitions import set (RabbitMQ's
+        # internal user): allowed everything, and only on a direct connection.
+        s.conn.accept_login(INTERNAL_USER)
+        s.user = INTERNAL_USER
+        s.auth_mechanism = event.mechanism
+        s.internal = True
+        s.impersonator = True  # may forward any user-id, as everything else
+        return
     if s.direct_user is not None:
         # A direct connection of this broker's own links: the user it was opened for,
         # whatever the client sent (amqp_gateway/direct.py); it must exist.
@@ -73,12 +83,12 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
         vhost = s.broker.vhost(virtual_host)
     except BrokerError as exc:
         raise to_amqp(exc, 10, 40) from exc
-    if not s.broker.accounts.vhost_access(s.user, virtual_host):
+    if not s.internal and not s.broker.accounts.vhost_access(s.user, virtual_host):
         raise errors.NotAllowed(
             f"access to vhost '{virtual_host}' refused for user '{s.user}'", 10, 40
         )
     s.vhost = vhost
-    s.permissions = Permissions(s.broker.accounts, s.user, vhost.name)
+    s.permissions = Permissions(s.broker.accounts, s.user, vhost.name, allow_all=s.internal)
     s.conn.accept_open(virtual_host)
     _register(s)
 
@@ -98,16 +108,21 @@ class Permissions:
     management API (or `streamq ctl`) applies to connections opened afterwards; deleting
     a user closes that user's connections."""
 
-    __slots__ = ("_accounts", "_answers", "_user", "_vhost")
+    __slots__ = ("_accounts", "_allow_all", "_answers", "_user", "_vhost")
 
-    def __init__(self, accounts: AccountStore, user: str, vhost: str) -> None:
+    def __init__(
+        self, accounts: AccountStore, user: str, vhost: str, *, allow_all: bool = False
+    ) -> None:
         self._accounts = accounts
         self._user = user
         self._vhost = vhost
+        self._allow_all = allow_all  # the internal user of direct connections
         self._answers: dict[tuple[str, str, str], bool] = {}  # PERMIT_CACHE_ENTRIES_MAX
 
     def check(self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]) -> None:
         """Raises AccessRefused (403) unless the user's `kind` regex allows `name`."""
+        if self._allow_all:
+            return
         key = (kind, resource, name)
         allowed = self._answers.get(key)
         if allowed is None:

@@ -135,6 +135,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.permissions: Permissions | None = None
         # A direct connection (amqp_gateway/direct.py) logs in as this user, unchecked.
         self.direct_user: str | None = None
+        self.internal = False  # logged in as the internal user (access.py)
 
     # -- socket events ---------------------------------------------------------------------
 

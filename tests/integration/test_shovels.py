@@ -8,6 +8,7 @@ broker that holds its parameter, consuming from `src-uri` and publishing to `des
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -385,3 +386,45 @@ def test_http_destination(broker: RunningBroker) -> None:
     finally:
         receiver.shutdown()
         receiver.server_close()
+
+
+def test_a_local_shovel_loaded_at_boot_runs_as_the_internal_user(tmp_path: Path) -> None:
+    """A definitions file given to load_definitions sets its parameters as RabbitMQ's
+    internal user: its local (amqp://) shovel logs in over a direct connection with every
+    permission, though no such user exists."""
+    definitions = tmp_path / "definitions.json"
+    shovel = {"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp://", "dest-queue": "dst"}
+    definitions.write_text(
+        json.dumps(
+            {
+                "queues": [
+                    {"name": "src", "vhost": "/", "durable": True, "arguments": {}},
+                    {"name": "dst", "vhost": "/", "durable": True, "arguments": {}},
+                ],
+                "parameters": [
+                    {"vhost": "/", "component": "shovel", "name": "boot", "value": shovel}
+                ],
+            }
+        )
+    )
+    broker = RunningBroker(tmp_path / "data", load_definitions=str(definitions))
+    try:
+        publish(broker.amqp_port, "src", numbered(30))
+        wait_length(broker.amqp_port, "dst", 30)
+        assert bodies_of(broker.amqp_port, "dst") == numbered(30)
+        assert wait_state(broker.http_port, "boot", "running")["transferred"] == 30
+        status, connections = http_call(broker.http_port, "GET", "/api/connections")
+        assert status == 200 and isinstance(connections, list)
+        direct = [c for c in connections if c["type"] == "direct"]
+        assert direct and {c["user"] for c in direct} == {"rmq-internal"}
+        # The internal user exists only for the broker's own direct connections.
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(
+                pika.ConnectionParameters(
+                    "127.0.0.1",
+                    broker.amqp_port,
+                    credentials=pika.PlainCredentials("rmq-internal", ""),
+                )
+            )
+    finally:
+        broker.stop()
