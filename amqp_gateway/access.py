@@ -46,8 +46,13 @@ def server_properties() -> codec.FieldTable:
 
 def login(s: AmqpSession, event: LoginRequested) -> None:
     """Accept the login of start-ok, or raise AccessRefused."""
-    event = certificate_login(event, s.transport)  # EXTERNAL: the certificate's CN
-    user = authenticate_login(s.broker.accounts, event)
+    if s.direct_user is not None:
+        # A direct connection of this broker's own links: the user it was opened for,
+        # whatever the client sent (amqp_gateway/direct.py); it must exist.
+        user = s.broker.accounts.user(s.direct_user)
+    else:
+        event = certificate_login(event, s.transport)  # EXTERNAL: the certificate's CN
+        user = authenticate_login(s.broker.accounts, event)
     loopback = s.endpoints is not None and s.endpoints.loopback
     if user is None or not login_allowed(user.name, loopback):
         logger.warning("login refused for user %r from %s", event.username, s.peer)

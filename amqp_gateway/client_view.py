@@ -32,6 +32,8 @@ class AmqpClient:
         self.host, self.port = local
         self.peer_host, self.peer_port = peer
         self.name = f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
+        # RabbitMQ's connection type: "direct" for the broker's own links (direct.py).
+        self.connection_type = "direct" if session.direct_user is not None else "network"
         self.protocol = "AMQP 0-9-1"
         self.connected_at_ms = session.connected_at_ms
         transport = session.transport

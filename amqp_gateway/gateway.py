@@ -21,6 +21,7 @@ from amqp_gateway import routing
 from amqp_gateway.channels import ChannelSession, Clock, monotonic_ms
 from amqp_gateway.client_view import AmqpPropertiesJson
 from amqp_gateway.deaths import AmqpPropertiesCodec
+from amqp_gateway.direct import DirectConnector
 from amqp_gateway.endpoints import Endpoints
 from amqp_gateway.session import READ_BYTES_MAX, AmqpSession
 from amqp_gateway.tuning import AmqpTuning
@@ -287,3 +288,8 @@ class Gateway:
         """A new session for a connection; `endpoints` if its listener knows them better
         than its socket (a PROXY header's, a unix socket's)."""
         return AmqpSession(self, endpoints)
+
+    def direct_connector(self) -> DirectConnector:
+        """Direct connections to this gateway for the broker's own links (shovels and
+        federation on "amqp://" with no host): see amqp_gateway/direct.py."""
+        return DirectConnector(self)

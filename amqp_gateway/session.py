@@ -133,6 +133,8 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.user = ""  # set at login, with the vhost and permissions at open (access.py)
         self.impersonator = False
         self.permissions: Permissions | None = None
+        # A direct connection (amqp_gateway/direct.py) logs in as this user, unchecked.
+        self.direct_user: str | None = None
 
     # -- socket events ---------------------------------------------------------------------
 

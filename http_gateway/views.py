@@ -80,7 +80,8 @@ def connection_json(client: Client) -> dict[str, object]:
     return {
         "name": client.name,
         "node": NODE,
-        "type": "network",
+        # "direct" for the broker's own links (amqp_gateway/direct.py), as RabbitMQ.
+        "type": getattr(client, "connection_type", "network"),
         "state": "blocked" if client.blocked else "running",
         "protocol": client.protocol,
         "vhost": client.vhost,
