@@ -2,7 +2,8 @@
 
 Owns the translation between the broker's state and RabbitMQ's definitions document
 (`rabbit_version`, users with `password_hash` + `hashing_algorithm`, vhosts, permissions,
-policies, operator policies as `parameters` of component `operator_policy`, queues,
+policies, operator policies as `parameters` of component `operator_policy` beside those of
+shovels and federation upstreams, queues,
 exchanges, bindings). Export lists what survives a restart: durable exchanges (not the
 predeclared ones), durable non-exclusive queues and the bindings between them. Import is
 `streamq.broker.definitions_import` (shared with the boot-time `load_definitions`): it is
@@ -20,7 +21,7 @@ from aiohttp import web
 
 from http_gateway.context import Caller, caller, read_json_object, require_tags
 from http_gateway.errors import HttpError
-from http_gateway.parameters_api import parameter_json
+from http_gateway.parameters_api import vhost_parameters
 from streamq import __version__
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer
@@ -94,7 +95,7 @@ def vhost_entities(vhost: VHost, with_vhost: bool) -> dict[str, list[Entry]]:
     if not with_vhost:
         for shown in policies:
             del shown["vhost"]
-    parameters = [parameter_json(vhost.name, p) for _, p in sorted(vhost.operator_policies.items())]
+    parameters = vhost_parameters(vhost, None, admin=True)
     return {
         "parameters": parameters,
         "policies": policies,
@@ -194,8 +195,8 @@ async def export_vhost(request: web.Request) -> web.Response:
 
 @routes.post("/api/definitions")
 async def import_all(request: web.Request) -> web.Response:
-    broker = _admin(request).broker
-    await Importer(broker, await read_json_object(request), None).run()
+    who = _admin(request)
+    await Importer(who.broker, await read_json_object(request), None, user=who.user.name).run()
     return web.Response(status=204)
 
 
@@ -203,5 +204,7 @@ async def import_all(request: web.Request) -> web.Response:
 async def import_vhost(request: web.Request) -> web.Response:
     who = _admin(request)
     vhost = _vhost(who, request.match_info["vhost"])
-    await Importer(who.broker, await read_json_object(request), vhost.name).run()
+    await Importer(
+        who.broker, await read_json_object(request), vhost.name, user=who.user.name
+    ).run()
     return web.Response(status=204)

@@ -23,6 +23,7 @@ from http_gateway import (
     connections_api,
     definitions_api,
     exchanges_api,
+    links_api,
     metrics_api,
     openapi_api,
     overview_api,
@@ -55,6 +56,7 @@ ROUTE_MODULES: Final = (
     overview_api,
     definitions_api,
     parameters_api,
+    links_api,
     streams_api,
     openapi_api,
 )

@@ -19,6 +19,8 @@ from typing import Final
 from streamq.broker.accounts import AccountStore, FirstUser, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
 from streamq.broker.errors import BrokerError, NotAllowed
+from streamq.broker.links import Link, LinkKey
+from streamq.broker.parameters import ParameterListener
 from streamq.broker.resources import ResourceLimits, ResourceMonitor
 from streamq.broker.sampler import Sampler
 from streamq.broker.vhost import VHost
@@ -61,6 +63,11 @@ class Broker:
         self.started_s = time.monotonic()
         # (protocol, address, port) of each listener, as the serving process records them.
         self.listeners: list[tuple[str, str, int]] = []
+        # The links runtime hears of each runtime parameter change through these (and of
+        # every parameter there is when it appends itself), and registers what it runs
+        # in `links` for the management API.
+        self.parameter_listeners = ParameterListeners(self)
+        self.links: dict[LinkKey, Link] = {}
         _remove_deleted_vhost_dirs(os.path.join(data_dir, VHOSTS_DIR))
         # Every vhost is restored before the broker accepts a connection (the caller
         # starts listening only after this returns).
@@ -80,8 +87,21 @@ class Broker:
             logger.error("vhost %s could not be opened: %s", name, exc)
             self.failed_vhosts[name] = str(exc)
             return None
-        self.vhosts[name] = vhost
+        self._opened(vhost)
         return vhost
+
+    def _opened(self, vhost: VHost) -> None:
+        vhost.parameters.notify = self.parameter_changed
+        self.vhosts[vhost.name] = vhost
+
+    def parameter_changed(self, vhost: str, component: str, name: str, value: object) -> None:
+        """Announce a runtime parameter change (value None: deleted) to every listener.
+        A listener that raises is logged; the change stands and the others hear of it."""
+        for listener in list(self.parameter_listeners):
+            try:
+                listener(vhost, component, name, value)
+            except Exception:
+                logger.exception("parameter listener failed on %s/%s/%s", vhost, component, name)
 
     def vhost(self, name: str) -> VHost:
         found = self.vhosts.get(name)
@@ -107,7 +127,7 @@ class Broker:
             logger.error("vhost %s could not be opened: %s", name, exc)
             self.failed_vhosts[name] = str(exc)
             return None
-        self.vhosts[name] = vhost
+        self._opened(vhost)
         for listener in self.vhost_listeners:
             listener(vhost)
         return vhost
@@ -123,6 +143,9 @@ class Broker:
             raise VHostNotFound(name)
         vhost = self.vhosts.pop(name, None)
         self.failed_vhosts.pop(name, None)
+        if vhost is not None:
+            for parameter in vhost.parameters.list():  # its shovels and links stop first
+                self.parameter_changed(name, parameter.component, parameter.name, None)
         await self._close_clients(name, f"vhost '{name}' is deleted")
         if vhost is not None:
             await vhost.aclose()
@@ -162,6 +185,22 @@ class Broker:
                 await vhost.aclose()
         finally:
             self.syncer.close()
+
+
+class ParameterListeners(list[ParameterListener]):
+    """`Broker.parameter_listeners`: appending a listener first calls it with every
+    runtime parameter there is (the links runtime starts from them), then it hears of
+    each change as it happens."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__()
+        self._broker = broker
+
+    def append(self, listener: ParameterListener) -> None:
+        for vhost in list(self._broker.vhosts.values()):
+            for parameter in vhost.parameters.list():
+                listener(vhost.name, parameter.component, parameter.name, parameter.value)
+        super().append(listener)
 
 
 def _remove_deleted_vhost_dirs(vhosts_dir: str) -> None:

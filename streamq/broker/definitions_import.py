@@ -1,13 +1,15 @@
 """Importing a RabbitMQ definitions document (users, vhosts, permissions, policies, operator
-policies, queues, exchanges, bindings) into the broker.
+policies, queues, exchanges, bindings, and the runtime parameters of shovels and federation
+upstreams) into the broker.
 
 Owns the one import, which the management API (`POST /api/definitions[/{vhost}]`) and the
 boot-time `load_definitions` setting both run. Import is idempotent (declarations of what
 exists with the same attributes change nothing) and durable on return: accounts fsync in a
 worker thread, each vhost touched waits for a sync round. Parts streamq does not have
-(topic permissions, vhost limits, global parameters) are accepted and ignored with a log
-line. A malformed document raises DefinitionsInvalid; the vhost's own checks raise their
-domain errors (PreconditionFailed...). It knows neither HTTP nor status codes.
+(topic permissions, vhost limits, global parameters, parameters of other plugins) are
+accepted and ignored with a log line. A malformed document raises DefinitionsInvalid;
+the vhost's own checks raise their domain errors (PreconditionFailed...). It knows
+neither HTTP nor status codes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from streamq.broker.accounts import PERMISSION_KINDS, Permission, check_tags
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
+from streamq.broker.link_definitions import COMPONENTS, ParameterInvalid
 from streamq.broker.users import HASHING_ALGORITHM, User
 from streamq.broker.vhost import VHost
 
@@ -31,6 +34,8 @@ POLICY_KEYS: Final[tuple[str, ...]] = ("pattern", "apply-to", "definition", "pri
 ENTRIES_MAX: Final = 1_000_000  # per list of a document (the body or file is capped too)
 FILE_BYTES_MAX: Final = 16 * 1024 * 1024  # as the management API's body limit
 OPERATOR_POLICY_COMPONENT: Final = "operator_policy"  # RabbitMQ's runtime parameter component
+# Who sets the parameters of an import at boot (RabbitMQ's ?INTERNAL_USER).
+INTERNAL_USER: Final = "rmq-internal"
 # How RabbitMQ's management plugin reads a boolean field (rabbit_mgmt_util:parse_bool/1).
 BOOLEAN_TEXTS: Final = {"true": True, "false": False}
 
@@ -120,10 +125,18 @@ def parse_permission(entry: Entry) -> Permission:
 class Importer:
     """One import: the document's entities applied to the broker, vhost by vhost."""
 
-    def __init__(self, broker: Broker, document: Mapping[str, object], vhost: str | None):
+    def __init__(
+        self,
+        broker: Broker,
+        document: Mapping[str, object],
+        vhost: str | None,
+        *,
+        user: str = INTERNAL_USER,
+    ):
         self.broker = broker
         self.document = document
         self.only_vhost = vhost  # a vhost-level import: entries carry no vhost
+        self.user = user  # who sets the runtime parameters (a local shovel connects so)
         self.touched: dict[str, VHost] = {}
 
     def vhost_of(self, entry: Entry) -> VHost:
@@ -153,14 +166,32 @@ class Importer:
         for entry in _entries(self.document, "policies"):
             self._policy(entry, entry, operator=False)
         for entry in _entries(self.document, "parameters"):
-            if entry.get("component") != OPERATOR_POLICY_COMPONENT:
+            component = entry.get("component")
+            if component == OPERATOR_POLICY_COMPONENT:
+                self._policy(entry, _mapping(entry, "value"), operator=True)
+            elif component not in COMPONENTS:
                 logger.info(
                     "definitions import: parameter %r of component %r is not supported; ignored",
                     entry.get("name"),
-                    entry.get("component"),
+                    component,
                 )
+
+    def parameters(self) -> None:
+        """Shovels and federation upstreams, after the queues and exchanges they use.
+        One already set to the same value is left as it is (its link keeps running)."""
+        for entry in _entries(self.document, "parameters"):
+            component = entry.get("component")
+            if component not in COMPONENTS:
                 continue
-            self._policy(entry, _mapping(entry, "value"), operator=True)
+            vhost = self.vhost_of(entry)
+            name = _text(entry, "name")
+            value = entry.get("value")
+            if vhost.parameters.get(str(component), name) == value:
+                continue
+            try:
+                vhost.parameters.put(str(component), name, value, self.user)
+            except ParameterInvalid as exc:
+                raise DefinitionsInvalid(f"parameter {component}/{name}: {exc}") from None
 
     def _policy(self, entry: Entry, body: Entry, *, operator: bool) -> None:
         vhost = self.vhost_of(entry)
@@ -217,6 +248,7 @@ class Importer:
                 await self.accounts()
             self.policies()
             self.entities()
+            self.parameters()
         finally:  # what was applied is made durable even if a later entry failed
             for vhost in self.touched.values():
                 await vhost.sync_all()

@@ -31,8 +31,20 @@ INTEGER_KEYS: Final = frozenset(
         "consumer-timeout",
     }
 )
-STRING_KEYS: Final = frozenset(
-    {"max-age", "overflow", "dead-letter-exchange", "dead-letter-routing-key", "alternate-exchange"}
+# The federation runtime reads the two federation keys from exchanges' and queues'
+# effective policies: the upstream (parameter name) or upstream set ("all": every upstream).
+FEDERATION_KEYS: Final = frozenset({"federation-upstream", "federation-upstream-set"})
+STRING_KEYS: Final = (
+    frozenset(
+        {
+            "max-age",
+            "overflow",
+            "dead-letter-exchange",
+            "dead-letter-routing-key",
+            "alternate-exchange",
+        }
+    )
+    | FEDERATION_KEYS
 )
 BOOLEAN_KEYS: Final = frozenset({"delayed-message"})  # LavinMQ's: delay like x-delayed-exchange
 OPERATOR_KEYS: Final = frozenset(
@@ -105,6 +117,10 @@ def make_policy(name: str, body: Mapping[str, object], *, operator: bool = False
     allowed = OPERATOR_KEYS if operator else INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS
     for key, value in definition.items():
         _check_key(key, value, allowed)
+    if definition.keys() >= FEDERATION_KEYS:
+        raise PolicyInvalid(
+            "cannot specify federation-upstream and federation-upstream-set together"
+        )
     return Policy(name, pattern, str(apply_to), priority, dict(definition), compiled)
 
 

@@ -45,6 +45,7 @@ from streamq.broker.errors import (
     ResourceLocked,
 )
 from streamq.broker.exchange import Binding, Destination, Exchange, freeze_arguments
+from streamq.broker.parameters import RuntimeParameters
 from streamq.broker.policies import (
     Policy,
     choose,
@@ -136,6 +137,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.publish_rejected = False  # the last publish was refused by a full queue
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
+        # Shovels and federation upstreams, recorded in the definitions journal (a lambda:
+        # the journal opens below, after this is in place for its replay).
+        self.parameters = RuntimeParameters(name, lambda op: self.definitions.record(op))  # noqa: PLW0108
         # Message statistics (streamq.broker.stats): confirms and unroutable publishes,
         # exchanges' publishes by name, and the counts of deleted queues.
         self.stats = MessageStats()

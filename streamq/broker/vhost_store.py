@@ -27,6 +27,7 @@ from streamq.broker.definitions import (
 from streamq.broker.delayed import DelayedStore
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination, Exchange
+from streamq.broker.parameters import RuntimeParameters
 from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue
@@ -73,6 +74,7 @@ class VHostStore:
     delayed: DelayedStore
     policies: dict[str, Policy]
     operator_policies: dict[str, Policy]
+    parameters: RuntimeParameters
 
     def _drop_exchange(self, name: str) -> None:
         raise NotImplementedError  # VHost's
@@ -122,6 +124,8 @@ class VHostStore:
             self._policy_table(kind == "operator_policy")[name] = policy
         elif kind in ("policy.delete", "operator_policy.delete"):
             self._policy_table(kind == "operator_policy.delete").pop(name, None)
+        elif kind in ("parameter", "parameter.delete"):
+            self.parameters.restore(op)
         elif kind in ("bind", "unbind"):
             source = self.exchanges.get(str(op.get("source")))
             destination = Destination(str(op.get("kind")), str(op.get("destination")))
@@ -154,6 +158,7 @@ class VHostStore:
                 ]
         ops += [policy_op(p, operator=False) for p in self.policies.values()]
         ops += [policy_op(p, operator=True) for p in self.operator_policies.values()]
+        ops += self.parameters.ops()
         return ops
 
     def _persisted(self, destination: Destination) -> bool:
