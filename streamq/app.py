@@ -36,6 +36,7 @@ from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
 from streamq.broker.users import DEFAULT_PASSWORD, DEFAULT_USER, hash_password
 from streamq.heap import tune_collector
+from streamq.links.supervisor import LinkSupervisor
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
 from streamq.tls import TlsContexts, TlsError, serve_tls
 
@@ -259,6 +260,7 @@ async def run_broker(
     broker: Broker | None = None
     gateway: Gateway | None = None
     unix: UnixListener | None = None
+    links: LinkSupervisor | None = None
     try:
         if config.pidfile:
             try:
@@ -308,6 +310,10 @@ async def run_broker(
             servers.append(https.server)
             listeners.append(("https", http_bind, _bound_port(https.server)))
         broker.listeners[:] = listeners
+        # Shovels and federation links start once this broker serves AMQP: an `amqp://`
+        # URI (this broker) connects through the gateway directly.
+        links = LinkSupervisor(broker, gateway.direct_connector(), _bound_port(amqp))
+        links.start()
         logger.info(
             "listening %s data_dir=%s",
             " ".join(f"{name}={host}:{port}" for name, host, port in listeners),
@@ -322,6 +328,10 @@ async def run_broker(
             server.close()
         if unix is not None:
             unix.close()
+        if links is not None:
+            # Before the gateway closes: the links' direct sessions end in order, and
+            # what they had unacked goes back to its queues.
+            await links.stop()
         if gateway is not None:
             # Before the HTTP server closes: its WebSocket clients get the 320 too.
             gateway.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -75,12 +76,24 @@ def tls_config(port: int, files: TlsFiles) -> str:
     )
 
 
-class RabbitMQServer:
-    """Debian's rabbitmq-server with the management plugin, on loopback ports of its own,
-    in `directory`, and with `tls` an AMQPS listener on `amqps_port` too. Raises
-    RuntimeError, with the end of its log, if it does not start."""
+# The plugins of the shovel and federation tests (rabbitmq-plugins' names), on top of
+# the management plugin every RabbitMQServer has.
+LINK_PLUGINS = (
+    "rabbitmq_shovel",
+    "rabbitmq_shovel_management",
+    "rabbitmq_federation",
+    "rabbitmq_federation_management",
+)
 
-    def __init__(self, directory: Path, tls: TlsFiles | None = None) -> None:
+
+class RabbitMQServer:
+    """Debian's rabbitmq-server with the management plugin (and `plugins`), on loopback
+    ports of its own, in `directory`, and with `tls` an AMQPS listener on `amqps_port`
+    too. Raises RuntimeError, with the end of its log, if it does not start."""
+
+    def __init__(
+        self, directory: Path, tls: TlsFiles | None = None, plugins: tuple[str, ...] = ()
+    ) -> None:
         if not RABBITMQ_SERVER.exists():
             raise RuntimeError(
                 f"{RABBITMQ_SERVER} is missing: `make test` installs Debian's rabbitmq-server "
@@ -98,8 +111,11 @@ class RabbitMQServer:
             "management.tcp.ip = 127.0.0.1\n"
             "log.console = false\n" + (tls_config(self.amqps_port, tls) if tls else "")
         )
-        (directory / "enabled_plugins").write_text("[rabbitmq_management].\n")
-        self.node = f"streamq-differential-{os.getpid()}@localhost"
+        enabled = ",".join(("rabbitmq_management", *plugins))
+        (directory / "enabled_plugins").write_text(f"[{enabled}].\n")
+        # One node name per directory: a test may run two nodes side by side.
+        suffix = re.sub(r"[^A-Za-z0-9_-]", "_", directory.name)
+        self.node = f"streamq-differential-{os.getpid()}-{suffix}@localhost"
         self.env = {
             **os.environ,
             "HOME": str(directory),  # the Erlang cookie is written here
