@@ -22,6 +22,7 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
+from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
 from streamq.broker.exchange import Binding
 from streamq.links.amqp.client import (
@@ -33,6 +34,7 @@ from streamq.links.amqp.client import (
 )
 from streamq.links.federation.headers import (
     INTERNAL_PURPOSE,
+    as_table,
     bound_arguments,
     internal_exchange_name,
     thaw_arguments,
@@ -80,7 +82,9 @@ class ExchangeLink(FederationLink):
             worker = asyncio.ensure_future(self._bind_worker(command, old_internal))
             try:
                 await self._consume(up, down)
-                await self.serve(upstream, downstream, [up.closed, command.closed, down.closed, worker])
+                await self.serve(
+                    upstream, downstream, [up.closed, command.closed, down.closed, worker]
+                )
             finally:
                 worker.cancel()
                 vhost.binding_listeners.remove(self._binding_changed)
@@ -101,7 +105,7 @@ class ExchangeLink(FederationLink):
         self._queue = upstream_queue_name(
             spec.upstream_resource, self.current_uri.vhost, spec.resource, spec.vhost, self.env.node
         )
-        arguments: dict[str, object] = dict(INTERNAL_PURPOSE)
+        arguments: codec.FieldTable = dict(INTERNAL_PURPOSE)
         if up.expires_ms is not None:
             arguments["x-expires"] = up.expires_ms
         if up.message_ttl_ms is not None:
@@ -212,7 +216,7 @@ async def _ensure_exchange(
     except ChannelClosedError as exc:
         if exc.reply_code != NOT_FOUND:
             raise
-        await ch.declare_exchange(name, kind, durable=True, arguments=dict(arguments))
+        await ch.declare_exchange(name, kind, durable=True, arguments=as_table(arguments))
         return
     await probe.close()
 

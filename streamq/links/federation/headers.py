@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, cast
+from urllib.parse import urlsplit, urlunsplit
 
 from amqp_gateway import codec
 
@@ -40,6 +41,17 @@ def internal_exchange_name(upstream_queue: str, suffix: str) -> str:
     """The upstream exchange the link's bindings go to; the suffix ("A" or "B") swaps at
     each connection, so that the new bindings are in place before the old ones go."""
     return f"{upstream_queue} {suffix}"
+
+
+def without_credentials(uri: str) -> str:
+    """The URI without its user information, as RabbitMQ shows an upstream's URI in
+    `x-received-from` and the link status (rabbit_federation_upstream:remove_credentials)."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "(a URI that cannot be shown)"
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def should_forward(headers: Mapping[str, object] | None, max_hops: int) -> bool:
@@ -80,7 +92,7 @@ def bound_arguments(
     down_exchange: str,
     suffix: str,
     node: str,
-) -> dict[str, object] | None:
+) -> codec.FieldTable | None:
     """The arguments of a downstream binding as it goes upstream: its `x-bound-from`
     gains this hop (hops left: this upstream's max-hops, or one fewer than the hop it
     came from, whichever is less). None: it has gone as far as messages may come."""
@@ -92,15 +104,23 @@ def bound_arguments(
         hops = min((prev_hops if isinstance(prev_hops, int) else 0) - 1, max_hops)
     if hops <= 0:
         return None
-    info = {
+    info: codec.FieldTable = {
         "cluster-name": node,
         "vhost": down_vhost,
         "exchange": f"{down_vhost}:{down_exchange} {suffix}",
         "hops": codec.Int16(hops),
     }
-    out = dict(arguments)
-    out[BOUND_FROM] = [info, *(previous if isinstance(previous, list) else [])]
+    # Like the arguments, an array that came in over AMQP holds field values.
+    earlier = cast(codec.FieldArray, previous) if isinstance(previous, list) else []
+    out = as_table(arguments)
+    out[BOUND_FROM] = [info, *earlier]
     return out
+
+
+def as_table(arguments: Mapping[str, object]) -> codec.FieldTable:
+    """Arguments the broker holds (they came in as AMQP field values, or from JSON of the
+    same types) as a table to send."""
+    return cast(codec.FieldTable, dict(arguments))
 
 
 def thaw_arguments(frozen: tuple[tuple[str, object], ...]) -> dict[str, object]:

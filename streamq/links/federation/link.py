@@ -33,11 +33,12 @@ from streamq.links.amqp.client import (
     Delivery,
     DirectConnector,
 )
-from streamq.links.amqp.uri import AmqpUri, UriInvalid, parse_uri, quote_vhost, redact
+from streamq.links.amqp.uri import AmqpUri, UriInvalid, parse_uri, quote_vhost
 from streamq.links.federation.headers import (
     add_received_from,
     received_from_entry,
     should_forward,
+    without_credentials,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class FederationLink:
         self.changed_ms = _now_ms()
         self._paused = False
         self._uri_index = 0
-        self.uri_shown = redact(spec.upstream.uris[0])
+        self.uri_shown = without_credentials(spec.upstream.uris[0])
         self._task: asyncio.Task[None] | None = None
         self._session_task: asyncio.Future[None] | None = None
         self._restarting = False
@@ -148,7 +149,7 @@ class FederationLink:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
-    async def stop(self, *, cleanup: bool) -> None:
+    async def stop(self, *, cleanup: bool = False) -> None:
         """Stop the link; with `cleanup`, delete what it declared upstream (its policy or
         upstream is gone, as RabbitMQ does unless resource-cleanup-mode is never)."""
         task, self._task = self._task, None
@@ -207,7 +208,7 @@ class FederationLink:
     def upstream_uri(self) -> AmqpUri:
         uris = self.spec.upstream.uris
         text = uris[self._uri_index % len(uris)]
-        self.uri_shown = redact(text)
+        self.uri_shown = without_credentials(text)
         return parse_uri(text)
 
     async def connect(self) -> tuple[Connection, Connection]:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 from typing import Final
 
+from amqp_gateway import codec
 from streamq.broker.queue import Queue
 from streamq.links.amqp.client import (
     AmqpConnectionError,
@@ -29,6 +30,7 @@ from streamq.links.amqp.client import (
     Connection,
     Delivery,
 )
+from streamq.links.federation.headers import as_table
 from streamq.links.federation.link import FederationLink
 
 DEMAND_POLL_S: Final = 0.1
@@ -86,7 +88,9 @@ class QueueLink(FederationLink):
             await upstream.close()
             await downstream.close()
 
-    async def _ensure_upstream_queue(self, connection: Connection, ch: Channel, queue: Queue) -> None:
+    async def _ensure_upstream_queue(
+        self, connection: Connection, ch: Channel, queue: Queue
+    ) -> None:
         """The upstream queue, declared like the local one if it does not exist (the
         passive declare runs on a channel of its own: a 404 closes it)."""
         probe = await connection.channel()
@@ -96,7 +100,7 @@ class QueueLink(FederationLink):
             if exc.reply_code != NOT_FOUND:
                 raise
             await ch.declare_queue(
-                self.spec.upstream_resource, durable=True, arguments=dict(queue.arguments)
+                self.spec.upstream_resource, durable=True, arguments=as_table(queue.arguments)
             )
             return
         await probe.close()
@@ -119,7 +123,7 @@ class QueueLink(FederationLink):
             if queue is None:
                 raise AmqpConnectionError(f"queue '{self.spec.resource}' is gone")
             if tag is None and has_demand(queue):
-                arguments: dict[str, object] = {"x-priority": UPSTREAM_CONSUMER_PRIORITY}
+                arguments: codec.FieldTable = {"x-priority": UPSTREAM_CONSUMER_PRIORITY}
                 tag = await up.consume(
                     self.spec.upstream_resource,
                     on_deliveries,
