@@ -122,6 +122,7 @@ def test_exchange_federation_follows_bindings(pair: tuple[RunningBroker, Running
     time.sleep(QUIET_S)
     ((properties, body),) = get_all(down.amqp_port, "q")
     assert body == b"bound" and properties.delivery_mode == 2
+    assert links(down)[0]["transferred"] == 1  # the unbound key did not travel
     (hop,) = properties.headers["x-received-from"]
     assert hop["exchange"] == "fed.x" and hop["redelivered"] is False
     assert hop["uri"] == f"amqp://127.0.0.1:{up.amqp_port}/%2F"  # no credentials
@@ -141,6 +142,38 @@ def test_exchange_federation_follows_bindings(pair: tuple[RunningBroker, Running
     wait_until(lambda: not links(down), "the link to stop")
     wait_until(lambda: upstream_queue not in queue_names(up), "the upstream queue to go")
     assert upstream_keys(up, "fed.x") == set()
+
+
+def test_messages_wait_upstream_while_the_downstream_is_down(tmp_path: Path) -> None:
+    """A downstream's shutdown leaves its queue upstream: what is published meanwhile
+    comes down once it runs again (the link starts from its durable upstream and policy)."""
+    up = RunningBroker(tmp_path / "up")
+    down = RunningBroker(tmp_path / "down")
+    try:
+        connection = connect(down.amqp_port)
+        channel = connection.channel()
+        channel.exchange_declare("fed.r", "direct", durable=True)
+        channel.queue_declare("q", durable=True)
+        channel.queue_bind("q", "fed.r", "k")
+        connection.close()
+        put_upstream(down, "up", {"uri": amqp_uri(up.amqp_port)})
+        put_policy(down, r"^fed\.", {"federation-upstream": "up"}, "exchanges")
+        wait_running(down)
+        wait_until(lambda: upstream_keys(up, "fed.r") == {"k"}, "the binding upstream")
+        down.stop()
+        publish(up.amqp_port, "fed.r", [("k", b"while-down-%d" % n) for n in range(20)])
+        down = RunningBroker(tmp_path / "down")
+        wait_running(down)
+
+        def arrived() -> bool:
+            return down.ask(lambda: down.broker.vhosts["/"].queues["q"].message_count) == 20
+
+        wait_until(arrived, "the messages published while the downstream was down")
+        bodies = [body for _, body in get_all(down.amqp_port, "q")]
+        assert bodies == [b"while-down-%d" % n for n in range(20)]
+    finally:
+        down.stop()
+        up.stop()
 
 
 def test_ring_of_three_with_max_hops_1_does_not_loop(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ UPSTREAM: Final = "federation-upstream"
 UPSTREAM_SET: Final = "federation-upstream-set"
 COMPONENTS: Final = (UPSTREAM, UPSTREAM_SET)
 ALL_UPSTREAMS: Final = "all"
+INTERNAL_ARGUMENT: Final = "x-internal-purpose"
 
 SpecKey = tuple[str, str, str, str]  # vhost, "exchange" or "queue", its name, upstream
 
@@ -131,8 +132,10 @@ def wanted_links(vhost: VHost) -> Iterator[LinkSpec]:
         for name, upstream, user in _upstreams_of(exchange.policy, upstreams, sets):
             yield LinkSpec(vhost.name, "exchange", exchange.name, name, upstream, user)
     for queue in vhost.queues.values():
-        if queue.stream is not None or queue.exclusive:
-            continue  # classic queues only, as RabbitMQ's federated queues
+        if queue.stream is not None or queue.exclusive or INTERNAL_ARGUMENT in queue.arguments:
+            # Classic queues only, as RabbitMQ's federated queues; never a federation
+            # link's own queue on a broker that is also an upstream.
+            continue
         for name, upstream, user in _upstreams_of(queue.policy, upstreams, sets):
             yield LinkSpec(vhost.name, "queue", queue.name, name, upstream, user)
 
