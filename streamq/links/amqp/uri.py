@@ -85,7 +85,7 @@ def parse_uri(text: str) -> AmqpUri:
     try:
         parts = urlsplit(text)
         port = parts.port
-        hostname = parts.hostname or ""
+        hostname = unquote(parts.hostname or "")
     except ValueError as exc:
         raise UriInvalid(f"bad URI {shown!r}: {exc}") from None
     if parts.scheme not in ("amqp", "amqps"):
