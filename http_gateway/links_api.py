@@ -80,12 +80,17 @@ def pending_shovel_json(parameter: Parameter) -> dict[str, object]:
 
 
 def shovels_of(who: Caller, vhost: VHost) -> list[dict[str, object]]:
-    links = who.broker.links
-    found: list[dict[str, object]] = []
+    """The vhost's shovels by name: those the runtime registered, and parameters it has
+    not registered (yet) as "starting"."""
+    shown = {
+        name: link_json(link)
+        for (kind, vhost_name, name), link in who.broker.links.items()
+        if kind == SHOVEL and vhost_name == vhost.name
+    }
     for parameter in vhost.parameters.list(SHOVEL_COMPONENT):
-        link = links.get(link_key(SHOVEL, vhost.name, parameter.name))
-        found.append(pending_shovel_json(parameter) if link is None else link_json(link))
-    return found
+        if parameter.name not in shown:
+            shown[parameter.name] = pending_shovel_json(parameter)
+    return [entry for _, entry in sorted(shown.items())]
 
 
 def federation_links_of(who: Caller, vhost: VHost) -> list[dict[str, object]]:
@@ -112,31 +117,27 @@ async def list_vhost_shovels(request: web.Request) -> web.Response:
     )
 
 
-def _shovel(request: web.Request) -> tuple[Caller, VHost, str]:
-    """Who asks, the vhost and the name of an existing shovel (404 otherwise)."""
-    who = caller(request)
-    vhost = vhost_for(who, request.match_info["vhost"])
-    name = request.match_info["name"]
-    if vhost.parameters.parameter(SHOVEL_COMPONENT, name) is None:
-        raise HttpError(404, f"no shovel '{name}' in vhost '{vhost.name}'")
-    return who, vhost, name
-
-
 @routes.get("/api/shovels/vhost/{vhost}/{name}")
 @routes.get("/api/shovels/{vhost}/{name}")
 async def get_shovel(request: web.Request) -> web.Response:
-    who, vhost, name = _shovel(request)
+    who = caller(request)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    name = request.match_info["name"]
     for shown in shovels_of(who, vhost):
         if shown["name"] == name:
             return web.json_response(shown)
-    raise HttpError(404, f"no shovel '{name}' in vhost '{vhost.name}'")  # deleted meanwhile
+    raise HttpError(404, f"no shovel '{name}' in vhost '{vhost.name}'")
 
 
 @routes.delete("/api/shovels/vhost/{vhost}/{name}")
 async def delete_shovel(request: web.Request) -> web.Response:
     """RabbitMQ's delete of a dynamic shovel: its parameter goes."""
-    who, vhost, name = _shovel(request)
+    who = caller(request)
     require_tags(who, PARAMETER_TAGS)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    name = request.match_info["name"]
+    if vhost.parameters.parameter(SHOVEL_COMPONENT, name) is None:
+        raise HttpError(404, f"no shovel '{name}' in vhost '{vhost.name}'")
     vhost.parameters.delete(SHOVEL_COMPONENT, name)
     await vhost.sync_all()
     return web.Response(status=204)
@@ -145,8 +146,10 @@ async def delete_shovel(request: web.Request) -> web.Response:
 def _running(request: web.Request) -> Link:
     """The registered link of a shovel the caller may act on; 404 when the runtime runs
     none (yet)."""
-    who, vhost, name = _shovel(request)
+    who = caller(request)
     require_tags(who, PARAMETER_TAGS)
+    vhost = vhost_for(who, request.match_info["vhost"])
+    name = request.match_info["name"]
     link = who.broker.links.get(link_key(SHOVEL, vhost.name, name))
     if link is None:
         raise HttpError(404, f"shovel '{name}' in vhost '{vhost.name}' is not running")

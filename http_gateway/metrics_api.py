@@ -4,7 +4,10 @@ Owns the metrics endpoint, without authentication as RabbitMQ's Prometheus plugi
 object counts (`rabbitmq_connections`, `rabbitmq_queues`, ...), queue depths summed over
 every queue, global message counters (`rabbitmq_global_messages_*_total`, from the message
 stats), process memory, free disk and the limits of both alarms, and the histogram of
-fsync round durations (`streamq_fsync_seconds`). `/metrics/detailed?family=
+fsync round durations (`streamq_fsync_seconds`), and per shovel and federation link its
+state (`streamq_shovel_state{vhost,name,state}`: 1 for the state it is in, 0 for the
+others) and messages moved (`streamq_shovel_transferred_total`; `streamq_federation_link_*`
+alike). `/metrics/detailed?family=
 queue_coarse_metrics[&vhost=...]` gives per-queue depths, labelled by vhost and queue.
 Memory and disk are read in a worker thread.
 """
@@ -19,6 +22,8 @@ from aiohttp import web
 
 from http_gateway.context import BROKER_KEY
 from streamq.broker.broker import Broker
+from streamq.broker.link_definitions import SHOVEL as SHOVEL_COMPONENT
+from streamq.broker.links import FEDERATION, SHOVEL, STATES
 from streamq.broker.resources import disk_free_bytes, process_memory_bytes
 from streamq.broker.stats import FIELDS
 from streamq.broker.vhost import VHost
@@ -181,6 +186,41 @@ def _text(lines: list[str]) -> web.Response:
     )
 
 
+def _link_rows(broker: Broker, kind: str) -> list[tuple[str, str, str, int]]:
+    """(vhost, name, state, transferred) of each link of `kind`; a shovel parameter the
+    runtime has not registered is "starting", as /api/shovels shows it."""
+    rows = {
+        (vhost, name): (link.state, link.transferred)
+        for (link_kind, vhost, name), link in broker.links.items()
+        if link_kind == kind
+    }
+    if kind == SHOVEL:
+        for vhost in broker.vhosts.values():
+            for parameter in vhost.parameters.list(SHOVEL_COMPONENT):
+                rows.setdefault((vhost.name, parameter.name), ("starting", 0))
+    return [(v, n, state, moved) for (v, n), (state, moved) in sorted(rows.items())]
+
+
+def _links(out: list[str], broker: Broker) -> None:
+    for kind, prefix, what in (
+        (SHOVEL, "streamq_shovel", "Shovel"),
+        (FEDERATION, "streamq_federation_link", "Federation link"),
+    ):
+        rows = _link_rows(broker, kind)
+        out += [f"# HELP {prefix}_state {what} state (1 for the state it is in)"]
+        out += [f"# TYPE {prefix}_state gauge"]
+        for vhost, name, state, _ in rows:
+            labels = f'vhost="{_label(vhost)}",name="{_label(name)}"'
+            for known in sorted({*STATES, state}):
+                value = 1 if known == state else 0
+                out.append(f'{prefix}_state{{{labels},state="{_label(known)}"}} {value}')
+        out += [f"# HELP {prefix}_transferred_total Messages the {what.lower()} moved"]
+        out += [f"# TYPE {prefix}_transferred_total counter"]
+        for vhost, name, _, moved in rows:
+            labels = f'vhost="{_label(vhost)}",name="{_label(name)}"'
+            out.append(f"{prefix}_transferred_total{{{labels}}} {moved}")
+
+
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
@@ -190,6 +230,7 @@ async def metrics(request: web.Request) -> web.Response:
     _counters(out, broker)
     _process(out, broker, memory, disk)
     _fsync(out, broker)
+    _links(out, broker)
     return _text(out)
 
 

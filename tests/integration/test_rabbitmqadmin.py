@@ -437,13 +437,21 @@ def test_policies_operator_policies_and_parameters(admin: Admin, broker: Running
         ("operator_policy", "ops"),
         ("operator_policy", "ops2"),
     ]
-    assert "component federation-upstream not found" in admin.fails(
+    admin.ok(
         "declare",
         "parameter",
         "component=federation-upstream",
         "name=up",
         'value={"uri": "amqp://"}',
     )
+    assert ("federation-upstream", "up") in [
+        (p["component"], p["name"])
+        for p in admin.raw("list", "parameters")  # type: ignore[union-attr]
+    ]
+    assert "component mqtt not found" in admin.fails(
+        "declare", "parameter", "component=mqtt", "name=up", 'value={"x": 1}'
+    )
+    admin.ok("delete", "parameter", "component=federation-upstream", "name=up")
     admin.ok("delete", "parameter", "component=operator_policy", "name=ops2")
     admin.ok("delete", "operator_policy", "name=ops")
     assert api(broker, "/api/operator-policies") == []
