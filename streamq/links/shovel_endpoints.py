@@ -38,6 +38,7 @@ from streamq.links.shovel_headers import add_headers
 
 logger = logging.getLogger(__name__)
 
+
 class DestinationError(Exception):
     """A destination refused a message or could not be reached (not an AMQP failure)."""
 
@@ -111,9 +112,7 @@ async def open_source(opener: Opener, definition: ShovelDefinition, name: str) -
             channel, messages = await ensure_queue(connection, channel, definition.src_queue)
             queue = definition.src_queue
         else:
-            queue, messages, _ = await channel.declare_queue(
-                "", durable=False, exclusive=True
-            )
+            queue, messages, _ = await channel.declare_queue("", durable=False, exclusive=True)
             assert definition.src_exchange is not None  # the definition has one or the other
             await channel.bind_queue(queue, definition.src_exchange, definition.src_exchange_key)
         if definition.ack_mode != "no-ack":

@@ -115,7 +115,8 @@ class HttpDestination:
                 await response.read()
                 status = response.status
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise HttpDestinationError(f"POST {self._base}{path}: {exc or type(exc).__name__}")
+            reason = str(exc) or type(exc).__name__
+            raise HttpDestinationError(f"POST {self._base}{path}: {reason}") from None
         if not 200 <= status < 300:
             raise HttpDestinationError(f"POST {self._base}{path}: HTTP {status}")
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, cast
 
+from amqp_gateway.codec.values import FieldTable
 from streamq.broker.link_definitions import ShovelDefinition
 from streamq.links.amqp.client import AmqpConnectionError, Delivery
 from streamq.links.shovel_endpoints import (
@@ -88,23 +89,28 @@ class ShovelSession:
             return DONE  # queue-length of an empty queue: nothing to move
         self.destination = await self._open_destination(opener)
         self._acker = asyncio.get_running_loop().create_task(self._send_acks())
-        watch = [self.source.connection.closed, self.source.channel.closed]
-        watch.append(self.destination.closed)
         self.source.consumer_tag = await self.source.channel.consume(
             self.source.queue,
             self._on_deliveries,
             no_ack=self.definition.ack_mode == "no-ack",
-            arguments=dict(self.definition.src_consumer_args) or None,
+            arguments=cast("FieldTable", dict(self.definition.src_consumer_args)) or None,
         )
         on_running()
-        waiters = [asyncio.ensure_future(f) for f in (*watch, self._ended)]
-        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finished = done.pop()
-        if finished.exception() is not None:
-            raise finished.exception()  # type: ignore[misc]  # checked just above
-        if finished is waiters[-1]:
+        watched: set[asyncio.Future[Any]] = {
+            self.source.connection.closed,
+            self.source.channel.closed,
+            self.destination.closed,
+            self._ended,
+            self._acker,
+        }
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        for finished in done:
+            error = None if finished.cancelled() else finished.exception()
+            if error is not None:
+                raise error
+        if self._ended in done:
             return DONE
-        raise AmqpConnectionError("connection closed")
+        raise AmqpConnectionError("the source or the destination closed")
 
     def _limit(self, messages: int) -> int | None:
         after = self.definition.src_delete_after

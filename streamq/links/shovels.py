@@ -42,7 +42,7 @@ class Shovel:
         self,
         vhost: str,
         name: str,
-        value: dict[str, object],
+        value: object,
         definition: ShovelDefinition,
         opener: Opener,
         node: str,

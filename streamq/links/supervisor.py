@@ -54,9 +54,10 @@ class LinkSupervisor:
         if self._on_parameter in self.broker.parameter_listeners:
             self.broker.parameter_listeners.remove(self._on_parameter)
         await self.federation.aclose()  # its links leave Broker.links
-        links = list(self.broker.links.values())
-        self.broker.links.clear()
-        await asyncio.gather(*(link.stop() for link in links), *self._stopping)
+        shovels = [link for link in self.broker.links.values() if isinstance(link, Shovel)]
+        for shovel in shovels:
+            del self.broker.links[link_key(SHOVEL, shovel.vhost, shovel.name)]
+        await asyncio.gather(*(shovel.stop() for shovel in shovels), *self._stopping)
 
     def _on_parameter(self, vhost: str, component: str, name: str, value: object) -> None:
         if component == SHOVEL:

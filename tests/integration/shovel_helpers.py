@@ -26,9 +26,7 @@ def amqp_uri(port: int, vhost: str = "/") -> str:
     return f"amqp://guest:guest@127.0.0.1:{port}/{urllib.parse.quote(vhost, safe='')}"
 
 
-def http_call(
-    port: int, method: str, path: str, body: object = None
-) -> tuple[int, object]:
+def http_call(port: int, method: str, path: str, body: object = None) -> tuple[int, object]:
     """One management API call as guest: (status, the JSON body or text or None)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
     token = base64.b64encode(b"guest:guest").decode()
@@ -120,6 +118,14 @@ def queue_length(port: int, queue: str) -> int:
     finally:
         if connection.is_open:
             connection.close()
+
+
+def queue_messages(http_port: int, queue: str, vhost: str = "/") -> int:
+    """Ready plus unacked messages of `queue` (the management API's `messages`)."""
+    path = f"/api/queues/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(queue, safe='')}"
+    status, body = http_call(http_port, "GET", path)
+    assert status == 200 and isinstance(body, dict), (status, body)
+    return int(body["messages"])
 
 
 def wait_length(port: int, queue: str, count: int, timeout_s: float = TIMEOUT_S) -> None:

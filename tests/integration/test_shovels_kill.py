@@ -27,6 +27,7 @@ from tests.integration.shovel_helpers import (
     publish,
     put_shovel,
     queue_length,
+    queue_messages,
     wait_length,
     wait_until,
 )
@@ -78,9 +79,7 @@ def test_sigkill_loses_nothing(tmp_path: Path, killed: str) -> None:
         victim = dest if killed == "destination" else source
         assert queue_length(source.amqp_port, "src") > 0, "the transfer ended before the kill"
         victim.kill_and_restart()
-        wait_until(
-            lambda: queue_length(source.amqp_port, "src") == 0, "the source emptied", 120
-        )
+        wait_until(lambda: queue_messages(source.http_port, "src") == 0, "the source emptied", 120)
         wait_length(dest.amqp_port, "dst", MESSAGES, 60)
         got = bodies_of(dest.amqp_port, "dst")
         duplicates = len(got) - len(set(got))
