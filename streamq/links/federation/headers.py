@@ -17,7 +17,13 @@ from typing import Final, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from amqp_gateway import codec
+from amqp_gateway.codec.values import write_table
 
+# Flag bits of the basic properties (spec 4.2.6.1; amqp_gateway.codec.properties).
+_CONTENT_TYPE_FLAG: Final = 0x8000
+_CONTENT_ENCODING_FLAG: Final = 0x4000
+_HEADERS_FLAG: Final = 0x2000
+_USER_ID_FLAG: Final = 0x0010
 RECEIVED_FROM: Final = "x-received-from"  # RabbitMQ's ?ROUTING_HEADER
 BOUND_FROM: Final = "x-bound-from"  # RabbitMQ's ?BINDING_HEADER
 INTERNAL_PURPOSE: Final = {"x-internal-purpose": "federation"}
@@ -70,6 +76,43 @@ def received_from_entry(uri: str, kind: str, name: str, redelivered: bool) -> co
     """One hop's entry: the upstream's URI (password redacted), its exchange or queue
     (`kind`), and whether the upstream redelivered the message."""
     return {"uri": uri, kind: name, "redelivered": redelivered}
+
+
+def encoded_hop(entry: codec.FieldTable) -> bytes:
+    """The headers table `{x-received-from: [entry]}` in its wire form (with its length),
+    for `splice_received_from`."""
+    out = bytearray()
+    write_table(out, {RECEIVED_FROM: [entry]})
+    return bytes(out)
+
+
+def splice_received_from(properties_raw: bytes, hop_table: bytes) -> bytes | None:
+    """The per-message fast path of `add_received_from`: properties without headers and
+    without user-id (most messages) get the headers table `hop_table` (`encoded_hop`)
+    spliced in, without decoding anything else. None: take the slow path (there are
+    headers to read, or a user-id to look at, or the bytes are malformed)."""
+    if len(properties_raw) < 2:
+        return None
+    flags = (properties_raw[0] << 8) | properties_raw[1]
+    if flags & (_HEADERS_FLAG | _USER_ID_FLAG):
+        return None
+    position = 2
+    for flag in (_CONTENT_TYPE_FLAG, _CONTENT_ENCODING_FLAG):
+        if flags & flag:
+            if position >= len(properties_raw):
+                return None
+            position += 1 + properties_raw[position]
+    if position > len(properties_raw):
+        return None
+    flags |= _HEADERS_FLAG
+    return b"".join(
+        (
+            bytes((flags >> 8, flags & 0xFF)),
+            properties_raw[2:position],
+            hop_table,
+            properties_raw[position:],
+        )
+    )
 
 
 def add_received_from(properties: codec.BasicProperties, entry: codec.FieldTable) -> bytes:

@@ -36,8 +36,10 @@ from streamq.links.amqp.client import (
 from streamq.links.amqp.uri import AmqpUri, UriInvalid, parse_uri, quote_vhost
 from streamq.links.federation.headers import (
     add_received_from,
+    encoded_hop,
     received_from_entry,
     should_forward,
+    splice_received_from,
     without_credentials,
 )
 
@@ -101,6 +103,7 @@ class FederationLink:
         self._wake = asyncio.Event()
         self._unconfirmed: deque[tuple[int, int]] = deque()  # (publish seq, upstream tag)
         self.local_connection = ""
+        self._hops: tuple[bytes, ...] = ()
 
     # -- the Link view (streamq.broker.links) ----------------------------------------------
 
@@ -209,6 +212,12 @@ class FederationLink:
         uris = self.spec.upstream.uris
         text = uris[self._uri_index % len(uris)]
         self.uri_shown = without_credentials(text)
+        kind, name = self.spec.resource_type, self.spec.upstream_resource
+        # This session's x-received-from entry, encoded once: (not redelivered, redelivered).
+        self._hops = tuple(
+            encoded_hop(received_from_entry(self.uri_shown, kind, name, redelivered))
+            for redelivered in (False, True)
+        )
         return parse_uri(text)
 
     async def connect(self) -> tuple[Connection, Connection]:
@@ -281,6 +290,10 @@ class FederationLink:
 
     def _republished(self, d: Delivery, kind: str, max_hops: int | None) -> bytes | None:
         """The delivery's properties with this hop added; None: drop it."""
+        # Hot path: a message without headers has made no hop yet; splice ours in.
+        fast = splice_received_from(d.properties, self._hops[d.redelivered])
+        if fast is not None:
+            return fast
         try:
             properties = codec.decode_properties(d.properties)
         except AMQPSyntaxError:

@@ -10,9 +10,11 @@ from streamq.links.federation.headers import (
     RECEIVED_FROM,
     add_received_from,
     bound_arguments,
+    encoded_hop,
     internal_exchange_name,
     received_from_entry,
     should_forward,
+    splice_received_from,
     thaw_arguments,
     upstream_queue_name,
     without_credentials,
@@ -69,3 +71,22 @@ def test_thaw_undoes_freeze() -> None:
 def test_uri_without_credentials() -> None:
     assert without_credentials("amqp://u:p@h:5672/%2F") == "amqp://h:5672/%2F"
     assert without_credentials("amqps://h") == "amqps://h"
+
+
+def test_spliced_hop_equals_the_decoded_way() -> None:
+    """The fast path (no headers, no user-id) gives the bytes of decode, add, encode."""
+    entry = received_from_entry("amqp://h", "exchange", "x", False)
+    table = encoded_hop(entry)
+    for properties in (
+        codec.BasicProperties(),
+        codec.BasicProperties(content_type="text/plain", delivery_mode=2),
+        codec.BasicProperties(content_type="a", content_encoding="gzip", message_id="m"),
+    ):
+        raw = codec.encode_properties(properties)
+        assert splice_received_from(raw, table) == add_received_from(properties, entry)
+    with_headers = codec.encode_properties(codec.BasicProperties(headers={"k": 1}))
+    with_user = codec.encode_properties(codec.BasicProperties(user_id="u"))
+    assert splice_received_from(with_headers, table) is None
+    assert splice_received_from(with_user, table) is None
+    assert splice_received_from(b"\x80", table) is None
+    assert splice_received_from(b"\xc0\x00\x05ab", table) is None  # truncated
