@@ -144,6 +144,44 @@ def test_exchange_federation_follows_bindings(pair: tuple[RunningBroker, Running
     assert upstream_keys(up, "fed.x") == set()
 
 
+def test_upstream_set_with_an_override(tmp_path: Path) -> None:
+    """A policy naming an upstream set links the exchange to each member; a member's
+    `exchange` overrides its upstream's."""
+    brokers = [RunningBroker(tmp_path / name) for name in ("u1", "u2", "down")]
+    u1, u2, down = brokers
+    try:
+        connection = connect(down.amqp_port)
+        channel = connection.channel()
+        channel.exchange_declare("fed.s", "fanout", durable=True)
+        channel.queue_declare("q", durable=True)
+        channel.queue_bind("q", "fed.s", "")
+        connection.close()
+        put_upstream(down, "u1", {"uri": amqp_uri(u1.amqp_port)})
+        put_upstream(down, "u2", {"uri": amqp_uri(u2.amqp_port)})
+        members = [{"upstream": "u1"}, {"upstream": "u2", "exchange": "other"}]
+        path = "/api/parameters/federation-upstream-set/%2F/both"
+        assert http_call(down.http_port, "PUT", path, {"value": members})[0] in (201, 204)
+        put_policy(down, r"^fed\.", {"federation-upstream-set": "both"}, "exchanges")
+        found = wait_running(down, 2)
+        assert {(f["upstream"], f["upstream_exchange"]) for f in found} == {
+            ("u1", "fed.s"),
+            ("u2", "other"),
+        }
+        wait_until(lambda: upstream_keys(u1, "fed.s") == {""}, "the binding on u1")
+        wait_until(lambda: upstream_keys(u2, "other") == {""}, "the binding on u2")
+        publish(u1.amqp_port, "fed.s", [("", b"from u1")])
+        publish(u2.amqp_port, "other", [("", b"from u2")])
+
+        def both() -> bool:
+            return down.ask(lambda: down.broker.vhosts["/"].queues["q"].message_count) == 2
+
+        wait_until(both, "a message from each upstream")
+        assert sorted(b for _, b in get_all(down.amqp_port, "q")) == [b"from u1", b"from u2"]
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
 def test_messages_wait_upstream_while_the_downstream_is_down(tmp_path: Path) -> None:
     """A downstream's shutdown leaves its queue upstream: what is published meanwhile
     comes down once it runs again (the link starts from its durable upstream and policy)."""
