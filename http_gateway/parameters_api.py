@@ -128,7 +128,7 @@ def _validation_failed(reason: object) -> HttpError:
 async def put(request: web.Request) -> web.Response:
     who, vhost, component, name = _target(request)
     if component not in KNOWN_COMPONENTS:
-        raise HttpError(400, f"component {component} not found")
+        raise _validation_failed(f"component {component} not found")
     value = (await read_json_object(request)).get("value")
     if component == OPERATOR_POLICY_COMPONENT:
         if not isinstance(value, dict):

@@ -6,7 +6,7 @@ import {
   tagList, toast,
 } from './dom.js';
 
-function formCard(title, id, fields, submitLabel, onSubmit) {
+export function formCard(title, id, fields, submitLabel, onSubmit) {
   const form = h('form', { class: 'form', id }, h('div', { class: 'row' }, fields),
     h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary', id: `${id}-submit` }, submitLabel)));
   form.addEventListener('submit', (event) => {

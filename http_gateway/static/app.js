@@ -12,6 +12,7 @@ import * as exchanges from './exchanges.js';
 import * as connections from './connections.js';
 import * as admin from './admin.js';
 import * as definitions from './definitions.js';
+import * as links from './links.js';
 
 // Pages and the tags that may use them (null: every management user), as RabbitMQ's UI.
 const ADMIN = ['administrator'];
@@ -24,6 +25,8 @@ const NAV = [
   ['users', 'Users', ADMIN],
   ['vhosts', 'Virtual hosts', ADMIN],
   ['policies', 'Policies', ['administrator', 'policymaker']],
+  ['shovels', 'Shovels', null],
+  ['federation', 'Federation', null],
   ['definitions', 'Definitions', ADMIN],
 ];
 
@@ -38,6 +41,8 @@ const PAGES = {
   users: admin.usersPage,
   vhosts: admin.vhostsPage,
   policies: admin.policiesPage,
+  shovels: links.shovelsPage,
+  federation: links.federationPage,
   definitions: definitions.page,
 };
 

@@ -13,11 +13,10 @@ business). It knows no storage, no sockets and no HTTP.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from streamq.broker.errors import BrokerError
 
@@ -50,7 +49,7 @@ URI_QUERY_KEYS: Final = frozenset(
 URIS_MAX: Final = 64  # URIs of one end: RabbitMQ picks one at random per connection
 PREFETCH_MAX: Final = 65_535  # basic.qos prefetch_count is a short
 UPSTREAM_SET_MEMBERS_MAX: Final = 1_000
-_PASSWORD: Final = re.compile(r"^([a-z][a-z0-9+.-]*://[^:@/]*:)[^@/]*@", re.IGNORECASE)
+REDACTED: Final = "********"  # a password's stand-in in status and errors
 
 
 class ParameterInvalid(BrokerError):
@@ -190,8 +189,19 @@ def _delete_after(key: str, value: object) -> str | int:
 
 
 def redact_uri(uri: str) -> str:
-    """The URI with its password replaced by "***", for status pages and logs."""
-    return _PASSWORD.sub(r"\g<1>***@", uri)
+    """The URI with its password replaced by asterisks, for status pages and logs (as the
+    links client's `redact` shows it); text that is not a URI comes back unchanged."""
+    try:
+        parts = urlsplit(uri)
+        password = parts.password
+    except ValueError:
+        return uri
+    if password is None:
+        return uri
+    user_info, _, host_part = parts.netloc.rpartition("@")
+    user = user_info.partition(":")[0]
+    netloc = f"{user}:{REDACTED}@{host_part}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def check_uri(key: str, uri: object, schemes: tuple[str, ...]) -> str:
@@ -329,12 +339,8 @@ def _upstream_value(key: str, value: object) -> object:
         return _integer(key, value, PREFETCH_MAX)
     if key == "reconnect-delay":
         return _number(key, value)
-    if key == "max-hops":
-        hops = _integer(key, value)
-        if hops < 1:
-            raise ParameterInvalid(f"{key} should be at least 1, actually was {hops}")
-        return hops
-    if key in ("expires", "message-ttl"):
+    if key in ("max-hops", "expires", "message-ttl"):
+        # max-hops 0 forwards nothing, but RabbitMQ accepts it: so do we, for its exports.
         return _integer(key, value)
     if key in ("trust-user-id", "bind-nowait"):
         return _flag(key, value)

@@ -31,9 +31,12 @@ INTEGER_KEYS: Final = frozenset(
         "consumer-timeout",
     }
 )
-# The federation runtime reads the two federation keys from exchanges' and queues'
-# effective policies: the upstream (parameter name) or upstream set ("all": every upstream).
-FEDERATION_KEYS: Final = frozenset({"federation-upstream", "federation-upstream-set"})
+# The federation runtime reads the federation keys from exchanges' and queues' effective
+# policies: the upstream (parameter name), the upstream set ("all": every upstream) or,
+# RabbitMQ 3.10's, a regex of upstream names; one of them per policy.
+FEDERATION_KEYS: Final = frozenset(
+    {"federation-upstream", "federation-upstream-set", "federation-upstream-pattern"}
+)
 STRING_KEYS: Final = (
     frozenset(
         {
@@ -117,9 +120,10 @@ def make_policy(name: str, body: Mapping[str, object], *, operator: bool = False
     allowed = OPERATOR_KEYS if operator else INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS
     for key, value in definition.items():
         _check_key(key, value, allowed)
-    if definition.keys() >= FEDERATION_KEYS:
-        raise PolicyInvalid(
-            "cannot specify federation-upstream and federation-upstream-set together"
+    if len(FEDERATION_KEYS & definition.keys()) > 1:
+        raise PolicyInvalid(  # RabbitMQ's words
+            "cannot specify federation-upstream, federation-upstream-set or "
+            "federation-upstream-pattern together"
         )
     return Policy(name, pattern, str(apply_to), priority, dict(definition), compiled)
 
@@ -139,8 +143,18 @@ def _check_key(key: object, value: object, allowed: frozenset[str]) -> None:
         raise PolicyInvalid(f"{key!r} must be a string")
     elif key == "max-age" and age_ms(value) is None:
         raise PolicyInvalid(f"'max-age' must match ^\\d+[YMDhms]$, got {value!r}")
+    elif key == "federation-upstream-pattern" and not _compiles(value):
+        raise PolicyInvalid(f"'federation-upstream-pattern' is not a regular expression: {value!r}")
     elif key == "overflow" and value not in OVERFLOW_VALUES:
         raise PolicyInvalid(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
 
 
 def policy_from_op(op: Mapping[str, object]) -> Policy:

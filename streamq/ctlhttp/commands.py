@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from streamq.argtypes import non_negative_int
-from streamq.ctlhttp import accounts, entities, node
+from streamq.ctlhttp import accounts, entities, links, node
 from streamq.ctlhttp.client import (
     DEFAULT_URI,
     EXIT_ERROR,
@@ -323,6 +323,46 @@ VERBS: Final = (
         "load definitions from FILE (- for stdin)",
         node.import_definitions,
         ("file",),
+    ),
+    # Shovels and federation.
+    Verb(
+        "add_shovel",
+        "add or replace a shovel: --src-uri, --src-queue or --src-exchange, --dest-uri, ...",
+        links.add_shovel,
+        ("name",),
+        links.shovel_options,
+    ),
+    Verb(
+        "list_shovels",
+        "list shovels and their state (of the vhost given with -p, else all)",
+        links.list_shovels,
+    ),
+    Verb("delete_shovel", "delete a shovel", links.delete_shovel, ("name",)),
+    Verb("restart_shovel", "reconnect a shovel now", links.restart_shovel, ("name",)),
+    Verb("pause_shovel", "stop a shovel moving messages", links.pause_shovel, ("name",)),
+    Verb("resume_shovel", "resume a paused shovel", links.resume_shovel, ("name",)),
+    Verb(
+        "add_federation_upstream",
+        "add or replace a federation upstream: --upstream-uri, --exchange or --queue, ...",
+        links.add_federation_upstream,
+        ("name",),
+        links.upstream_options,
+    ),
+    Verb(
+        "list_federation_upstreams",
+        "list the federation upstreams of a vhost",
+        links.list_federation_upstreams,
+    ),
+    Verb(
+        "delete_federation_upstream",
+        "delete a federation upstream",
+        links.delete_federation_upstream,
+        ("name",),
+    ),
+    Verb(
+        "list_federation_links",
+        "list federation links and their status (of the vhost given with -p, else all)",
+        links.list_federation_links,
     ),
     # The node.
     Verb("status", "show the broker's version and totals", node.status),

@@ -94,7 +94,7 @@ def test_put_get_list_delete_as_rabbitmq(running: RunningBroker) -> None:
         ("shovel", {**SHOVEL, "ack-mode": "eventually"}, "ack-mode should be one of"),
         ("shovel", {**SHOVEL, "src-uri": "amqp://h:port"}, "is not a valid URI"),
         ("shovel", "not an object", "should be a JSON object"),
-        ("federation-upstream", {"uri": "amqp://h", "max-hops": 0}, "max-hops should be"),
+        ("federation-upstream", {"uri": "amqp://h", "max-hops": "1"}, "max-hops should be"),
         ("federation-upstream", {"exchange": "x"}, 'Key "uri" not found'),
         ("federation-upstream-set", [{"upstream": 1}], "upstream should be a string"),
     ],
@@ -123,7 +123,7 @@ def test_a_bad_value_is_rabbitmqs_400_and_changes_nothing(
 def test_other_components_and_bodies(running: RunningBroker) -> None:
     status, body = put(running, "mqtt", "p", {"x": 1})
     assert status == 400 and isinstance(body, dict)
-    assert body["reason"] == "component mqtt not found"
+    assert body["reason"] == "Validation failed\n\ncomponent mqtt not found\n"  # RabbitMQ's
     assert call(running, "PUT", "/api/parameters/shovel/%2F/p", b"{nope")[0] == 400
     assert call(running, "PUT", "/api/parameters/shovel/nowhere/p", {"value": SHOVEL})[0] == 404
     assert call(running, "GET", "/api/parameters/shovel")[1] == []
@@ -197,6 +197,10 @@ def test_policies_take_the_federation_keys(running: RunningBroker) -> None:
     }
     status, reply = call(running, "PUT", "/api/policies/%2F/both", both)
     assert status == 400 and "together" in str(reply)
+    pattern = {"pattern": ".", "definition": {"federation-upstream-pattern": "^edge-"}}
+    assert call(running, "PUT", "/api/policies/%2F/pattern", pattern)[0] == 201
+    broken = {"pattern": ".", "definition": {"federation-upstream-pattern": "(["}}
+    assert call(running, "PUT", "/api/policies/%2F/broken", broken)[0] == 400
 
 
 # -- /api/shovels and /api/federation-links ---------------------------------------------
@@ -223,7 +227,7 @@ class TestLink:
                 "state": self.state,
                 "src_uri": "amqp://127.0.0.1:1",
                 "src_queue": "from",
-                "dest_uri": "amqp://user:***@127.0.0.1:2/%2f",
+                "dest_uri": "amqp://user:********@127.0.0.1:2/%2f",
                 "dest_queue": "to",
                 "timestamp": "2024-01-01 00:00:00",
             }
@@ -234,7 +238,7 @@ class TestLink:
             "type": "exchange",
             "status": self.state,
             "local_connection": "<direct>",
-            "uri": "amqp://up:***@127.0.0.1:3",
+            "uri": "amqp://up:********@127.0.0.1:3",
             "timestamp": "2024-01-01 00:00:00",
         }
 
@@ -265,7 +269,7 @@ def test_a_shovel_not_running_yet_is_starting(running: RunningBroker) -> None:
     # Unless a links runtime registered it meanwhile (and failed to reach 127.0.0.1:1).
     assert shown["state"] in ("starting", "terminated")
     assert shown["transferred"] == 0 and shown["type"] == "dynamic"
-    assert shown["dest_uri"] == "amqp://user:***@127.0.0.1:2/%2f"
+    assert shown["dest_uri"] == "amqp://user:********@127.0.0.1:2/%2f"
     assert (shown["src_queue"], shown["dest_queue"]) == ("from", "to")
     assert call(running, "GET", "/api/shovels/vhost/%2F/pending")[1] == shown
     assert call(running, "GET", "/api/shovels/vhost/%2F/nothing")[0] == 404

@@ -123,7 +123,7 @@ def test_missing_keys() -> None:
 
 
 def test_passwords_never_show_in_reasons() -> None:
-    assert redact_uri("amqp://user:secret@host/vh") == "amqp://user:***@host/vh"
+    assert redact_uri("amqp://user:secret@host/vh") == "amqp://user:********@host/vh"
     assert redact_uri("amqp://host") == "amqp://host"
     with pytest.raises(ParameterInvalid) as caught:
         check_uri("src-uri", "amqp://user:secret@host:notaport/", ("amqp",))
@@ -156,7 +156,7 @@ def test_upstream_defaults_and_keys() -> None:
     ("value", "reason"),
     [
         ({}, 'Key "uri" not found'),
-        ({"uri": "amqp://a", "max-hops": 0}, "max-hops should be at least 1"),
+        ({"uri": "amqp://a", "max-hops": -1}, "max-hops should be a non-negative integer"),
         ({"uri": "amqp://a", "trust-user-id": 1}, "trust-user-id should be a boolean"),
         ({"uri": "amqp://a", "exchnage": "x"}, "Unrecognised terms"),
         ({"uri": "http://a"}, "scheme must be one of amqp, amqps"),
