@@ -155,7 +155,9 @@ class AmqpDestination:
         self.connection = connection
         self.channel = channel
         self.uri = uri
-        self.closed = connection.closed
+        # The channel ends with its connection too; a publish the destination refuses
+        # (an exchange that does not exist) ends the channel alone.
+        self.closed = channel.closed
         self._definition = definition
         self._forward: Mapping[str, FieldValue] | None = None
         self._exchange = definition.dest_exchange

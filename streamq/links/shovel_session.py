@@ -147,7 +147,14 @@ class ShovelSession:
         if count == 0:
             return  # beyond src-delete-after: left unacked, requeued when we close
         assert self.destination is not None
-        self.destination.forward(deliveries if count == len(deliveries) else deliveries[:count])
+        try:
+            self.destination.forward(deliveries if count == len(deliveries) else deliveries[:count])
+        except (AmqpConnectionError, ValueError) as exc:
+            # The destination's channel closed under us, or a message it cannot carry:
+            # the session ends and what was not acked goes back to the source.
+            if not self._ended.done():
+                self._ended.set_exception(AmqpConnectionError(f"publish failed: {exc}"))
+            return
         self.on_forwarded(count)
         if self.definition.ack_mode != "on-confirm":
             # on-publish: acked once written (the acker waits for the socket); no-ack:

@@ -117,9 +117,11 @@ class Shovel:
                 return
             if outcome is None:
                 continue  # interrupted: paused, resumed or restarted
+            # Logged when the reason changes, not at every attempt of a long outage.
+            level = logging.DEBUG if outcome == self.error else logging.WARNING
+            logger.log(level, "shovel %s/%s: %s", self.vhost, self.name, outcome)
             self.error = outcome
             self._set_state("terminated")
-            logger.warning("shovel %s/%s: %s", self.vhost, self.name, outcome)
             if self.definition.reconnect_delay_s <= 0:
                 return  # RabbitMQ: a reconnect-delay of 0 means never again
             with contextlib.suppress(TimeoutError):

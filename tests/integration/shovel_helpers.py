@@ -121,11 +121,12 @@ def queue_length(port: int, queue: str) -> int:
 
 
 def queue_messages(http_port: int, queue: str, vhost: str = "/") -> int:
-    """Ready plus unacked messages of `queue` (the management API's `messages`)."""
+    """Ready plus unacked messages of `queue` (the management API's `messages`; -1 while
+    RabbitMQ has not emitted the queue's statistics yet)."""
     path = f"/api/queues/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(queue, safe='')}"
     status, body = http_call(http_port, "GET", path)
     assert status == 200 and isinstance(body, dict), (status, body)
-    return int(body["messages"])
+    return int(body.get("messages", -1))
 
 
 def wait_length(port: int, queue: str, count: int, timeout_s: float = TIMEOUT_S) -> None:

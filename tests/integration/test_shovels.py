@@ -238,6 +238,34 @@ def test_broker_restart_resumes_the_shovel(tmp_path: Path) -> None:
         b.stop()
 
 
+def test_missing_destination_exchange_shows_in_status(broker: RunningBroker) -> None:
+    publish(broker.amqp_port, "src", numbered(3))
+    value = {
+        "src-uri": "amqp://",
+        "src-queue": "src",
+        "dest-uri": "amqp://",
+        "dest-exchange": "missing",
+        "reconnect-delay": 0.5,
+    }
+    put_shovel(broker.http_port, "refused", value)
+
+    def refused() -> dict[str, object] | None:
+        status = shovel_status(broker.http_port, "refused")
+        return status if status is not None and "NOT_FOUND" in str(status["error"]) else None
+
+    status = wait_until(refused, "the refusal in the status")
+    assert isinstance(status, dict) and "missing" in str(status["error"])
+    assert queue_messages(broker.http_port, "src") == 3  # nothing lost, nothing acked
+    value["dest-exchange"] = "amq.fanout"  # fixed: the shovel is replaced and runs
+    connection = connect(broker.amqp_port)
+    channel = connection.channel()
+    channel.queue_declare("fanned", durable=True)
+    channel.queue_bind("fanned", "amq.fanout")
+    connection.close()
+    put_shovel(broker.http_port, "refused", value)
+    wait_length(broker.amqp_port, "fanned", 3)
+
+
 class CountingServer:
     """A TCP listener on loopback that counts connections and closes each at once: a
     destination that refuses to speak AMQP."""
