@@ -306,7 +306,7 @@ def test_unreachable_upstream_shows_its_error(tmp_path: Path) -> None:
     try:
         with refused_port() as port:  # a port nobody listens on
             put_upstream(down, "nowhere", {"uri": f"amqp://127.0.0.1:{port}", "reconnect-delay": 1})
-            put_policy(down, "^fed$", {"federation-upstream": "nowhere"}, "exchanges")
+            put_policy(down, "^fed$", {"federation-upstream-pattern": "^now"}, "exchanges")
             connection = connect(down.amqp_port)
             connection.channel().exchange_declare("fed", "fanout")
             connection.close()

@@ -2,7 +2,8 @@
 
 Owns the set of running federation links of the broker and keeps it equal to what the
 vhosts ask for: an exchange or queue whose effective policy has `federation-upstream`
-(an upstream's name) or `federation-upstream-set` (a set's name, or `all`) gets a link to
+(an upstream's name), `federation-upstream-set` (a set's name, or `all`) or
+`federation-upstream-pattern` (a regular expression over upstream names) gets a link to
 each of those upstreams (runtime parameters `federation-upstream`, a set's members with
 their overrides). It looks again whenever a federation parameter changes and every
 `RECONCILE_S` (policies, exchanges and queues come and go without telling it), starts
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import socket
 from collections.abc import Iterator, Mapping
 from typing import Final
@@ -35,6 +37,7 @@ logger = logging.getLogger(__name__)
 RECONCILE_S: Final = 1.0
 UPSTREAM: Final = "federation-upstream"
 UPSTREAM_SET: Final = "federation-upstream-set"
+UPSTREAM_PATTERN: Final = "federation-upstream-pattern"  # upstreams whose names match
 COMPONENTS: Final = (UPSTREAM, UPSTREAM_SET)
 ALL_UPSTREAMS: Final = "all"
 INTERNAL_ARGUMENT: Final = "x-internal-purpose"
@@ -146,9 +149,13 @@ def _upstreams_of(
     """(upstream name, definition, who set it) of each upstream a policy names."""
     single = policy.get(UPSTREAM)
     set_name = policy.get(UPSTREAM_SET)
+    pattern = policy.get(UPSTREAM_PATTERN)
     members: list[UpstreamSetMember] = []
     if isinstance(single, str):
         members = [UpstreamSetMember(single)]
+    elif isinstance(pattern, str):
+        # The policy was checked: the pattern compiles (RabbitMQ 3.10's key).
+        members = [UpstreamSetMember(n) for n in upstreams if re.search(pattern, n)]
     elif set_name == ALL_UPSTREAMS:
         members = [UpstreamSetMember(name) for name in upstreams]
     elif isinstance(set_name, str):
