@@ -144,6 +144,37 @@ def test_exchange_federation_follows_bindings(pair: tuple[RunningBroker, Running
     assert upstream_keys(up, "fed.x") == set()
 
 
+@pytest.mark.parametrize("mode", ["on-publish", "no-ack"])
+def test_ack_modes(pair: tuple[RunningBroker, RunningBroker], mode: str) -> None:
+    up, down = pair
+    connection = connect(down.amqp_port)
+    channel = connection.channel()
+    channel.exchange_declare("fed.m", "direct", durable=True)
+    channel.queue_declare("q", durable=True)
+    channel.queue_bind("q", "fed.m", "k")
+    connection.close()
+    value = {"uri": amqp_uri(up.amqp_port), "ack-mode": mode, "prefetch-count": 10}
+    put_upstream(down, "up", value)
+    put_policy(down, r"^fed\.", {"federation-upstream": "up"}, "exchanges")
+    wait_running(down)
+    wait_until(lambda: upstream_keys(up, "fed.m") == {"k"}, "the binding upstream")
+    publish(up.amqp_port, "fed.m", [("k", b"%d" % n) for n in range(500)])
+
+    def moved() -> bool:
+        return down.ask(lambda: down.broker.vhosts["/"].queues["q"].message_count) == 500
+
+    wait_until(moved, "500 messages downstream")
+    (upstream_queue,) = [q for q in queue_names(up) if q.startswith("federation: fed.m")]
+    path = f"/api/queues/%2F/{urllib.parse.quote(upstream_queue, safe='')}"
+
+    def settled() -> bool:
+        status, body = http_call(up.http_port, "GET", path)
+        return status == 200 and isinstance(body, dict) and body["messages"] == 0
+
+    wait_until(settled, "nothing left unacked upstream")
+    assert [b for _, b in get_all(down.amqp_port, "q")] == [b"%d" % n for n in range(500)]
+
+
 def test_upstream_set_with_an_override(tmp_path: Path) -> None:
     """A policy naming an upstream set links the exchange to each member; a member's
     `exchange` overrides its upstream's."""

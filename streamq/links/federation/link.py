@@ -104,6 +104,8 @@ class FederationLink:
         self._unconfirmed: deque[tuple[int, int]] = deque()  # (publish seq, upstream tag)
         self.local_connection = ""
         self._hops: tuple[bytes, ...] = ()
+        self._publish_ack_tag = 0
+        self._publish_acker: asyncio.Future[None] | None = None
 
     # -- the Link view (streamq.broker.links) ----------------------------------------------
 
@@ -224,6 +226,8 @@ class FederationLink:
         """The upstream connection and this broker's (direct). Raises
         AmqpConnectionError, UriInvalid."""
         uri = self.current_uri = self.upstream_uri()
+        self._unconfirmed.clear()
+        self._publish_acker = None  # a previous session's, if any, acks on its own channel
         label = f"Federation link (upstream) {self.spec.vhost}/{self.name}"
         upstream = await Connection.connect(uri, name=label)
         try:
@@ -274,6 +278,7 @@ class FederationLink:
         settle it upstream by the ack mode. Messages past `max-hops` are dropped (acked)."""
         mode = self.spec.upstream.ack_mode
         kind = self.spec.resource_type
+        published_tag = 0
         for d in deliveries:
             raw = self._republished(d, kind, max_hops)
             if raw is None:
@@ -281,12 +286,36 @@ class FederationLink:
                     up.ack(d.delivery_tag)
                 continue
             exchange, key = target if target is not None else (self.spec.resource, d.routing_key)
-            seq = down.publish(exchange, key, raw, d.body)
+            try:
+                seq = down.publish(exchange, key, raw, d.body)
+            except AmqpConnectionError:
+                return  # the session ends; the upstream delivers the rest again
+            except ValueError as exc:  # a name or properties this broker cannot take
+                logger.warning("federation link %s: dropped a message: %s", self.name, exc)
+                if mode != "no-ack":
+                    up.ack(d.delivery_tag)
+                continue
             self.transferred += 1
             if mode == "on-confirm":
                 self._unconfirmed.append((seq, d.delivery_tag))
             elif mode == "on-publish":
-                up.ack(d.delivery_tag)
+                published_tag = d.delivery_tag
+        if published_tag:
+            self._ack_once_written(up, down, published_tag)
+
+    def _ack_once_written(self, up: Channel, down: Channel, tag: int) -> None:
+        """on-publish: ack up to `tag` once the downstream connection takes more (not
+        blocked, its write buffer drained), so that what is in flight stays within the
+        upstream's prefetch even while this broker holds publishers back."""
+        self._publish_ack_tag = tag
+        if self._publish_acker is None or self._publish_acker.done():
+            self._publish_acker = asyncio.ensure_future(self._ack_when_writable(up, down))
+
+    async def _ack_when_writable(self, up: Channel, down: Channel) -> None:
+        with contextlib.suppress(AmqpConnectionError):  # the session ends with it
+            await down.writable()
+            # Every earlier delivery of this channel is published or was acked already.
+            up.ack(self._publish_ack_tag, multiple=True)
 
     def _republished(self, d: Delivery, kind: str, max_hops: int | None) -> bytes | None:
         """The delivery's properties with this hop added; None: drop it."""
