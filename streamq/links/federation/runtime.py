@@ -98,13 +98,15 @@ class Federation:
             for vhost in list(self.broker.vhosts.values())
             for spec in wanted_links(vhost)
         }
+        stopping = []
         for key, link in list(self.links.items()):
             spec = wanted.get(key)
             if spec != link.spec:
                 del self.links[key]
                 self._unregister(link)
                 # Changed: the new link takes over what this one declared upstream.
-                await link.stop(cleanup=spec is None)
+                stopping.append(link.stop(cleanup=spec is None))
+        await asyncio.gather(*stopping)
         for key, spec in wanted.items():
             if key not in self.links:
                 link = make_link(spec, self.env)
