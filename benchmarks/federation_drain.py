@@ -8,7 +8,7 @@ event-loop thread (they share the GIL), with their data under a temporary direct
 
     PYTHONPATH=. python benchmarks/federation_drain.py [N]
 
-Measured (2 vCPU AMD EPYC VM, 200,000 messages): 60-85k msgs/s, downstream start
+Measured (2 vCPU AMD EPYC VM, 200,000 messages): 58-85k msgs/s, downstream start
 included (docs/federation.md).
 """
 
