@@ -137,7 +137,7 @@ export async function federationPage(ctx) {
           await api(`/api/parameters/federation-upstream/${enc(u.vhost)}/${enc(u.name)}`, { method: 'DELETE' });
           toast(`Upstream ${u.name} deleted.`, 'ok');
           await refresh();
-        }),
+        }, { id: `upstream-delete:${u.vhost}/${u.name}` }),
       },
     ], Array.isArray(upstreamList) ? upstreamList : [], { key: (u) => `${u.vhost}/${u.name}`, empty: 'No upstreams.' }));
     clear(links, table('federation-links-table', [

@@ -11,6 +11,7 @@ runtime does with the unreachable URIs of the parameters.
 from __future__ import annotations
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
@@ -29,11 +30,24 @@ from tests.integration.conftest import RunningBroker
 from tests.integration.test_http_parameters import TestLink, register
 
 pytestmark = pytest.mark.browser
+ATTEMPTS = 5
 
 
 def parameter_status(broker: RunningBroker, component: str, name: str) -> tuple[int, object]:
     status, body, _ = broker.http("GET", f"/api/parameters/{component}/%2F/{name}")
     return status, body
+
+
+def confirm_click_fresh(driver: WebDriver, element_id: str) -> None:
+    """`confirm_click` on the button with `element_id`, found again if a redraw (the
+    refresh after a previous action) replaced it between the two clicks."""
+    for _ in range(ATTEMPTS):
+        try:
+            confirm_click(visible(driver, f'[id="{element_id}"]'))
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{element_id} kept being redrawn")
 
 
 def refresh(driver: WebDriver) -> None:
@@ -86,21 +100,17 @@ def test_shovels_page(broker: RunningBroker, driver: WebDriver) -> None:
     assert "Validation failed" in toast.text and "scheme must be one of" in toast.text
     assert parameter_status(broker, "shovel", "ui-shovel")[1] == body
 
+    # The state cell, not the row: the row's name "ui-running" holds "running" itself.
+    state = (By.CSS_SELECTOR, 'tr[data-key="//ui-running"] td[data-field="state"]')
     driver.find_element(By.ID, "shovel-pause://ui-running").click()
-    wait(driver).until(
-        ec.text_to_be_present_in_element((By.CSS_SELECTOR, 'tr[data-key="//ui-running"]'), "paused")
-    )
-    driver.find_element(By.ID, "shovel-resume://ui-running").click()
-    wait(driver).until(
-        ec.text_to_be_present_in_element(
-            (By.CSS_SELECTOR, 'tr[data-key="//ui-running"]'), "running"
-        )
-    )
-    driver.find_element(By.ID, "shovel-restart://ui-running").click()
+    wait(driver).until(ec.text_to_be_present_in_element(state, "paused"))
+    visible(driver, '[id="shovel-resume://ui-running"]').click()
+    wait(driver).until(ec.text_to_be_present_in_element(state, "running"))
+    visible(driver, '[id="shovel-restart://ui-running"]').click()
     wait(driver).until(lambda _: broker.ask(lambda: len(link.calls)) == 3)
     assert broker.ask(lambda: list(link.calls)) == ["pause", "resume", "restart"]
 
-    confirm_click(driver.find_element(By.ID, "shovel-delete://ui-shovel"))
+    confirm_click_fresh(driver, "shovel-delete://ui-shovel")
     gone(driver, 'tr[data-key="//ui-shovel"]')
     assert parameter_status(broker, "shovel", "ui-shovel")[0] == 404
 
@@ -136,7 +146,7 @@ def test_federation_page(broker: RunningBroker, driver: WebDriver) -> None:
         "max-hops": 2,
         "ack-mode": "on-confirm",
     }
-    confirm_click(row.find_element(By.CSS_SELECTOR, "button.danger"))
+    confirm_click_fresh(driver, "upstream-delete://ui-up")
     gone(driver, 'tr[data-key="//ui-up"]')
     assert parameter_status(broker, "federation-upstream", "ui-up")[0] == 404
     refresh(driver)
