@@ -104,6 +104,9 @@ class HttpDestination:
         except HttpDestinationError as exc:
             if not self.closed.done():
                 self.closed.set_exception(exc)
+        except Exception as exc:  # a request aiohttp refuses to build: end, with why
+            if not self.closed.done():
+                self.closed.set_exception(HttpDestinationError(f"POST failed: {exc!r}"))
 
     async def _post(self, delivery: Delivery) -> None:
         headers, uri_path = request_headers(self._name, delivery.properties)

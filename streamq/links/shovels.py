@@ -21,9 +21,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from streamq.broker.link_definitions import ShovelDefinition
+from streamq.broker.link_definitions import ShovelDefinition, redact_uri
 from streamq.links.amqp.client import AmqpConnectionError
-from streamq.links.amqp.uri import redact
 from streamq.links.shovel_endpoints import DestinationError, Opener, is_http
 from streamq.links.shovel_session import DONE, ShovelSession
 
@@ -158,9 +157,13 @@ class Shovel:
         self.transferred += count
 
     def rate(self) -> float:
-        """Messages per second over the last RATE_WINDOW_S (sampled at each status)."""
+        """Messages per second over the last RATE_WINDOW_S, or since the previous status
+        if that is older (sampled at each status)."""
         now = time.monotonic()
-        samples = [s for s in self._rate_samples if now - s[0] <= RATE_WINDOW_S]
+        # The last sample is kept even when older than the window: statuses read less
+        # often than every RATE_WINDOW_S still get the rate since the previous read.
+        recent = [s for s in self._rate_samples if now - s[0] <= RATE_WINDOW_S]
+        samples = recent or self._rate_samples[-1:]
         samples.append((now, self.transferred))
         self._rate_samples = samples
         first_s, first_count = samples[0]
@@ -177,9 +180,9 @@ class Shovel:
             "vhost": self.vhost,
             "type": "dynamic",
             "state": self.state,
-            "src_uri": redact(definition.src_uris[0]),
+            "src_uri": redact_uri(definition.src_uris[0]),
             "src_protocol": "amqp091",
-            "dest_uri": redact(definition.dest_uris[0]),
+            "dest_uri": redact_uri(definition.dest_uris[0]),
             "dest_protocol": "http" if is_http(definition.dest_uris[0]) else "amqp091",
             "blocked_status": "blocked" if self._blocked() else "running",
             "error": self.error,

@@ -205,6 +205,8 @@ def test_pause_resume_restart(pair: tuple[RunningBroker, RunningBroker]) -> None
     assert status in (200, 204)
     wait_length(b.amqp_port, "dst", 10)
     wait_state(a.http_port, "p", "running")
+    # Settled first: a restart redelivers what was confirmed but not yet acked.
+    wait_until(lambda: queue_messages(a.http_port, "src") == 0, "src acked")
     status, _ = http_call(a.http_port, "DELETE", "/api/shovels/vhost/%2F/p/restart")
     assert status in (200, 204)
     wait_state(a.http_port, "p", "running")
@@ -370,8 +372,12 @@ def test_http_destination(broker: RunningBroker) -> None:
         receiver.status = 500
         publish(broker.amqp_port, "src", [b"three"], props)
         wait_until(lambda: len(receiver.posts) >= 4, "the refused POST retried")
-        status = shovel_status(broker.http_port, "web")
-        assert status is not None and "500" in str(status["error"])
+
+        def refused() -> dict[str, object] | None:
+            status = shovel_status(broker.http_port, "web")
+            return status if status is not None and "HTTP 500" in str(status["error"]) else None
+
+        wait_until(refused, "the 500 in the status")  # between retries: state terminated
         assert queue_messages(broker.http_port, "src") == 1  # ready or unacked: kept
         receiver.status = 200
         wait_until(lambda: queue_messages(broker.http_port, "src") == 0, "acked once 2xx")
