@@ -44,7 +44,7 @@ from streamq.broker.errors import (
     QueueUnavailable,
     ResourceLocked,
 )
-from streamq.broker.exchange import Destination, Exchange
+from streamq.broker.exchange import Binding, Destination, Exchange, freeze_arguments
 from streamq.broker.parameters import RuntimeParameters
 from streamq.broker.policies import (
     Policy,
@@ -145,6 +145,12 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.stats = MessageStats()
         self.exchange_stats: dict[str, MessageStats] = {}
         self.retired_stats = MessageStats()
+        # Followers of entity changes (federation: streamq.links). `binding_listeners` get
+        # (source exchange, binding, added) after a binding is added or removed, deleted
+        # ends included; `queue_listeners[name]` are called after a drain round of that
+        # queue and when it loses a consumer (its demand may have changed).
+        self.binding_listeners: list[Callable[[str, Binding, bool], None]] = []
+        self.queue_listeners: dict[str, list[Callable[[Queue], None]]] = {}
         for exchange_name, exchange_type in PREDECLARED:
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, True, False, False, {}
@@ -170,7 +176,15 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def _unbind_everywhere(self, destination: Destination) -> list[Exchange]:
         """Remove every binding to `destination`; returns the exchanges that lost some."""
+        if self.binding_listeners:
+            for exchange in self.exchanges.values():
+                for binding in [b for b in exchange.bindings if b.destination == destination]:
+                    self._binding_changed(exchange.name, binding, added=False)
         return [e for e in self.exchanges.values() if e.unbind_destination(destination)]
+
+    def _binding_changed(self, source: str, binding: Binding, *, added: bool) -> None:
+        for listener in tuple(self.binding_listeners):
+            listener(source, binding, added)
 
     def _auto_delete_exchange(self, exchange: Exchange) -> None:
         """An auto-delete exchange lost its last binding."""
@@ -251,6 +265,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         added = exchange.bind(destination, routing_key, arguments)
         if added and exchange.durable and self._persisted(destination):
             self.definitions.record(binding_op("bind", source, destination, routing_key, arguments))
+        if added and self.binding_listeners:
+            binding = Binding(destination, routing_key, freeze_arguments(arguments))
+            self._binding_changed(source, binding, added=True)
 
     def unbind(
         self,
@@ -269,6 +286,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             self.definitions.record(
                 binding_op("unbind", source, destination, routing_key, arguments)
             )
+        if removed and self.binding_listeners:
+            binding = Binding(destination, routing_key, freeze_arguments(arguments))
+            self._binding_changed(source, binding, added=False)
         self._auto_delete_exchange(exchange)
 
     def _check_destination(self, destination: Destination) -> None:
@@ -1046,6 +1066,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.consumers.append(consumer)
         queue.had_consumers = True
         self.kick(queue)
+        self._queue_changed(queue)
 
     def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if consumer in queue.consumers:
@@ -1055,6 +1076,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.in_flow = False
         if queue.auto_delete and not queue.consumers and queue.name in self.queues:
             self.remove_queue(queue)
+        self._queue_changed(queue)
+
+    def _queue_changed(self, queue: Queue) -> None:
+        for listener in tuple(self.queue_listeners.get(queue.name, ())):
+            listener(queue)
 
     def drain(self) -> None:
         """Hand ready messages to consumers with credit, round robin per queue."""
@@ -1062,6 +1088,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.dirty = set()
         for queue in dirty:
             self._drain_queue(queue)
+            if self.queue_listeners:
+                self._queue_changed(queue)
 
     def _drain_queue(self, queue: Queue) -> None:
         if queue.stream is not None:

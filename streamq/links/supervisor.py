@@ -21,6 +21,7 @@ from streamq.broker.broker import Broker
 from streamq.broker.link_definitions import ShovelDefinition
 from streamq.broker.links import SHOVEL, link_key
 from streamq.links.amqp.client import DirectConnector
+from streamq.links.federation.runtime import Federation
 from streamq.links.shovel_endpoints import Opener
 from streamq.links.shovels import Shovel
 from streamq.log.errors import LogError
@@ -39,17 +40,20 @@ class LinkSupervisor:
         self.direct = direct  # `amqp://` with no host: this broker, without the network
         self.amqp_port = amqp_port  # this broker's AMQP port (for what needs a socket)
         self._stopping: set[asyncio.Task[None]] = set()
+        self.federation = Federation(broker, direct)
 
     def start(self) -> None:
         """Follow parameter changes from now on and start the links of every parameter
         there is (those of the data directory, and of definitions loaded at boot)."""
         # Appending replays every parameter there is to the listener first.
         self.broker.parameter_listeners.append(self._on_parameter)
+        self.federation.start()
 
     async def stop(self) -> None:
         """Stop every link (shutdown): their sessions close, unacked messages go back."""
         if self._on_parameter in self.broker.parameter_listeners:
             self.broker.parameter_listeners.remove(self._on_parameter)
+        await self.federation.aclose()  # its links leave Broker.links
         shovels = [link for link in self.broker.links.values() if isinstance(link, Shovel)]
         for shovel in shovels:
             del self.broker.links[link_key(SHOVEL, shovel.vhost, shovel.name)]
@@ -58,6 +62,8 @@ class LinkSupervisor:
     def _on_parameter(self, vhost: str, component: str, name: str, value: object) -> None:
         if component == SHOVEL:
             self._shovel_changed(vhost, name, value)
+        else:
+            self.federation.parameter_changed(vhost, component, name, value)
 
     def _shovel_changed(self, vhost: str, name: str, value: object) -> None:
         """Start, replace or stop the shovel of parameter `name` (value None: deleted)."""
