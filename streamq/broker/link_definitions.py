@@ -190,7 +190,7 @@ def _delete_after(key: str, value: object) -> str | int:
 
 def redact_uri(uri: str) -> str:
     """The URI with its password replaced by asterisks, for status pages and logs (as the
-    links client's `redact` shows it); text that is not a URI comes back unchanged."""
+    links client shows it in errors); text that is not a URI comes back unchanged."""
     try:
         parts = urlsplit(uri)
         password = parts.password

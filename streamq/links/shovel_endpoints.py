@@ -24,7 +24,7 @@ from typing import Final
 
 from amqp_gateway.codec.values import FieldValue
 from amqp_gateway.errors import AMQPSyntaxError
-from streamq.broker.link_definitions import ShovelDefinition
+from streamq.broker.link_definitions import ShovelDefinition, redact_uri
 from streamq.links.amqp.client import (
     AmqpConnectionError,
     Channel,
@@ -33,7 +33,7 @@ from streamq.links.amqp.client import (
     Delivery,
     DirectConnector,
 )
-from streamq.links.amqp.uri import UriInvalid, parse_uri, redact
+from streamq.links.amqp.uri import UriInvalid, parse_uri
 from streamq.links.shovel_headers import add_headers
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Opener:
                 connection = await Connection.connect(uri, name=name, direct=self.direct)
                 return connection, text
             except (AmqpConnectionError, UriInvalid, OSError) as exc:
-                reasons.append(f"{redact(text)}: {exc}")
+                reasons.append(f"{redact_uri(text)}: {exc}")
         raise AmqpConnectionError("; ".join(reasons))
 
 
@@ -125,13 +125,13 @@ async def open_source(opener: Opener, definition: ShovelDefinition, name: str) -
 
 def endpoint_fields(definition: ShovelDefinition, src_uri: str, dest_uri: str) -> dict[str, str]:
     """The source and destination as x-shovelled names them (URIs without passwords)."""
-    fields = {"src-uri": redact(src_uri)}
+    fields = {"src-uri": redact_uri(src_uri)}
     if definition.src_queue is not None:
         fields["src-queue"] = definition.src_queue
     else:
         fields["src-exchange"] = definition.src_exchange or ""
         fields["src-exchange-key"] = definition.src_exchange_key
-    fields["dest-uri"] = redact(dest_uri)
+    fields["dest-uri"] = redact_uri(dest_uri)
     if definition.dest_queue is not None:
         fields["dest-queue"] = definition.dest_queue
     elif definition.dest_exchange is not None:

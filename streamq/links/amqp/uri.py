@@ -1,7 +1,8 @@
 """AMQP URIs as RabbitMQ's URI spec and its Erlang client read them.
 
 Owns `parse_uri`, from `amqp[s]://user:pass@host:port/vhost?key=value&...` to an
-`AmqpUri`, and `redact`, the same text with its password hidden for status and logs.
+`AmqpUri`; its errors show the URI with the password hidden by the broker's
+`redact_uri` (link_definitions.py), as status pages do.
 Defaults are the Erlang client's: user and password `guest`, port 5672 (5671 for
 amqps), the vhost `/` when the path is empty, percent-decoding of every part (so
 `/%2f` is `/`), a heartbeat of 10 s and a connection timeout of 60 s. `amqp://` with no
@@ -16,7 +17,9 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from streamq.broker.link_definitions import redact_uri
 
 AMQP_PORT: Final = 5672
 AMQPS_PORT: Final = 5671
@@ -40,7 +43,6 @@ _TLS_KEYS: Final = frozenset(
 _PLAIN_KEYS: Final = frozenset(
     {"heartbeat", "connection_timeout", "channel_max", "frame_max", "auth_mechanism"}
 )
-_REDACTED: Final = "********"
 
 
 class UriInvalid(ValueError):
@@ -81,7 +83,7 @@ class AmqpUri:
 def parse_uri(text: str) -> AmqpUri:
     """Parse an AMQP URI. Raises `UriInvalid` for another scheme, a bad port, an unknown
     or bad query parameter, TLS parameters on amqp://, or a TLS file that cannot be read."""
-    shown = redact(text)
+    shown = redact_uri(text)
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -122,22 +124,6 @@ def parse_uri(text: str) -> AmqpUri:
         auth_mechanism=mechanism,
         text=shown,
     )
-
-
-def redact(text: str) -> str:
-    """`text` with the password of its user information replaced by asterisks; text that
-    is not a URI comes back unchanged."""
-    try:
-        parts = urlsplit(text)
-        password = parts.password
-    except ValueError:
-        return text
-    if password is None:
-        return text
-    user_info, _, host_part = parts.netloc.rpartition("@")
-    user = user_info.partition(":")[0]
-    netloc = f"{user}:{_REDACTED}@{host_part}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _query(shown: str, query: str, tls: bool) -> dict[str, str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streamq.links.amqp.uri import UriInvalid, parse_uri, redact
+from streamq.broker.link_definitions import redact_uri as redact
+from streamq.links.amqp.uri import UriInvalid, parse_uri
 
 
 @pytest.mark.parametrize(
