@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.differential.peers import free_port
+
 STARTUP_TIMEOUT_S = 20
 LISTENING = re.compile(rb"listening amqp=127\.0\.0\.1:(\d+) http=127\.0\.0\.1:(\d+)")
 
@@ -62,3 +64,24 @@ class BrokerProcess:
     def kill(self) -> None:
         """SIGKILL: no chance to flush or sync anything."""
         self.stop(signal.SIGKILL)
+
+
+class RestartableBroker:
+    """`streamq serve` on fixed free ports, so that URIs naming it stay valid when it is
+    SIGKILLed and started again on the same data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.amqp_port, self.http_port = free_port(), free_port()
+        self.process = self._start()
+
+    def _start(self) -> BrokerProcess:
+        ports = ("--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port))
+        return BrokerProcess(self.data_dir, *ports)
+
+    def kill_and_restart(self) -> None:
+        self.process.kill()
+        self.process = self._start()
+
+    def stop(self) -> None:
+        self.process.stop(signal.SIGTERM)

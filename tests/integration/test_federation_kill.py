@@ -14,33 +14,12 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.differential.peers import free_port
-from tests.integration.broker_process import BrokerProcess
+from tests.integration.broker_process import RestartableBroker
 from tests.integration.conftest import RunningBroker
 from tests.integration.shovel_helpers import amqp_uri, connect, http_call, wait_until
 
 MESSAGES = 4000
 TIMEOUT_S = 60.0
-
-
-class Restartable:
-    """`streamq serve` on fixed ports, so that a link's URI stays valid across a kill."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.amqp_port, self.http_port = free_port(), free_port()
-        self.process = self._start()
-
-    def _start(self) -> BrokerProcess:
-        ports = ("--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port))
-        return BrokerProcess(self.data_dir, *ports)
-
-    def kill_and_restart(self) -> None:
-        self.process.kill()
-        self.process = self._start()
-
-    def stop(self) -> None:
-        self.process.stop()
 
 
 def setup_downstream(down_amqp: int, down_http: int, up_amqp: int) -> None:
@@ -111,7 +90,7 @@ def in_process(tmp_path: Path) -> Iterator[RunningBroker]:
 
 
 def test_upstream_killed_mid_transfer(tmp_path: Path, in_process: RunningBroker) -> None:
-    up = Restartable(tmp_path / "up")
+    up = RestartableBroker(tmp_path / "up")
     try:
         setup_downstream(in_process.amqp_port, in_process.http_port, up.amqp_port)
         wait_until(lambda: upstream_bound(up.http_port), "the binding upstream")
@@ -128,7 +107,7 @@ def test_upstream_killed_mid_transfer(tmp_path: Path, in_process: RunningBroker)
 
 
 def test_downstream_killed_mid_transfer(tmp_path: Path, in_process: RunningBroker) -> None:
-    down = Restartable(tmp_path / "down")
+    down = RestartableBroker(tmp_path / "down")
     try:
         setup_downstream(down.amqp_port, down.http_port, in_process.amqp_port)
         wait_until(lambda: upstream_bound(in_process.http_port), "the binding upstream")

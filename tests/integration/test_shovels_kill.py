@@ -13,13 +13,11 @@ bounded.
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
 
-from tests.differential.peers import free_port
-from tests.integration.broker_process import BrokerProcess
+from tests.integration.broker_process import RestartableBroker
 from tests.integration.shovel_helpers import (
     amqp_uri,
     bodies_of,
@@ -40,29 +38,9 @@ PREFETCH = 50  # small: the transfer takes long enough to be cut in the middle
 DUPLICATES_MAX = MESSAGES // 2
 
 
-class Node:
-    """A `streamq serve` process on fixed ports, which can be killed and started again."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.amqp_port, self.http_port = free_port(), free_port()
-        self.process = self._start()
-
-    def _start(self) -> BrokerProcess:
-        ports = ("--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port))
-        return BrokerProcess(self.data_dir, *ports)
-
-    def kill_and_restart(self) -> None:
-        self.process.kill()
-        self.process = self._start()
-
-    def stop(self) -> None:
-        self.process.stop(signal.SIGTERM)
-
-
 @pytest.mark.parametrize("killed", ["source", "destination", "runner"])
 def test_sigkill_loses_nothing(tmp_path: Path, killed: str) -> None:
-    source, dest = Node(tmp_path / "s"), Node(tmp_path / "d")
+    source, dest = RestartableBroker(tmp_path / "s"), RestartableBroker(tmp_path / "d")
     try:
         publish(source.amqp_port, "src", numbered(MESSAGES))
         value: dict[str, object] = {
