@@ -20,7 +20,7 @@ from http_gateway.listing import list_response
 from http_gateway.parameters_api import PARAMETER_TAGS
 from http_gateway.views import NODE
 from streamq.broker.link_definitions import SHOVEL as SHOVEL_COMPONENT
-from streamq.broker.link_definitions import ShovelDefinition, redact_uri
+from streamq.broker.link_definitions import ShovelDefinition, shovel_ends
 from streamq.broker.links import FEDERATION, SHOVEL, Link, link_key
 from streamq.broker.parameters import Parameter
 from streamq.broker.vhost import VHost
@@ -42,24 +42,11 @@ def link_json(link: Link) -> dict[str, object]:
 
 
 def _ends(definition: ShovelDefinition) -> dict[str, object]:
-    shown: dict[str, object] = {
-        "src_uri": redact_uri(definition.src_uris[0]),
-        "dest_uri": redact_uri(definition.dest_uris[0]),
+    return {
+        **shovel_ends(definition),
         "src_protocol": definition.src_protocol,
         "dest_protocol": definition.dest_protocol,
     }
-    if definition.src_queue is not None:
-        shown["src_queue"] = definition.src_queue
-    else:
-        shown["src_exchange"] = definition.src_exchange
-        shown["src_exchange_key"] = definition.src_exchange_key
-    if definition.dest_queue is not None:
-        shown["dest_queue"] = definition.dest_queue
-    if definition.dest_exchange is not None:
-        shown["dest_exchange"] = definition.dest_exchange
-    if definition.dest_exchange_key is not None:
-        shown["dest_exchange_key"] = definition.dest_exchange_key
-    return shown
 
 
 def pending_shovel_json(parameter: Parameter) -> dict[str, object]:

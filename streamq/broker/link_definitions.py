@@ -188,6 +188,27 @@ def _delete_after(key: str, value: object) -> str | int:
     )
 
 
+def shovel_ends(definition: ShovelDefinition) -> dict[str, object]:
+    """RabbitMQ's /api/shovels fields that name a shovel's source and destination: its
+    first URIs with the passwords hidden, and its queues or exchanges."""
+    fields: dict[str, object] = {
+        "src_uri": redact_uri(definition.src_uris[0]),
+        "dest_uri": redact_uri(definition.dest_uris[0]),
+    }
+    if definition.src_queue is not None:
+        fields["src_queue"] = definition.src_queue
+    else:
+        fields["src_exchange"] = definition.src_exchange
+        fields["src_exchange_key"] = definition.src_exchange_key
+    if definition.dest_queue is not None:
+        fields["dest_queue"] = definition.dest_queue
+    if definition.dest_exchange is not None:
+        fields["dest_exchange"] = definition.dest_exchange
+    if definition.dest_exchange_key is not None:
+        fields["dest_exchange_key"] = definition.dest_exchange_key
+    return fields
+
+
 def redact_uri(uri: str) -> str:
     """The URI with its password replaced by asterisks, for status pages and logs (as the
     links client shows it in errors); text that is not a URI comes back unchanged."""

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from streamq.broker.link_definitions import ShovelDefinition, redact_uri
+from streamq.broker.link_definitions import ShovelDefinition, shovel_ends
 from streamq.links.amqp.client import AmqpConnectionError
 from streamq.links.shovel_endpoints import DestinationError, Opener, is_http
 from streamq.links.shovel_session import DONE, ShovelSession
@@ -180,9 +180,7 @@ class Shovel:
             "vhost": self.vhost,
             "type": "dynamic",
             "state": self.state,
-            "src_uri": redact_uri(definition.src_uris[0]),
             "src_protocol": "amqp091",
-            "dest_uri": redact_uri(definition.dest_uris[0]),
             "dest_protocol": "http" if is_http(definition.dest_uris[0]) else "amqp091",
             "blocked_status": "blocked" if self._blocked() else "running",
             "error": self.error,
@@ -190,25 +188,10 @@ class Shovel:
             "message_count": self.transferred,
             "transferred_details": {"rate": round(self.rate(), 1)},
         }
-        status.update(_endpoints(definition))
+        status.update(shovel_ends(definition))
         if self.state == "terminated" and self.error:
             status["reason"] = self.error
         return status
 
     def _blocked(self) -> bool:
         return self._session is not None and self.state == "running" and self._session.blocked
-
-
-def _endpoints(definition: ShovelDefinition) -> dict[str, object]:
-    fields: dict[str, object] = {}
-    if definition.src_queue is not None:
-        fields["src_queue"] = definition.src_queue
-    else:
-        fields["src_exchange"] = definition.src_exchange
-        fields["src_exchange_key"] = definition.src_exchange_key
-    if definition.dest_queue is not None:
-        fields["dest_queue"] = definition.dest_queue
-    elif definition.dest_exchange is not None:
-        fields["dest_exchange"] = definition.dest_exchange
-        fields["dest_exchange_key"] = definition.dest_exchange_key
-    return fields
