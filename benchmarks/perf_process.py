@@ -1,10 +1,12 @@
-"""Running `streamq perf` as a subprocess with a timeout, for `benchmarks/compare.py`.
+"""Running `streamq perf` as a subprocess with a timeout, for `benchmarks/compare.py`, and
+`streamq serve` for the benchmarks that start their own brokers.
 
-Owns one call: start `streamq perf ARGS` in its own process group, wait at most the given
-timeout, and return its JSON summary or raise `ScenarioError` with the tool's one-line
-error. On a timeout it kills that process group, which holds only the perf process it
-started and the publisher and consumer processes that one forked; nothing else is
-signalled.
+Owns two things. `StreamqServe`: a broker on free loopback ports, waited for until it
+listens, stopped by its pid. `run_perf`: start `streamq perf ARGS` in its own process
+group, wait at most the given timeout, and return its JSON summary or raise
+`ScenarioError` with the tool's one-line error. On a timeout it kills that process group,
+which holds only the perf process it started and the publisher and consumer processes
+that one forked; nothing else is signalled.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
+from tests.differential.peers import free_port
+
 KILL_WAIT_S: Final = 5.0
+SERVE_START_TIMEOUT_S: Final = 30.0
+SERVE_STOP_TIMEOUT_S: Final = 30.0
+LISTENING: Final = re.compile(rb"listening amqp=")
 ERROR_CHARS_MAX: Final = 200
 
 
@@ -29,6 +38,32 @@ class ScenarioError(Exception):
 def default_streamq() -> str:
     """The `streamq` script beside this interpreter (the project's venv)."""
     return str(Path(sys.executable).with_name("streamq"))
+
+
+class StreamqServe:
+    """`streamq serve` with its data under `directory`, AMQP and HTTP on free loopback
+    ports, and `extra` flags; returns once it listens. Stopped by its pid."""
+
+    def __init__(
+        self, command: list[str], directory: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.amqp_port, self.http_port = free_port(), free_port()
+        argv = [
+            *command, "serve", "--data-dir", str(directory / "data"),
+            "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port), *extra,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, env=env)
+        assert self.process.stderr is not None
+        deadline = time.monotonic() + SERVE_START_TIMEOUT_S
+        while not LISTENING.search(line := self.process.stderr.readline()):
+            if not line or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("streamq did not start")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(SERVE_STOP_TIMEOUT_S)
 
 
 def run_perf(streamq: str, args: list[str], timeout_s: float) -> dict[str, object]:

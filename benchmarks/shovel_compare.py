@@ -21,7 +21,6 @@ import base64
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -36,16 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.machine import cpu_model  # noqa: E402
-from tests.differential.peers import RabbitMQServer, free_port  # noqa: E402
+from benchmarks.perf_process import StreamqServe  # noqa: E402
+from tests.differential.peers import RabbitMQServer  # noqa: E402
 
 MESSAGES_DEFAULT: Final = 1_000_000
 BODY_BYTES: Final = 16
 PREFETCH: Final = 1000
 POLL_S: Final = 0.05
 TRANSFER_TIMEOUT_S: Final = 900.0
-START_TIMEOUT_S: Final = 30.0
-STOP_TIMEOUT_S: Final = 30.0
-LISTENING: Final = re.compile(rb"listening amqp=")
 SOURCE: Final = "shovel-src"
 DEST: Final = "shovel-dest"
 
@@ -57,28 +54,10 @@ class Node(Protocol):
     def stop(self) -> None: ...
 
 
-class StreamqNode:
-    """`streamq serve` on free loopback ports; stopped by its pid."""
-
-    def __init__(self, directory: Path) -> None:
-        self.amqp_port, self.http_port = free_port(), free_port()
-        command = [
-            sys.executable, "-m", "streamq", "serve", "--data-dir", str(directory / "data"),
-            "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, env=env)
-        assert self.process.stderr is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not LISTENING.search(line := self.process.stderr.readline()):
-            if not line or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("streamq did not start")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-        self.process.wait(STOP_TIMEOUT_S)
+def streamq_node(directory: Path) -> StreamqServe:
+    """`streamq serve` of this checkout (`python -m streamq`), on free loopback ports."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return StreamqServe([sys.executable, "-m", "streamq"], directory, env=env)
 
 
 def uri(port: int) -> str:
@@ -149,7 +128,7 @@ def run_product(name: str, base: Path, messages: int) -> dict[str, float]:
     try:
         for side in ("a", "b"):
             if name == "streamq":
-                nodes.append(StreamqNode(base / f"streamq-{side}"))
+                nodes.append(streamq_node(base / f"streamq-{side}"))
             else:
                 plugins = ("rabbitmq_shovel", "rabbitmq_shovel_management")
                 nodes.append(RabbitMQServer(base / f"rabbitmq-{side}", plugins=plugins))

@@ -14,25 +14,19 @@ the TLS/TCP shares) is this script's output.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import compare
-from benchmarks.perf_process import default_streamq
+from benchmarks.perf_process import StreamqServe, default_streamq
 from tests.differential.peers import RabbitMQServer, TlsFiles, free_port
 from tests.integration import certs
 
 KEYS: Final = "publish-16,tls-publish-16,publish-1024,tls-publish-1024,ack,tls-ack"
-START_TIMEOUT_S: Final = 30.0
-STOP_TIMEOUT_S: Final = 20.0
-LISTENING: Final = re.compile(rb"listening amqp=")
 
 
 def make_certificates(directory: Path) -> TlsFiles:
@@ -42,29 +36,13 @@ def make_certificates(directory: Path) -> TlsFiles:
     return TlsFiles(server.cert, server.key, ca.cert)
 
 
-class StreamqServer:
-    """`streamq serve` with AMQPS on free loopback ports; stopped by its pid."""
+class StreamqServer(StreamqServe):
+    """`streamq serve` with AMQPS too, on free loopback ports; stopped by its pid."""
 
     def __init__(self, directory: Path, files: TlsFiles) -> None:
-        self.amqp_port, self.amqps_port, self.http_port = free_port(), free_port(), free_port()
-        command = [
-            default_streamq(), "serve", "--data-dir", str(directory / "data"),
-            "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
-            "--amqps-port", str(self.amqps_port), "--cert", str(files.cert),
-            "--key", str(files.key),
-        ]  # fmt: skip
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE)
-        assert self.process.stderr is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not LISTENING.search(line := self.process.stderr.readline()):
-            if not line or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("streamq did not start")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-        self.process.wait(STOP_TIMEOUT_S)
+        self.amqps_port = free_port()
+        tls = ("--amqps-port", str(self.amqps_port), "--cert", str(files.cert))
+        super().__init__([default_streamq()], directory, *tls, "--key", str(files.key))
 
 
 def urls(amqp_port: int, amqps_port: int, ca: Path) -> tuple[str, str]:
