@@ -1,0 +1,1 @@
+"""Clustering: replication of the data directory, leader election and membership on etcd."""
