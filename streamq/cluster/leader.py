@@ -59,7 +59,10 @@ class _Session:
 
 
 class ReplicationServer:
-    """The leader's replication server; also the Syncer's ReplicationGate."""
+    """The leader's replication server; also the Syncer's ReplicationGate.
+
+    It starts with the ISR {node_id}: the controller writes that to etcd before creating
+    it (a wider ISR in etcd than here would let a round out without a member)."""
 
     def __init__(
         self,
