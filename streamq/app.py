@@ -86,6 +86,16 @@ class ServeConfig:
     default_password_hash: str = ""
     load_definitions: str = ""  # a definitions JSON imported at boot, before listening
     pidfile: str = ""
+    # Clustering (streamq.cluster; LavinMQ's [clustering] keys): off unless `clustering`.
+    clustering: bool = False
+    clustering_bind: str = "127.0.0.1"
+    clustering_port: int = 5679
+    clustering_advertised_uri: str = ""  # "": tcp://<clustering_bind>:<clustering_port>
+    clustering_etcd_endpoints: str = "localhost:2379"
+    clustering_etcd_prefix: str = "streamq"
+    clustering_lease_ttl_s: int = 10
+    clustering_on_leader_elected: str = ""
+    clustering_on_leader_lost: str = ""
 
 
 class ServeError(Exception):
