@@ -3,16 +3,19 @@
 # first): rabbitmq-server for the differential tests and the rabbitmqadmin tests, which
 # start their own RabbitMQ on free loopback ports; chromium and chromium-driver for the
 # web UI's browser tests; nodejs and npm for the JavaScript clients (amqplib, and
-# @cloudamqp/amqp-client in the browser), which the tests install with `npm ci`. As root it installs them with apt-get; otherwise through
+# @cloudamqp/amqp-client in the browser), which the tests install with `npm ci`; etcd-server
+# for the clustering tests, which start their own etcd on free loopback ports. As root it
+# installs them with apt-get; otherwise through
 # `sudo -n` when that needs no password; else it prints the one command to run and stops.
 set -eu
-PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm"
+PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server"
 missing=""
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$missing rabbitmq-server"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 command -v chromedriver >/dev/null 2>&1 || missing="$missing chromium-driver"
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
+command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     run=""
