@@ -161,6 +161,39 @@ class Consumer:
                 await close_quietly(connection)
 
 
+def numbered(message_id: int) -> aio_pika.Message:
+    """A persistent message with `message_id` as its id."""
+    return aio_pika.Message(
+        b"split", message_id=str(message_id), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+    )
+
+
+async def publish_confirmed(port: int, ids: range, ledger: Ledger) -> None:
+    """Publishes `ids` one at a time straight to the node on `port`, each confirmed."""
+    connection = await aio_pika.connect(url(port), timeout=CONNECT_TIMEOUT_S)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.declare_queue(QUEUE, durable=True)
+        for message_id in ids:
+            confirm = await asyncio.wait_for(
+                channel.default_exchange.publish(numbered(message_id), QUEUE), CONFIRM_TIMEOUT_S
+            )
+            assert isinstance(confirm, aiormq.spec.Basic.Ack)
+            ledger.confirmed.add(message_id)
+
+
+async def publish_pending(channel: AbstractChannel, message_id: int) -> object:
+    """One publish under confirms, awaited with no timeout (the caller bounds it)."""
+    return await channel.default_exchange.publish(numbered(message_id), QUEUE)
+
+
+def acked(task: asyncio.Task[object]) -> bool:
+    """Whether a publish_pending task ended with a basic.ack (a confirm)."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return False
+    return isinstance(task.result(), aiormq.spec.Basic.Ack)
+
+
 async def drain(port: int, ledger: Ledger) -> int:
     """basic.get (with ack) until QUEUE stays empty for DRAIN_IDLE_S; every message goes
     into the ledger. Returns how many were drained."""
