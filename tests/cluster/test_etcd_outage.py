@@ -18,6 +18,7 @@ from tests.cluster.etcd_server import EtcdServer
 from tests.cluster.workload import (
     QUEUE,
     Ledger,
+    acked,
     check_ledger,
     drain,
     publish_confirmed,
