@@ -48,6 +48,7 @@ from streamq.broker.users import (
     hash_password,
     is_password_hash,
 )
+from streamq.log import files
 from streamq.log.files import fsync_directory, write_file_atomic
 
 ACCOUNTS_DIR: Final = "definitions"
@@ -408,7 +409,7 @@ class AccountStore:
         """Replace the file with `state`, then use it; fsyncs file and directory first."""
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
+            files.makedirs(directory)
             fsync_directory(os.path.dirname(directory))
         write_file_atomic(self.path, _encode(state), fsync_dir=True)
         self._state = state

@@ -8,10 +8,10 @@ sockets (the gateway does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from typing import Final
@@ -25,6 +25,7 @@ from streamq.broker.parameters import ParameterListener
 from streamq.broker.resources import ResourceLimits, ResourceMonitor
 from streamq.broker.sampler import Sampler
 from streamq.broker.vhost import VHost
+from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.syncer import Syncer
@@ -167,10 +168,11 @@ class Broker:
         directory = self.vhost_directory(name)
         trash = directory + DELETED_SUFFIX
         if os.path.isdir(directory):
-            os.rename(directory, trash)
+            files.replace(directory, trash)
             fsync_directory(os.path.dirname(directory))
         self.accounts.delete_vhost(name)
-        shutil.rmtree(trash, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            files.remove_tree(trash)
 
     def close(self) -> None:
         """Close every vhost (fsyncs what they buffered) and stop the fsync thread."""
@@ -213,4 +215,5 @@ def _remove_deleted_vhost_dirs(vhosts_dir: str) -> None:
         return
     for entry in names:
         if entry.endswith(DELETED_SUFFIX):
-            shutil.rmtree(os.path.join(vhosts_dir, entry), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                files.remove_tree(os.path.join(vhosts_dir, entry))

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Final
 
 from streamq.broker.errors import BrokerError
+from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.files import append_all, write_file_atomic
 
@@ -105,15 +106,15 @@ class DefinitionsJournal:
         ops, valid = decode_file(path, data)
         if valid != len(data) or not data:
             write_file_atomic(path, encode_file(ops), fsync_dir=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd), ops
 
     def replace(self, ops: list[Op]) -> None:
         """Start-up compaction: the file becomes exactly `ops`. Fsyncs file and directory
         before returning."""
         write_file_atomic(self.path, encode_file(ops), fsync_dir=True)
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        files.close_fd(self._fd)
+        self._fd = files.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
 
     def record(self, op: Op) -> None:
         """Buffered: durable after the next sync round that includes companions."""
@@ -134,7 +135,7 @@ class DefinitionsJournal:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
+            files.close_fd(self._fd)
             self._fd = -1
 
 

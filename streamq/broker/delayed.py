@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
@@ -164,7 +165,7 @@ class DelayedStore:
             write_file_atomic(
                 path, HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values()), fsync_dir=True
             )
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, live)
 
     def __len__(self) -> int:
@@ -263,10 +264,10 @@ class DelayedStore:
         self._dead = 0
         self._persisted = len(keep)
         tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.close(self._fd)
+        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        files.close_fd(self._fd)
         self._fd = fd
-        work = os.dup(fd)
+        work = files.dup_fd(fd)
         path = self.path
 
         def replace() -> None:
@@ -274,8 +275,8 @@ class DelayedStore:
                 write_all(work, snapshot)
                 os.fsync(work)
             finally:
-                os.close(work)
-            os.replace(tmp, path)
+                files.close_fd(work)
+            files.replace(tmp, path)
             fsync_directory(os.path.dirname(path))
 
         return CompanionWork((), (replace,))
@@ -294,7 +295,7 @@ class DelayedStore:
                 self._buffer = bytearray()
                 os.fsync(self._fd)
         finally:
-            os.close(self._fd)
+            files.close_fd(self._fd)
             self._fd = -1
 
 

@@ -11,8 +11,8 @@ no AMQP.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from typing import Final
@@ -20,6 +20,7 @@ from typing import Final
 from retention.rules import RuleInvalid, rules_from_arguments
 from streamq.broker.errors import PreconditionFailed
 from streamq.broker.queue import Consumer, Queue
+from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.format import Record
 from streamq.log.log import LogConfig, SegmentLog
@@ -92,17 +93,14 @@ def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:
 
 def delete_stream_files(directory: str) -> None:
     """Remove a deleted stream's log directory (its segments go with it) and offsets."""
-    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        files.remove_tree(directory)
     for leftover in (directory + OFFSETS_SUFFIX, directory + OFFSETS_SUFFIX + ".tmp"):
         if os.path.exists(leftover):
-            os.unlink(leftover)
+            files.remove(leftover)
     parent = os.path.dirname(directory)
     if os.path.isdir(parent):
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        files.fsync_directory(parent)
 
 
 def drain_stream(queue: Queue, stream: StreamQueue) -> bool:

@@ -72,6 +72,7 @@ from streamq.broker.vhost_store import (
     exchange_op,
     queue_op,
 )
+from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.format import Record
@@ -155,8 +156,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, True, False, False, {}
             )
-        os.makedirs(self._queues_dir, exist_ok=True)
-        os.makedirs(self._streams_dir, exist_ok=True)
+        files.makedirs(self._queues_dir)
+        files.makedirs(self._streams_dir)
         fsync_directory(directory)
         self.definitions, ops = DefinitionsJournal.open(os.path.join(directory, "definitions"))
         for op in ops:
@@ -396,7 +397,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.cursor.journal = None
             self._dirty_journals.discard(journal)
             journal.close()
-            os.unlink(journal.path)
+            files.remove(journal.path)
             self._queues_dir_dirty = True
         for exchange in self._unbind_everywhere(Destination("queue", queue.name)):
             self._auto_delete_exchange(exchange)

@@ -33,6 +33,7 @@ from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import STREAM
 from streamq.broker.streams import OFFSETS_SUFFIX, delete_stream_files, open_stream
+from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.format import Record
@@ -185,7 +186,7 @@ class VHostStore:
         for entry in os.listdir(self._queues_dir):
             path = os.path.join(self._queues_dir, entry)
             if path not in wanted:
-                os.unlink(path)  # a deleted queue's journal, or a compaction's temp file
+                files.remove(path)  # a deleted queue's journal, or a compaction's temp file
                 self._queues_dir_dirty = True
         held: dict[Queue, tuple[QueueJournal, Replay]] = {}
         start, end = self.log.start_offset, self.log.next_offset

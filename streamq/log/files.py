@@ -1,16 +1,127 @@
-"""Durable file helpers: atomic replacement and directory fsync.
+"""Durable file helpers, and the one door every change under a data directory goes through.
 
-Owns the write-temp, fsync, rename, fsync-directory sequence (STYLE.md section 6). It knows
-nothing of segments or records.
+Owns the write-temp, fsync, rename, fsync-directory sequence (STYLE.md section 6), and the
+wrappers of the system calls that change files (`open_fd`, `pwrite`, `write`, `ftruncate`,
+`replace`, `remove`, `remove_tree`, `makedirs`): each makes its call, then records what it
+did on the process-wide file tap when one is set (a cluster leader's, see `tap`). Without
+a tap they cost one attribute read more than the bare call. It knows nothing of segments
+or records.
+
+The tap wants paths, the calls have descriptors: `open_fd` remembers each descriptor's
+path (absolute), `dup_fd` its duplicates', `replace` moves them with their file, and
+`close_fd` forgets them. A descriptor opened otherwise writes unrecorded, so every
+descriptor that writes under a data directory comes from `open_fd` or `dup_fd`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 from typing import Final
 
 from streamq.log.errors import OutOfSpace
+from streamq.log.tap import current
+
+# Descriptor -> absolute path of the file it writes, for the tap. Single dict operations
+# are atomic under the GIL; a descriptor is used by one thread at a time.
+_paths: dict[int, str] = {}
+
+
+def open_fd(path: str, flags: int, mode: int = 0o644) -> int:
+    """os.open, remembering the path for the tap; an O_CREAT or O_TRUNC open is recorded
+    (as a truncate to the size the file has after it). Close with `close_fd`."""
+    fd = os.open(path, flags, mode)
+    full = _paths[fd] = os.path.abspath(path)
+    tap = current.tap
+    if tap is not None and flags & (os.O_CREAT | os.O_TRUNC):
+        tap.truncate(full, 0 if flags & os.O_TRUNC else os.fstat(fd).st_size)
+    return fd
+
+
+def dup_fd(fd: int) -> int:
+    """os.dup of a descriptor from `open_fd`, writing to the same path."""
+    duplicate = os.dup(fd)
+    path = _paths.get(fd)
+    if path is not None:
+        _paths[duplicate] = path
+    return duplicate
+
+
+def close_fd(fd: int) -> None:
+    _paths.pop(fd, None)
+    os.close(fd)
+
+
+def pwrite(fd: int, data: bytes | bytearray | memoryview, position: int) -> int:
+    """os.pwrite, recorded (what was written: a short write records its part)."""
+    written = os.pwrite(fd, data, position)
+    tap = current.tap
+    if tap is not None and (path := _paths.get(fd)) is not None:
+        tap.write(path, position, memoryview(data)[:written])
+    return written
+
+
+def write(fd: int, data: bytes | bytearray | memoryview) -> int:
+    """os.write at the descriptor's offset (O_APPEND: the end), recorded where it landed."""
+    written = os.write(fd, data)
+    tap = current.tap
+    if tap is not None and (path := _paths.get(fd)) is not None:
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        tap.write(path, end - written, memoryview(data)[:written])
+    return written
+
+
+def ftruncate(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    tap = current.tap
+    if tap is not None and (path := _paths.get(fd)) is not None:
+        tap.truncate(path, size)
+
+
+def replace(src: str, dst: str) -> None:
+    """os.replace, recorded; descriptors of `src` now write to `dst`, those of the file
+    `dst` was are no longer recorded (on this node that file is gone)."""
+    os.replace(src, dst)
+    source, target = os.path.abspath(src), os.path.abspath(dst)
+    for fd, path in list(_paths.items()):
+        if path == target:
+            del _paths[fd]
+        elif path == source:
+            _paths[fd] = target
+    tap = current.tap
+    if tap is not None:
+        tap.rename(source, target)
+
+
+def remove(path: str) -> None:
+    """os.remove, recorded. Raises FileNotFoundError as os.remove does."""
+    os.remove(path)
+    tap = current.tap
+    if tap is not None:
+        tap.remove(path)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a directory and everything under it; missing is fine. Recorded even when
+    part of it could not be removed (then the OSError is raised): what did go is gone."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    finally:
+        tap = current.tap
+        if tap is not None:
+            tap.remove_tree(path)
+
+
+def makedirs(path: str) -> None:
+    """os.makedirs(exist_ok=True), recorded."""
+    os.makedirs(path, exist_ok=True)
+    tap = current.tap
+    if tap is not None:
+        tap.mkdir(path)
+
 
 # The errors of a write (never of an fsync) that mean the file system has no room: the
 # write can be cut back and tried again once there is.
@@ -39,19 +150,19 @@ def write_file_atomic(path: str, data: bytes, *, fsync_dir: bool) -> None:
     system has no room for the data (the call can be repeated once it has).
     """
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         try:
             write_all(fd, data)
         except OSError as exc:
             if not is_out_of_space(exc):
                 raise
-            os.remove(tmp)  # give its blocks back
+            remove(tmp)  # give its blocks back
             raise OutOfSpace(exc.errno, exc.strerror, tmp) from exc
         os.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        close_fd(fd)
+    replace(tmp, path)
     if fsync_dir:
         fsync_directory(os.path.dirname(path) or ".")
 
@@ -60,7 +171,7 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """Write every byte of `data` to `fd` (buffered in the OS; durable after an fsync)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        view = view[write(fd, view) :]
 
 
 def append_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -74,10 +185,10 @@ def append_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     written = 0
     try:
         while written < len(view):
-            written += os.write(fd, view[written:])
+            written += write(fd, view[written:])
     except OSError as exc:
         if not is_out_of_space(exc):
             raise
         if written:
-            os.ftruncate(fd, os.fstat(fd).st_size - written)
+            ftruncate(fd, os.fstat(fd).st_size - written)
         raise OutOfSpace(exc.errno, exc.strerror) from exc

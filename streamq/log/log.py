@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
 from streamq.log._records import scan_records as _scan_records
@@ -184,10 +185,10 @@ class SegmentLog:
         self._recent: deque[tuple[Segment, int, bytearray, concurrent.futures.Future[None]]]
         self._recent = deque()
         self._recent_bytes = 0
-        self._durable_fd = os.open(
+        self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
-        os.pwrite(self._durable_fd, fmt.encode_durable(self._durable_next), 0)
+        files.pwrite(self._durable_fd, fmt.encode_durable(self._durable_next), 0)
 
     @classmethod
     def open(
@@ -704,9 +705,9 @@ class SegmentLog:
                 # room; it keeps its buffer for the next round, which retries it.
                 short = True
                 continue
-            batch.fds.extend(os.dup(fd) for fd in work.fds)
+            batch.fds.extend(files.dup_fd(fd) for fd in work.fds)
             for fd, data in work.writes:
-                duplicate = os.dup(fd)
+                duplicate = files.dup_fd(fd)
                 batch.fds.append(duplicate)
                 batch.writes.append((duplicate, data))
             batch.actions.extend(work.actions)
@@ -745,13 +746,13 @@ class SegmentLog:
             return _RoundResult(False, [])  # the segments stay unsealed until there is room
         if work.fsync_dir:
             fsync_directory(self.directory)
-        os.pwrite(self._durable_fd, fmt.encode_durable(work.next_offset), 0)
+        files.pwrite(self._durable_fd, fmt.encode_durable(work.next_offset), 0)
         return _RoundResult(True, [])
 
     def _finish_round(self, work: _Round) -> None:
         self._durable_next = max(self._durable_next, work.next_offset)
         for segment in work.sealing:
-            os.close(segment.write_fd)
+            files.close_fd(segment.write_fd)
             segment.write_fd = -1
             segment.sealed = True
             self._unsealed.remove(segment)
@@ -959,8 +960,8 @@ class SegmentLog:
             fd = self._read_fds.pop(head.base_offset, None)
             if fd is not None:
                 os.close(fd)
-            os.remove(head.index_path)
-            os.remove(head.path)
+            files.remove(head.index_path)
+            files.remove(head.path)
             del self._segments[0]
             del self._bases[0]
             dropped += 1
@@ -1040,9 +1041,9 @@ class SegmentLog:
         self._read_fds.clear()
         for segment in [*self._unsealed, self._active]:
             if segment.write_fd >= 0:
-                os.close(segment.write_fd)
+                files.close_fd(segment.write_fd)
                 segment.write_fd = -1
-        os.close(self._durable_fd)
+        files.close_fd(self._durable_fd)
         close_batches(self._companions_left)
         self._companions_left = []
         self._submit_drop_stalled()  # a no-op unless writes wait for room

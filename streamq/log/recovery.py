@@ -22,6 +22,7 @@ import logging
 import os
 from typing import NamedTuple
 
+from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
@@ -42,7 +43,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
 
     Raises SegmentCorrupted for damage a crash cannot explain.
     """
-    os.makedirs(directory, exist_ok=True)
+    files.makedirs(directory)
     _remove_temp_files(directory)
     bases = _segment_bases(directory)
     if not bases:
@@ -109,7 +110,7 @@ def create_segment(
     file's existence after an fsync of the directory.
     """
     path = os.path.join(directory, fmt.segment_name(base_offset))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
     if write_header:
         write_all(fd, fmt.encode_segment_header(base_offset, floor_ms))
     segment = Segment(path, base_offset, SparseIndex(interval_bytes))
@@ -120,10 +121,10 @@ def create_segment(
 def _make_active(segment: Segment) -> None:
     """Open the newest segment for appends; an active segment has no index file."""
     if segment.write_fd < 0:
-        segment.write_fd = os.open(segment.path, os.O_WRONLY | os.O_APPEND)
+        segment.write_fd = files.open_fd(segment.path, os.O_WRONLY | os.O_APPEND)
     segment.sealed = False
     with contextlib.suppress(FileNotFoundError):
-        os.remove(segment.index_path)
+        files.remove(segment.index_path)
 
 
 def _open_segment(
@@ -133,7 +134,7 @@ def _open_segment(
     file_bytes = os.path.getsize(path)
     if is_last and file_bytes < fmt.SEGMENT_HEADER_BYTES:
         # Created but its header never reached the disk: write it again.
-        os.remove(path)
+        files.remove(path)
         segment = create_segment(os.path.dirname(path), base, interval_bytes)
         os.fsync(segment.write_fd)
         return segment, 0
@@ -152,10 +153,13 @@ def _open_segment(
     # The records that survived may have been in the page cache only (a killed process
     # leaves it intact): fsync them before anyone reads them as durable, or a power loss
     # later could take back records that were delivered, and their offsets with them.
-    with open(path, "r+b") as f:
+    fd = files.open_fd(path, os.O_WRONLY)
+    try:
         if cut:
-            f.truncate(scan.valid_bytes)
-        os.fsync(f.fileno())
+            files.ftruncate(fd, scan.valid_bytes)
+        os.fsync(fd)
+    finally:
+        files.close_fd(fd)
     return segment, cut
 
 
@@ -208,7 +212,7 @@ def _segment_bases(directory: str) -> list[int]:
         elif name.endswith(fmt.INDEX_SUFFIX) and not os.path.exists(
             os.path.join(directory, name[: -len(fmt.INDEX_SUFFIX)] + fmt.SEGMENT_SUFFIX)
         ):
-            os.remove(os.path.join(directory, name))  # index of a segment retention deleted
+            files.remove(os.path.join(directory, name))  # index of a segment retention deleted
     return sorted(bases)
 
 
@@ -216,11 +220,11 @@ def _delete_segments(directory: str, bases: list[int]) -> int:
     for base in bases:
         for name in (fmt.segment_name(base), fmt.index_name(base)):
             with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(directory, name))
+                files.remove(os.path.join(directory, name))
     return len(bases)
 
 
 def _remove_temp_files(directory: str) -> None:
     for name in os.listdir(directory):
         if name.endswith(".tmp"):
-            os.remove(os.path.join(directory, name))
+            files.remove(os.path.join(directory, name))

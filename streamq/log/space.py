@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from streamq.log.errors import OutOfSpace
-from streamq.log.files import append_all
+from streamq.log.files import append_all, close_fd
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def run_companions(batches: list[CompanionBatch]) -> list[CompanionBatch]:
 def close_batches(batches: list[CompanionBatch]) -> None:
     for batch in batches:
         for fd in batch.fds:
-            os.close(fd)
+            close_fd(fd)
         batch.fds = []
 
 

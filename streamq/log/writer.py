@@ -19,6 +19,11 @@ is sealed or closed. A crash leaves them, and recovery cuts them as it cuts any 
 (a zero record length is never valid). Readers never see them: they read only below the
 durable offset.
 
+On a cluster leader the file tap (see `tap`) records each write as its logical bytes at
+their logical position, and a cut as a truncate to the logical end: followers never see
+the padding (a sealed or cleanly closed segment is byte for byte the leader's; an open
+one lacks only the zeros).
+
 A file system that refuses O_DIRECT (EINVAL at open, or at the first direct write of a
 `write`, before any of it landed) gets plain positional writes.
 
@@ -38,6 +43,7 @@ from typing import Final
 
 from streamq.log.errors import LogError, OutOfSpace
 from streamq.log.files import is_out_of_space
+from streamq.log.tap import current
 
 BLOCK_BYTES: Final = 4096  # alignment of direct I/O: covers 512-byte and 4 KiB devices
 # The aligned buffer a direct write is assembled in: a 4 MiB write buffer and the block
@@ -97,9 +103,12 @@ class SegmentWriter:
             # Nothing past `end` was fsynced: cut what this write left there (whole
             # blocks, or a direct write's padding), so that its blocks go back to the
             # file system and the file ends where the retry will start.
-            os.ftruncate(self.fd, self.end)
+            self._truncate(self.end)
             raise OutOfSpace(exc.errno, exc.strerror, self.path) from exc
         self.end = position + len(data)
+        tap = current.tap
+        if tap is not None:
+            tap.write(self.path, position, data)
 
     def _write(self, position: int, data: bytes | bytearray, staging: mmap.mmap) -> None:
         if self.direct:
@@ -126,10 +135,16 @@ class SegmentWriter:
             return
         try:
             if cut_padding:
-                os.ftruncate(self.fd, self.end)  # also after a fall back to plain writes
+                self._truncate(self.end)  # also after a fall back to plain writes
         finally:
             os.close(self.fd)
             self.fd = -1
+
+    def _truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        tap = current.tap
+        if tap is not None:
+            tap.truncate(self.path, size)
 
     def _open(self) -> int:
         if self.direct:

@@ -48,6 +48,7 @@ from array import array
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
+from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.errors import OutOfSpace
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
@@ -332,7 +333,7 @@ class QueueJournal:
     def create(cls, path: str, dirty: set[QueueJournal]) -> QueueJournal:
         """A new, empty journal. Buffered: the file and its header are durable after the
         next sync round and a directory fsync (the vhost adds one)."""
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         journal = cls(path, fd, 0, dirty)
         journal._header = encode_header()
         dirty.add(journal)
@@ -364,7 +365,7 @@ class QueueJournal:
                 fsync_dir=True,
             )
             result = result._replace(entries=live_entries)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, result.entries, dirty), result
 
     def rewrite(self, replayed: Replay, size_bytes: int, expiring: bool) -> None:
@@ -375,8 +376,8 @@ class QueueJournal:
             encode_live(replayed.runs, replayed.counts, size_bytes, expiring),
             fsync_dir=True,
         )
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        files.close_fd(self._fd)
+        self._fd = files.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
         self._entries = len(replayed.runs) + len(replayed.counts)
 
     def _append(self, word: int, count: int, value: int, merge: bool) -> None:
@@ -445,11 +446,11 @@ class QueueJournal:
         self._header = b""
         self._buffer = array("Q")
         tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.close(self._fd)
+        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        files.close_fd(self._fd)
         self._fd = fd
         self._entries = len(runs) + len(counts)
-        work = os.dup(fd)
+        work = files.dup_fd(fd)
         data = encode_live(runs, counts, size_bytes, expiring)
         return JournalWork(None, lambda: self._replace(work, tmp, data), b"")
 
@@ -460,20 +461,20 @@ class QueueJournal:
         has no room for the snapshot: the round runs this again later, before any entry
         is written to the new file."""
         try:
-            os.ftruncate(fd, 0)  # a run after a full disk starts the snapshot again
+            files.ftruncate(fd, 0)  # a run after a full disk starts the snapshot again
             append_all(fd, data)
         except OutOfSpace:
             raise
         except BaseException:
-            os.close(fd)
+            files.close_fd(fd)
             raise
         try:
             os.fsync(fd)
         finally:
-            os.close(fd)
+            files.close_fd(fd)
         with self._lock:
             if self._fd >= 0:
-                os.replace(tmp, self.path)
+                files.replace(tmp, self.path)
         fsync_directory(os.path.dirname(self.path))
 
     def close(self) -> None:
@@ -481,5 +482,5 @@ class QueueJournal:
         last round)."""
         with self._lock:
             if self._fd >= 0:
-                os.close(self._fd)
+                files.close_fd(self._fd)
                 self._fd = -1

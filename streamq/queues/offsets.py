@@ -25,6 +25,7 @@ import struct
 import threading
 from typing import Final
 
+from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
@@ -156,7 +157,7 @@ class OffsetStore:
         if not data or valid != len(data) or records > len(offsets) + COMPACT_RECORDS_MIN:
             write_file_atomic(path, encode_file(offsets), fsync_dir=True)
             records = len(offsets)
-        return cls(path, offsets, records, os.open(path, os.O_WRONLY | os.O_APPEND))
+        return cls(path, offsets, records, files.open_fd(path, os.O_WRONLY | os.O_APPEND))
 
     def get(self, tag: str) -> int | None:
         return self._offsets.get(tag)
@@ -178,9 +179,9 @@ class OffsetStore:
         # Compaction: the new file holds every offset, the pending ones included; the
         # round fdatasyncs it, then renames it into place.
         tmp = self.path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         write_all(fd, encode_file(self._offsets))
-        os.close(self._fd)
+        files.close_fd(self._fd)
         self._fd = fd
         self._records = len(self._offsets)
         return CompanionWork((fd,), (lambda: self._replace(tmp),))
@@ -189,11 +190,11 @@ class OffsetStore:
         """Runs on the fsync thread after `tmp` was fdatasynced."""
         with self._lock:
             if self._fd >= 0:
-                os.replace(tmp, self.path)
+                files.replace(tmp, self.path)
         fsync_directory(os.path.dirname(self.path))
 
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:
-                os.close(self._fd)
+                files.close_fd(self._fd)
                 self._fd = -1
