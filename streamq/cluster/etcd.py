@@ -33,7 +33,6 @@ RESPONSE_BYTES_MAX: Final = 16 << 20
 WATCH_LINE_BYTES_MAX: Final = 4 << 20
 # gRPC status codes that mean "ask another member" (the gateway passes them through).
 _GRPC_UNAVAILABLE: Final = frozenset({4, 14})  # DEADLINE_EXCEEDED, UNAVAILABLE
-_NO_LEADER: Final = "election: no leader"
 _LEASE_NOT_FOUND: Final = "requested lease not found"
 
 Json = dict[str, Any]  # the gateway's JSON objects; private to this module
@@ -308,14 +307,21 @@ class Etcd:
         await self.delete(leader_key)
 
     async def leader_kv(self, election: str) -> tuple[KeyValue | None, int]:
-        """The leader's key of `election` (None if there is none), and the revision read."""
-        try:
-            answer = await self._call("/v3/election/leader", {"name": _b64(election)})
-        except EtcdError as exc:
-            if isinstance(exc, EtcdUnavailable) or _NO_LEADER not in str(exc):
-                raise
-            return None, 0
-        return _key_value(answer["kv"]), _revision(answer)
+        """The leader's key of `election` (None if there is none), and the revision read:
+        the candidate key created first, as etcd's election service defines it."""
+        prefix = election + "/"
+        answer = await self._call(
+            "/v3/kv/range",
+            {
+                "key": _b64(prefix),
+                "range_end": _b64(prefix_range_end(prefix)),
+                "limit": "1",
+                "sort_order": "ASCEND",
+                "sort_target": "CREATE",
+            },
+        )
+        kvs = answer.get("kvs", [])
+        return (_key_value(kvs[0]) if kvs else None), _revision(answer)
 
     async def leader(self, election: str) -> bytes | None:
         kv, _ = await self.leader_kv(election)

@@ -208,6 +208,8 @@ class ReplicationClient:
         self.acked = start
         if consistent_at <= start:
             await self._synced()
+        # The first ack says "synced, streaming from here", even if nothing comes.
+        writer.write(wire.frame(wire.ACK, wire.u64(start)))
         applier = ActionApplier(self.data_dir)
         receiving = asyncio.create_task(self._receive_stream(reader, stream))
         applying = asyncio.create_task(self._apply_stream(writer, stream, applier, consistent_at))
@@ -251,11 +253,13 @@ class ReplicationClient:
             except ActionError as exc:
                 raise ReplicationError(f"bad action from the leader: {exc}") from exc
             acked = stream.base + applier.applied
+            # The marker goes before the ack that reaches `consistent_at`: the leader may
+            # name this node in the ISR from that ack on (a node with it never campaigns).
+            if not self.synced and acked >= consistent_at:
+                await self._synced()
             if acked > self.acked:
                 self.acked = acked
                 writer.write(wire.frame(wire.ACK, wire.u64(acked)))
-            if not self.synced and acked >= consistent_at:
-                await self._synced()
 
     async def _synced(self) -> None:
         await self._on_thread(clear_marker, self.data_dir)

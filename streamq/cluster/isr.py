@@ -41,6 +41,9 @@ class Follower:
     address: str
     acked: int  # stream position acked (the stream start while syncing)
     state: Literal["syncing", "streaming"] = "syncing"
+    # Its copy is a consistent state of ours once it acked this (the stream position when
+    # its full sync ended); it may join the ISR only then.
+    consistent_at: int = 0
 
 
 @dataclass(slots=True)
@@ -104,6 +107,7 @@ class IsrState:
             node_id not in self.committed
             and node_id not in self.pending
             and follower.state == "streaming"
+            and follower.acked >= follower.consistent_at
             and self.position - follower.acked <= JOIN_LAG_BYTES_MAX
         ):
             self.pending[node_id] = Pending(self.released)

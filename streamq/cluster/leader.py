@@ -292,7 +292,8 @@ class ReplicationServer:
             if kind != wire.FILE_REQUEST:
                 raise ReplicationError(f"unexpected frame {kind} during a full sync")
             await self._send_file(writer, *wire.decode_request(body_in))
-        end = wire.encode_sync_end(session.cursor, self.tap.position)
+        session.follower.consistent_at = self.tap.position
+        end = wire.encode_sync_end(session.cursor, session.follower.consistent_at)
         writer.write(wire.frame(wire.SYNC_END, end))
 
     async def _send_file(
