@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import os
 import signal
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import uvloop
@@ -204,20 +204,18 @@ class Node:
     ) -> bool:
         """Wait until the leader or ISR changes, the lease is lost, `stop`, or RECHECK_S;
         True if the campaign ended (won, or failed)."""
-        changed = asyncio.ensure_future(membership.wait_change())
-        waits: set[asyncio.Future[object]] = {
-            changed,
+        others: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(membership.wait_change()),
             asyncio.ensure_future(self.stop.wait()),
             asyncio.ensure_future(membership.lease_lost.wait()),
-        }
-        if campaign is not None:
-            waits.add(campaign)  # type: ignore[arg-type]  # a Task[None] is a Future[object] here
+        ]
+        waits: list[asyncio.Future[Any]] = [*others, *([campaign] if campaign else [])]
         try:
             await asyncio.wait(waits, timeout=RECHECK_S, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiting in waits - {campaign}:
+            for waiting in others:
                 waiting.cancel()
-            await asyncio.gather(*(waits - {campaign}), return_exceptions=True)
+            await asyncio.gather(*others, return_exceptions=True)
         return campaign is not None and campaign.done()
 
     async def _follow(self, leader: NodeInfo | None) -> None:
