@@ -142,3 +142,26 @@ def test_a_leader_stopped_with_sigterm_resigns(etcd: EtcdServer, tmp_path: Path)
         assert cluster.leader() is follower
         assert took < 8, f"the follower took {took:.1f} s: the leader did not resign"
         wait_until((marks / f"{follower.node_id}{HOOK_SUFFIX}").exists, "the new leader's hook")
+
+
+@pytest.mark.timeout(60)
+def test_without_etcd_no_client_port_opens_and_sigterm_stops(tmp_path: Path) -> None:
+    """etcd unreachable at start: the node keeps retrying, listens on no client port
+    (a client is refused at once, not left hanging), and stops promptly on SIGTERM."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{unused.getsockname()[1]}"  # bound, never listening
+    node = ClusterNode("alone", tmp_path / "alone", nowhere)
+    node.start()
+    try:
+        wait_until(lambda: b"clustering: etcd unavailable" in node.log(), "the retry log line")
+        for port in (node.amqp_port, node.http_port):
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), TIMEOUT_S).close()
+        assert node.alive
+        started = time.monotonic()
+        node.stop()
+        assert time.monotonic() - started < 10
+        assert node.process is not None and node.process.returncode == 0
+    finally:
+        node.stop()
