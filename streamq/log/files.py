@@ -80,15 +80,17 @@ def ftruncate(fd: int, size: int) -> None:
 
 
 def replace(src: str, dst: str) -> None:
-    """os.replace, recorded; descriptors of `src` now write to `dst`, those of the file
-    `dst` was are no longer recorded (on this node that file is gone)."""
+    """os.replace, recorded; descriptors of `src` (or of files under it, for a directory)
+    now write to `dst`, those of the file `dst` was are no longer recorded (on this node
+    that file is gone)."""
     os.replace(src, dst)
     source, target = os.path.abspath(src), os.path.abspath(dst)
+    inside = source + "/"  # a renamed directory takes the files under it along
     for fd, path in list(_paths.items()):
         if path == target:
-            del _paths[fd]
-        elif path == source:
-            _paths[fd] = target
+            _paths.pop(fd, None)
+        elif (path == source or path.startswith(inside)) and _paths.get(fd) == path:
+            _paths[fd] = target + path[len(source) :]  # unless closed meanwhile
     tap = current.tap
     if tap is not None:
         tap.rename(source, target)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +223,59 @@ def test_a_malformed_header_is_refused_before_its_body_arrives(tmp_path: Path) -
         for i in range(len(action)):
             applier.feed(action[i : i + 1])
     applier.close()
+
+
+def test_threads_recording_at_once_keep_each_ones_order(tmp_path: Path) -> None:
+    """Four threads append to their own files at once: every action arrives whole, and
+    each file ends as its thread wrote it."""
+    source = tmp_path / "src"
+    tap = FileTap(str(source))
+    writes = 2000
+
+    def record(name: str) -> None:
+        for i in range(writes):
+            tap.write(str(source / name), i * 4, b"%04d" % i)
+
+    threads = [threading.Thread(target=record, args=(f"t{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    applier = ActionApplier(str(tmp_path / "dst"))
+    applier.feed(tap.read(0, tap.position))
+    applier.close()
+    expected = b"".join(b"%04d" % i for i in range(writes))
+    for n in range(4):
+        assert (tmp_path / "dst" / f"t{n}").read_bytes() == expected
+
+
+def test_a_renamed_directory_takes_its_cached_files_along(
+    tapped: tuple[Path, FileTap], tmp_path: Path
+) -> None:
+    """As a vhost deleted and created again: its directory is renamed away and removed,
+    then a file at an old path is written anew. The applier's cached descriptor of the
+    old file must not receive the new writes."""
+    source, tap = tapped
+    files.makedirs(str(source / "v" / "log"))
+    fd = files.open_fd(str(source / "v" / "log" / "seg"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    files.append_all(fd, b"old")
+    files.close_fd(fd)
+    copy = tmp_path / "copy"
+    applier = ActionApplier(str(copy))
+    applier.feed(tap.read(0, tap.position))  # the old file's descriptor is cached now
+    start = tap.position
+    files.replace(str(source / "v"), str(source / "v.deleted"))
+    files.remove_tree(str(source / "v.deleted"))
+    files.makedirs(str(source / "v" / "log"))
+    fd = files.open_fd(str(source / "v" / "log" / "seg"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    files.append_all(fd, b"new")
+    files.close_fd(fd)
+    applier.feed(tap.read(start, tap.position))
+    applier.sync()
+    applier.close()
+    assert tree(copy) == expected_without_local(source)
+    assert (copy / "v" / "log" / "seg").read_bytes() == b"new"
+
+
+def expected_without_local(root: Path) -> dict[str, bytes | None]:
+    return {k: v for k, v in tree(root).items() if k != ".clustering_id"}
