@@ -11,7 +11,6 @@ management user lists the vhosts it may see.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 
 from aiohttp import web
@@ -122,7 +121,7 @@ async def bulk_delete_users(request: web.Request) -> web.Response:
         raise HttpError(400, "'users' must be a list of user names")
     if len(names) > BULK_DELETE_USERS_MAX:
         raise HttpError(400, f"at most {BULK_DELETE_USERS_MAX} users at once")
-    missing = await asyncio.to_thread(accounts.delete_users, names)
+    missing = await who.broker.change_durably(accounts.delete_users, names)
     close_connections_of(who, set(names).difference(missing))
     if missing:  # RabbitMQ deletes the others and reports the first missing one
         raise HttpError(400, f"no_such_user: {', '.join(missing)}")
@@ -183,11 +182,12 @@ def password_hash_of(body: dict[str, object]) -> str:
 
 @routes.put("/api/users/{name}")
 async def put_user(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    broker = _admin(request).broker
+    accounts = broker.accounts
     body = await read_json_object(request)
     password_hash = password_hash_of(body)
     tags = parse_tags(body.get("tags"))
-    created = await asyncio.to_thread(
+    created = await broker.change_durably(
         accounts.put_user, request.match_info["name"], password_hash, tags
     )
     return web.Response(status=201 if created else 204)
@@ -198,7 +198,7 @@ async def delete_user(request: web.Request) -> web.Response:
     who = _admin(request)
     name = request.match_info["name"]
     _user(who, name)
-    missing = await asyncio.to_thread(who.broker.accounts.delete_users, [name])
+    missing = await who.broker.change_durably(who.broker.accounts.delete_users, [name])
     if missing:  # deleted meanwhile by another request
         raise HttpError(404, "Not Found")
     close_connections_of(who, {name})
@@ -250,7 +250,7 @@ async def put_vhost(request: web.Request) -> web.Response:
     # As RabbitMQ's management plugin (maybe_grant_full_permissions): whoever creates a
     # vhost may use it at once.
     everything = (".*", ".*", ".*")
-    await asyncio.to_thread(broker.accounts.set_permissions, who.user.name, name, *everything)
+    await broker.change_durably(broker.accounts.set_permissions, who.user.name, name, *everything)
     return web.Response(status=201)
 
 
@@ -313,7 +313,7 @@ async def put_permission(request: web.Request) -> web.Response:
     if accounts.user(user) is None or not accounts.has_vhost(vhost):
         raise HttpError(400, "vhost_or_user_not_found")
     existed = accounts.permissions(user, vhost) is not None
-    await asyncio.to_thread(accounts.set_permissions, user, vhost, *regexes)
+    await who.broker.change_durably(accounts.set_permissions, user, vhost, *regexes)
     return web.Response(status=204 if existed else 201)
 
 
@@ -323,5 +323,5 @@ async def delete_permission(request: web.Request) -> web.Response:
     accounts = who.broker.accounts
     if accounts.permissions(user, vhost) is None:
         raise HttpError(404, "Not Found")
-    await asyncio.to_thread(accounts.clear_permissions, user, vhost)
+    await who.broker.change_durably(accounts.clear_permissions, user, vhost)
     return web.Response(status=204)

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, ParamSpec, TypeVar
 
 from streamq.broker.accounts import AccountStore, FirstUser, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
@@ -32,6 +32,9 @@ from streamq.log.syncer import Syncer
 
 logger = logging.getLogger(__name__)
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 VHOSTS_DIR: Final = "vhosts"
 DELETED_SUFFIX: Final = ".deleted"  # a deleted vhost's directory, renamed before removal
 # A deleted vhost's connections are closed; this long at most they may take to go away.
@@ -46,10 +49,14 @@ class Broker:
         *,
         direct_io: bool = True,
         first_user: FirstUser | None = None,
+        failover: bool = False,
     ) -> None:
         """Open the data directory. `first_user`: a fresh directory's user instead of
-        guest/guest (see `AccountStore.open`)."""
+        guest/guest (see `AccountStore.open`). `failover`: this node was just promoted
+        to cluster leader; every message restored into a classic queue comes back
+        flagged redelivered (see `VHost`)."""
         self.data_dir = data_dir
+        self.failover = failover
         self.syncer = Syncer(direct_io=direct_io)
         self.resources = ResourceMonitor(data_dir, limits or ResourceLimits.defaults())
         self.accounts = AccountStore.open(data_dir, first_user)
@@ -83,7 +90,7 @@ class Broker:
 
     def add_vhost(self, name: str) -> VHost | None:
         try:
-            vhost = VHost(name, self.vhost_directory(name), self.syncer)
+            vhost = VHost(name, self.vhost_directory(name), self.syncer, failover=self.failover)
         except (BrokerError, LogError, OSError) as exc:
             # Only this vhost fails: its clients are refused with the reason; the others
             # run. Its files are left as they are for inspection.
@@ -122,10 +129,10 @@ class Broker:
         Raises VHostExists, AccountValueInvalid, OSError. Returns None if the vhost is
         defined but its files could not be opened (it is then in `failed_vhosts`).
         """
-        await asyncio.to_thread(self.accounts.add_vhost, name)
+        await self.change_durably(self.accounts.add_vhost, name)
         directory = self.vhost_directory(name)
         try:
-            vhost = await asyncio.to_thread(VHost, name, directory, self.syncer)
+            vhost = await self.change_durably(VHost, name, directory, self.syncer)
         except (BrokerError, LogError, OSError) as exc:
             logger.error("vhost %s could not be opened: %s", name, exc)
             self.failed_vhosts[name] = str(exc)
@@ -152,7 +159,16 @@ class Broker:
         await self._close_clients(name, f"vhost '{name}' is deleted")
         if vhost is not None:
             await vhost.aclose()
-        await asyncio.to_thread(self._delete_vhost_files, name)
+        await self.change_durably(self._delete_vhost_files, name)
+
+    async def change_durably(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `fn`, a blocking change that makes its own writes durable (accounts, vhost
+        files), in a worker thread, then wait for an empty sync round: on a cluster leader
+        the round completes once the replicas have the change too (`Syncer.gate`).
+        Raises what `fn` raises, and ReplicationFenced when the node stepped down."""
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+        await asyncio.wrap_future(self.syncer.barrier())
+        return result
 
     async def _close_clients(self, vhost: str, reason: str) -> None:
         for client in [c for c in self.clients.values() if c.vhost == vhost]:

@@ -14,7 +14,6 @@ neither HTTP nor status codes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -157,7 +156,7 @@ class Importer:
             if not self.broker.accounts.has_vhost(name):
                 await self.broker.create_vhost(name)
         if users or permissions:
-            await asyncio.to_thread(self.broker.accounts.merge, users, permissions)
+            await self.broker.change_durably(self.broker.accounts.merge, users, permissions)
         for key in ("topic_permissions", "global_parameters"):
             if _entries(doc, key):
                 logger.info("definitions import: %s are not supported; ignored", key)

@@ -111,13 +111,18 @@ _DEFAULT_EXCHANGE: Final = Destination("exchange", "")
 
 
 class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
-    def __init__(self, name: str, directory: str, syncer: Syncer) -> None:
-        """Open the vhost and restore its durable state (blocking: start-up only).
+    def __init__(
+        self, name: str, directory: str, syncer: Syncer, *, failover: bool = False
+    ) -> None:
+        """Open the vhost and restore its durable state (blocking: start-up only). With
+        `failover` (a node promoted to cluster leader), every message restored into a
+        classic queue comes back flagged redelivered (see `VHostStore._restore_cursor`).
 
         Raises LogError, DefinitionsCorrupted and OSError.
         """
         self.name = name
         self.directory = directory
+        self.failover = failover
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.log = SegmentLog.open(

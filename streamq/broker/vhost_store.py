@@ -62,6 +62,7 @@ class VHostStore:
 
     name: str
     directory: str
+    failover: bool  # restored classic-queue messages come back redelivered
     exchanges: dict[str, Exchange]
     queues: dict[str, Queue]
     log: SegmentLog
@@ -229,6 +230,8 @@ class VHostStore:
         from the log and is rewritten."""
         cursor = queue.cursor
         queue.holds_expiring = replayed.expiring
+        if self.failover:
+            replayed = replayed._replace(counts=delivered_at_least_once(replayed))
         size_bytes = replayed.size_bytes
         if queue.max_priority is None and replayed.size_exact:
             cursor.restore_runs(replayed.runs, replayed.counts)
@@ -357,4 +360,18 @@ def binding_op(
         "destination": destination.name,
         "routing_key": routing_key,
         "arguments": arguments_to_json(arguments),
+    }
+
+
+def delivered_at_least_once(replayed: Replay) -> dict[int, int]:
+    """Delivery counts for a failover: every held offset counts one delivery at least.
+    The former leader may have delivered any of them in its last moments (its deliver
+    entries reach the journal with the next round, which the followers never got), so
+    every one comes back redelivered, as RabbitMQ's quorum queues return the messages a
+    lost leader had handed out. Costs memory per message (they are requeued ones now)."""
+    counts = replayed.counts
+    return {
+        offset: max(counts.get(offset, 0), 1)
+        for first, count in replayed.runs
+        for offset in range(first, first + count)
     }

@@ -51,3 +51,11 @@ class OffsetOutOfRange(LogError):
 
 class RecordTooLarge(LogError):
     """A message is larger than the log accepts (`record_bytes_max`)."""
+
+
+class ReplicationFenced(LogError):
+    """This node is no longer the cluster leader: a round it held for its followers will
+    never be confirmed by it (another leader may hold, or have dropped, its writes)."""
+
+    def __init__(self, reason: str = "this node is no longer the cluster leader") -> None:
+        super().__init__(reason)

@@ -42,6 +42,7 @@ from streamq.log.errors import (
     OffsetOutOfRange,
     OutOfSpace,
     RecordTooLarge,
+    ReplicationFenced,
     SegmentCorrupted,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
@@ -993,6 +994,11 @@ class SegmentLog:
         elif self._failed is None:
             try:
                 await self.sync(companions=bool(self._companions))
+            except LogFailed as exc:
+                if not isinstance(exc.cause, ReplicationFenced):
+                    raise
+                # The node stepped down: its last rounds are not ours to confirm, and
+                # closing is all that is left to do.
             finally:
                 self._release(cut_padding=True, wait=False)
                 await self._writes_done()
@@ -1023,6 +1029,9 @@ class SegmentLog:
         try:
             if self._failed is None:
                 self.sync_blocking()
+        except LogFailed as exc:
+            if not isinstance(exc.cause, ReplicationFenced):
+                raise
         finally:
             self._release(cut_padding=True)
 

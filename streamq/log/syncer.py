@@ -8,6 +8,13 @@ It also keeps the broker-wide view of a full disk: which logs wait for room (`ou
 and who to tell when that changes (`space_listeners`, the gateway's resource alarm).
 It times each round (`round_seconds`, a histogram for the metrics endpoint): two clock
 reads and a few integer additions per round, on the fsync thread.
+
+On a cluster leader a round is not over when its fsyncs are: `gate` (the replication
+server) holds it until every in-sync replica has the bytes the tap recorded up to then,
+and only then completes the round's future, on whatever thread the gate releases it. The
+fsync thread is not held meanwhile: it runs the next rounds, which queue behind the gate
+in the same way. Confirms, Declare-Oks, tx.commit-oks and management replies all wait for
+rounds, so they all wait for the replicas with no change to their code.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import bisect
 import concurrent.futures
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from streamq.log.writer import staging_buffer
 
@@ -59,6 +66,14 @@ class Histogram:
         self.count += 1
 
 
+class ReplicationGate(Protocol):
+    def hold(self, done: Callable[[BaseException | None], None]) -> None:
+        """Called on the fsync thread right after a round's writes and fsyncs succeeded.
+        The gate reads the tap's position now and calls done(None) (from any thread,
+        exactly once) when every in-sync replica has acked that position, or done(exc) to
+        fail the round (this node is no longer leader: ReplicationFenced)."""
+
+
 class Syncer:
     """A one-thread executor for fsync rounds, shared by every log of a broker."""
 
@@ -76,6 +91,9 @@ class Syncer:
         # when that set changes; both used on the event loop only.
         self.out_of_space: set[str] = set()
         self.space_listeners: list[Callable[[], object]] = []
+        # Set by the cluster controller right after the Broker is made, before any
+        # listener opens; None on a single node.
+        self.gate: ReplicationGate | None = None
 
     def space_changed(self, directory: str, *, out_of_space: bool) -> None:
         """A log ran out of disk space, or has room again: tell the listeners."""
@@ -87,8 +105,33 @@ class Syncer:
             listener()
 
     def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """Run an fsync round on the thread, timed into `round_seconds`."""
-        return self._executor.submit(self._timed, fn)
+        """Run an fsync round on the thread, timed into `round_seconds`. With a gate, the
+        future completes once the gate releases the round (or fails with what the gate
+        gives, ReplicationFenced). Raises RuntimeError once the Syncer is closed."""
+        gate = self.gate
+        if gate is None:
+            return self._executor.submit(self._timed, fn)
+        held: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._executor.submit(self._gated, fn, gate, held)
+        return held
+
+    def barrier(self) -> concurrent.futures.Future[None]:
+        """An empty round: done once everything submitted before it ran and (with a
+        gate) reached the replicas. For writes made outside rounds (management changes
+        on worker threads), whose replies must wait for the replicas too."""
+        return self.submit(lambda: None)
+
+    def _gated(
+        self, fn: Callable[[], T], gate: ReplicationGate, held: concurrent.futures.Future[T]
+    ) -> None:
+        """On the thread: run the round, then hand it to the gate."""
+        try:
+            result = self._timed(fn)
+        except BaseException as exc:
+            if held.set_running_or_notify_cancel():
+                held.set_exception(exc)
+            return
+        gate.hold(lambda exc: _settle(held, result, exc))
 
     def submit_write(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run a segment write on the thread, after everything submitted before it."""
@@ -104,3 +147,13 @@ class Syncer:
     def close(self) -> None:
         """Wait for the rounds already submitted, then stop the thread."""
         self._executor.shutdown(wait=True)
+
+
+def _settle(future: concurrent.futures.Future[T], result: T, exc: BaseException | None) -> None:
+    """Complete a held round's future (once; a cancelled one stays cancelled)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    if exc is None:
+        future.set_result(result)
+    else:
+        future.set_exception(exc)

@@ -298,6 +298,7 @@ class ActionApplier:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
         self._pending = bytearray()  # an incomplete action, bounded by the action limits
         self._applied = 0
         self._fds: OrderedDict[str, int] = OrderedDict()  # relative path -> fd, LRU
