@@ -300,6 +300,7 @@ async def run_broker(
             config.limits,
             direct_io=config.direct_io,
             first_user=first_user(config),
+            failover=cluster is not None and cluster.failover,
         )
         if on_broker is not None:
             on_broker(broker)
