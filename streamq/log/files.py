@@ -86,8 +86,8 @@ def replace(src: str, dst: str) -> None:
     source, target = os.path.abspath(src), os.path.abspath(dst)
     for fd, path in list(_paths.items()):
         if path == target:
-            del _paths[fd]
-        elif path == source:
+            _paths.pop(fd, None)
+        elif path == source and _paths.get(fd) == source:  # not closed meanwhile
             _paths[fd] = target
     tap = current.tap
     if tap is not None:

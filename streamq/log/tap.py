@@ -90,17 +90,24 @@ class FileTap:
         self._base = 0
         self.listener: Callable[[], None] | None = None
 
+    # Read under the lock: a trim on another thread moves `_base` and the buffer's start
+    # in two steps, and a position read between them would be too low (a round released
+    # before the replicas have all of it).
+
     @property
     def position(self) -> int:
-        return self._base + len(self._buffer)
+        with self._lock:
+            return self._base + len(self._buffer)
 
     @property
     def first_retained(self) -> int:
-        return self._base
+        with self._lock:
+            return self._base
 
     @property
     def retained_bytes(self) -> int:
-        return len(self._buffer)
+        with self._lock:
+            return len(self._buffer)
 
     def relative(self, path: str) -> str | None:
         """`path` relative to the root with '/' separators, or None when it is outside
@@ -183,9 +190,11 @@ class FileTap:
             at = start - self._base
             if at < 0:
                 raise TapTrimmed(start, self._base)
-            if at > len(self._buffer):
-                raise ValueError(f"tap position {start} is past the end {self.position}")
-            return bytes(self._buffer[at : at + max_bytes])
+            end = self._base + len(self._buffer)
+            if start > end:
+                raise ValueError(f"tap position {start} is past the end {end}")
+            with memoryview(self._buffer) as view:
+                return bytes(view[at : at + max_bytes])
 
     def trim(self, position: int) -> None:
         """Forget the bytes below `position` (what every follower has acked)."""

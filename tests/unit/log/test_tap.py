@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +223,27 @@ def test_a_malformed_header_is_refused_before_its_body_arrives(tmp_path: Path) -
         for i in range(len(action)):
             applier.feed(action[i : i + 1])
     applier.close()
+
+
+def test_threads_recording_at_once_keep_each_ones_order(tmp_path: Path) -> None:
+    """Four threads append to their own files at once: every action arrives whole, and
+    each file ends as its thread wrote it."""
+    source = tmp_path / "src"
+    tap = FileTap(str(source))
+    writes = 2000
+
+    def record(name: str) -> None:
+        for i in range(writes):
+            tap.write(str(source / name), i * 4, b"%04d" % i)
+
+    threads = [threading.Thread(target=record, args=(f"t{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    applier = ActionApplier(str(tmp_path / "dst"))
+    applier.feed(tap.read(0, tap.position))
+    applier.close()
+    expected = b"".join(b"%04d" % i for i in range(writes))
+    for n in range(4):
+        assert (tmp_path / "dst" / f"t{n}").read_bytes() == expected
