@@ -31,8 +31,11 @@ import aiohttp
 RESPONSE_BYTES_MAX: Final = 16 << 20
 # One watch response line: a batch of events on the leader key or the ISR.
 WATCH_LINE_BYTES_MAX: Final = 4 << 20
+# A watch that cannot reconnect retries this often, for up to timeout_s.
+STREAM_RETRY_S: Final = 0.2
 # gRPC status codes that mean "ask another member" (the gateway passes them through).
-_GRPC_UNAVAILABLE: Final = frozenset({4, 14})  # DEADLINE_EXCEEDED, UNAVAILABLE
+# CANCELLED is what a member shutting down answers ("the client connection is closing").
+_GRPC_UNAVAILABLE: Final = frozenset({1, 4, 14})  # CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE
 _LEASE_NOT_FOUND: Final = "requested lease not found"
 
 Json = dict[str, Any]  # the gateway's JSON objects; private to this module
@@ -342,7 +345,7 @@ class Etcd:
         while True:
             if next_revision:
                 create["start_revision"] = str(next_revision)
-            response = await self._open_stream("/v3/watch", {"create_request": create})
+            response = await self._open_retrying("/v3/watch", {"create_request": create})
             try:
                 async with response:
                     async for line in _lines(response):
@@ -360,6 +363,18 @@ class Etcd:
                             yield
             except (aiohttp.ClientError, OSError, EtcdUnavailable):
                 pass  # the stream broke: reconnect from next_revision
+
+    async def _open_retrying(self, path: str, body: Json) -> aiohttp.ClientResponse:
+        """Opens a stream, retrying for up to timeout_s (an etcd restarting, a member
+        changing): a watch that broke reconnects without its caller seeing it."""
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        while True:
+            try:
+                return await self._open_stream(path, body)
+            except EtcdUnavailable:
+                if asyncio.get_running_loop().time() + STREAM_RETRY_S > deadline:
+                    raise
+            await asyncio.sleep(STREAM_RETRY_S)
 
     async def _open_stream(self, path: str, body: Json) -> aiohttp.ClientResponse:
         failures: list[str] = []

@@ -279,6 +279,8 @@ class Membership:
         """Blocks until elected leader (value: our advertised URI, bound to our lease).
         Raises LeaseLost if the lease is lost first (or turns out gone on winning)."""
         assert self._info is not None, "register() first"
+        if not self.lease_valid():
+            raise LeaseLost(f"no valid lease to campaign with: {self.lost_reason}")
         campaign = asyncio.ensure_future(
             self.etcd.campaign(self.election, self._info.advertised_uri.encode(), self.lease)
         )

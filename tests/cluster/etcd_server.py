@@ -46,17 +46,20 @@ class EtcdServer:
         directory.mkdir(parents=True, exist_ok=True)
         self.client_port, self.peer_port = free_port(), free_port()
         self.endpoint = f"127.0.0.1:{self.client_port}"
+        self._start()
+
+    def _start(self) -> None:
         client_url = f"http://{self.endpoint}"
         peer_url = f"http://127.0.0.1:{self.peer_port}"
         name = "streamq-test"
-        self.output = open(directory / "etcd.out", "wb")  # noqa: SIM115 (closed in stop)
+        self.output = open(self.directory / "etcd.out", "ab")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             [
                 str(ETCD),
                 "--name",
                 name,
                 "--data-dir",
-                str(directory / "data"),
+                str(self.directory / "data"),
                 "--listen-client-urls",
                 client_url,
                 "--advertise-client-urls",
@@ -67,9 +70,6 @@ class EtcdServer:
                 peer_url,
                 "--initial-cluster",
                 f"{name}={peer_url}",
-                # No metrics or pprof listeners: only the two ports above are opened.
-                "--listen-metrics-urls",
-                "",
             ],
             stdout=self.output,
             stderr=subprocess.STDOUT,
@@ -109,6 +109,12 @@ class EtcdServer:
                 self.process.kill()
                 self.process.wait(STOP_TIMEOUT_S)
         self.output.close()
+
+    def restart(self) -> None:
+        """Stops etcd and starts it again on the same ports and data (its keys and leases
+        survive; clients see their connections break)."""
+        self.stop()
+        self._start()
 
     def __enter__(self) -> EtcdServer:
         return self

@@ -137,6 +137,22 @@ async def test_watch_yields_once_per_change(client: Etcd) -> None:
     await changes.aclose()
 
 
+async def test_watch_reconnects_when_etcd_restarts(etcd: EtcdServer) -> None:
+    """The watch stream breaks when etcd stops; the watch reconnects (within timeout_s)
+    from the revision it had reached, so a change made right after the restart is seen."""
+    client = Etcd([etcd.endpoint], timeout_s=10.0)
+    changes = client.watch("k")
+    try:
+        first = asyncio.ensure_future(next_change(changes))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(etcd.restart)
+        await client.put("k", b"after the restart")
+        await first
+    finally:
+        await changes.aclose()
+        await client.close()
+
+
 async def test_watch_from_a_revision_sees_earlier_changes(client: Etcd) -> None:
     _, revision = await client.range("k")
     await client.put("k", b"changed after the read")
