@@ -260,6 +260,7 @@ class ReplicationClient:
             if acked > self.acked:
                 self.acked = acked
                 writer.write(wire.frame(wire.ACK, wire.u64(acked)))
+                await writer.drain()
 
     async def _synced(self) -> None:
         await self._on_thread(clear_marker, self.data_dir)

@@ -59,7 +59,10 @@ class _Session:
 
 
 class ReplicationServer:
-    """The leader's replication server; also the Syncer's ReplicationGate."""
+    """The leader's replication server; also the Syncer's ReplicationGate.
+
+    It starts with the ISR {node_id}: the controller writes that to etcd before creating
+    it (a wider ISR in etcd than here would let a round out without a member)."""
 
     def __init__(
         self,
@@ -187,17 +190,24 @@ class ReplicationServer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._maintain_wake.wait(), MAINTAIN_INTERVAL_S)
             self._maintain_wake.clear()
-            state = self._state
-            drops = state.drops(time.monotonic(), self.ack_timeout_s)
-            if drops and await self._write_isr(frozenset(state.committed - drops)):
-                state.dropped(drops)
-                logger.warning("clustering: dropped %s from the ISR", ", ".join(sorted(drops)))
-            for node_id in state.join_ready():
-                ok = await self._write_isr(frozenset(state.committed | {node_id}))
-                state.joined(node_id, ok=ok)
-                if ok:
-                    logger.info("clustering: %s joined the ISR", node_id)
-            self._release()
+            try:
+                await self._maintain_once()
+            except Exception:
+                # Rounds must not stall behind a dead task: log and check again.
+                logger.exception("clustering: ISR maintenance failed")
+
+    async def _maintain_once(self) -> None:
+        state = self._state
+        drops = state.drops(time.monotonic(), self.ack_timeout_s)
+        if drops and await self._write_isr(frozenset(state.committed - drops)):
+            state.dropped(drops)
+            logger.warning("clustering: dropped %s from the ISR", ", ".join(sorted(drops)))
+        for node_id in state.join_ready():
+            ok = await self._write_isr(frozenset(state.committed | {node_id}))
+            state.joined(node_id, ok=ok)
+            if ok:
+                logger.info("clustering: %s joined the ISR", node_id)
+        self._release()
 
     async def _write_isr(self, ids: frozenset[str]) -> bool | None:
         """True: etcd holds `ids`; False: refused (not leader); None: unknown outcome."""
