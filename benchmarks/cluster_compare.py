@@ -13,12 +13,13 @@ by its pid:
 - rabbitmq: three Debian rabbitmq-server nodes clustered (benchmarks/rabbitmq_cluster.py),
   the load to rabbit1, the queue declared with `x-queue-type: quorum` (three replicas).
 The load is `streamq perf throughput -x N -y 0 -s SIZE -p -c W -z S` into one durable
-queue (a fresh one per row): N publisher processes, W unconfirmed messages at most each.
+queue (a fresh one per row, deleted after it): N publisher processes, W unconfirmed
+messages at most each.
 
-failover: on the cluster, N times: wait until all three nodes are in sync, SIGKILL the
-leader, and time until a client that tries every node in turn (aio-pika; 3 s connect and
-8 s confirm timeouts, 0.2 s between attempts) has a publish confirmed again; the killed
-node is restarted before the next run. p50 and p99 (nearest rank) of the N times.
+failover: on another fresh cluster, N times: wait until all three nodes are in sync,
+SIGKILL the leader, and time until a client that tries every node in turn (aio-pika; 3 s
+connect and 8 s confirm timeouts, 0.2 s between attempts) has a publish confirmed again;
+the killed node is restarted before the next run. p50 and p99 (nearest rank) of N times.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
 import os
 import platform
@@ -35,6 +37,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
+
+import pika
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -81,11 +85,25 @@ def publish_rate(port: int, queue: str, size: int, args: argparse.Namespace, *ex
     return float(rate)
 
 
+def delete_queue(port: int, queue: str) -> None:
+    """What a row published goes, so that the next row and the failover runs start from
+    a broker of the same (small) size for every product."""
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=60)
+    )
+    try:
+        connection.channel().queue_delete(queue)
+    finally:
+        connection.close()
+
+
 def sizes_rates(port: int, name: str, args: argparse.Namespace, *extra: str) -> dict[str, float]:
-    """One row per body size, each into a fresh queue; printed as it goes."""
+    """One row per body size, each into a fresh queue (deleted after); printed as it goes."""
     rates = {}
     for size in args.sizes:
-        rate = publish_rate(port, f"bench-{name}-{size}", size, args, *extra)
+        queue = f"bench-{name}-{size}"
+        rate = publish_rate(port, queue, size, args, *extra)
+        delete_queue(port, queue)
         print(f"{name}: {size} B: {rate:,.0f} msgs/s", flush=True)
         rates[str(size)] = rate
     return rates
@@ -100,19 +118,17 @@ def run_single(base: Path, args: argparse.Namespace) -> dict[str, float]:
         node.stop()
 
 
-def run_cluster(base: Path, args: argparse.Namespace) -> dict[str, object]:
-    """The publish rows on the leader, then the failover runs on the same cluster."""
-    result: dict[str, object] = {}
+def run_cluster(base: Path, args: argparse.Namespace, what: str) -> object:
+    """On a fresh cluster under base/what: the publish rows on the leader ("cluster"), or
+    the failover runs ("failover")."""
     with (
-        EtcdServer(base / "etcd") as etcd,
-        Cluster(base / "cluster", etcd.endpoint, 3, lease_ttl_s=args.lease_ttl) as cluster,
+        EtcdServer(base / what / "etcd") as etcd,
+        Cluster(base / what, etcd.endpoint, 3, lease_ttl_s=args.lease_ttl) as cluster,
     ):
         leader = cluster.start(IN_SYNC_TIMEOUT_S)
-        if "cluster" in args.only:
-            result["rates"] = sizes_rates(leader.amqp_port, "cluster", args)
-        if "failover" in args.only:
-            result["failover_s"] = failovers(cluster, args.failovers)
-    return result
+        if what == "cluster":
+            return sizes_rates(leader.amqp_port, "cluster", args)
+        return failovers(cluster, args.failovers)
 
 
 def run_rabbitmq(base: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -160,8 +176,7 @@ def nearest_rank(values: list[float], percent: float) -> float:
 
 
 def ratio_lines(results: dict[str, object], sizes: list[int]) -> list[str]:
-    cluster = results.get("cluster")
-    rates = cluster.get("rates") if isinstance(cluster, dict) else None
+    rates = results.get("cluster")
     lines = []
     for size in map(str, sizes):
         for name, target in (("single", TARGET_VS_SINGLE), ("rabbitmq", TARGET_VS_RABBITMQ)):
@@ -183,8 +198,7 @@ def failover_line(times: list[float], lease_ttl_s: int) -> str:
 def report(results: dict[str, object], args: argparse.Namespace) -> None:
     for line in ratio_lines(results, args.sizes):
         print(line)
-    cluster = results.get("cluster")
-    times = cluster.get("failover_s") if isinstance(cluster, dict) else None
+    times = results.get("failover")
     if isinstance(times, list) and times:
         print(failover_line(times, args.lease_ttl))
 
@@ -208,6 +222,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    logging.getLogger("aiormq").setLevel(logging.CRITICAL)  # a refused connect is expected
+    logging.getLogger("aio_pika").setLevel(logging.CRITICAL)
     os.environ["PYTHONPATH"] = str(ROOT)  # the perf tool and brokers of this checkout
     base = args.dir or Path(tempfile.mkdtemp(prefix="cluster-compare-"))
     print(
@@ -225,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in runs.items():
         if name in args.only:
             results[name] = run(base, args)
-    if args.only & {"cluster", "failover"}:
-        results["cluster"] = run_cluster(base, args)
+    for what in ("cluster", "failover"):
+        if what in args.only:
+            results[what] = run_cluster(base, args, what)
     report(results, args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

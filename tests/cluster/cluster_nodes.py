@@ -254,8 +254,10 @@ class Cluster:
         return leader
 
     def api_nodes(self) -> list[dict[str, Any]]:
-        """`/api/nodes` of the leader (asked through any running node)."""
-        for node in self.nodes:
+        """`/api/nodes` of the leader (asked of the leader itself first: a follower's
+        forwarder may be waiting on a leader that is gone)."""
+        leader = self.leader()
+        for node in ([leader] if leader else []) + self.nodes:
             if node.alive and not node.paused:
                 with contextlib.suppress(OSError, ValueError):
                     answer = node.api("/api/nodes")

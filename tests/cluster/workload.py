@@ -40,6 +40,7 @@ class Ledger:
     acked: set[int] = field(default_factory=set)
     published: int = 0
     last_confirm_at: float = 0.0  # monotonic
+    confirmed_sent_at: float = 0.0  # when the last confirmed message was published (monotonic)
     reconnects: int = 0
 
     def delivered(self, message: AbstractIncomingMessage) -> int:
@@ -103,6 +104,7 @@ class Publisher:
                 await close_quietly(connection)
 
     async def _batch(self, channel: AbstractChannel) -> None:
+        sent_at = time.monotonic()
         ids = range(self.next_id, self.next_id + WINDOW)
         self.next_id += WINDOW
         self.ledger.published += WINDOW
@@ -113,6 +115,7 @@ class Publisher:
             if isinstance(result, aiormq.spec.Basic.Ack):
                 self.ledger.confirmed.add(message_id)
                 self.ledger.last_confirm_at = time.monotonic()
+                self.ledger.confirmed_sent_at = sent_at
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
