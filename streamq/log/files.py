@@ -29,13 +29,18 @@ _paths: dict[int, str] = {}
 
 
 def open_fd(path: str, flags: int, mode: int = 0o644) -> int:
-    """os.open, remembering the path for the tap; an O_CREAT or O_TRUNC open is recorded
-    (as a truncate to the size the file has after it). Close with `close_fd`."""
+    """os.open, remembering the path for the tap. An open that truncates, or creates,
+    is recorded as a truncate to 0 (which creates the file on a follower). An O_CREAT
+    open that found the file with bytes in it records nothing: the file is already on
+    every follower in sync, and a truncate to the size seen here could be recorded after
+    another thread's append to it. Close with `close_fd`."""
     fd = os.open(path, flags, mode)
     full = _paths[fd] = os.path.abspath(path)
     tap = current.tap
-    if tap is not None and flags & (os.O_CREAT | os.O_TRUNC):
-        tap.truncate(full, 0 if flags & os.O_TRUNC else os.fstat(fd).st_size)
+    if tap is not None and (
+        flags & os.O_TRUNC or (flags & os.O_CREAT and os.fstat(fd).st_size == 0)
+    ):
+        tap.truncate(full, 0)
     return fd
 
 
@@ -80,15 +85,17 @@ def ftruncate(fd: int, size: int) -> None:
 
 
 def replace(src: str, dst: str) -> None:
-    """os.replace, recorded; descriptors of `src` now write to `dst`, those of the file
-    `dst` was are no longer recorded (on this node that file is gone)."""
+    """os.replace, recorded; descriptors of `src` (or of files under it, for a directory)
+    now write to `dst`, those of the file `dst` was are no longer recorded (on this node
+    that file is gone)."""
     os.replace(src, dst)
     source, target = os.path.abspath(src), os.path.abspath(dst)
+    inside = source + "/"  # a renamed directory takes the files under it along
     for fd, path in list(_paths.items()):
         if path == target:
             _paths.pop(fd, None)
-        elif path == source and _paths.get(fd) == source:  # not closed meanwhile
-            _paths[fd] = target
+        elif (path == source or path.startswith(inside)) and _paths.get(fd) == path:
+            _paths[fd] = target + path[len(source) :]  # unless closed meanwhile
     tap = current.tap
     if tap is not None:
         tap.rename(source, target)

@@ -418,18 +418,24 @@ class ActionApplier:
 
     def _rename(self, src: str, dst: str) -> None:
         self._forget(dst)
+        self._forget_tree(dst)  # os.replace over an empty directory
         self._make_dirs(_parent(dst))
         try:
             os.replace(self._full(src), self._full(dst))
         except FileNotFoundError:
             return  # replayed over a copy made after the rename (see the class docstring)
-        # The descriptor follows its file to its new name, and so does its dirt.
-        fd = self._fds.pop(src, None)
-        if fd is not None:
-            self._fds[dst] = fd
-        if src in self._dirty_files:
-            self._dirty_files.discard(src)
-            self._dirty_files.add(dst)
+        # Cached descriptors follow their files to the new names (a renamed directory
+        # takes every file under it along), and so does their dirt.
+        prefix = src + "/"
+
+        def moved(path: str) -> str:
+            if path == src:
+                return dst
+            return dst + path[len(src) :] if path.startswith(prefix) else path
+
+        self._fds = OrderedDict((moved(p), fd) for p, fd in self._fds.items())
+        self._dirty_files = {moved(p) for p in self._dirty_files}
+        self._dirty_dirs = {moved(p) for p in self._dirty_dirs}
         self._dirty_dirs.add(_parent(src))
         self._dirty_dirs.add(_parent(dst))
 

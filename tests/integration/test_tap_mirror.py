@@ -147,13 +147,24 @@ def workload(rb: RunningBroker) -> None:
         "PUT", "/api/permissions/v2/alice", {"configure": ".*", "write": ".*", "read": ".*"}
     )[0] in (201, 204)
     assert rb.http("PUT", "/api/vhosts/v3")[0] == 201
-    v2 = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", rb.amqp_port, "v2"))
-    v2_channel = v2.channel()
-    v2_channel.confirm_delivery()
-    v2_channel.queue_declare("v2q", durable=True)
-    v2_channel.basic_publish("", "v2q", b"in v2", persistent)
-    v2.close()
+    publish_in(rb, "v2", "v2q", b"in v2")
+    publish_in(rb, "v3", "v3q", b"in v3, deleted")
     assert rb.http("DELETE", "/api/vhosts/v3")[0] == 204
+    # Created again: the same paths as the deleted one's (the mirror may still hold
+    # descriptors of those files).
+    assert rb.http("PUT", "/api/vhosts/v3")[0] == 201
+    publish_in(rb, "v3", "v3q", b"in v3 again")
+
+
+def publish_in(rb: RunningBroker, vhost: str, queue: str, body: bytes) -> None:
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", rb.amqp_port, vhost)
+    )
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(queue, durable=True)
+    channel.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2))
+    connection.close()
 
 
 def consume_stream(
@@ -224,7 +235,8 @@ def test_the_tap_stream_rebuilds_the_data_directory(
     expected = snapshot(source)
     assert expected["queues"][("/", "kept")] == 600 - 250 + 1
     assert expected["users"] == ["alice", "guest"]
-    assert expected["vhosts"] == ["/", "v2"]
+    assert expected["vhosts"] == ["/", "v2", "v3"]
+    assert expected["queues"][("v3", "v3q")] == 1
     assert expected["delayed"] == 1
     assert expected["first_redelivered"] is False
     assert snapshot(copy) == expected

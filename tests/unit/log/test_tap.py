@@ -247,3 +247,35 @@ def test_threads_recording_at_once_keep_each_ones_order(tmp_path: Path) -> None:
     expected = b"".join(b"%04d" % i for i in range(writes))
     for n in range(4):
         assert (tmp_path / "dst" / f"t{n}").read_bytes() == expected
+
+
+def test_a_renamed_directory_takes_its_cached_files_along(
+    tapped: tuple[Path, FileTap], tmp_path: Path
+) -> None:
+    """As a vhost deleted and created again: its directory is renamed away and removed,
+    then a file at an old path is written anew. The applier's cached descriptor of the
+    old file must not receive the new writes."""
+    source, tap = tapped
+    files.makedirs(str(source / "v" / "log"))
+    fd = files.open_fd(str(source / "v" / "log" / "seg"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    files.append_all(fd, b"old")
+    files.close_fd(fd)
+    copy = tmp_path / "copy"
+    applier = ActionApplier(str(copy))
+    applier.feed(tap.read(0, tap.position))  # the old file's descriptor is cached now
+    start = tap.position
+    files.replace(str(source / "v"), str(source / "v.deleted"))
+    files.remove_tree(str(source / "v.deleted"))
+    files.makedirs(str(source / "v" / "log"))
+    fd = files.open_fd(str(source / "v" / "log" / "seg"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    files.append_all(fd, b"new")
+    files.close_fd(fd)
+    applier.feed(tap.read(start, tap.position))
+    applier.sync()
+    applier.close()
+    assert tree(copy) == expected_without_local(source)
+    assert (copy / "v" / "log" / "seg").read_bytes() == b"new"
+
+
+def expected_without_local(root: Path) -> dict[str, bytes | None]:
+    return {k: v for k, v in tree(root).items() if k != ".clustering_id"}
