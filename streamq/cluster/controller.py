@@ -277,11 +277,14 @@ class Node:
         finally:
             await view.close()
             await server.close()
-        if self.stop.is_set() and membership.lease_valid():
+        if membership.lease_valid():
+            # Shutdown, or a broker that stopped by itself: a follower takes over at once.
             await self._resign(membership)
         assert self._hooks is not None
         self._hooks.run("on_leader_lost", config.clustering_on_leader_lost)
         logger.info("clustering: lost leadership: %s", reason)
+        if reason.startswith("the broker"):
+            await self._pause(ETCD_RETRY_S_MAX)  # before campaigning again: others first
 
     async def _run_broker(
         self, membership: Membership, server: ReplicationServer, view: LeaderView
@@ -319,6 +322,9 @@ class Node:
         except (ServeError, OSError) as exc:
             reason = f"the broker stopped: {exc}"
             logger.error("clustering: %s", reason)
+        except Exception as exc:  # a broker that cannot open its data: another node may
+            reason = f"the broker failed: {exc!r}"
+            logger.exception("clustering: %s", reason)
         return reason
 
     async def _until_step_down(self, membership: Membership, broker: asyncio.Task[None]) -> str:

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S: Final = 5.0  # the leader's port must accept within this
 WRITE_BUFFER_BYTES_HIGH: Final = 256 * 1024  # per direction: reading pauses above this
 WRITE_BUFFER_BYTES_LOW: Final = 64 * 1024
+EARLY_BYTES_MAX: Final = 1 << 20  # read from a client before the leader's side connected
 
 Address = tuple[str, int]
 
@@ -53,7 +54,7 @@ class _Pipe(asyncio.Protocol):
         self.forwarder = forwarder
         self.transport: asyncio.Transport | None = None
         self.peer: _Pipe | None = None
-        self._peer_paused = False  # our writes are over the mark: the peer stops reading
+        self.early = bytearray()  # read before the peer was connected (bounded)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -64,6 +65,14 @@ class _Pipe(asyncio.Protocol):
         peer = self.peer
         if peer is not None and peer.transport is not None:
             peer.transport.write(data)
+            return
+        # The leader's side is still being dialled (a transport may deliver a first read
+        # although reading was paused in connection_made: uvloop starts reading after it).
+        self.early += data
+        if self.transport is not None:
+            self.transport.pause_reading()
+            if len(self.early) > EARLY_BYTES_MAX:
+                self.transport.abort()
 
     def eof_received(self) -> bool:
         peer = self.peer
@@ -155,10 +164,12 @@ class Forwarder:
         if client.transport is None or client.transport.is_closing():
             upstream.close()  # the client left while we dialled
             return
+        assert upstream.transport is not None
         if self.proxy_header:
-            header = _header_of(client.transport)
-            assert upstream.transport is not None
-            upstream.transport.write(header)
+            upstream.transport.write(_header_of(client.transport))
+        if client.early:
+            upstream.transport.write(bytes(client.early))
+            client.early.clear()
         client.transport.resume_reading()
 
     async def close(self) -> None:

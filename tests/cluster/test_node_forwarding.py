@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from streamq.cluster.hooks import Hooks
 from streamq.cluster.proxy import (
@@ -82,7 +83,7 @@ def test_bytes_go_both_ways_with_the_header_first(header: bool) -> None:
         with pytest.raises(OSError):
             await asyncio.open_connection("127.0.0.1", port)  # no longer listening
 
-    asyncio.run(asyncio.wait_for(main(), 3 * TIMEOUT_S))
+    uvloop.run(asyncio.wait_for(main(), 3 * TIMEOUT_S))
 
 
 def test_an_unreachable_target_closes_the_client_promptly() -> None:
@@ -97,7 +98,7 @@ def test_an_unreachable_target_closes_the_client_promptly() -> None:
         writer.close()
         await forwarder.close()
 
-    asyncio.run(asyncio.wait_for(main(), 3 * TIMEOUT_S))
+    uvloop.run(asyncio.wait_for(main(), 3 * TIMEOUT_S))
 
 
 def test_a_target_that_does_not_read_bounds_what_the_forwarder_takes() -> None:
@@ -130,7 +131,7 @@ def test_a_target_that_does_not_read_bounds_what_the_forwarder_takes() -> None:
         server.close()
         return sent
 
-    sent = asyncio.run(asyncio.wait_for(main(), 60))
+    sent = uvloop.run(asyncio.wait_for(main(), 60))
     # Four kernel socket buffers (a few MiB on Linux) plus the forwarder's one.
     assert sent < 64 << 20
     assert sent > WRITE_BUFFER_BYTES_HIGH
