@@ -3,7 +3,10 @@
 Owns opening the AMQP listeners (plain TCP and a unix socket) and what happens between a
 connection's accept and its session: the endpoints a session is given (a unix socket's,
 treated as loopback as LavinMQ does) and, on a listener with PROXY protocol on, reading
-the header a load balancer sends first (`ProxyHeaderReceiver`), within a bounded time.
+the header a load balancer sends first (`ProxyHeaderReceiver`), within a bounded time. A
+cluster leader's listener trusts PROXY headers from its followers' addresses only
+(`trusted_proxy`, `OptionalProxyHeaderReceiver`): from them a header may lead a
+connection, from anyone else a header is refused.
 Once the header is read the transport is handed to the session itself
 (`transport.set_protocol`): the session reads from the socket as on any other listener,
 fast path included. It must not parse AMQP bytes nor hold broker state.
@@ -24,7 +27,13 @@ from typing import Final, cast
 
 from amqp_gateway.endpoints import Endpoints, ip_endpoints, socket_endpoints, unix_endpoints
 from amqp_gateway.gateway import Gateway
-from amqp_gateway.proxy_protocol import ProxyHeader, ProxyHeaderError, parse_header
+from amqp_gateway.proxy_protocol import (
+    V1_SIGNATURE,
+    V2_SIGNATURE,
+    ProxyHeader,
+    ProxyHeaderError,
+    parse_header,
+)
 from amqp_gateway.session import HANDSHAKE_TIMEOUT_S, AmqpSession
 
 logger = logging.getLogger(__name__)
@@ -35,20 +44,28 @@ PROXY_HEADER_TIMEOUT_S: Final = HANDSHAKE_TIMEOUT_S
 UNIX_SOCKET_MODE: Final = 0o666  # as LavinMQ: any local user may connect, then log in
 
 OwnEndpoints = Callable[[asyncio.BaseTransport], Endpoints | None]
+TrustedProxy = Callable[[str], bool]  # is this peer IP address allowed to send a header?
 
 
 async def start_tcp_listener(
-    gateway: Gateway, host: str, port: int, proxy_protocol: int = 0
+    gateway: Gateway,
+    host: str,
+    port: int,
+    proxy_protocol: int = 0,
+    trusted_proxy: TrustedProxy | None = None,
 ) -> asyncio.Server:
     """Listen for AMQP over TCP on host:port; with `proxy_protocol` (1 or 2: either
-    version's header is accepted) each connection must start with a PROXY header.
-    Raises OSError if it cannot bind."""
+    version's header is accepted) each connection must start with a PROXY header. With
+    `trusted_proxy` instead, a connection from a peer it accepts may start with one, and
+    a header from any other peer is refused. Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
 
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
             return ProxyHeaderReceiver(gateway, socket_endpoints)
+        if trusted_proxy is not None:
+            return OptionalProxyHeaderReceiver(gateway, socket_endpoints, trusted_proxy)
         return gateway.protocol_factory()
 
     return await loop.create_server(factory, host, port, reuse_address=True)
@@ -186,6 +203,59 @@ class ProxyHeaderReceiver(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def starts_with_header(data: bytes | bytearray) -> bool | None:
+    """Whether `data`, a connection's first bytes, begin a PROXY header (v1 or v2); None
+    while they could still be either that or something else (an AMQP protocol header)."""
+    for signature in (V1_SIGNATURE, V2_SIGNATURE):
+        if data[: len(signature)] == signature[: len(data)]:
+            return True if len(data) >= len(signature) else None
+    return False
+
+
+class OptionalProxyHeaderReceiver(ProxyHeaderReceiver):
+    """A connection on a listener where some peers (a cluster's followers, forwarding
+    their clients) may send a PROXY header first: from a trusted peer a header is read
+    and gives the client's address, while plain AMQP starts a session at once; from any
+    other peer a header is refused, so that no client can claim another's address."""
+
+    def __init__(
+        self, gateway: Gateway, own_endpoints: OwnEndpoints, trusted_proxy: TrustedProxy
+    ) -> None:
+        super().__init__(gateway, own_endpoints)
+        self._trusted_proxy = trusted_proxy
+        self._header: bool | None = None  # None until the first bytes tell
+
+    def data_received(self, data: bytes) -> None:
+        if self._header is None:
+            self._data += data
+            self._header = starts_with_header(self._data)
+            if self._header is None:
+                return  # a few bytes that both could start with: bounded by the timer
+            data = bytes(self._data)
+            self._data.clear()
+            if not self._header:
+                self._start_plain(data)
+                return
+            if not self._is_trusted():
+                self._refuse("a PROXY protocol header from a peer that is not a follower")
+                return
+        super().data_received(data)
+
+    def _is_trusted(self) -> bool:
+        transport = self._transport
+        ends = socket_endpoints(transport) if transport is not None else None
+        return ends is not None and self._trusted_proxy(ends.peer_host)
+
+    def _start_plain(self, data: bytes) -> None:
+        self._cancel_timer()
+        transport = self._transport
+        assert transport is not None
+        session = self._gateway.protocol_factory(self._own_endpoints(transport))
+        transport.set_protocol(session)
+        session.connection_made(transport)
+        feed(session, data)
 
 
 def feed(session: AmqpSession, data: bytes) -> None:

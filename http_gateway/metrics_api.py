@@ -7,7 +7,10 @@ stats), process memory, free disk and the limits of both alarms, and the histogr
 fsync round durations (`streamq_fsync_seconds`), and per shovel and federation link its
 state (`streamq_shovel_state{vhost,name,state}`: 1 for the state it is in, 0 for the
 others) and messages moved (`streamq_shovel_transferred_total`; `streamq_federation_link_*`
-alike). `/metrics/detailed?family=
+alike), and on a cluster leader the in-sync replica set's size
+(`streamq_cluster_isr_size`), the connected followers (`streamq_cluster_followers`) and
+each follower's replication lag (`streamq_cluster_follower_lag_bytes{node=...}`,
+`streamq_cluster_follower_lag_seconds{node=...}`). `/metrics/detailed?family=
 queue_coarse_metrics[&vhost=...]` gives per-queue depths, labelled by vhost and queue.
 Memory and disk are read in a worker thread.
 """
@@ -221,6 +224,27 @@ def _links(out: list[str], broker: Broker) -> None:
             out.append(f"{prefix}_transferred_total{{{labels}}} {moved}")
 
 
+def _cluster(out: list[str], broker: Broker) -> None:
+    view = broker.cluster
+    if view is None:
+        return
+    followers = [row for row in view.nodes() if not row.is_self]
+    connected = [row for row in followers if row.connected]
+    _metric(out, "streamq_cluster_isr_size", "gauge", "In-sync replicas, leader included",
+            view.isr_size)  # fmt: skip
+    _metric(out, "streamq_cluster_followers", "gauge", "Followers connected", len(connected))
+    for name, help_text, field in (
+        ("streamq_cluster_follower_lag_bytes", "Replication stream bytes not yet acked",
+         "replication_lag_bytes"),
+        ("streamq_cluster_follower_lag_seconds", "Age of the oldest unacked byte",
+         "replication_lag_seconds"),
+    ):  # fmt: skip
+        out += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for row in connected:
+            value = _number(getattr(row, field))
+            out.append(f'{name}{{node="{_label(row.node_id)}"}} {value}')
+
+
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
@@ -231,6 +255,7 @@ async def metrics(request: web.Request) -> web.Response:
     _process(out, broker, memory, disk)
     _fsync(out, broker)
     _links(out, broker)
+    _cluster(out, broker)
     return _text(out)
 
 

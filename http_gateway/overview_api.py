@@ -1,8 +1,9 @@
 """`/api/overview`, `/api/nodes`, `/api/aliveness-test/{vhost}`, as RabbitMQ has them.
 
 Owns the broker-wide views: the overview (versions, node, listeners, object and queue
-totals, message stats), the one node (streamq is a single node: memory, file descriptors,
-disk and their limits and alarms, uptime) and the aliveness test (declare the
+totals, message stats), the nodes (a single node: memory, file descriptors, disk and
+their limits and alarms, uptime; in a cluster, `Broker.cluster`, every node with its role,
+in-sync replica membership and replication lag as well) and the aliveness test (declare the
 `aliveness-test` queue, publish a message to it and get it back, as RabbitMQ does). The
 views count what the caller may see; nodes need `monitoring` or `administrator`.
 """
@@ -30,6 +31,7 @@ from http_gateway.errors import HttpError
 from http_gateway.listing import list_response, object_response
 from streamq import __version__
 from streamq.broker.broker import Broker
+from streamq.broker.cluster_view import NodeRow
 from streamq.broker.resources import disk_free_bytes, process_memory_bytes
 from streamq.broker.stats import message_stats_json
 from streamq.broker.vhost import VHost
@@ -46,6 +48,15 @@ routes = web.RouteTableDef()
 def node_name() -> str:
     """The node's name, RabbitMQ style (`rabbit@host`)."""
     return f"{PRODUCT_NAME}@{socket.gethostname()}"
+
+
+def cluster_node_name(node_id: str) -> str:
+    """A cluster node's name: its node id, which is unique where host names may not be."""
+    return f"{PRODUCT_NAME}@{node_id}"
+
+
+def this_node_name(broker: Broker) -> str:
+    return node_name() if broker.cluster is None else cluster_node_name(broker.cluster.node_id)
 
 
 def queue_totals(vhosts: list[VHost]) -> dict[str, int]:
@@ -97,7 +108,7 @@ def listeners(broker: Broker, request: web.Request) -> list[dict[str, object]]:
         found.append(("http", sockname[0], sockname[1]))
     return [
         {
-            "node": node_name(),
+            "node": this_node_name(broker),
             "protocol": p,
             "ip_address": ip,
             "port": port,
@@ -117,7 +128,7 @@ def overview(who: Caller, request: web.Request) -> dict[str, object]:
         "product_name": PRODUCT_NAME,
         "product_version": __version__,
         "cluster_name": node_name(),
-        "node": node_name(),
+        "node": this_node_name(broker),
         "rates_mode": "basic",
         "exchange_types": [
             {"name": kind, "enabled": True}
@@ -152,7 +163,7 @@ def node(broker: Broker) -> dict[str, object]:
         disk_free = 0
     fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return {
-        "name": node_name(),
+        "name": this_node_name(broker),
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),
@@ -177,20 +188,51 @@ def node(broker: Broker) -> dict[str, object]:
     }
 
 
+def cluster_fields(row: NodeRow) -> dict[str, object]:
+    """What a cluster adds to a node object (LavinMQ's followers list, RabbitMQ's names)."""
+    return {
+        "node_id": row.node_id,
+        "cluster_role": row.cluster_role,
+        "in_isr": row.in_isr,
+        "state": row.state,
+        "replication_lag_bytes": row.replication_lag_bytes,
+        "replication_lag_seconds": round(row.replication_lag_seconds, 3),
+        "advertised_uri": row.advertised_uri,
+        "amqp_address": row.amqp,
+        "http_address": row.http,
+    }
+
+
+def all_nodes(broker: Broker) -> list[dict[str, object]]:
+    """This node, then (in a cluster) every other node: the others' process figures are
+    theirs to tell, so they get the cluster fields and `running` only."""
+    if broker.cluster is None:
+        return [node(broker)]
+    found: list[dict[str, object]] = []
+    for row in broker.cluster.nodes():
+        if row.is_self:
+            found.insert(0, node(broker) | cluster_fields(row))
+        else:
+            base = {"name": cluster_node_name(row.node_id), "type": "disc"}
+            found.append(base | {"running": row.connected} | cluster_fields(row))
+    return found
+
+
 @routes.get("/api/nodes")
 async def list_nodes(request: web.Request) -> web.Response:
     who = caller(request)
     require_tags(who, SEES_ALL_VHOSTS_TAGS)
-    return list_response(request, [node(who.broker)], pageable=False)
+    return list_response(request, all_nodes(who.broker), pageable=False)
 
 
 @routes.get("/api/nodes/{name}")
 async def get_node(request: web.Request) -> web.Response:
     who = caller(request)
     require_tags(who, SEES_ALL_VHOSTS_TAGS)
-    if request.match_info["name"] != node_name():
-        raise HttpError(404, "Not Found")
-    return web.json_response(node(who.broker))
+    for found in all_nodes(who.broker):
+        if found["name"] == request.match_info["name"]:
+            return web.json_response(found)
+    raise HttpError(404, "Not Found")
 
 
 @routes.get("/api/aliveness-test/{vhost}")

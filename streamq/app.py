@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Final, cast
 import uvloop
 
 from amqp_gateway.gateway import Gateway
-from amqp_gateway.listeners import UnixListener, start_tcp_listener, start_unix_listener
+from amqp_gateway.listeners import (
+    TrustedProxy,
+    UnixListener,
+    start_tcp_listener,
+    start_unix_listener,
+)
 from amqp_gateway.tuning import AmqpTuning
 from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from streamq.broker.accounts import AccountValueInvalid, FirstUser
@@ -86,6 +91,16 @@ class ServeConfig:
     default_password_hash: str = ""
     load_definitions: str = ""  # a definitions JSON imported at boot, before listening
     pidfile: str = ""
+    # Clustering (streamq.cluster; LavinMQ's [clustering] keys): off unless `clustering`.
+    clustering: bool = False
+    clustering_bind: str = "127.0.0.1"
+    clustering_port: int = 5679
+    clustering_advertised_uri: str = ""  # "": tcp://<clustering_bind>:<clustering_port>
+    clustering_etcd_endpoints: str = "localhost:2379"
+    clustering_etcd_prefix: str = "streamq"
+    clustering_lease_ttl_s: int = 10
+    clustering_on_leader_elected: str = ""
+    clustering_on_leader_lost: str = ""
 
 
 class ServeError(Exception):
@@ -237,15 +252,28 @@ def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRole:
+    """How a cluster node (streamq.cluster) runs the broker as leader: the data directory
+    is already locked (the node holds the lock while it follows, too), the broker was
+    promoted from a follower's mirror (`failover`), and the AMQP listener takes PROXY
+    headers from the followers' addresses (`trusted_proxy`)."""
+
+    trusted_proxy: TrustedProxy
+    failover: bool = True
+
+
 async def run_broker(
     config: ServeConfig,
     stop: asyncio.Event,
     on_ready: Callable[[int, int], None] | None = None,
     on_broker: Callable[[Broker], None] | None = None,
     on_tls: Callable[[TlsContexts], None] | None = None,
+    cluster: ClusterRole | None = None,
 ) -> None:
     """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening,
-    `on_tls` with the TLS contexts (for their reload) when a TLS port is on.
+    `on_tls` with the TLS contexts (for their reload) when a TLS port is on, `on_broker`
+    with the broker before anything else sees it.
 
     Raises ServeError if the broker cannot start.
     """
@@ -253,7 +281,7 @@ async def run_broker(
     tls = _tls_contexts(config)  # a bad certificate stops the start before anything opens
     if tls is not None and on_tls is not None:
         on_tls(tls)
-    lock_fd = lock_data_dir(config.data_dir)
+    lock_fd = lock_data_dir(config.data_dir) if cluster is None else -1
     servers: list[asyncio.Server] = []
     http: HttpServer | None = None
     https_servers: list[HttpServer] = []
@@ -272,6 +300,7 @@ async def run_broker(
             config.limits,
             direct_io=config.direct_io,
             first_user=first_user(config),
+            failover=cluster is not None and cluster.failover,
         )
         if on_broker is not None:
             on_broker(broker)
@@ -281,7 +310,11 @@ async def run_broker(
         http_bind = config.bind if config.http_bind is None else config.http_bind
         amqp = await _listen(
             lambda: start_tcp_listener(
-                gateway, config.bind, config.amqp_port, config.tcp_proxy_protocol
+                gateway,
+                config.bind,
+                config.amqp_port,
+                config.tcp_proxy_protocol,
+                None if cluster is None else cluster.trusted_proxy,
             ),
             config.bind,
             config.amqp_port,
@@ -342,7 +375,8 @@ async def run_broker(
             await broker.aclose()
         if config.pidfile:
             remove_pidfile(config.pidfile)
-        os.close(lock_fd)
+        if lock_fd >= 0:
+            os.close(lock_fd)
     logger.info("stopped")
 
 

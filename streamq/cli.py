@@ -147,8 +147,14 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     if (warning := config.unsupported_warning(resolved)) is not None:
         logger.warning("%s", warning)
+    serve_config = config.serve_config(resolved)
     try:
-        serve(config.serve_config(resolved))
+        if serve_config.clustering:
+            from streamq.cluster.controller import serve_clustered  # noqa: PLC0415
+
+            serve_clustered(serve_config)
+        else:
+            serve(serve_config)
     except ServeError as exc:
         print(f"streamq: {exc}", file=sys.stderr)
         return 1

@@ -20,13 +20,11 @@ from streamq import config_values as v
 
 ENV_PREFIX: Final = "STREAMQ_"
 # LavinMQ's sections; [http] is its old name for [mgmt].
-SECTIONS: Final = ("main", "amqp", "mgmt")
+SECTIONS: Final = ("main", "amqp", "mgmt", "clustering")
 SECTION_ALIASES: Final = {"http": "mgmt"}
 # Sections LavinMQ reads that streamq does not (yet): their keys are named in the start-up
 # warning, as unsupported keys are; any other section is a mistake and refused.
-LAVINMQ_ONLY_SECTIONS: Final = frozenset(
-    {"mqtt", "experimental", "clustering", "oauth", "replication"}
-)
+LAVINMQ_ONLY_SECTIONS: Final = frozenset({"mqtt", "experimental", "oauth", "replication"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +161,41 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("https_port", parse=v.optional_port, default="-1",
          help="management HTTPS port; -1: off", ini=(("mgmt", "tls_port"),),
          flags=("--https-port",), metavar="PORT"),
+    # [clustering] (LavinMQ's names; lease_ttl and the hooks' flags are ours)
+    Key("clustering", parse=v.boolean, default="false",
+         help="run as a node of a cluster: election and membership on etcd, replication "
+         "to followers", ini=(("clustering", "enabled"),), flags=("--clustering",),
+         flag_const="true"),
+    Key("clustering_bind", parse=v.address, default="127.0.0.1",
+         help="address of the replication listener", ini=(("clustering", "bind"),),
+         flags=("--clustering-bind",), metavar="ADDRESS"),
+    Key("clustering_port", parse=v.port, default="5679", help="replication port",
+         ini=(("clustering", "port"),), flags=("--clustering-port",), metavar="PORT"),
+    Key("clustering_advertised_uri", parse=v.tcp_uri, default="",
+         help="where followers reach this node's replication port; empty: "
+         "tcp://<clustering bind>:<clustering port>",
+         ini=(("clustering", "advertised_uri"),), flags=("--clustering-advertised-uri",),
+         metavar="tcp://HOST:PORT"),
+    Key("clustering_etcd_endpoints", parse=v.endpoints, default="localhost:2379",
+         help="etcd's client endpoints, comma-separated",
+         ini=(("clustering", "etcd_endpoints"),), flags=("--clustering-etcd-endpoints",),
+         metavar="HOST:PORT[,...]"),
+    Key("clustering_etcd_prefix", parse=v.key_prefix, default="streamq",
+         help="the cluster's key prefix in etcd (one cluster per prefix)",
+         ini=(("clustering", "etcd_prefix"),), flags=("--clustering-etcd-prefix",),
+         metavar="KEY"),
+    Key("clustering_lease_ttl", field="clustering_lease_ttl_s", parse=v.in_range(3, 300),
+         default="10", help="TTL of the etcd lease the leader holds (s): the failover time "
+         "is about this plus a few seconds",
+         ini=(("clustering", "lease_ttl"),), flags=("--clustering-lease-ttl",), metavar="S"),
+    Key("clustering_on_leader_elected", parse=v.text, default="",
+         help="shell command run when this node becomes leader",
+         ini=(("clustering", "on_leader_elected"),),
+         flags=("--clustering-on-leader-elected",), metavar="COMMAND"),
+    Key("clustering_on_leader_lost", parse=v.text, default="",
+         help="shell command run when this node stops being leader",
+         ini=(("clustering", "on_leader_lost"),), flags=("--clustering-on-leader-lost",),
+         metavar="COMMAND"),
 )  # fmt: skip
 
 

@@ -138,6 +138,43 @@ def memory_limit(value: str) -> int:
     return parse_memory_limit(value)
 
 
+def tcp_uri(value: str) -> str:
+    """`tcp://HOST:PORT` (a replication listener's advertised address), or empty."""
+    value = value.strip()
+    if not value:
+        return ""
+    rest = value.removeprefix("tcp://")
+    if rest == value:
+        raise ValueError(f"not a tcp:// URI: {value!r} (tcp://HOST:PORT)")
+    _host_port(rest)
+    return value
+
+
+def endpoints(value: str) -> str:
+    """A comma-separated list of `HOST:PORT` (or `http://HOST:PORT`), at least one."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise ValueError("no endpoint (HOST:PORT[,HOST:PORT...])")
+    for item in items:
+        _host_port(item.removeprefix("http://"))
+    return ",".join(items)
+
+
+def _host_port(text: str) -> None:
+    host, _, number = text.rpartition(":")
+    if not host or any(c.isspace() or c == "/" for c in host):
+        raise ValueError(f"not HOST:PORT: {text!r}")
+    port(number)
+
+
+def key_prefix(value: str) -> str:
+    """An etcd key prefix: printable, no spaces, not empty."""
+    value = value.strip()
+    if not value or not value.isprintable() or any(c.isspace() for c in value):
+        raise ValueError(f"not a key prefix: {value!r}")
+    return value
+
+
 def password_hash(value: str) -> str:
     """RabbitMQ's hash: base64 of a 4-byte salt and SHA-256(salt + password)."""
     value = value.strip()

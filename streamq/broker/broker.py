@@ -18,6 +18,7 @@ from typing import Final, ParamSpec, TypeVar
 
 from streamq.broker.accounts import AccountStore, FirstUser, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
+from streamq.broker.cluster_view import ClusterView
 from streamq.broker.errors import BrokerError, NotAllowed
 from streamq.broker.links import Link, LinkKey
 from streamq.broker.parameters import ParameterListener
@@ -76,6 +77,7 @@ class Broker:
         # in `links` for the management API.
         self.parameter_listeners = ParameterListeners(self)
         self.links: dict[LinkKey, Link] = {}
+        self.cluster: ClusterView | None = None  # set by streamq.cluster on a leader
         _remove_deleted_vhost_dirs(os.path.join(data_dir, VHOSTS_DIR))
         # Every vhost is restored before the broker accepts a connection (the caller
         # starts listening only after this returns).

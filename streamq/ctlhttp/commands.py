@@ -366,4 +366,9 @@ VERBS: Final = (
     ),
     # The node.
     Verb("status", "show the broker's version and totals", node.status),
+    Verb(
+        "cluster_status",
+        "list the cluster's nodes: role, in-sync replica membership and replication lag",
+        node.cluster_status,
+    ),
 )

@@ -2,8 +2,9 @@
 
 Owns how lavinmqctl's node-wide verbs map onto RabbitMQ's management API:
 `/api/connections` (closing one sends the reason in the `X-Reason` header),
-`/api/definitions` (export to a file or stdout, import from a file or stdin) and
-`/api/overview` (status).
+`/api/definitions` (export to a file or stdout, import from a file or stdin),
+`/api/overview` (status) and `/api/nodes` (cluster_status: each node's role, in-sync
+replica membership and replication lag).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ STATUS_FIELDS: Final = (
     ("messages_ready", ("queue_totals", "messages_ready")),
     ("messages_unacknowledged", ("queue_totals", "messages_unacknowledged")),
 )
+
+
+CLUSTER_COLUMNS: Final = ("name", "role", "in_isr", "state", "lag_bytes", "lag_s")
+STANDALONE_ROLE: Final = "standalone"  # a broker without clustering: one node, no ISR
 
 
 # Connections.
@@ -177,3 +182,27 @@ def node_fields(found: dict[str, JsonValue]) -> dict[str, JsonValue]:
         if found.get(key)
     ]
     return fields
+
+
+# Cluster status.
+
+
+def cluster_status(client: ApiClient, args: argparse.Namespace) -> Result:
+    """Every node from /api/nodes (LavinMQ's cluster_status verb): name, role, whether it
+    is an in-sync replica, its state and how far it lags the leader."""
+    rows = [_cluster_row(found) for found in client.get_list(path("nodes"))]
+    return Table(CLUSTER_COLUMNS, rows)
+
+
+def _cluster_row(found: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    role = found.get("cluster_role")
+    if role is None:
+        return {"name": found.get("name"), "role": STANDALONE_ROLE, "state": "serving"}
+    return {
+        "name": found.get("name"),
+        "role": role,
+        "in_isr": found.get("in_isr"),
+        "state": found.get("state"),
+        "lag_bytes": found.get("replication_lag_bytes"),
+        "lag_s": found.get("replication_lag_seconds"),
+    }

@@ -113,6 +113,14 @@ def test_missing_big_and_binary_files_are_refused(tmp_path: Path) -> None:
         ("[main]\nconsumer_timeout = 1.5", "[main] consumer_timeout: not a whole number"),
         ("[main]\ndata_dir_lock = sometimes", "[main] data_dir_lock: not a boolean"),
         ("[shovels]\nx = 1", "[shovels] x: unknown section [shovels]"),
+        ("[clustering]\nenabled = sure", "[clustering] enabled: not a boolean: 'sure'"),
+        ("[clustering]\nport = 99999", "[clustering] port: port out of range 0-65535"),
+        ("[clustering]\nadvertised_uri = n1:5679", "[clustering] advertised_uri: not a tcp://"),
+        ("[clustering]\nadvertised_uri = tcp://n1", "[clustering] advertised_uri: not HOST:PORT"),
+        ("[clustering]\netcd_endpoints = ,", "[clustering] etcd_endpoints: no endpoint"),
+        ("[clustering]\netcd_endpoints = e1:x", "[clustering] etcd_endpoints: not a port number"),
+        ("[clustering]\netcd_prefix = a b", "[clustering] etcd_prefix: not a key prefix"),
+        ("[clustering]\nlease_ttl = 1", "[clustering] lease_ttl: out of range 3-300: 1"),
     ],
 )
 def test_a_bad_file_value_names_file_line_section_and_key(
@@ -190,6 +198,16 @@ unix_proxy_protocol = true
 bind = ::1
 port = 15673
 tls_port = 15671
+[clustering]
+enabled = true
+bind = 0.0.0.0
+port = 5680
+advertised_uri = tcp://node1.example:5680
+etcd_endpoints = e1:2379, http://e2:2379
+etcd_prefix = q1
+lease_ttl = 5
+on_leader_elected = touch /tmp/elected
+on_leader_lost = touch /tmp/lost
 """,
     )
     assert serve_config(resolved) == ServeConfig(
@@ -220,6 +238,15 @@ tls_port = 15671
         default_password_hash=HASH,
         load_definitions="defs.json",
         pidfile="/run/q.pid",
+        clustering=True,
+        clustering_bind="0.0.0.0",
+        clustering_port=5680,
+        clustering_advertised_uri="tcp://node1.example:5680",
+        clustering_etcd_endpoints="e1:2379,http://e2:2379",
+        clustering_etcd_prefix="q1",
+        clustering_lease_ttl_s=5,
+        clustering_on_leader_elected="touch /tmp/elected",
+        clustering_on_leader_lost="touch /tmp/lost",
     )
     limits = serve_config(resolved).limits
     assert limits is not None
@@ -302,14 +329,15 @@ def test_unsupported_lavinmq_keys_make_one_warning(tmp_path: Path) -> None:
         tmp_path,
         "[main]\nsocket_buffer_size = 16384\nguest_only_loopback = true\n"
         "default_user_only_loopback = false\n[amqp]\ntcp_nodelay = true\n"
-        "[mqtt]\nport = 1883\n[clustering]\nenabled = false\n",
+        "[mqtt]\nport = 1883\n[experimental]\nyield_each_received_bytes = 1\n",
     )
     warning = unsupported_warning(resolved)
     assert warning is not None
     assert warning.endswith(
         "ignoring 5 setting(s) streamq does not support: [main] socket_buffer_size (line 2); "
         "[main] default_user_only_loopback = false (line 4; streamq always behaves as true); "
-        "[amqp] tcp_nodelay (line 6); [mqtt] port (line 8); [clustering] enabled (line 10)"
+        "[amqp] tcp_nodelay (line 6); [mqtt] port (line 8); "
+        "[experimental] yield_each_received_bytes (line 10)"
     )
     assert unsupported_warning(from_file(tmp_path, "[main]\nguest_only_loopback = yes\n")) is None
 
@@ -367,3 +395,35 @@ def test_docs_name_every_key_flag_and_variable() -> None:
     for key in KEYS:
         for name in (*key.flags, *key.env, *(ini for _, ini in key.ini)):
             assert f"`{name}`" in docs, (key.name, name)
+
+
+def test_clustering_keys_come_from_flags_environment_and_file(tmp_path: Path) -> None:
+    """[clustering] follows the same precedence as every section: a flag beats the
+    environment, which beats the file; `--clustering` takes no value."""
+    path = write(
+        tmp_path,
+        "[clustering]\nenabled = false\nport = 5700\netcd_prefix = file\nlease_ttl = 20\n",
+    )
+    flags = serve_flags(
+        "--config", path, "--clustering", "--clustering-etcd-endpoints", "127.0.0.1:2400"
+    )
+    resolved = resolve(
+        flags, {"STREAMQ_CLUSTERING_ETCD_PREFIX": "env", "STREAMQ_CLUSTERING_PORT": "5701"}
+    )
+    built = serve_config(resolved)
+    assert built.clustering is True
+    assert built.clustering_port == 5701
+    assert built.clustering_etcd_prefix == "env"
+    assert built.clustering_etcd_endpoints == "127.0.0.1:2400"
+    assert built.clustering_lease_ttl_s == 20
+    assert resolved.settings["clustering"].source == "flag --clustering"
+    assert resolved.settings["clustering_lease_ttl"].source == f"file {path}:5"
+    listing = print_config(resolved)
+    assert "clustering_etcd_prefix" in listing and "(env STREAMQ_CLUSTERING_ETCD_PREFIX)" in listing
+
+
+def test_clustering_flags_are_checked_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        serve_flags("--clustering-advertised-uri", "http://x:1")
+    assert "not a tcp:// URI" in capsys.readouterr().err
+    assert serve_flags("--clustering-lease-ttl", "4")["clustering_lease_ttl"].text == "4"

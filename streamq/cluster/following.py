@@ -1,0 +1,117 @@
+"""A node's follower mode: mirror the leader's data directory and forward clients to it.
+
+Owns one `Following` per leader followed: the replication client (`ReplicationClient`,
+restarted after FOLLOW_RETRY_S whenever its connection ends, while the same leader is
+elected) and the forwarders on this node's client ports (`proxy.Forwarder`: AMQP with a
+PROXY v1 header, HTTP, and the TLS ports when both nodes have them). `close()` stops
+both and returns only once the replication client's last write to the data directory is
+done, so that the caller may then open a broker on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from streamq.app import ServeConfig
+from streamq.cluster.follower import ReplicationClient
+from streamq.cluster.membership import NodeInfo
+from streamq.cluster.proxy import Forwarder, split_address
+from streamq.cluster.replication import ReplicationError
+
+logger = logging.getLogger("streamq")
+
+FOLLOW_RETRY_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedPort:
+    what: str  # "AMQP", "HTTP", "AMQPS", "HTTPS"
+    host: str  # this node's listening address
+    port: int
+    target: str  # the leader's "host:port"
+    proxy_header: bool
+
+
+def forwarded_ports(config: ServeConfig, leader: NodeInfo) -> list[ForwardedPort]:
+    """This node's client ports and the leader's matching addresses: AMQP (with a PROXY
+    header: the leader's AMQP listener trusts its followers' headers), HTTP, and the TLS
+    ports where this node has one and the leader advertises one."""
+    http_bind = config.bind if config.http_bind is None else config.http_bind
+    ports = [
+        ForwardedPort("AMQP", config.bind, config.amqp_port, leader.amqp, True),
+        ForwardedPort("HTTP", http_bind, config.http_port, leader.http, False),
+    ]
+    if config.amqps_port >= 0 and leader.amqps:
+        ports.append(ForwardedPort("AMQPS", config.bind, config.amqps_port, leader.amqps, False))
+    if config.https_port >= 0 and leader.https:
+        ports.append(ForwardedPort("HTTPS", http_bind, config.https_port, leader.https, False))
+    return ports
+
+
+class Following:
+    """Following `leader` into `config.data_dir` as node `node_id`."""
+
+    def __init__(self, config: ServeConfig, node_id: str, secret: str, leader: NodeInfo):
+        self.config = config
+        self.node_id = node_id
+        self.secret = secret
+        self.leader = leader
+        self.client: ReplicationClient | None = None
+        self._forwarders: list[Forwarder] = []
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.client is not None and self.client.synced
+
+    async def start(self) -> None:
+        logger.info(
+            "clustering: following leader %s at %s",
+            self.leader.node_id,
+            self.leader.advertised_uri,
+        )
+        for port in forwarded_ports(self.config, self.leader):
+            await self._forward(port)
+        self._task = asyncio.get_running_loop().create_task(self._replicate())
+
+    async def _forward(self, port: ForwardedPort) -> None:
+        forwarder = Forwarder(port.what, split_address(port.target), proxy_header=port.proxy_header)
+        try:
+            await forwarder.start(port.host, port.port)
+        except OSError as exc:
+            logger.error(
+                "clustering: cannot forward %s on %s:%s to the leader: %s",
+                port.what, port.host, port.port, exc.strerror,
+            )  # fmt: skip
+            return
+        self._forwarders.append(forwarder)
+
+    async def _replicate(self) -> None:
+        while not self._stopping.is_set():
+            self.client = ReplicationClient(
+                self.config.data_dir, self.node_id, self.secret, self.leader.advertised_uri
+            )
+            try:
+                await self.client.run()
+            except ReplicationError as exc:
+                logger.warning("clustering: replication from %s ended: %s", self.leader.node_id,
+                               exc)  # fmt: skip
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), FOLLOW_RETRY_S)
+
+    async def close(self) -> None:
+        """Close the forwarders (and their clients' connections), stop replicating; the
+        data directory is not written once this returns."""
+        self._stopping.set()
+        for forwarder in self._forwarders:
+            await forwarder.close()
+        self._forwarders.clear()
+        if self.client is not None:
+            self.client.stop()  # run() returns after its writes are done
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -1,0 +1,71 @@
+"""etcd unavailable (SIGSTOP, sockets open, no answers) while a follower is also down: the
+leader cannot write the smaller in-sync set that would let it confirm without that
+follower, so a publish's confirm must wait rather than go out unreplicated; and as its lease
+cannot be kept alive, the leader steps down within the lease TTL plus a few seconds. Once
+etcd is back the cluster elects a leader again with every confirmed message."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aio_pika
+import pytest
+
+from tests.cluster.cluster_nodes import Cluster
+from tests.cluster.etcd_server import EtcdServer
+from tests.cluster.workload import (
+    QUEUE,
+    Ledger,
+    acked,
+    check_ledger,
+    drain,
+    publish_confirmed,
+    publish_pending,
+)
+
+LEASE_TTL_S = 3
+STEP_DOWN_BOUND_S = LEASE_TTL_S + 5.0
+RECOVER_TIMEOUT_S = 45.0
+BEFORE = 100
+
+
+@pytest.mark.timeout(180)
+async def test_confirms_wait_while_etcd_is_down_and_the_leader_steps_down(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    with Cluster(tmp_path / "cluster", etcd.endpoint, 3, lease_ttl_s=LEASE_TTL_S) as cluster:
+        leader = await asyncio.to_thread(cluster.start)
+        ledger = Ledger()
+        await publish_confirmed(leader.amqp_port, range(BEFORE), ledger)
+        connection = await aio_pika.connect(
+            f"amqp://guest:guest@127.0.0.1:{leader.amqp_port}/?heartbeat=0", timeout=5
+        )
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.declare_queue(QUEUE, durable=True)
+        follower = next(node for node in cluster.nodes if node is not leader)
+        etcd.pause()
+        try:
+            paused_at = time.monotonic()
+            await asyncio.to_thread(follower.kill)
+            pending = asyncio.create_task(publish_pending(channel, BEFORE))
+            await asyncio.to_thread(
+                cluster.wait_for,
+                lambda: leader.role() != "leader",
+                STEP_DOWN_BOUND_S,
+                "step-down of the leader cut off from etcd",
+            )
+            took_s = time.monotonic() - paused_at
+            print(f"{leader.name} stepped down {took_s:.2f} s after etcd stopped")
+            await asyncio.wait([pending], timeout=1.0)
+            assert not acked(pending), "confirmed with a follower down and etcd unreachable"
+            pending.cancel()
+        finally:
+            etcd.resume()
+        follower.start()
+        leader_again = await asyncio.to_thread(cluster.wait_leader, RECOVER_TIMEOUT_S)
+        print(f"{leader_again.name} leads {time.monotonic() - paused_at:.2f} s after etcd stopped")
+        await publish_confirmed(leader_again.amqp_port, range(BEFORE + 1, BEFORE + 11), ledger)
+        await drain(leader_again.amqp_port, ledger)
+        check_ledger(ledger)
