@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import importlib
 import logging
 import os
@@ -295,13 +296,20 @@ async def run_broker(
                 write_pidfile(config.pidfile)
             except PidfileError as exc:
                 raise ServeError(str(exc)) from exc
-        broker = Broker(
+        open_broker = functools.partial(
+            Broker,
             config.data_dir,
             config.limits,
             direct_io=config.direct_io,
             first_user=first_user(config),
             failover=cluster is not None and cluster.failover,
         )
+        if cluster is None:
+            broker = open_broker()
+        else:
+            # A promoted leader's recovery may outlast its lease (millions of messages
+            # restored): in a thread, the event loop goes on keeping the lease alive.
+            broker = await asyncio.to_thread(open_broker)
         if on_broker is not None:
             on_broker(broker)
         gateway = Gateway(broker, config.consumer_timeout_ms, tuning)

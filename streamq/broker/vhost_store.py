@@ -230,11 +230,16 @@ class VHostStore:
         from the log and is rewritten."""
         cursor = queue.cursor
         queue.holds_expiring = replayed.expiring
-        if self.failover:
+        # After a failover every restored message counts as delivered once: plain queues
+        # hold that as one offset (`redelivered_below`), priority queues per message.
+        redelivered_below = replayed.runs[-1][0] + replayed.runs[-1][1] if replayed.runs else 0
+        if not self.failover:
+            redelivered_below = 0
+        elif queue.max_priority is not None:
             replayed = replayed._replace(counts=delivered_at_least_once(replayed))
         size_bytes = replayed.size_bytes
         if queue.max_priority is None and replayed.size_exact:
-            cursor.restore_runs(replayed.runs, replayed.counts)
+            cursor.restore_runs(replayed.runs, replayed.counts, redelivered_below)
             cursor.bytes_ready = size_bytes
             return
         size_bytes = 0
@@ -248,7 +253,7 @@ class VHostStore:
                     priority = message_priority(record.properties)
                     cursor.restore(record.offset, replayed.counts.get(record.offset, 0), priority)
         if not priorities:
-            cursor.restore_runs(replayed.runs, replayed.counts)
+            cursor.restore_runs(replayed.runs, replayed.counts, redelivered_below)
         cursor.bytes_ready = size_bytes
         queue.holds_expiring = expiring
         if not replayed.size_exact:
@@ -368,7 +373,8 @@ def delivered_at_least_once(replayed: Replay) -> dict[int, int]:
     The former leader may have delivered any of them in its last moments (its deliver
     entries reach the journal with the next round, which the followers never got), so
     every one comes back redelivered, as RabbitMQ's quorum queues return the messages a
-    lost leader had handed out. Costs memory per message (they are requeued ones now)."""
+    lost leader had handed out. Priority queues only (they read every message at start-up
+    anyway); plain queues hold one offset instead (`ClassicQueue.restore_runs`)."""
     counts = replayed.counts
     return {
         offset: max(counts.get(offset, 0), 1)

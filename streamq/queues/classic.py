@@ -62,7 +62,15 @@ class Level:
 class ClassicQueue:
     """The cursor state of one queue."""
 
-    __slots__ = ("_counts", "_ready", "_taken_from", "bytes_ready", "journal", "unacked")
+    __slots__ = (
+        "_counts",
+        "_ready",
+        "_redelivered_below",
+        "_taken_from",
+        "bytes_ready",
+        "journal",
+        "unacked",
+    )
 
     def __init__(self, journal: QueueJournal | None = None) -> None:
         self.journal = journal  # durable queues record every change in it
@@ -70,6 +78,9 @@ class ClassicQueue:
         # Deliveries so far of the offsets requeued or redelivered (a first delivery in
         # flight counts 1 without an entry).
         self._counts: dict[int, int] = {}
+        # After a failover every restored offset below this one counts one delivery
+        # (see `restore_runs`): one integer, not an entry per message.
+        self._redelivered_below = 0
         self.unacked: dict[int, int] = {}  # in flight: offset -> body size
         self._taken_from: Level = self._ready  # the level of the last take
         self.bytes_ready = 0
@@ -151,9 +162,15 @@ class ClassicQueue:
         else:
             level.fresh.append_run(offset, 1)
 
-    def restore_runs(self, runs: list[tuple[int, int]], counts: dict[int, int]) -> None:
+    def restore_runs(
+        self, runs: list[tuple[int, int]], counts: dict[int, int], redelivered_below: int = 0
+    ) -> None:
         """Start-up of a queue without priorities: it holds these runs (in offset
-        order), and the offsets in `counts` were delivered that many times before."""
+        order), and the offsets in `counts` were delivered that many times before.
+        Every offset below `redelivered_below` counts one delivery at least (a node
+        promoted to cluster leader: the former leader may have delivered any of them);
+        those go out one at a time, flagged redelivered, until none is left."""
+        self._redelivered_below = redelivered_below
         fresh = self._ready.fresh
         for first, count in runs:
             fresh.append_run(first, count)
@@ -164,11 +181,29 @@ class ClassicQueue:
 
     # -- delivery ------------------------------------------------------------------------
 
+    def _prior(self, offset: int) -> int:
+        """Deliveries of `offset` before (not counting one in flight)."""
+        count = self._counts.get(offset, 0)
+        if not count and offset < self._redelivered_below:
+            return 1
+        return count
+
     def delivery_count(self, offset: int) -> int:
         """How many times the message at `offset` was delivered so far (a message in
         flight counts the delivery in progress)."""
-        count = self._counts.get(offset, 0)
+        count = self._prior(offset)
         return count + 1 if offset in self.unacked else count
+
+    def _fresh_redelivered(self, level: Level) -> bool:
+        """The next never-delivered message is one a failover counts as delivered."""
+        below = self._redelivered_below
+        if not below:
+            return False
+        first = level.fresh.first()
+        if first is not None and first < below:
+            return True
+        self._redelivered_below = 0  # none left: back to the fast path for good
+        return False
 
     def peek(self) -> int | None:
         """The offset `take` would return next, without taking it."""
@@ -180,7 +215,7 @@ class ClassicQueue:
         for `delivered_run`: (first, n); (0, 0) when the next message was delivered
         before (take it with `take`) or nothing is ready."""
         level = self._top()
-        if level is None or level.requeued:
+        if level is None or level.requeued or self._fresh_redelivered(level):
             return 0, 0
         self._taken_from = level
         return level.fresh.pop_run(count_max)
@@ -202,7 +237,7 @@ class ClassicQueue:
         """The first run of never-delivered messages, if they are next in line (no
         requeued message before them): (first, count); (0, 0) otherwise."""
         level = self._top()
-        if level is None or level.requeued:
+        if level is None or level.requeued or self._fresh_redelivered(level):
             return 0, 0
         return level.fresh.head_run()
 
@@ -218,7 +253,7 @@ class ClassicQueue:
             count = self._counts.get(offset, 0)
         else:
             offset, _ = level.fresh.pop_run(1)
-            count = 0
+            count = 1 if offset < self._redelivered_below else 0
         return _new(ReadyMessage, (offset, count > 0, count))
 
     def delivered(self, offset: int, size: int) -> None:
@@ -226,7 +261,7 @@ class ClassicQueue:
         self.unacked[offset] = size
         self.bytes_ready -= size
         if self.journal is not None:
-            self.journal.delivered_run(offset, 1, self._counts.get(offset, 0) + 1)
+            self.journal.delivered_run(offset, 1, self._prior(offset) + 1)
 
     def untake(self, offset: int) -> None:
         """Give back the message just taken by `take`, which did not go out."""
@@ -312,7 +347,7 @@ class ClassicQueue:
         size = self.unacked.pop(offset, None)
         if size is None:
             return
-        self._counts[offset] = self._counts.get(offset, 0) + 1
+        self._counts[offset] = self._prior(offset) + 1
         level.requeued.add(offset)
         self.bytes_ready += size
 

@@ -403,3 +403,35 @@ def test_cursor_matches_a_model_after_every_operation(ops: list[tuple[str, int]]
             [o for i, o in enumerate(model.fresh) if not i or model.fresh[i - 1] != o - 1]
         )
         assert queue.run_count == fresh_runs
+
+
+def test_after_a_failover_restored_messages_go_out_redelivered_then_new_ones_in_runs() -> None:
+    """A promoted leader's queue holds one offset, not an entry per restored message."""
+    queue = ClassicQueue()
+    queue.restore_runs([(0, 3), (100, 2)], {}, redelivered_below=102)
+    queue.enqueue_run(102, 2, 20, None)  # published after the promotion
+    assert queue.live_entries() == 2  # the two restored runs and the new one, merged
+    assert queue.take_run(10) == (0, 0)  # restored ones go singly, flagged
+    assert queue.fresh_head_run() == (0, 0)
+    first = queue.take()
+    assert first is not None
+    assert (first.offset, first.redelivered, first.delivery_count) == (0, True, 1)
+    queue.delivered(0, 10)
+    assert queue.delivery_count(0) == 2  # the failover's delivery and this one
+    queue.requeue(0)
+    again = queue.take()
+    assert again is not None and (again.offset, again.delivery_count) == (0, 2)
+    queue.delivered(0, 10)
+    for offset in (1, 2, 100, 101):
+        taken = queue.take()
+        assert taken is not None and (taken.offset, taken.redelivered) == (offset, True)
+        queue.delivered(offset, 10)
+    assert queue.take_run(10) == (102, 2)  # new messages: the fast path again
+    assert queue.delivery_count(102) == 0  # taken, not yet delivered
+
+
+def test_restored_messages_without_a_failover_are_fresh() -> None:
+    queue = ClassicQueue()
+    queue.restore_runs([(5, 3)], {})
+    assert queue.take_run(10) == (5, 3)
+    assert queue.delivery_count(5) == 0
