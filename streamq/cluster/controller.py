@@ -137,7 +137,7 @@ class Node:
             finally:
                 with contextlib.suppress(EtcdError, OSError):
                     await asyncio.wait_for(membership.close(), RESIGN_TIMEOUT_S)
-            if membership.lease_lost.is_set() and not self.stop.is_set():
+            if not self.stop.is_set():
                 logger.warning("clustering: the etcd lease was lost; joining again")
 
     async def _join(self) -> Membership | None:
@@ -176,7 +176,10 @@ class Node:
         """Follow and campaign until this lease is lost or `stop`; lead when elected."""
         campaign: asyncio.Task[None] | None = None
         try:
-            while not self.stop.is_set() and not membership.lease_lost.is_set():
+            # A lease that lapsed once is never used again, even if a late keepalive
+            # revives it: this node may have stepped down under it, and its election
+            # key must expire (or be revoked) before anyone, this node too, leads again.
+            while not self.stop.is_set() and _lease_held(membership):
                 try:
                     if campaign is None and await self.eligible(membership):
                         campaign = asyncio.get_running_loop().create_task(membership.campaign())
@@ -333,7 +336,7 @@ class Node:
                 return "the broker stopped"
             if self.stop.is_set():
                 return "shutdown"
-            if membership.lease_lost.is_set() or not membership.lease_valid():
+            if not _lease_held(membership):
                 return "the etcd lease expired or could not be renewed"
             pause = asyncio.ensure_future(self._pause(LEASE_CHECK_S))
             await asyncio.wait([broker, pause], return_when=asyncio.FIRST_COMPLETED)
@@ -345,6 +348,10 @@ class Node:
     async def _resign(self, membership: Membership) -> None:
         with contextlib.suppress(EtcdError, OSError, TimeoutError):
             await asyncio.wait_for(membership.resign(), RESIGN_TIMEOUT_S)
+
+
+def _lease_held(membership: Membership) -> bool:
+    return not membership.lease_lost.is_set() and membership.lease_valid()
 
 
 def _reload(tls: list[TlsContexts]) -> None:
