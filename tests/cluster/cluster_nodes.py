@@ -37,6 +37,7 @@ STOP_TIMEOUT_S: Final = 20.0
 HTTP_TIMEOUT_S: Final = 5.0
 POLL_S: Final = 0.1
 LOG_TAIL_BYTES: Final = 3000
+IN_SYNC_STATES: Final = frozenset({"serving", "streaming"})  # /api/nodes `state`
 START_MARK: Final = b"=== cluster_nodes: start ===\n"
 ROLE_LINE: Final = re.compile(
     rb"clustering: (elected leader|lost leadership|following leader)|listening amqp="
@@ -146,8 +147,9 @@ class ClusterNode:
         return f"--- {self.name} ---\n" + self.log()[-LOG_TAIL_BYTES:].decode(errors="replace")
 
     def role(self) -> str:
-        """ "leader" (elected and listening), "follower", "electing" (elected, not yet
-        listening), or "" (no role line yet), from the last role lines of the log."""
+        """The role from the last role lines of the current process's log: "leader"
+        (elected and listening), "electing" (elected, not yet listening), "follower"
+        (following a leader, or just stepped down), or "" (no role line yet)."""
         lines = ROLE_LINE.findall(self.log())
         if not lines:
             return ""
@@ -266,8 +268,14 @@ class Cluster:
         return []
 
     def isr_ids(self) -> set[str]:
-        """Node ids that /api/nodes lists as in the in-sync set."""
-        return {node_entry_id(entry) for entry in self.api_nodes() if entry.get("in_isr")}
+        """Node ids that /api/nodes lists as in the in-sync set and connected: the leader
+        ("serving") or a follower applying the live stream ("streaming"); an id the
+        leader still lists in the set while its node is down does not count."""
+        return {
+            node_entry_id(entry)
+            for entry in self.api_nodes()
+            if entry.get("in_isr") and entry.get("state") in IN_SYNC_STATES
+        }
 
     def wait_in_sync(self, nodes: list[ClusterNode], timeout_s: float) -> None:
         def in_sync() -> bool:

@@ -8,14 +8,20 @@ issue's: a new leader serving within the lease TTL plus 5 s of the kill."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pika
 import pytest
 
-from tests.cluster.cluster_nodes import Cluster, ClusterNode
+from tests.cluster.cluster_nodes import ROOT, Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 from tests.cluster.workload import (
+    QUEUE,
     Consumer,
     Ledger,
     Publisher,
@@ -92,3 +98,56 @@ async def test_sigkill_the_leader_20_times_loses_no_confirmed_message(
         )
         assert len(ledger.confirmed) > KILLS  # the workload ran through every failover
         check_ledger(ledger)
+
+
+DEEP_MESSAGES = 1_000_000  # restoring them takes longer than the tests' 3 s lease here
+DEEP_PUBLISH_TIMEOUT_S = 120.0
+DEEP_TAKEOVER_TIMEOUT_S = 60.0
+
+
+def publish_deep(port: int, count: int) -> int:
+    """`count` persistent 16 B messages into QUEUE with `streamq perf` (two publishers,
+    1,000 unconfirmed each); returns how many were confirmed."""
+    command = [
+        sys.executable, "-m", "streamq", "perf", "throughput",
+        "--uri", f"amqp://guest:guest@127.0.0.1:{port}/%2f", "-x", "2", "-y", "0", "-s", "16",
+        "-p", "-c", "1000", "-C", str(count), "-u", QUEUE, "-q", "-j",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=DEEP_PUBLISH_TIMEOUT_S, check=True
+    )
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    return int(summary["confirmed"])
+
+
+def queue_depth(port: int) -> int:
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=30)
+    )
+    try:
+        return int(connection.channel().queue_declare(QUEUE, passive=True).method.message_count)
+    finally:
+        connection.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_follower_promoted_with_a_deep_queue_keeps_its_lease_and_serves_it(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Opening the broker on the promoted follower restores every queued message; with a
+    million of them that outlasts the lease, which must still be kept alive meanwhile (else
+    the new leader steps down as it starts, with the in-sync set already cut to itself)."""
+    with Cluster(tmp_path / "cluster", etcd.endpoint, 3, lease_ttl_s=LEASE_TTL_S) as cluster:
+        leader = cluster.start()
+        confirmed = publish_deep(leader.amqp_port, DEEP_MESSAGES)
+        assert confirmed == DEEP_MESSAGES
+        cluster.wait_in_sync(cluster.nodes, IN_SYNC_TIMEOUT_S)
+        killed_at = time.monotonic()
+        leader.kill()
+        new = cluster.wait_leader(DEEP_TAKEOVER_TIMEOUT_S, (leader,))
+        took_s = time.monotonic() - killed_at
+        print(f"{new.name} serves {confirmed} queued messages {took_s:.2f} s after the kill")
+        assert queue_depth(new.amqp_port) >= confirmed
+        time.sleep(2 * LEASE_TTL_S)  # still the leader once its first lease periods passed
+        assert cluster.leader() is new, f"{new.name} lost the leadership\n{cluster.log_tails()}"
