@@ -6,13 +6,16 @@ the Syncer's futures are checked before and after.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from streamq.log.errors import ReplicationFenced
+from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 
 WAIT_S = 10.0
@@ -98,3 +101,30 @@ def test_a_cancelled_held_round_stays_cancelled() -> None:
             held.result(0)
     finally:
         syncer.close()
+
+
+def test_closing_a_log_whose_round_is_fenced_returns_without_raising(tmp_path: Path) -> None:
+    """A leader steps down while a round is in flight: close() awaits that round, which
+    fails with ReplicationFenced itself (not a LogFailed), and must still return."""
+
+    async def scenario() -> None:
+        syncer = Syncer()
+        gate = RecordingGate()
+        syncer.gate = gate
+        log = SegmentLog.open(str(tmp_path), LogConfig(), syncer)
+        try:
+            log.append_one(b"", b"q", b"", b"unconfirmed", 1)
+            waiting = asyncio.create_task(log.sync())
+            while not gate.held:
+                await asyncio.sleep(0.01)
+            closing = asyncio.create_task(log.close())
+            await asyncio.sleep(0.05)
+            assert not closing.done()  # it waits for the round in flight
+            gate.held[0](ReplicationFenced())
+            await asyncio.wait_for(closing, WAIT_S)  # returns: no exception
+            with pytest.raises(ReplicationFenced):
+                await waiting  # the publisher's wait fails: nothing is confirmed
+        finally:
+            syncer.close()
+
+    asyncio.run(scenario())
