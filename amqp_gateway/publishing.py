@@ -22,7 +22,7 @@ from amqp_gateway.reply_to import REPLY_PREFIX
 from amqp_gateway.states import State
 from streamq.broker.stats import MessageStats
 from streamq.broker.vhost import VHost
-from streamq.log.errors import LogError
+from streamq.log.errors import LogError, fenced
 
 if TYPE_CHECKING:
     from amqp_gateway.session import AmqpSession
@@ -269,7 +269,10 @@ async def confirm_loop(s: AmqpSession) -> None:
                     confirm(s, channel, seq)
             s.flush()
     except LogError as exc:
-        logger.error("message store failed; closing connection %s: %s", s.peer, exc)
+        # A node that stepped down as cluster leader closes every publisher this way:
+        # expected, not a store failure.
+        log = logger.info if fenced(exc) else logger.error
+        log("message store failed; closing connection %s: %s", s.peer, exc)
         s.fail(to_amqp(exc, 60, 40), 0)
         s.flush()
     finally:

@@ -234,6 +234,10 @@ class ReplicationServer:
         except (ReplicationError, OSError, TapTrimmed, TimeoutError) as exc:
             who = session.node_id if session else writer.get_extra_info("peername")
             logger.info("clustering: follower %s disconnected: %s", who, exc)
+        except asyncio.CancelledError:
+            # close(): end quietly. A handler task of asyncio.start_server that ends
+            # cancelled is logged by asyncio as an exception in a callback.
+            pass
         finally:
             self._handlers.discard(task)
             if session is not None:

@@ -59,3 +59,11 @@ class ReplicationFenced(LogError):
 
     def __init__(self, reason: str = "this node is no longer the cluster leader") -> None:
         super().__init__(reason)
+
+
+def fenced(exc: BaseException) -> bool:
+    """The error says this node stepped down as cluster leader: an awaited round raises
+    ReplicationFenced itself, a later use of its log the LogFailed that wraps it."""
+    return isinstance(exc, ReplicationFenced) or (
+        isinstance(exc, LogFailed) and isinstance(exc.cause, ReplicationFenced)
+    )

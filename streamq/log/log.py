@@ -42,8 +42,8 @@ from streamq.log.errors import (
     OffsetOutOfRange,
     OutOfSpace,
     RecordTooLarge,
-    ReplicationFenced,
     SegmentCorrupted,
+    fenced,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.log.recovery import create_segment, recover
@@ -995,7 +995,7 @@ class SegmentLog:
             try:
                 await self.sync(companions=bool(self._companions))
             except LogError as exc:
-                if not _fenced(exc):
+                if not fenced(exc):
                     raise
                 # The node stepped down: its last rounds are not ours to confirm, and
                 # closing is all that is left to do.
@@ -1030,7 +1030,7 @@ class SegmentLog:
             if self._failed is None:
                 self.sync_blocking()
         except LogError as exc:
-            if not _fenced(exc):
+            if not fenced(exc):
                 raise
         finally:
             self._release(cut_padding=True)
@@ -1098,11 +1098,3 @@ def _header_floor(segment: Segment) -> int:
 def _last_timestamp_key(segment: Segment) -> int:
     # Only the active segment can be empty; it sorts last, after every timestamp.
     return segment.last_timestamp_ms if segment.record_count else (1 << 63) - 1
-
-
-def _fenced(exc: LogError) -> bool:
-    """The round failed because this node stepped down as cluster leader: the awaited
-    round raises ReplicationFenced itself, a later call the LogFailed that wraps it."""
-    return isinstance(exc, ReplicationFenced) or (
-        isinstance(exc, LogFailed) and isinstance(exc.cause, ReplicationFenced)
-    )
