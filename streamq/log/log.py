@@ -163,6 +163,10 @@ class SegmentLog:
         self._unsealed: list[Segment] = []
         self._dir_dirty = False
         self._inflight: asyncio.Future[_RoundResult] | None = None
+        # In a cluster: rounds done here whose replicas have not acked yet, oldest first,
+        # as (the offset they make durable, their round number, done once replicated).
+        # The next round may start meanwhile (see `_start_round`).
+        self._replicating: deque[tuple[int, int, asyncio.Future[None]]] = deque()
         self._rounds_started = 0
         self._rounds_finished = 0
         self._companions: list[Callable[[], CompanionWork]] = []
@@ -557,6 +561,13 @@ class SegmentLog:
                 space.schedule(self._retry_space)
                 await asyncio.shield(space.waiter())
                 continue
+            replicating = self._covering(target, round_needed)
+            if replicating is not None:
+                if replicating.done():
+                    await asyncio.sleep(0)  # let its callback take it in (as below)
+                else:
+                    await asyncio.shield(replicating)
+                continue
             inflight = self._inflight
             if inflight is None:
                 inflight = self._inflight = self._start_round()
@@ -581,6 +592,13 @@ class SegmentLog:
         round_needed = self._rounds_started + 1
         while self._rounds_finished < round_needed:
             self._check_usable()
+            replicating = self._covering(0, round_needed)
+            if replicating is not None:
+                if replicating.done():
+                    await asyncio.sleep(0)  # let its callback take it in (as below)
+                else:
+                    await asyncio.shield(replicating)
+                continue
             inflight = self._inflight
             if inflight is None:
                 inflight = self._inflight = self._start_round()
@@ -610,7 +628,10 @@ class SegmentLog:
                 result = self._syncer.submit(lambda: self._run_round(work)).result()
             except (OSError, LogError, RuntimeError) as exc:
                 raise self._fail(exc) from exc
-            if not self._round_done(work, result):
+            done = self._round_done(work, result)
+            if result.segments_done:
+                self._durable_next = max(self._durable_next, work.next_offset)
+            if not done:
                 assert self._space is not None
                 raise self._space.error
         return self._durable_next
@@ -618,8 +639,10 @@ class SegmentLog:
     def _start_round(self) -> asyncio.Future[_RoundResult]:
         work = self._prepare_round()
         self._rounds_started += 1
+        number = self._rounds_started
         loop = asyncio.get_running_loop()
-        future = asyncio.wrap_future(self._syncer.submit(lambda: self._run_round(work)), loop=loop)
+        here, replicas = self._syncer.submit_round(lambda: self._run_round(work))
+        future = asyncio.wrap_future(here, loop=loop)
 
         def finished(done: asyncio.Future[_RoundResult]) -> None:
             self._inflight = None
@@ -630,15 +653,50 @@ class SegmentLog:
                 return
             result = done.result()
             self._round_done(work, result)
-            if self._companions_stalled:
+            complete = result.segments_done
+            counted = not self._companions_stalled
+            if not counted:
                 # It covered nobody's companion work: a later round must (see
                 # `sync(companions=True)`, which counts rounds).
                 self._rounds_started -= 1
-            else:
-                self._rounds_finished += 1
+            if replicas is None:
+                if complete:
+                    self._durable_next = max(self._durable_next, work.next_offset)
+                if counted:
+                    self._rounds_finished += 1
+                return
+            # A cluster leader: durable once the in-sync replicas have the round too.
+            # The next round may start now; this one's waiters wait for `replicated`.
+            replicated = asyncio.wrap_future(replicas, loop=loop)
+            durable = work.next_offset if complete else self._durable_next
+            self._replicating.append((durable, number if counted else 0, replicated))
+            replicated.add_done_callback(lambda f: self._replicated(f, durable, counted))
 
         future.add_done_callback(finished)
         return future
+
+    def _replicated(self, done: asyncio.Future[None], durable: int, counted: bool) -> None:
+        """The replicas acked a round (in order; a fenced gate fails them all): its
+        records are durable."""
+        for entry in self._replicating:
+            if entry[2] is done:
+                self._replicating.remove(entry)
+                break
+        exc = done.exception()
+        if counted:
+            self._rounds_finished += 1
+        if exc is not None:
+            self._fail(exc)
+            return
+        self._durable_next = max(self._durable_next, durable)
+
+    def _covering(self, target: int, round_needed: int) -> asyncio.Future[None] | None:
+        """The oldest round awaiting its replicas that, once replicated, makes offsets
+        below `target` durable and counts as round `round_needed`; None if none does."""
+        for durable, number, replicated in self._replicating:
+            if durable >= target and number >= round_needed:
+                return replicated
+        return None
 
     def _round_done(self, work: _Round, result: _RoundResult) -> bool:
         """Take in a round's outcome; True when it did everything it was given."""
@@ -751,7 +809,9 @@ class SegmentLog:
         return _RoundResult(True, [])
 
     def _finish_round(self, work: _Round) -> None:
-        self._durable_next = max(self._durable_next, work.next_offset)
+        """A round's fsyncs are done here: its sealed segments are closed for writing.
+        Its records become durable in the caller (`_start_round`, `sync_blocking`),
+        in a cluster only once the replicas have them too."""
         for segment in work.sealing:
             files.close_fd(segment.write_fd)
             segment.write_fd = -1

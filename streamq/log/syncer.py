@@ -115,6 +115,39 @@ class Syncer:
         self._executor.submit(self._gated, fn, gate, held)
         return held
 
+    def submit_round(
+        self, fn: Callable[[], T]
+    ) -> tuple[concurrent.futures.Future[T], concurrent.futures.Future[None] | None]:
+        """`submit` in two steps, so that a log can start its next round while the
+        replicas catch up with this one: the first future completes when the round ran
+        here (its writes and fsyncs done), the second when the gate released it (or with
+        what the gate gives, ReplicationFenced); None without a gate. A round that
+        failed here fails both."""
+        gate = self.gate
+        if gate is None:
+            return self._executor.submit(self._timed, fn), None
+        local: concurrent.futures.Future[T] = concurrent.futures.Future()
+        replicated: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._executor.submit(self._gated_round, fn, gate, local, replicated)
+        return local, replicated
+
+    def _gated_round(
+        self,
+        fn: Callable[[], T],
+        gate: ReplicationGate,
+        local: concurrent.futures.Future[T],
+        replicated: concurrent.futures.Future[None],
+    ) -> None:
+        try:
+            result = self._timed(fn)
+        except BaseException as exc:
+            for future in (replicated, local):
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+            return
+        gate.hold(lambda exc: _settle(replicated, None, exc))
+        _settle(local, result, None)
+
     def barrier(self) -> concurrent.futures.Future[None]:
         """An empty round: done once everything submitted before it ran and (with a
         gate) reached the replicas. For writes made outside rounds (management changes

@@ -128,3 +128,43 @@ def test_closing_a_log_whose_round_is_fenced_returns_without_raising(tmp_path: P
             syncer.close()
 
     asyncio.run(scenario())
+
+
+def test_the_next_round_runs_while_the_replicas_catch_up_with_the_last(tmp_path: Path) -> None:
+    """Pipelined rounds in a cluster: a second round starts (and reaches the gate) while
+    the first is held, and each round's records become durable only when it is released."""
+
+    async def until(condition: Callable[[], bool]) -> None:
+        for _ in range(int(WAIT_S / 0.01)):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("timed out")
+
+    async def scenario() -> None:
+        syncer = Syncer()
+        gate = RecordingGate()
+        syncer.gate = gate
+        log = SegmentLog.open(str(tmp_path), LogConfig(), syncer)
+        try:
+            log.append_one(b"", b"q", b"", b"first", 1)
+            first = asyncio.create_task(log.sync())
+            await until(lambda: len(gate.held) == 1)
+            log.append_one(b"", b"q", b"", b"second", 2)
+            second = asyncio.create_task(log.sync())
+            await until(lambda: len(gate.held) == 2)  # ran while the first was held
+            assert not first.done() and not second.done()
+            assert log.read(0, 10) == []  # nothing durable before the replicas have it
+            gate.held[0](None)
+            assert await asyncio.wait_for(first, WAIT_S) == 1
+            assert [r.body for r in log.read(0, 10)] == [b"first"]
+            assert not second.done()
+            gate.held[1](None)
+            assert await asyncio.wait_for(second, WAIT_S) == 2
+            assert [r.body for r in log.read(0, 10)] == [b"first", b"second"]
+        finally:
+            syncer.gate = None  # close()'s own round needs no replica
+            await log.close()
+            syncer.close()
+
+    asyncio.run(scenario())
