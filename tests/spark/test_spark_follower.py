@@ -11,8 +11,8 @@ import pika
 import pytest
 
 from tests.cluster.cluster_nodes import Cluster
+from tests.cluster.conftest import etcd  # noqa: F401 (the etcd fixture)
 from tests.cluster.etcd_server import EtcdServer
-from tests.spark.conftest import spark  # noqa: F401 (the session-wide SparkSession fixture)
 
 pytestmark = pytest.mark.spark
 
@@ -39,8 +39,8 @@ def publish_stream(port: int, stream: str, count: int) -> None:
 
 @pytest.mark.timeout(240)
 def test_spark_reads_a_followers_data_directory(
-    spark: Any,  # noqa: F811 (the fixture imported above)
-    etcd: EtcdServer,
+    spark: Any,
+    etcd: EtcdServer,  # noqa: F811 (the fixture imported above)
     tmp_path: Path,
 ) -> None:
     with Cluster(tmp_path / "cluster", etcd.endpoint, 2, lease_ttl_s=LEASE_TTL_S) as cluster:
