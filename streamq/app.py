@@ -397,18 +397,30 @@ def _reload(tls: list[TlsContexts]) -> None:
     tls[0].reload()
 
 
-async def _main(config: ServeConfig) -> None:
+# What `serve` runs until `stop` is set: one broker, or a cluster node. The list gets the
+# TLS contexts, for SIGHUP's reload.
+Runner = Callable[[ServeConfig, asyncio.Event, list[TlsContexts]], Awaitable[None]]
+
+
+def _one_broker(
+    config: ServeConfig, stop: asyncio.Event, tls: list[TlsContexts]
+) -> Awaitable[None]:
+    return run_broker(config, stop, on_tls=tls.append)
+
+
+async def _main(config: ServeConfig, run: Runner) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     tls: list[TlsContexts] = []
     loop.add_signal_handler(signal.SIGHUP, _reload, tls)
-    await run_broker(config, stop, on_tls=tls.append)
+    await run(config, stop, tls)
 
 
-def serve(config: ServeConfig) -> None:
-    """Run the broker on uvloop until SIGTERM or SIGINT. Raises ServeError on start-up."""
+def serve(config: ServeConfig, run: Runner = _one_broker) -> None:
+    """Run the broker (or what `run` runs) on uvloop until SIGTERM or SIGINT. Raises
+    ServeError on start-up."""
     tune_collector()  # the broker process's collector setting (heap.py)
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(_main(config))
+        uvloop.run(_main(config, run))

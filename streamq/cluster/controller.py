@@ -25,13 +25,10 @@ import contextlib
 import dataclasses
 import logging
 import os
-import signal
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import uvloop
-
-from streamq.app import ClusterRole, ServeConfig, ServeError, lock_data_dir, run_broker
+from streamq.app import ClusterRole, ServeConfig, ServeError, lock_data_dir, run_broker, serve
 from streamq.broker.broker import Broker
 from streamq.cluster.etcd import Etcd, EtcdError
 from streamq.cluster.following import Following
@@ -40,7 +37,6 @@ from streamq.cluster.leader import ReplicationServer
 from streamq.cluster.membership import Membership, NodeInfo, load_node_id
 from streamq.cluster.sync import SYNCING_MARKER
 from streamq.cluster.view import LeaderView
-from streamq.heap import tune_collector
 from streamq.log.tap import FileTap, set_tap
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
 from streamq.tls import TlsContexts
@@ -354,26 +350,7 @@ def _lease_held(membership: Membership) -> bool:
     return not membership.lease_lost.is_set() and membership.lease_valid()
 
 
-def _reload(tls: list[TlsContexts]) -> None:
-    if tls:
-        tls[0].reload()
-    else:
-        logger.info("SIGHUP: no TLS listener, nothing to reload")
-
-
-async def _main(config: ServeConfig) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    tls: list[TlsContexts] = []
-    loop.add_signal_handler(signal.SIGHUP, _reload, tls)
-    await Node(config, stop, tls).run()
-
-
 def serve_clustered(config: ServeConfig) -> None:
     """Run a cluster node on uvloop until SIGTERM or SIGINT. Raises ServeError on
     start-up."""
-    tune_collector()
-    with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(_main(config))
+    serve(config, lambda config, stop, tls: Node(config, stop, tls).run())

@@ -561,12 +561,7 @@ class SegmentLog:
                 space.schedule(self._retry_space)
                 await asyncio.shield(space.waiter())
                 continue
-            replicating = self._covering(target, round_needed)
-            if replicating is not None:
-                if replicating.done():
-                    await asyncio.sleep(0)  # let its callback take it in (as below)
-                else:
-                    await asyncio.shield(replicating)
+            if await self._replicated_round(target, round_needed):
                 continue
             inflight = self._inflight
             if inflight is None:
@@ -592,12 +587,7 @@ class SegmentLog:
         round_needed = self._rounds_started + 1
         while self._rounds_finished < round_needed:
             self._check_usable()
-            replicating = self._covering(0, round_needed)
-            if replicating is not None:
-                if replicating.done():
-                    await asyncio.sleep(0)  # let its callback take it in (as below)
-                else:
-                    await asyncio.shield(replicating)
+            if await self._replicated_round(0, round_needed):
                 continue
             inflight = self._inflight
             if inflight is None:
@@ -690,13 +680,18 @@ class SegmentLog:
             return
         self._durable_next = max(self._durable_next, durable)
 
-    def _covering(self, target: int, round_needed: int) -> asyncio.Future[None] | None:
-        """The oldest round awaiting its replicas that, once replicated, makes offsets
-        below `target` durable and counts as round `round_needed`; None if none does."""
+    async def _replicated_round(self, target: int, round_needed: int) -> bool:
+        """Wait for the oldest round awaiting its replicas that, once replicated, makes
+        offsets below `target` durable and counts as round `round_needed`; False at once
+        if there is none (a round must be started)."""
         for durable, number, replicated in self._replicating:
             if durable >= target and number >= round_needed:
-                return replicated
-        return None
+                if replicated.done():
+                    await asyncio.sleep(0)  # let its callback take it in (see `sync`)
+                else:
+                    await asyncio.shield(replicated)  # not cancelled with its waiter
+                return True
+        return False
 
     def _round_done(self, work: _Round, result: _RoundResult) -> bool:
         """Take in a round's outcome; True when it did everything it was given."""
