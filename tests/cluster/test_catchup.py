@@ -26,7 +26,7 @@ from tests.cluster.workload import (
 LEASE_TTL_S = 3
 IN_SYNC_TIMEOUT_S = 45.0
 TAKEOVER_TIMEOUT_S = LEASE_TTL_S + 15.0
-LOAD_S = 3.0
+LOAD_S = 2.0
 STOP_WORKLOAD_S = 15.0
 
 

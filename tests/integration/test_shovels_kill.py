@@ -30,7 +30,7 @@ from tests.integration.shovel_helpers import (
     wait_until,
 )
 
-MESSAGES = 5_000
+MESSAGES = 2_500
 PREFETCH = 50  # small: the transfer takes long enough to be cut in the middle
 # Duplicates: the prefetch window in flight, plus what the source acked but had not made
 # durable when it died (its queue journals are flushed every 0.2 s: at this machine's
