@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from streamq.cluster.replication import NO_SHA1, ReplicationError
-from streamq.log.tap import LOCAL_FILES
+from streamq.log.tap import LOCAL_FILES, is_local, is_plain_relative
 
 HASH_CHUNK_BYTES: Final = 1 << 20
 # The marker a follower keeps in its data directory while its copy is not consistent.
@@ -53,14 +53,7 @@ class SyncPlan:
 def check_relative(path: str) -> str:
     """`path` if it is a plain relative path naming no node-local file, else
     ReplicationError (a leader or follower never names anything outside the directory)."""
-    parts = path.split("/")
-    if (
-        not path
-        or "\0" in path
-        or path.startswith("/")
-        or any(part in ("", ".", "..") for part in parts)
-        or parts[0] in LOCAL_FILES
-    ):
+    if not is_plain_relative(path) or is_local(path):
         raise ReplicationError(f"path {path!r} is not a plain relative path of the data")
     return path
 

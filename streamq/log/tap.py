@@ -118,7 +118,7 @@ class FileTap:
             if not path.startswith(self._prefix):
                 return None
         relative = path[len(self._prefix) :]
-        if not relative or relative.partition("/")[0] in LOCAL_FILES:
+        if not relative or is_local(relative):
             return None
         return relative
 
@@ -228,21 +228,31 @@ def get_tap() -> FileTap | None:
     return current.tap
 
 
+def is_plain_relative(path: str) -> bool:
+    """`path` names something inside a directory: relative, no empty, `.` or `..` part,
+    no NUL (what the replication stream and a full sync may name)."""
+    return not (
+        not path
+        or "\0" in path
+        or path.startswith("/")
+        or any(part in ("", ".", "..") for part in path.split("/"))
+    )
+
+
+def is_local(path: str) -> bool:
+    """`path` (relative) is, or is under, one of a node's own files (LOCAL_FILES)."""
+    return path.split("/", 1)[0] in LOCAL_FILES
+
+
 def check_path(raw: bytes | memoryview) -> str:
     """The relative path an action names, or ActionError."""
     try:
         path = bytes(raw).decode()
     except UnicodeDecodeError:
         raise ActionError("action path is not utf-8") from None
-    parts = path.split("/")
-    if (
-        not path
-        or "\0" in path
-        or path.startswith("/")
-        or any(part in ("", ".", "..") for part in parts)
-    ):
+    if not is_plain_relative(path):
         raise ActionError(f"action path {path!r} is not a plain relative path")
-    if parts[0] in LOCAL_FILES:
+    if is_local(path):
         raise ActionError(f"action path {path!r} names a node's own file")
     return path
 
