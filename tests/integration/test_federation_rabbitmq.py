@@ -29,13 +29,10 @@ from tests.integration.test_federation import (
 )
 
 
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQServer]:
-    server = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq-upstream"))
-    try:
-        yield server
-    finally:
-        server.stop()
+@pytest.fixture
+def rabbitmq(rabbitmq_links: RabbitMQServer) -> RabbitMQServer:
+    """The session's RabbitMQ (tests/integration/conftest.py)."""
+    return rabbitmq_links
 
 
 @pytest.fixture

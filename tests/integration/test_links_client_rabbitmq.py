@@ -5,8 +5,6 @@ speaks to RabbitMQ as to streamq."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from streamq.links.amqp.client import AmqpConnectionError, ChannelClosedError, Connection
@@ -15,11 +13,10 @@ from tests.differential.peers import RabbitMQServer
 from tests.integration.test_links_client import Collector, publish_confirmed, run, transfer
 
 
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQServer]:
-    server = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq-links"))
-    yield server
-    server.stop()
+@pytest.fixture
+def rabbitmq(rabbitmq_links: RabbitMQServer) -> RabbitMQServer:
+    """The session's RabbitMQ (tests/integration/conftest.py)."""
+    return rabbitmq_links
 
 
 def uri(server: RabbitMQServer, password: str = "guest") -> str:

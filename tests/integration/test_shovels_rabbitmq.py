@@ -14,7 +14,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.differential.peers import LINK_PLUGINS, RabbitMQServer
+from tests.differential.peers import RabbitMQServer
 from tests.integration.conftest import RunningBroker
 from tests.integration.shovel_helpers import (
     amqp_uri,
@@ -32,11 +32,10 @@ from tests.integration.shovel_helpers import (
 )
 
 
-@pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQServer]:
-    server = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq-shovel"), plugins=LINK_PLUGINS)
-    yield server
-    server.stop()
+@pytest.fixture
+def rabbitmq(rabbitmq_links: RabbitMQServer) -> RabbitMQServer:
+    """The session's RabbitMQ (tests/integration/conftest.py)."""
+    return rabbitmq_links
 
 
 @pytest.fixture
