@@ -13,10 +13,9 @@ from tests.integration.conftest import RunningBroker
 
 
 @pytest.fixture(scope="session")
-def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    server = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq"))
-    yield server.endpoint
-    server.stop()
+def rabbitmq(rabbitmq_links: RabbitMQServer) -> Endpoint:
+    """The session's RabbitMQ (tests/conftest.py); its plugins change no AMQP behaviour."""
+    return rabbitmq_links.endpoint
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ from pika.adapters.blocking_connection import BlockingChannel
 from streamq.app import ServeConfig, run_broker
 from streamq.broker.broker import Broker
 from streamq.broker.resources import ResourceLimits
-from tests.differential.peers import LINK_PLUGINS, RabbitMQServer
 
 START_TIMEOUT_S = 20
 T = TypeVar("T")
@@ -212,15 +211,3 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
     running = RunningBroker(tmp_path / "data")
     yield running
     running.stop()
-
-
-@pytest.fixture(scope="session")
-def rabbitmq_links(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQServer]:
-    """One RabbitMQ node, with the shovel and federation plugins, for every module that
-    interoperates with RabbitMQ (each names its own entities): a node costs about 15 s
-    to start and stop."""
-    server = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq-links"), plugins=LINK_PLUGINS)
-    try:
-        yield server
-    finally:
-        server.stop()
