@@ -256,6 +256,20 @@ def to_amqp091(stream: str, record: Record) -> tuple[bytes, bytes, bytes, bytes]
         return b"", routing_key, _filter_only(filter_value), body
 
 
+def as_amqp091(stream: str, record: Record) -> Record:
+    """`record` as AMQP 0-9-1 consumers get it: itself, or converted when it is native."""
+    if record.properties[:2] != NATIVE_MARK:
+        return record
+    exchange, routing_key, properties, body = to_amqp091(stream, record)
+    return Record(record.offset, record.timestamp_ms, exchange, routing_key, properties, body)
+
+
+def filter_properties(filter_value: bytes) -> bytes:
+    """0-9-1 properties holding only the `x-stream-filter-value` header (none when
+    empty): what an AMQP stream filter checks for a native record, before converting it."""
+    return _filter_only(filter_value)
+
+
 def _filter_only(filter_value: bytes) -> bytes:
     if not filter_value:
         return _EMPTY_PROPERTIES
