@@ -1,7 +1,7 @@
 """Publishers: DeclarePublisher, DeletePublisher, Publish, PublishConfirm and PublishError.
 
 Owns a connection's publishers (id -> stream and reference) and the publish fast path: a
-Publish frame's payload goes whole to the storage side (`storage.append_publish`, parsed
+Publish frame's payload goes whole to the storage side (`StreamQueue.append_publish`, parsed
 and deduplicated in C), which returns the frame's publishing ids ready for the confirm;
 the stream's sync round is requested as an AMQP publish requests it, and its consumers are
 woken after it. Confirms go out once the group commit covers the frame
@@ -19,13 +19,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from stream_gateway import storage
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import Key, ResponseCode
 from stream_gateway.errors import CloseConnection, StreamError
 from stream_gateway.streams import stream_queue
 from streamq.broker.queue import Queue
 from streamq.log.errors import LogError
+from streamq.queues.publishers import BadPublish
 
 if TYPE_CHECKING:
     from stream_gateway.session import StreamSession
@@ -82,7 +82,7 @@ def delete(s: StreamSession, m: c.DeletePublisher) -> None:
 def query_sequence(s: StreamSession, m: c.QueryPublisherSequence) -> None:
     _queue, stream = stream_queue(s, m.stream)
     s.check("read", m.stream)
-    sequence = storage.publisher_sequence(stream, m.reference.encode())
+    sequence = stream.publishers.sequence(m.reference.encode())
     s.send(c.QueryPublisherSequenceResponse(m.correlation_id, OK, sequence))
 
 
@@ -103,10 +103,10 @@ def publish(s: StreamSession, frame: bytes, version: int) -> None:
         send_errors(s, publisher_id, payload, version, ResponseCode.STREAM_DOES_NOT_EXIST)
         return
     try:
-        result = storage.append_publish(
-            stream, publisher.reference, version, payload, int(time.time() * 1000)
+        result = stream.append_publish(
+            publisher.reference, version, payload, int(time.time() * 1000)
         )
-    except ValueError as exc:
+    except BadPublish as exc:
         raise CloseConnection(ResponseCode.UNKNOWN_FRAME, f"malformed Publish: {exc}") from None
     except LogError as exc:
         logger.error("stream %s: append failed: %s", queue.name, exc)

@@ -1,7 +1,7 @@
 """Subscriptions: Subscribe, Credit, Unsubscribe, Deliver and the ConsumerUpdate answer.
 
 Owns a connection's subscriptions and their delivery: each reads chunks from its position
-(`storage.read_chunk`, built from the segment files) while it has credit (one credit is
+(`StreamQueue.read_chunk`, built from the segment files) while it has credit (one credit is
 one chunk, as RabbitMQ counts it) and its transport's write buffer is under its high
 mark, so a consumer that grants no credit costs nothing but its subscription. Offset
 specifications have RabbitMQ's meanings through `StreamQueue.start_offset` (the AMQP
@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from stream_gateway import sac, storage
+from stream_gateway import sac
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import (
     SUBSCRIPTION_PROPERTY_FILTER_PREFIX,
@@ -30,6 +30,7 @@ from stream_gateway.codec.constants import (
 from stream_gateway.errors import StreamError
 from stream_gateway.streams import stream_queue
 from streamq.broker.queue import Queue
+from streamq.queues.chunks import CHUNK_HEADER_BYTES, ChunkFilter
 from streamq.queues.stream import StreamQueue, StreamStart
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class Subscription:
     offset: int  # the next offset to read
     credit: int
     start: c.OffsetSpec
-    filter: storage.ChunkFilter | None = None
+    filter: ChunkFilter | None = None
     group: tuple[str, str, str] | None = None  # SAC: (vhost, stream, name)
     super_stream: str = ""
     active: bool = True  # SAC: only the active one is delivered to
@@ -78,7 +79,7 @@ def start_offset(stream: StreamQueue, spec: c.OffsetSpec) -> int:
     return stream.start_offset(StreamStart("next"))
 
 
-def chunk_filter(properties: dict[str, str]) -> storage.ChunkFilter | None:
+def chunk_filter(properties: dict[str, str]) -> ChunkFilter | None:
     values = frozenset(
         v.encode()
         for k, v in properties.items()
@@ -87,7 +88,7 @@ def chunk_filter(properties: dict[str, str]) -> storage.ChunkFilter | None:
     if not values:
         return None
     match_unfiltered = properties.get(SUBSCRIPTION_PROPERTY_MATCH_UNFILTERED, "false") == "true"
-    return storage.ChunkFilter(values, match_unfiltered)
+    return ChunkFilter(values, match_unfiltered)
 
 
 def subscribe(s: StreamSession, m: c.Subscribe) -> None:
@@ -165,15 +166,15 @@ def drain(subscription: Subscription) -> bool:
     if transport is None or transport.is_closing() or s.write_paused:
         return False
     stream = subscription.stream
-    bytes_max = s.frame_max - DELIVER_HEAD_BYTES
+    bytes_max = s.frame_max - DELIVER_HEAD_BYTES - CHUNK_HEADER_BYTES
     delivered = 0
     sent = 0
     while subscription.credit > 0 and not s.write_paused:
         if sent >= CHUNKS_PER_DRAIN_MAX:
             _account(subscription, delivered)
             return True
-        chunk = storage.read_chunk(
-            stream, subscription.offset, CHUNK_RECORDS_MAX, bytes_max, subscription.filter
+        chunk = stream.read_chunk(
+            subscription.offset, CHUNK_RECORDS_MAX, bytes_max, subscription.filter
         )
         if chunk is None:
             break
