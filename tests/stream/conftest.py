@@ -125,6 +125,7 @@ class Received:
     def __init__(self) -> None:
         self.items: list[tuple[int, Any]] = []
         self.timestamps: list[int] = []  # of the chunk of each message, ms since the epoch
+        self.subscriber_id = -1
         self._changed = asyncio.Event()
 
     async def __call__(self, message: Any, context: MessageContext) -> None:
@@ -186,7 +187,7 @@ async def subscribe(
 ) -> Received:
     received = Received()
     spec = ConsumerOffsetSpecification(offset_type, offset)
-    await reader.subscribe(
+    received.subscriber_id = await reader.subscribe(
         stream, received, decoder=decode, offset_specification=spec, **options
     )
     return received
