@@ -132,10 +132,12 @@ class StreamGateway:
 
     def drain_session(self, s: StreamSession) -> None:
         for subscription in list(s.subscriptions.values()):
-            self._drain(subscription)
+            self.drain(subscription)
         s.flush()
 
-    def _drain(self, subscription: Subscription) -> None:
+    def drain(self, subscription: Subscription) -> None:
+        """Deliver what the subscription may take now; a drain cut at its per-turn limit
+        goes on one loop turn later."""
         if subscriptions.drain(subscription):
             self._again.add(subscription)
             if not self._again_scheduled and self._loop is not None:
@@ -147,7 +149,7 @@ class StreamGateway:
         self._again_scheduled = False
         again, self._again = self._again, set()
         for subscription in again:
-            self._drain(subscription)
+            self.drain(subscription)
 
     # -- the broker core's events ----------------------------------------------------------
 
@@ -166,7 +168,7 @@ class StreamGateway:
             if pending and publishers.send_confirms(s, queue, pending, durable_next):
                 touched.add(s)
         for subscription in list(self.readers.get(queue, ())):
-            self._drain(subscription)
+            self.drain(subscription)
         for s in touched:
             s.flush()
 

@@ -367,3 +367,29 @@ def test_the_stream_listener_is_off_with_minus_one(tmp_path: Path) -> None:
         assert not [name for name, _h, _p in running.listeners if name.startswith("stream")]
     finally:
         running.stop()
+
+
+def test_a_subscription_with_credit_reads_a_long_stream_to_its_end(client: RawClient) -> None:
+    """More chunks than one drain sends (CHUNKS_PER_DRAIN_MAX): the rest follow on later
+    loop turns without any new event, and offsets run on without gaps."""
+    client.login()
+    client.request(c.Create(1, "long", {}))
+    client.request(c.DeclarePublisher(2, 0, "", "long"))
+    total = 140_000  # over CHUNKS_PER_DRAIN_MAX (16) chunks of 8192 records
+    for start in range(0, total, 5000):
+        batch = tuple(c.PublishedMessage(i, b"z") for i in range(start, start + 5000))
+        client.send(c.Publish(0, batch))
+    confirmed = 0
+    while confirmed < total:
+        confirm = client.read_until(c.PublishConfirm)
+        assert isinstance(confirm, c.PublishConfirm)
+        confirmed += len(confirm.publishing_ids)
+    client.request(c.Subscribe(3, 1, "long", c.OffsetSpec(OffsetType.FIRST), 1000))
+    expected = 0
+    while expected < total:
+        deliver = client.read_until(c.Deliver)
+        assert isinstance(deliver, c.Deliver)
+        entries, first = struct.unpack_from(">H", deliver.chunk, 2)[0], deliver.chunk[24:32]
+        assert int.from_bytes(first) == expected
+        expected += entries
+    assert expected == total
