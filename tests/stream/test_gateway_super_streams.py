@@ -8,6 +8,7 @@ active one before it answered with its offset specification.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,20 +117,26 @@ def test_a_super_streams_partitions_spread_over_its_consumers(broker: RunningBro
     one, two = connect(broker), connect(broker)
     properties = {**SAC, "super-stream": "ss"}
     spec = c.OffsetSpec(OffsetType.FIRST)
-    active = {}
-    for client in (one, two):
-        for sub_id, stream in ((0, "ss-0"), (1, "ss-1")):
-            subscribe_ = c.Subscribe(client.next_id(), sub_id, stream, spec, 1, properties)
-            client.send(subscribe_)
+    active: dict[tuple[str, int], bool] = {}
+
+    def note(name: str, command: c.Command) -> None:
+        if isinstance(command, c.ConsumerUpdate):
+            active[(name, command.subscription_id)] = command.active
+
     for name, client in (("one", one), ("two", two)):
-        client.sock.settimeout(0.5)
-        try:
+        # One client's subscriptions are in before the other's: the join order decides.
+        for sub_id, stream in ((0, "ss-0"), (1, "ss-1")):
+            client.send(c.Subscribe(client.next_id(), sub_id, stream, spec, 1, properties))
+        answered = 0
+        while answered < 2:
+            command = client.read()
+            answered += isinstance(command, c.Response)
+            note(name, command)
+    for name, client in (("one", one), ("two", two)):
+        client.sock.settimeout(0.3)
+        with contextlib.suppress(TimeoutError):
             while True:
-                command = client.read()
-                if isinstance(command, c.ConsumerUpdate):
-                    active[(name, command.subscription_id)] = command.active
-        except TimeoutError:
-            pass
+                note(name, client.read())
     assert active == {("one", 0): True, ("one", 1): False, ("two", 0): False, ("two", 1): True}
     one.close()
     two.close()
