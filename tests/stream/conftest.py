@@ -55,7 +55,7 @@ def stream_broker_on(data_dir: Path) -> Iterator[RunningBroker]:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[RunningBroker]:
-    import os  # DEV-RABBITMQ (removed before the end)
+    import os  # noqa: PLC0415 DEV-RABBITMQ (removed before the end)
 
     if os.environ.get("DEV_RABBITMQ"):
         yield from _dev_rabbitmq(os.environ["DEV_RABBITMQ"])
@@ -65,16 +65,14 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
 
 
 def _dev_rabbitmq(ports_file: str) -> Iterator[Any]:  # DEV-RABBITMQ
-    import types
-    import urllib.parse
+    import types  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
 
-    from tests.integration.conftest import RunningBroker as RB
-
-    amqp, http_port, stream = map(int, open(ports_file).read().split())
+    amqp, http_port, stream = map(int, Path(ports_file).read_text().split())
     fake: Any = types.SimpleNamespace(
         listeners=[("stream", HOST, stream)], amqp_port=amqp, http_port=http_port
     )
-    fake.http = lambda *a, **k: RB.http(fake, *a, **k)
+    fake.http = lambda *a, **k: RunningBroker.http(fake, *a, **k)
     yield fake
     for queue in fake.http("GET", "/api/queues")[1]:
         name = urllib.parse.quote(queue["name"], safe="")

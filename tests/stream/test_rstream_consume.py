@@ -170,13 +170,12 @@ async def test_rstream_queries_the_offset_an_amqp_consumer_tracked(
         connection, channel = pika_channel(broker)
         arguments = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
         channel.basic_qos(prefetch_count=10)
-        count = 0
-        for method, _, _ in channel.consume(
+        deliveries = channel.consume(
             "events", arguments=arguments, consumer_tag="app", inactivity_timeout=TIMEOUT_S
-        ):
+        )
+        for count, (method, _, _) in enumerate(deliveries, 1):
             assert method is not None
             channel.basic_ack(method.delivery_tag)
-            count += 1
             if count == 30:
                 break
         connection.close()
