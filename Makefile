@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 # The C accelerators (setup.py) build in place at install: a changed source reinstalls.
-C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c)
+C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/log/*.h)
 
 .PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize
 

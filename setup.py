@@ -4,7 +4,8 @@ All sit on the per-message hot path (STYLE.md section 11) and are measured in
 docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into runs,
 `amqp_gateway.codec._deliver` writes a delivery's frames (and a run of deliveries
 straight from log records), and `streamq.log._records` encodes a run of log records
-with their CRC32C. They need a C
+with their CRC32C, and `streamq.log._streamwire` turns a stream-protocol Publish frame into
+records and builds chunks for stream consumers. They need a C
 compiler and Python's headers at install time (`pip install -e .` builds them in place).
 """
 
@@ -27,6 +28,12 @@ setup(
         Extension(
             "streamq.log._records",
             ["streamq/log/_records.c"],
+            extra_compile_args=_FLAGS,
+        ),
+        Extension(
+            "streamq.log._streamwire",
+            ["streamq/log/_streamwire.c"],
+            depends=["streamq/log/_crc32c.h"],
             extra_compile_args=_FLAGS,
         ),
     ]

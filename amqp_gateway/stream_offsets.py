@@ -49,7 +49,9 @@ class StreamFilter:
     `x-stream-filter-value` header: match any of them (RabbitMQ), or all of them with
     `x-filter-match-type: all` (LavinMQ), the header then holding comma-separated
     values; `x-stream-match-unfiltered` also delivers messages without the header.
-    Exact and server-side."""
+    Exact and server-side. A stream client's record (streamq.log.amqp10) has its
+    filter value in the record's routing key field: `streams.py` hands `accepts` the
+    properties `amqp10.filter_properties` makes of it."""
 
     __slots__ = ("match_all", "unfiltered", "values")
 

@@ -23,6 +23,7 @@ from http_gateway.errors import HttpError
 from http_gateway.queues_api import payload_json
 from http_gateway.views import require_permission
 from streamq.log import format as fmt
+from streamq.log.amqp10 import as_amqp091
 from streamq.log.errors import LogError
 from streamq.queues.stream import StreamQueue, StreamStart
 
@@ -120,6 +121,7 @@ async def read_stream(request: web.Request) -> web.Response:
         records = await read_records(stream, stream.start_offset(start), count)
     except LogError as exc:
         raise HttpError(503, f"queue '{queue.name}' could not be read: {exc}") from None
+    records = [as_amqp091(queue.name, r) for r in records]  # stream clients' as AMQP sees them
     codec = who.broker.properties_json
     end = stream.log.durable_next
     return web.json_response(

@@ -8,7 +8,9 @@ pyspark, so the unit tests run it without a JVM.
 
 Columns: offset, timestamp (append time, UTC), stream, exchange, routing_key, body,
 properties (a struct of the 13 basic properties other than headers), and headers
-(key/value pairs, when includeHeaders) decoded by `properties.py`.
+(key/value pairs, when includeHeaders) decoded by `properties.py`. A record a stream client
+published (AMQP 1.0, `streamq.log.amqp10`) has the columns an AMQP 0-9-1 consumer would see:
+it is converted first, and a batch holding one takes the per-record path.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from spark_source.columns import RecordColumns
 from spark_source.planning import DataLoss, SegmentRange
 from spark_source.properties import PROPERTY_NAMES, PropertyValue, decode_properties
 from streamq.log import format as fmt
+from streamq.log.amqp10 import NATIVE_MARK, as_amqp091
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,8 @@ def columns_to_batch(
     """
     c = columns
     count = c.record_count
+    if _has_native(c):
+        return to_batch(_records(c), stream, schema, include_headers)
     spans = _spans(c)
     exchange, routing_key, properties, body = (
         spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
@@ -121,6 +126,36 @@ def columns_to_batch(
     if include_headers:
         arrays.append(pa.array([d.get("headers") for d in decoded], HEADERS_TYPE).take(take))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _has_native(c: RecordColumns) -> bool:
+    """Whether a record's properties start with the native mark: one vectorised compare."""
+    if not c.record_count or not len(c.buffer):
+        return False
+    data = np.frombuffer(c.buffer, np.uint8)
+    at = c.positions + fmt.RECORD_HEADER_BYTES + c.exchange_lens + c.routing_key_lens
+    last = len(data) - 1
+    first_byte = data[np.minimum(at, last)] == NATIVE_MARK[0]
+    second_byte = data[np.minimum(at + 1, last)] == NATIVE_MARK[1]
+    return bool(np.any((c.properties_lens >= 2) & first_byte & second_byte))
+
+
+def _records(c: RecordColumns) -> list[fmt.Record]:
+    """The columns' records as `fmt.Record`s (for the per-record path)."""
+    records = []
+    buffer = c.buffer
+    for i in range(c.record_count):
+        at = int(c.positions[i]) + fmt.RECORD_HEADER_BYTES
+        lens = (int(c.exchange_lens[i]), int(c.routing_key_lens[i]), int(c.properties_lens[i]))
+        exchange = buffer[at : at + lens[0]]
+        at += lens[0]
+        routing_key = buffer[at : at + lens[1]]
+        at += lens[1]
+        properties = buffer[at : at + lens[2]]
+        body = buffer[at + lens[2] : int(c.ends[i])]
+        offset, timestamp_ms = int(c.offsets[i]), int(c.timestamps_ms[i])
+        records.append(fmt.Record(offset, timestamp_ms, exchange, routing_key, properties, body))
+    return records
 
 
 def _properties_column(distinct: pa.StructArray, take: pa.Array) -> pa.StructArray:
@@ -173,8 +208,10 @@ def to_batch(
     records: Sequence[fmt.Record], stream: str, schema: pa.Schema, include_headers: bool
 ) -> pa.RecordBatch:
     """One batch of `records`: the per-record reference for `columns_to_batch`, used by
-    the tests. Properties are decoded once per distinct byte string (most messages of a
-    stream share a few), then spread to the rows with `take`."""
+    the tests, and its path for batches holding native records. Properties are decoded
+    once per distinct byte string (most messages of a stream share a few), then spread to
+    the rows with `take`."""
+    records = [as_amqp091(stream, r) for r in records]
     distinct: dict[bytes, int] = {}
     indices = [distinct.setdefault(r.properties, len(distinct)) for r in records]
     decoded = [decode_properties(raw) for raw in distinct]

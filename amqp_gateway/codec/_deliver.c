@@ -755,8 +755,9 @@ done:
  * as `properties.add_long_header` splices it: after the entries of an existing headers
  * table, whose size grows by the entry's, or as a new table (the headers flag set) after
  * content-type and content-encoding. A record it cannot splice that way stops the run
- * before it, for the caller's per-record path (`channels.with_long_header`): properties
- * that already name x-stream-offset anywhere, a property list too short or malformed
+ * before it, for the caller's per-record path (`channels.with_long_header`): a native
+ * record (properties starting with streamq.log.amqp10.NATIVE_MARK, converted there from
+ * AMQP 1.0), properties that already name x-stream-offset anywhere, a property list too short or malformed
  * to find the headers table's place, or properties that would no longer fit one frame.
  */
 #define STREAM_OFFSET_NAME "x-stream-offset"
@@ -805,6 +806,9 @@ plan_splice(const unsigned char *props, uint32_t size, Splice *s)
 {
     if (size < 2 || contains(props, size, STREAM_OFFSET_NAME, STREAM_OFFSET_NAME_BYTES)) {
         return -1;
+    }
+    if (props[0] == 0x00 && props[1] == 0x02) {
+        return -1; /* a stream client's record (amqp10.NATIVE_MARK): converted in Python */
     }
     uint32_t flags = (uint32_t)props[0] << 8 | props[1];
     uint64_t at = 2;

@@ -35,6 +35,7 @@ from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
 from streamq.log._records import scan_records as _scan_records
+from streamq.log._streamwire import span_records as _span_records
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -404,6 +405,55 @@ class SegmentLog:
             self._last_timestamp_ms = timestamp_ms
             self._place(record, timestamp_ms)
             done += 1
+        return first
+
+    def append_encoded(self, records: bytes, count: int, timestamp_ms: int) -> int:
+        """Append `count` records already encoded back to back in `records` (the layout
+        of `format.encode_record_parts`), with the offsets from `next_offset` on and all
+        with `timestamp_ms`, which must not be below `last_timestamp_ms` (the caller
+        encoded them for this log: the stream protocol's Publish path). Returns the first
+        offset. One copy into the write buffer per index interval or segment roll.
+
+        Buffered; durable after a `sync()` that begins after this returns. The caller
+        keeps every record under `record_bytes_max`.
+        """
+        if self._failed is not None or self._closed:
+            self._check_usable()
+        assert timestamp_ms >= self._last_timestamp_ms, "records encoded before a newer append"
+        first = self._next_offset
+        position_in = 0
+        done = 0
+        while done < count:
+            segment = self._active
+            if len(self._buffer) >= self._write_buffer_bytes_max:
+                self._flush(segment)
+            position = segment.size_bytes
+            index = segment.index
+            room = self._segment_bytes_max - position
+            end, n = position_in, 0
+            size = 4 + int.from_bytes(records[position_in : position_in + 4], "little")
+            if segment.first_timestamp_ms >= 0 and room > 0:
+                if position - index.last_position >= index.interval_bytes and size <= room:
+                    # The next record starts an index interval (as in `append_run`).
+                    index.add(self._next_offset - segment.base_offset, position, timestamp_ms)
+                end, n = _span_records(
+                    records,
+                    position_in,
+                    max(index.last_position + index.interval_bytes - position, 0),
+                    min(room, max(self._write_buffer_bytes_max - len(self._buffer), 0)),
+                )
+            if n == 0:  # a roll, a first record or a full buffer: `_place` decides
+                end, n = position_in + size, 1
+                self._place(records[position_in:end], timestamp_ms)
+            else:
+                with memoryview(records) as view:
+                    self._buffer += view[position_in:end]
+                segment.last_timestamp_ms = timestamp_ms
+                segment.size_bytes = position + end - position_in
+                segment.next_offset = self._next_offset = self._next_offset + n
+            self._last_timestamp_ms = timestamp_ms
+            position_in = end
+            done += n
         return first
 
     def _place(self, record: bytes, timestamp_ms: int) -> None:

@@ -12,8 +12,12 @@ from typing import Final, NamedTuple
 
 from retention.rules import RetentionRules, drop_before
 from streamq.log import format as fmt
+from streamq.log._streamwire import encode_publish as _encode_publish
 from streamq.log.log import RunMessage, SegmentLog
+from streamq.queues import chunks
+from streamq.queues.chunks import Chunk, ChunkFilter
 from streamq.queues.offsets import OffsetStore
+from streamq.queues.publishers import BadPublish, PublisherSequences
 
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
 # The newest appends stay in memory as records (the tail), so that consumers at the end
@@ -22,6 +26,19 @@ READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
 TAIL_RECORDS_MAX: Final = 4096
 TAIL_BYTES_MAX: Final = 1024 * 1024  # of bodies and properties
 _new: Final = tuple.__new__
+
+
+class PublishResult(NamedTuple):
+    """What `append_publish` did with a Publish frame."""
+
+    # Messages in the frame. The contract's name: it shadows tuple.count, which no
+    # caller of a PublishResult uses.
+    count: int  # type: ignore[assignment]
+    appended: int  # records written (count - duplicates)
+    # The log's next offset after the append: confirm all `count` ids once
+    # `log.durable_next >= next_offset`.
+    next_offset: int
+    ids: bytes  # the publishing ids, u64 big-endian each, in frame order (PublishConfirm's)
 
 
 class StreamStart(NamedTuple):
@@ -45,14 +62,25 @@ class StreamQueue:
         "_tail_bytes",
         "log",
         "offsets",
+        "publishers",
         "retention",
     )
 
-    def __init__(self, log: SegmentLog, retention: RetentionRules, offsets: OffsetStore) -> None:
+    def __init__(
+        self,
+        log: SegmentLog,
+        retention: RetentionRules,
+        offsets: OffsetStore,
+        publishers: PublisherSequences | None = None,
+    ) -> None:
+        """`publishers`: opened from the log's directory when not given (blocks on
+        fsync, as `SegmentLog.open`; raises PublishersCorrupted and OSError)."""
         self.log = log
         self.retention = retention
         self.offsets = offsets  # broker-side offset tracking
         log.add_sync_companion(offsets.prepare_sync)
+        self.publishers = publishers or PublisherSequences.open(log)
+        log.add_sync_companion(self.publishers.prepare_sync)
         self._checked_segments = -1  # segment count at the last retention check
         self._tail: list[fmt.Record] = []  # the records of offsets _tail_base and on
         self._tail_base = log.next_offset
@@ -87,6 +115,54 @@ class StreamQueue:
         for offset, message in enumerate(messages, first):
             remember(offset, timestamp_ms, exchange, routing_key, message[0], message[1])
         return first
+
+    def append_publish(
+        self, reference: bytes, version: int, payload: bytes | memoryview, timestamp_ms: int
+    ) -> PublishResult:
+        """Append a stream-protocol Publish frame's messages as native records (see
+        docs/log-format.md), skipping duplicates when `reference` is not empty (a
+        publishing id at or below the reference's sequence). `payload` is the frame's
+        body from its message count on; `version` 1 or 2 (with filter values).
+
+        Parsed and encoded in C, no Python object per message. Buffered: readable and
+        durable after the log's next sync round, with the reference's new sequence.
+        Raises BadPublish (a ValueError) for a malformed payload, appending nothing, and
+        the log's errors (LogFailed, LogClosed).
+        """
+        log = self.log
+        if timestamp_ms < log.last_timestamp_ms:  # noqa: PLR1730 (as append_one)
+            timestamp_ms = log.last_timestamp_ms
+        publishers = self.publishers
+        sequence = publishers.sequence(reference) if reference else 0
+        try:
+            records, count, appended, ids, sequence = _encode_publish(
+                version,
+                payload,
+                log.next_offset,
+                timestamp_ms,
+                reference,
+                sequence,
+                log.config.record_bytes_max,
+            )
+        except (ValueError, OverflowError) as exc:
+            raise BadPublish(str(exc)) from None
+        if appended:
+            log.append_encoded(records, appended, timestamp_ms)
+            # The tail holds Record tuples of every record from its base: native records
+            # skip it (no object per message here), so it restarts after them.
+            self._tail.clear()
+            self._tail_base, self._tail_bytes = log.next_offset, 0
+            if reference:
+                publishers.update(reference, sequence, log.next_offset - 1)
+        return PublishResult(count, appended, log.next_offset, ids)
+
+    def read_chunk(
+        self, offset: int, records_max: int, bytes_max: int, filter: ChunkFilter | None = None
+    ) -> Chunk | None:
+        """One osiris chunk of the durable records from `offset` (raised to the stream's
+        start) for a stream-protocol consumer; see `chunks.read_chunk`. None when there
+        is no durable record at or after `offset`."""
+        return chunks.read_chunk(self.log, offset, records_max, bytes_max, filter)
 
     def _remember(
         self,

@@ -1,0 +1,70 @@
+"""Types of the C extension `streamq.log._streamwire` (source: `_streamwire.c`).
+
+The stream protocol's per-message work over the segment log: a Publish frame's messages
+into native records, splitting a run of encoded records, and a chunk's entries from
+segment bytes. No I/O.
+"""
+
+from collections.abc import Callable
+
+from typing_extensions import Buffer
+
+def encode_publish(
+    version: int,
+    payload: Buffer,
+    first_offset: int,
+    timestamp_ms: int,
+    reference: bytes,
+    sequence: int,
+    record_bytes_max: int,
+    /,
+) -> tuple[bytes, int, int, bytes, int]:
+    """Parse a Publish frame's messages (`payload`: from its message count on; `version`
+    1, or 2 with filter values) and encode the ones to store as native records with
+    offsets from `first_offset`, all with `timestamp_ms`. With a non-empty `reference`, a
+    message whose publishing id is not above `sequence` (then the highest id seen so far)
+    is a duplicate and not stored. Returns `(records, count, appended, ids, sequence)`:
+    the records back to back, the frame's message count, the records written, the count
+    publishing ids (u64 big-endian each, in frame order) and the new sequence.
+
+    Raises ValueError (encoding nothing) for a malformed payload, a filter value or
+    reference over 255 bytes, a compressed sub-entry batch or a message over
+    `record_bytes_max`; OverflowError when the records would not fit the log."""
+
+def span_records(
+    data: Buffer, position: int, start_limit: int, end_limit: int, /
+) -> tuple[int, int]:
+    """Walk the encoded records of `data` from `position` by their length fields, stopping
+    before one that would start at or after `start_limit` or end after `end_limit` bytes
+    (counted from `position`), or at the end. Returns `(end, count)`."""
+
+def chunk_add(
+    out: bytearray,
+    data: Buffer,
+    position: int,
+    expected_offset: int,
+    skip_before: int,
+    offset_end: int,
+    records_max: int,
+    bytes_max: int,
+    convert: Callable[[bytes, bytes, bytes, bytes], bytes],
+    values: tuple[bytes, ...] | None,
+    match_unfiltered: bool,
+    records: int,
+    first_offset: int,
+    timestamp_ms: int,
+    closed: bool,
+    /,
+) -> tuple[int, int, int, int, int, bool, bool]:
+    """Append to the chunk in `out` (its first 48 bytes: the header's room) the entries of
+    the records of `data` from `position` (the first with offset `expected_offset`),
+    checking each record's length, CRC32C and offset. Records below `skip_before` and
+    those the filter refuses are passed over; a native record's entry is its body, a
+    0-9-1 record's `convert(exchange, routing_key, properties, body)`. Stops before
+    `offset_end`, at `records_max` entries, before an entry past `bytes_max` bytes of
+    entries (the first always goes in), before a taken record after a refused one, or at
+    the end of the whole records of `data`.
+
+    Returns `(position, next_offset, records, first_offset, timestamp_ms, closed, full)`:
+    where it stopped and the offset there, the state to pass to the next call, and
+    whether the chunk is done. Raises ValueError for a damaged record."""

@@ -1,0 +1,236 @@
+"""Publisher deduplication of a stream: the highest publishing id stored per reference.
+
+Owns the file `publishers` in the stream's log directory and the rule of deduplication:
+a stream-protocol publisher that declared a reference has each message stored only if its
+publishing id is above the highest one stored for that reference (RabbitMQ's rule; the
+parsing and skipping is `StreamQueue.append_publish`'s, in C). The stored state must
+never run ahead of the log: an id counted here whose record was lost in a crash would
+make the publisher's retry be dropped as a duplicate.
+
+File layout (little-endian, docs/log-format.md "Publishers file"): header magic b"SQPS" |
+u16 version (1) | u16 reserved, then records `u32 length | u32 crc32c(payload) | payload`,
+the payload `u64 covered | u64 sequence | u64 offset | reference (UTF-8)`: the reference's
+highest publishing id, the offset of the record that stored it, and `covered`, the log's
+next offset when the record was written (every record below it is accounted for in the
+file). The newest record of a reference wins; a record with an empty reference only moves
+`covered`. A torn last record is cut off; a bad record before the last raises
+PublishersCorrupted.
+
+Durability: `update` is buffered; `prepare_sync` (a sync companion of the stream's log)
+writes the changed references once per sync round, so the state is durable with the
+records it counts. On open the state is rebuilt from the file plus a scan of the native
+records from `covered` on; if the file counts records the log no longer has (a crash
+between the file's write and the segment's fsync), the references whose record is gone
+are dropped and the whole log is scanned for them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from typing import Final
+
+from streamq.log import amqp10, files
+from streamq.log._records import crc32c
+from streamq.log.files import fsync_directory, write_file_atomic
+from streamq.log.log import CompanionWork, SegmentLog
+from streamq.queues.offsets import OffsetsCorrupted
+
+FILE_NAME: Final = "publishers"
+MAGIC: Final = b"SQPS"
+VERSION: Final = 1
+HEADER: Final = struct.Struct("<4sHH")
+RECORD: Final = struct.Struct("<II")
+ENTRY: Final = struct.Struct("<QQQ")  # covered, sequence, offset
+REFERENCE_BYTES_MAX: Final = 255  # the record's exchange field holds it (u8 length)
+COMPACT_RECORDS_MIN: Final = 4096  # rewrite when the file holds this many more than references
+# A round with no publishes still moves `covered` when the log grew this much since, so
+# that the scan on open stays short on a stream written mostly over AMQP.
+COVERED_LAG_MAX: Final = 65536
+SCAN_BATCH_RECORDS: Final = 4096
+_PUBLISHING_ID: Final = struct.Struct("<Q")
+NO_WORK: Final = CompanionWork(())
+
+
+class BadPublish(ValueError):
+    """A Publish frame's messages do not parse; nothing of the frame was appended."""
+
+
+# An OffsetsCorrupted: the broker treats both files of a stream alike (the stream is not
+# restored, its files stay for an operator).
+class PublishersCorrupted(OffsetsCorrupted):
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        # Not OffsetsCorrupted's text: this is the publishers file.
+        Exception.__init__(self, f"publishers file {path} is corrupt at byte {position}: {reason}")
+
+
+class Entry:
+    """A reference's highest stored publishing id and the offset of its record."""
+
+    __slots__ = ("offset", "sequence")
+
+    def __init__(self, sequence: int, offset: int) -> None:
+        self.sequence = sequence
+        self.offset = offset
+
+
+def encode_record(covered: int, reference: bytes, sequence: int, offset: int) -> bytes:
+    payload = ENTRY.pack(covered, sequence, offset) + reference
+    return RECORD.pack(len(payload), crc32c(payload)) + payload
+
+
+def encode_file(covered: int, entries: dict[bytes, Entry]) -> bytes:
+    body = [encode_record(covered, ref, e.sequence, e.offset) for ref, e in entries.items()]
+    if not entries:
+        body.append(encode_record(covered, b"", 0, 0))
+    return HEADER.pack(MAGIC, VERSION, 0) + b"".join(body)
+
+
+def decode_file(path: str, data: bytes) -> tuple[dict[bytes, Entry], int, int, int]:
+    """The entries, `covered`, how many records held them and the length of the valid part."""
+    if len(data) < HEADER.size:
+        return {}, 0, 0, 0
+    magic, version, _ = HEADER.unpack_from(data, 0)
+    if magic != MAGIC or version != VERSION:
+        raise PublishersCorrupted(path, 0, f"bad header {magic!r} version {version}")
+    entries: dict[bytes, Entry] = {}
+    position, records, covered = HEADER.size, 0, 0
+    while position + RECORD.size <= len(data):
+        length, crc = RECORD.unpack_from(data, position)
+        start = position + RECORD.size
+        payload = data[start : start + length]
+        valid = ENTRY.size <= length <= ENTRY.size + REFERENCE_BYTES_MAX
+        if not valid or len(payload) < length or crc32c(payload) != crc:
+            if valid and start + length < len(data):
+                raise PublishersCorrupted(path, position, "record fails its checksum")
+            break  # torn last record
+        covered, sequence, offset = ENTRY.unpack_from(payload, 0)
+        reference = payload[ENTRY.size :]
+        if reference:
+            entries[reference] = Entry(sequence, offset)
+        records += 1
+        position = start + length
+    return entries, covered, records, position
+
+
+def scan_native(log: SegmentLog, start: int, entries: dict[bytes, Entry]) -> None:
+    """Raise `entries` to the publishing ids of the native records from `start` on (only
+    at open, and bounded by COVERED_LAG_MAX plus a sync round after a clean run)."""
+    offset, end = max(start, log.start_offset), log.durable_next
+    unpack = _PUBLISHING_ID.unpack_from
+    while offset < end:
+        batch = log.read(offset, SCAN_BATCH_RECORDS)
+        if not batch:
+            break
+        for record in batch:
+            if record.exchange and amqp10.is_native(record.properties):
+                sequence = unpack(record.properties, 2)[0]
+                entry = entries.get(record.exchange)
+                if entry is None:
+                    entries[record.exchange] = Entry(sequence, record.offset)
+                elif sequence >= entry.sequence:
+                    entry.sequence, entry.offset = sequence, record.offset
+        offset = batch[-1].offset + 1
+
+
+class PublisherSequences:
+    """The publishing ids of one stream; the event-loop thread only (but `_replace`)."""
+
+    def __init__(
+        self, path: str, log: SegmentLog, entries: dict[bytes, Entry], records: int, fd: int
+    ) -> None:
+        self.path = path
+        self._log = log
+        self._entries = entries
+        self._records = records
+        self._covered = log.next_offset
+        self._pending: set[bytes] = set()
+        self._fd = fd
+        self._lock = threading.Lock()  # a compaction's rename against `close`
+
+    @classmethod
+    def open(cls, log: SegmentLog) -> PublisherSequences:
+        """Open or create the file in `log`'s directory and rebuild the state (see the
+        module's docstring); the file is rewritten with it (fsyncs file and directory
+        before returning). Raises PublishersCorrupted, LogError and OSError."""
+        path = os.path.join(log.directory, FILE_NAME)
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            data = b""
+        entries, covered, records, valid = decode_file(path, data)
+        end = log.next_offset
+        if covered > end:  # the file counts records that the log lost
+            entries = {ref: e for ref, e in entries.items() if e.offset < end}
+            covered = 0
+        if covered < end:
+            scan_native(log, covered, entries)
+        if not data or valid != len(data) or covered < end or records > len(entries) + 1:
+            write_file_atomic(path, encode_file(end, entries), fsync_dir=True)
+            records = max(len(entries), 1)
+        fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
+        return cls(path, log, entries, records, fd)
+
+    def sequence(self, reference: bytes) -> int:
+        """The highest publishing id stored for `reference`, 0 if none."""
+        entry = self._entries.get(reference)
+        return 0 if entry is None else entry.sequence
+
+    def references(self) -> dict[bytes, int]:
+        return {ref: e.sequence for ref, e in self._entries.items()}
+
+    def update(self, reference: bytes, sequence: int, offset: int) -> None:
+        """`reference`'s highest id is now `sequence`, stored at `offset`. Buffered:
+        durable after the stream log's next sync round."""
+        entry = self._entries.get(reference)
+        if entry is None:
+            self._entries[reference] = Entry(sequence, offset)
+        else:
+            entry.sequence, entry.offset = sequence, offset
+        self._pending.add(reference)
+
+    def prepare_sync(self) -> CompanionWork:
+        """The stream log's sync companion: write what changed since the last round."""
+        if self._fd < 0:
+            return NO_WORK
+        covered = self._log.next_offset
+        if not self._pending and covered - self._covered < COVERED_LAG_MAX:
+            return NO_WORK
+        pending, self._pending = self._pending, set()
+        self._covered = covered
+        entries = self._entries
+        if self._records + len(pending) + 1 > len(entries) + COMPACT_RECORDS_MIN:
+            return self._compact(covered)
+        chunks = [
+            encode_record(covered, r, entries[r].sequence, entries[r].offset) for r in pending
+        ]
+        if not chunks:
+            chunks.append(encode_record(covered, b"", 0, 0))
+        self._records += len(chunks)
+        return CompanionWork((), writes=((self._fd, b"".join(chunks)),))
+
+    def _compact(self, covered: int) -> CompanionWork:
+        """A new file holding every reference; the round writes and fdatasyncs it on the
+        Syncer thread, then renames it into place."""
+        tmp = self.path + ".tmp"
+        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        data = encode_file(covered, self._entries)
+        files.close_fd(self._fd)
+        self._fd = fd
+        self._records = max(len(self._entries), 1)
+        return CompanionWork((), (lambda: self._replace(tmp),), ((fd, data),))
+
+    def _replace(self, tmp: str) -> None:
+        """Runs on the fsync thread after `tmp` was written and fdatasynced."""
+        with self._lock:
+            if self._fd >= 0:
+                files.replace(tmp, self.path)
+        fsync_directory(os.path.dirname(self.path))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                files.close_fd(self._fd)
+                self._fd = -1
