@@ -56,6 +56,11 @@ class StreamGateway:
         self.references: dict[Queue, set[bytes]] = {}
         self.confirms: dict[Queue, dict[StreamSession, deque[PendingConfirm]]] = {}
         self.sac = SacGroups()
+        # RabbitMQ's "last" offset specification starts at the last chunk: here, the
+        # records of a stream's last sync round (a group commit is what an osiris chunk
+        # is). Known from the second round this process saw; before, the last record.
+        self._durable_seen: dict[Queue, int] = {}
+        self._last_round_start: dict[Queue, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._again: set[Subscription] = set()  # drains cut at their per-turn limit
         self._again_scheduled = False
@@ -106,6 +111,18 @@ class StreamGateway:
 
     # -- subscriptions ---------------------------------------------------------------------
 
+    def last_chunk_start(self, queue: Queue) -> int:
+        """Where "last" starts on `queue`: its last sync round's first offset, or its last
+        record when no round was seen yet (the durable end when empty)."""
+        stream = queue.stream
+        assert stream is not None
+        log = stream.log
+        last = log.durable_next - 1
+        start = self._last_round_start.get(queue, last)
+        if start > last or start < log.start_offset:
+            start = last
+        return max(start, log.start_offset)
+
     def add_reader(self, subscription: Subscription) -> None:
         self.readers.setdefault(subscription.queue, set()).add(subscription)
 
@@ -140,6 +157,10 @@ class StreamGateway:
         if stream is None:
             return
         durable_next = stream.log.durable_next
+        seen = self._durable_seen.get(queue)
+        if seen is not None and durable_next > seen:
+            self._last_round_start[queue] = seen
+        self._durable_seen[queue] = durable_next
         touched: set[StreamSession] = set()
         for s, pending in list(self.confirms.get(queue, {}).items()):
             if pending and publishers.send_confirms(s, queue, pending, durable_next):
@@ -165,6 +186,8 @@ class StreamGateway:
         self.writers.pop(queue, None)
         self.references.pop(queue, None)
         self.confirms.pop(queue, None)
+        self._durable_seen.pop(queue, None)
+        self._last_round_start.pop(queue, None)
         for s, name in notified.items():
             s.send(c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, name))
             s.flush()

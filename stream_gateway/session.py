@@ -211,7 +211,7 @@ class StreamSession(asyncio.Protocol):
         if code != ResponseCode.OK:
             logger.warning("closing stream connection %s: %s (%s)", self.peer, reason, code.name)
         self.state = State.CLOSING
-        self._buffer.clear()
+        self._buffer = bytearray()  # a new one: a codec error may hold a view of the old
         self.gateway.release(self)
         self.send(c.Close(self.next_correlation_id(), code, reason[:200]))
         self.flush()

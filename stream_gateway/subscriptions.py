@@ -64,14 +64,17 @@ class Subscription:
     properties: dict[str, str] = field(default_factory=dict)
 
 
-def start_offset(stream: StreamQueue, spec: c.OffsetSpec) -> int:
-    """Where a subscription with `spec` starts reading (RabbitMQ's meanings)."""
+def start_offset(s: StreamSession, queue: Queue, spec: c.OffsetSpec) -> int:
+    """Where a subscription with `spec` starts reading (RabbitMQ's meanings: "last" is
+    the last chunk, `StreamGateway.last_chunk_start`)."""
+    stream = queue.stream
+    assert stream is not None
     kind = spec.offset_type
     value = spec.value or 0
     if kind == OffsetType.FIRST:
         return stream.start_offset(StreamStart("first"))
     if kind == OffsetType.LAST:
-        return stream.start_offset(StreamStart("last"))
+        return s.gateway.last_chunk_start(queue)
     if kind == OffsetType.OFFSET:
         return stream.start_offset(StreamStart("offset", value))
     if kind == OffsetType.TIMESTAMP:
@@ -106,7 +109,7 @@ def subscribe(s: StreamSession, m: c.Subscribe) -> None:
             )
         group = (s.current_vhost().name, m.stream, name)
     subscription = Subscription(
-        s, m.subscription_id, m.stream, queue, stream, start_offset(stream, m.offset_spec),
+        s, m.subscription_id, m.stream, queue, stream, start_offset(s, queue, m.offset_spec),
         min(m.credit, CREDIT_MAX), m.offset_spec, chunk_filter(properties), group,
         properties.get(SUPER_STREAM_PROPERTY, ""), properties=properties,
     )  # fmt: skip
@@ -151,7 +154,7 @@ def consumer_update_response(s: StreamSession, m: c.ConsumerUpdateResponse) -> N
     if subscription is None or not subscription.active:
         return
     spec = m.offset_spec if m.offset_spec.offset_type != OffsetType.NONE else subscription.start
-    subscription.offset = start_offset(subscription.stream, spec)
+    subscription.offset = start_offset(s, subscription.queue, spec)
     subscription.awaiting_update = False
     drain(subscription)
 
