@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pika
 import pytest
@@ -30,6 +30,7 @@ from tests.integration.conftest import RunningBroker
 HOST = "127.0.0.1"
 TIMEOUT_S = 10
 CREDENTIALS = {"username": "guest", "password": "guest"}
+T = TypeVar("T")
 
 
 def stream_port(broker: RunningBroker) -> int:
@@ -55,7 +56,7 @@ def stream_broker_on(data_dir: Path) -> Iterator[RunningBroker]:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[RunningBroker]:
-    import os  # DEV-RABBITMQ (removed before the end)
+    import os  # noqa: PLC0415 DEV-RABBITMQ (removed before the end)
 
     if os.environ.get("DEV_RABBITMQ"):
         yield from _dev_rabbitmq(os.environ["DEV_RABBITMQ"])
@@ -65,16 +66,14 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
 
 
 def _dev_rabbitmq(ports_file: str) -> Iterator[Any]:  # DEV-RABBITMQ
-    import types
-    import urllib.parse
+    import types  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
 
-    from tests.integration.conftest import RunningBroker as RB
-
-    amqp, http_port, stream = map(int, open(ports_file).read().split())
+    amqp, http_port, stream = map(int, Path(ports_file).read_text().split())
     fake: Any = types.SimpleNamespace(
         listeners=[("stream", HOST, stream)], amqp_port=amqp, http_port=http_port
     )
-    fake.http = lambda *a, **k: RB.http(fake, *a, **k)
+    fake.http = lambda *a, **k: RunningBroker.http(fake, *a, **k)
     yield fake
     for queue in fake.http("GET", "/api/queues")[1]:
         name = urllib.parse.quote(queue["name"], safe="")
@@ -85,16 +84,37 @@ def _dev_rabbitmq(ports_file: str) -> Iterator[Any]:  # DEV-RABBITMQ
             fake.http("DELETE", f"/api/exchanges/%2F/{name}")
 
 
-@contextlib.asynccontextmanager
-async def producer(broker: RunningBroker, **options: Any) -> AsyncIterator[Producer]:
-    async with Producer(HOST, stream_port(broker), **CREDENTIALS, **options) as started:
-        yield started
+class Clients:
+    """The rstream clients of a test, opened on demand and closed together at its end:
+    rstream sleeps 0.2 s in each connection's close, so closing them one by one would
+    cost most of the suite's time."""
+
+    def __init__(self, broker: RunningBroker) -> None:
+        self.broker = broker
+        self.opened: list[Any] = []
+
+    async def producer(self, **options: Any) -> Producer:
+        return await self.start(Producer(HOST, stream_port(self.broker), **CREDENTIALS, **options))
+
+    async def consumer(self, **options: Any) -> Consumer:
+        return await self.start(Consumer(HOST, stream_port(self.broker), **CREDENTIALS, **options))
+
+    async def start(self, client: T) -> T:
+        """`client` (anything rstream with start and close) started and kept to close."""
+        await client.start()  # type: ignore[attr-defined]
+        self.opened.append(client)
+        return client
+
+    async def close(self) -> None:
+        opened, self.opened = self.opened, []
+        await asyncio.gather(*(client.close() for client in opened))
 
 
-@contextlib.asynccontextmanager
-async def consumer(broker: RunningBroker, **options: Any) -> AsyncIterator[Consumer]:
-    async with Consumer(HOST, stream_port(broker), **CREDENTIALS, **options) as started:
-        yield started
+@pytest.fixture
+async def clients(broker: RunningBroker) -> AsyncIterator[Clients]:
+    opened = Clients(broker)
+    yield opened
+    await opened.close()
 
 
 async def send_confirmed(
@@ -145,7 +165,7 @@ class Received:
             pytest.fail(f"{len(self.items)} of {count} messages came: {self.offsets()}")
         return self.items
 
-    async def quiet(self, seconds: float = 0.3) -> list[tuple[int, Any]]:
+    async def quiet(self, seconds: float = 0.2) -> list[tuple[int, Any]]:
         """Everything received once nothing more came for `seconds`."""
         while True:
             seen = len(self.items)

@@ -14,6 +14,7 @@ from rstream import (
     MessageContext,
     RouteType,
     SuperStreamConsumer,
+    SuperStreamCreationOption,
     SuperStreamProducer,
 )
 from rstream.superstream import HashRoutingMurmurStrategy
@@ -99,8 +100,11 @@ async def expected_by_hash(messages: list[AMQPMessage]) -> dict[str, list[bytes]
 
 async def test_created_over_the_protocol_routed_by_hash(broker: RunningBroker) -> None:
     messages = keyed([f"customer-{n % 17}" for n in range(120)])
-    async with super_producer(broker, RouteType.Hash) as sender:
-        await sender.create_super_stream("orders", PARTITIONS)
+    # rstream creates it on start (CreateSuperStream) before it asks for the partitions.
+    creation = SuperStreamCreationOption(PARTITIONS)
+    async with super_producer(
+        broker, RouteType.Hash, super_stream_creation_option=creation
+    ) as sender:
         await send_all(sender, messages)
     want = await expected_by_hash(messages)
     assert len(want) == PARTITIONS  # the keys spread over every partition
