@@ -194,7 +194,8 @@ def test_a_command_before_the_handshake_closes_with_unknown_frame(client: RawCli
     client.send(c.Create(1, "early", {}))
     close = client.read()
     assert isinstance(close, c.Close) and close.closing_code == ResponseCode.UNKNOWN_FRAME
-    assert client.closed()  # without our Close response: the broker gives up after a while
+    client.send(c.Response(Key.CLOSE, close.correlation_id, OK))
+    assert client.closed()
 
 
 def test_requests_are_refused_with_rabbitmqs_codes(client: RawClient) -> None:
