@@ -394,3 +394,17 @@ def test_a_subscription_with_credit_reads_a_long_stream_to_its_end(client: RawCl
         assert int.from_bytes(first) == expected
         expected += entries
     assert expected == total
+
+
+def test_heartbeats_flow_at_the_negotiated_period(client: RawClient) -> None:
+    client.send(c.PeerProperties(1, {}))
+    client.read()
+    client.send(c.SaslAuthenticate(2, "PLAIN", b"\x00guest\x00guest"))
+    client.read()
+    client.read()  # Tune
+    client.send(c.Tune(FRAME_MAX, 1))  # one second: the lower value applies
+    client.send(c.Open(3, "/"))
+    client.read()
+    started = time.monotonic()
+    assert client.read() == c.Heartbeat()
+    assert time.monotonic() - started < 2.5
