@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Final
 
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import Key, ResponseCode
-from stream_gateway.errors import StreamError, response_code
+from stream_gateway.errors import StreamError
 from streamq.broker import stream_definitions
-from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
 from streamq.log.errors import LogError
 from streamq.queues.stream import StreamQueue
@@ -149,7 +148,3 @@ def query_offset(s: StreamSession, m: c.QueryOffset) -> None:
     if stored is None:
         raise StreamError(ResponseCode.NO_OFFSET)
     s.send(c.QueryOffsetResponse(m.correlation_id, OK, stored))
-
-
-def broker_error_code(exc: BrokerError) -> ResponseCode:
-    return response_code(exc)
