@@ -56,32 +56,8 @@ def stream_broker_on(data_dir: Path) -> Iterator[RunningBroker]:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[RunningBroker]:
-    import os  # noqa: PLC0415 DEV-RABBITMQ (removed before the end)
-
-    if os.environ.get("DEV_RABBITMQ"):
-        yield from _dev_rabbitmq(os.environ["DEV_RABBITMQ"])
-        return
     with stream_broker_on(tmp_path / "data") as running:
         yield running
-
-
-def _dev_rabbitmq(ports_file: str) -> Iterator[Any]:  # DEV-RABBITMQ
-    import types  # noqa: PLC0415
-    import urllib.parse  # noqa: PLC0415
-
-    amqp, http_port, stream = map(int, Path(ports_file).read_text().split())
-    fake: Any = types.SimpleNamespace(
-        listeners=[("stream", HOST, stream)], amqp_port=amqp, http_port=http_port
-    )
-    fake.http = lambda *a, **k: RunningBroker.http(fake, *a, **k)
-    yield fake
-    for queue in fake.http("GET", "/api/queues")[1]:
-        name = urllib.parse.quote(queue["name"], safe="")
-        fake.http("DELETE", f"/api/queues/%2F/{name}")
-    for exchange in fake.http("GET", "/api/exchanges")[1]:
-        if exchange["name"] and not exchange["name"].startswith("amq."):
-            name = urllib.parse.quote(exchange["name"], safe="")
-            fake.http("DELETE", f"/api/exchanges/%2F/{name}")
 
 
 class Clients:

@@ -13,10 +13,9 @@ from rstream import AMQPMessage, OffsetType, Properties
 from tests.integration.conftest import RunningBroker
 from tests.stream.conftest import (
     TIMEOUT_S,
-    consumer,
+    Clients,
     in_thread,
     pika_channel,
-    producer,
     send_confirmed,
     subscribe,
 )
@@ -37,11 +36,10 @@ def publish_over_amqp(broker: RunningBroker, count: int) -> None:
     connection.close()
 
 
-async def test_rstream_reads_what_pika_published(broker: RunningBroker) -> None:
+async def test_rstream_reads_what_pika_published(broker: RunningBroker, clients: Clients) -> None:
     await in_thread(lambda: publish_over_amqp(broker, 50))
-    async with consumer(broker) as reader:
-        received = await subscribe(reader, "mixed", OffsetType.FIRST)
-        await received.wait(50)
+    received = await subscribe(await clients.consumer(), "mixed", OffsetType.FIRST)
+    await received.wait(50)
     assert received.offsets() == list(range(50))
     for n, message in received.items:
         assert message.body == b"amqp %d" % n
@@ -68,7 +66,7 @@ def consume_over_amqp(broker: RunningBroker, count: int) -> list[tuple[Any, byte
     return got
 
 
-async def test_pika_reads_what_rstream_published(broker: RunningBroker) -> None:
+async def test_pika_reads_what_rstream_published(broker: RunningBroker, clients: Clients) -> None:
     messages = [
         AMQPMessage(
             body=b"stream %d" % n,
@@ -77,10 +75,10 @@ async def test_pika_reads_what_rstream_published(broker: RunningBroker) -> None:
         )
         for n in range(50)
     ]
-    async with producer(broker) as sender:
-        await sender.create_stream("mixed")
-        await send_confirmed(sender, "mixed", messages)
-        await send_confirmed(sender, "mixed", [b"raw, not AMQP 1.0"])
+    sender = await clients.producer()
+    await sender.create_stream("mixed")
+    await send_confirmed(sender, "mixed", messages)
+    await send_confirmed(sender, "mixed", [b"raw, not AMQP 1.0"])
     got = await in_thread(lambda: consume_over_amqp(broker, 51))
     for n, (properties, body) in enumerate(got[:50]):
         assert body == b"stream %d" % n

@@ -12,10 +12,9 @@ from rstream import AMQPMessage, EventContext, FilterConfiguration, OffsetSpecif
 from tests.integration.conftest import RunningBroker
 from tests.stream.conftest import (
     TIMEOUT_S,
-    consumer,
+    Clients,
     in_thread,
     pika_channel,
-    producer,
     send_confirmed,
     subscribe,
 )
@@ -38,42 +37,37 @@ def painted(count: int) -> list[AMQPMessage]:
     ]
 
 
-async def fill_painted(broker: RunningBroker) -> None:
+async def fill_painted(clients: Clients) -> None:
     """300 filtered messages (Publish v2) in three batches, then 30 unfiltered (v1)."""
-    async with producer(broker, filter_value_extractor=colour) as sender:
-        await sender.create_stream("paint")
-        for batch in range(3):
-            await send_confirmed(sender, "paint", painted(300)[batch * 100 : batch * 100 + 100])
-    async with producer(broker) as sender:
-        await send_confirmed(sender, "paint", [b"plain %d" % n for n in range(30)])
+    sender = await clients.producer(filter_value_extractor=colour)
+    await sender.create_stream("paint")
+    for batch in range(3):
+        await send_confirmed(sender, "paint", painted(300)[batch * 100 : batch * 100 + 100])
+    plain = await clients.producer()
+    await send_confirmed(plain, "paint", [b"plain %d" % n for n in range(30)])
 
 
-async def test_a_subscription_gets_only_its_filter_values(broker: RunningBroker) -> None:
-    await fill_painted(broker)
-    async with consumer(broker) as reader:
-        only_red = FilterConfiguration(["red"])
-        received = await subscribe(reader, "paint", filter_input=only_red)
-        await received.wait(100)
-        await received.quiet()
-        assert received.bodies() == [b"%d red" % n for n in range(0, 300, 3)]
-        assert received.offsets() == list(range(0, 300, 3))
-
-
-async def test_several_values_and_match_unfiltered(broker: RunningBroker) -> None:
-    await fill_painted(broker)
-    async with consumer(broker) as reader:
-        wanted = FilterConfiguration(["blue", "green"], match_unfiltered=True)
-        received = await subscribe(reader, "paint", filter_input=wanted)
-        await received.wait(230)
-        await received.quiet()
+async def test_subscriptions_get_only_their_filter_values(clients: Clients) -> None:
+    await fill_painted(clients)
+    # One value, without the unfiltered messages.
+    only_red = FilterConfiguration(["red"])
+    red = await subscribe(await clients.consumer(), "paint", filter_input=only_red)
+    # Two values, and the messages published without one.
+    wanted = FilterConfiguration(["blue", "green"], match_unfiltered=True)
+    others = await subscribe(await clients.consumer(), "paint", filter_input=wanted)
+    await red.wait(100)
+    await others.wait(230)
+    await others.quiet()
+    assert red.bodies() == [b"%d red" % n for n in range(0, 300, 3)]
+    assert red.offsets() == list(range(0, 300, 3))
     painted_ones = [b"%d %s" % (n, COLOURS[n % 3].encode()) for n in range(300) if n % 3]
-    assert received.bodies() == painted_ones + [b"plain %d" % n for n in range(30)]
+    assert others.bodies() == painted_ones + [b"plain %d" % n for n in range(30)]
 
 
 async def test_an_amqp_consumer_filters_on_the_values_stream_clients_published(
-    broker: RunningBroker,
+    broker: RunningBroker, clients: Clients
 ) -> None:
-    await fill_painted(broker)
+    await fill_painted(clients)
 
     def consume_green() -> list[tuple[bytes, Any]]:
         connection, channel = pika_channel(broker)
@@ -112,37 +106,34 @@ class Listener:
         return OffsetSpecification(OffsetType.OFFSET, stored + 1)
 
 
-async def test_one_active_consumer_and_the_next_takes_over(broker: RunningBroker) -> None:
+async def test_one_active_consumer_and_the_next_takes_over(clients: Clients) -> None:
     calls: list[tuple[str, bool]] = []
     sac = {"single-active-consumer": "true", "name": "app"}
-    async with (
-        producer(broker) as sender,
-        consumer(broker) as first_reader,
-        consumer(broker) as second_reader,
-    ):
-        await sender.create_stream("work")
-        first = await subscribe(
-            first_reader, "work", properties=dict(sac), subscriber_name="app",
-            consumer_update_listener=Listener("first", calls),
-        )  # fmt: skip
-        second = await subscribe(
-            second_reader, "work", properties=dict(sac), subscriber_name="app",
-            consumer_update_listener=Listener("second", calls),
-        )  # fmt: skip
-        await send_confirmed(sender, "work", [b"job %d" % n for n in range(20)])
-        await first.wait(20)
-        assert await second.quiet() == []
-        assert ("first", True) in calls
-        assert ("second", True) not in calls
-        await first_reader.store_offset("work", "app", 19)
-        await asyncio.sleep(0.1)  # StoreOffset has no response
-        await first_reader.unsubscribe(first.subscriber_id)
-        await _until(lambda: ("second", True) in calls)
-        await send_confirmed(sender, "work", [b"job %d" % n for n in range(20, 30)])
-        await second.wait(10)
-        await second.quiet()
-        assert second.offsets() == list(range(20, 30))
-        assert first.offsets() == list(range(20))
+    sender = await clients.producer()
+    first_reader, second_reader = await clients.consumer(), await clients.consumer()
+    await sender.create_stream("work")
+    first = await subscribe(
+        first_reader, "work", properties=dict(sac), subscriber_name="app",
+        consumer_update_listener=Listener("first", calls),
+    )  # fmt: skip
+    second = await subscribe(
+        second_reader, "work", properties=dict(sac), subscriber_name="app",
+        consumer_update_listener=Listener("second", calls),
+    )  # fmt: skip
+    await send_confirmed(sender, "work", [b"job %d" % n for n in range(20)])
+    await first.wait(20)
+    assert await second.quiet() == []
+    assert ("first", True) in calls
+    assert ("second", True) not in calls
+    await first_reader.store_offset("work", "app", 19)
+    await asyncio.sleep(0.1)  # StoreOffset has no response
+    await first_reader.unsubscribe(first.subscriber_id)
+    await _until(lambda: ("second", True) in calls)
+    await send_confirmed(sender, "work", [b"job %d" % n for n in range(20, 30)])
+    await second.wait(10)
+    await second.quiet()
+    assert second.offsets() == list(range(20, 30))
+    assert first.offsets() == list(range(20))
 
 
 async def _until(condition: Any) -> None:

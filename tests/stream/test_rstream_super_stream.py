@@ -20,7 +20,15 @@ from rstream import (
 from rstream.superstream import HashRoutingMurmurStrategy
 
 from tests.integration.conftest import RunningBroker
-from tests.stream.conftest import CREDENTIALS, HOST, TIMEOUT_S, body_of, decode, stream_port
+from tests.stream.conftest import (
+    CREDENTIALS,
+    HOST,
+    TIMEOUT_S,
+    Clients,
+    body_of,
+    decode,
+    stream_port,
+)
 
 PARTITIONS = 3
 
@@ -61,7 +69,7 @@ async def send_all(sender: SuperStreamProducer, messages: list[AMQPMessage]) -> 
     assert all(status.is_confirmed for status in confirmed)
 
 
-async def read_partitions(broker: RunningBroker, count: int) -> dict[str, list[bytes]]:
+async def read_partitions(clients: Clients, count: int) -> dict[str, list[bytes]]:
     """The bodies of each partition, read with a SuperStreamConsumer from first."""
     got: dict[str, list[bytes]] = {}
     done = asyncio.Event()
@@ -71,14 +79,12 @@ async def read_partitions(broker: RunningBroker, count: int) -> dict[str, list[b
         if sum(map(len, got.values())) >= count:
             done.set()
 
-    reader = SuperStreamConsumer(HOST, stream_port(broker), **CREDENTIALS, super_stream="orders")
-    await reader.start()
-    try:
-        await reader.subscribe(on_message, decoder=decode)
-        await asyncio.wait_for(done.wait(), TIMEOUT_S)
-        await asyncio.sleep(0.2)  # nothing more comes
-    finally:
-        await reader.close()
+    port = stream_port(clients.broker)
+    reader = SuperStreamConsumer(HOST, port, **CREDENTIALS, super_stream="orders")
+    await clients.start(reader)
+    await reader.subscribe(on_message, decoder=decode)
+    await asyncio.wait_for(done.wait(), TIMEOUT_S)
+    await asyncio.sleep(0.2)  # nothing more comes
     assert sum(map(len, got.values())) == count
     return got
 
@@ -98,33 +104,33 @@ async def expected_by_hash(messages: list[AMQPMessage]) -> dict[str, list[bytes]
     return want
 
 
-async def test_created_over_the_protocol_routed_by_hash(broker: RunningBroker) -> None:
+async def test_created_over_the_protocol_routed_by_hash(clients: Clients) -> None:
     messages = keyed([f"customer-{n % 17}" for n in range(120)])
     # rstream creates it on start (CreateSuperStream) before it asks for the partitions.
     creation = SuperStreamCreationOption(PARTITIONS)
-    async with super_producer(
-        broker, RouteType.Hash, super_stream_creation_option=creation
-    ) as sender:
-        await send_all(sender, messages)
+    sender = await clients.start(
+        super_producer(clients.broker, RouteType.Hash, super_stream_creation_option=creation)
+    )
+    await send_all(sender, messages)
     want = await expected_by_hash(messages)
     assert len(want) == PARTITIONS  # the keys spread over every partition
-    assert await read_partitions(broker, 120) == want
+    assert await read_partitions(clients, 120) == want
 
 
-async def test_created_over_the_protocol_routed_by_key(broker: RunningBroker) -> None:
-    async with super_producer(broker, RouteType.Key) as sender:
-        await sender.create_super_stream("orders", binding_keys=["eu", "us", "asia"])
-    # rstream's key strategy remembers the first route it asked for (a client bug), so
-    # one producer per key.
-    for key in ("eu", "us", "asia", "us"):
-        async with super_producer(broker, RouteType.Key) as sender:
-            await send_all(sender, keyed([key] * 5))
-    got = await read_partitions(broker, 20)
-    assert got == {
-        "orders-eu": [b"%d eu" % n for n in range(5)],
-        "orders-us": [b"%d us" % n for n in range(5)] * 2,
-        "orders-asia": [b"%d asia" % n for n in range(5)],
-    }
+async def test_created_over_the_protocol_routed_by_key(clients: Clients) -> None:
+    creation = SuperStreamCreationOption(0, binding_keys=["eu", "us", "asia"])
+    sender = await clients.start(
+        super_producer(clients.broker, RouteType.Key, super_stream_creation_option=creation)
+    )
+    # rstream's key strategy keeps the first route it was given (a client bug): one key
+    # per producer, and Route asked directly for the others.
+    await send_all(sender, keyed(["us"] * 5))
+    locator = await (await clients.producer()).default_client
+    assert await locator.route("eu", "orders") == ["orders-eu"]
+    assert await locator.route("asia", "orders") == ["orders-asia"]
+    assert await read_partitions(clients, 5) == {"orders-us": [b"%d us" % n for n in range(5)]}
+    partitions = await locator.partitions("orders")
+    assert partitions == ["orders-eu", "orders-us", "orders-asia"]
 
 
 def create_over_http(broker: RunningBroker) -> None:
@@ -140,9 +146,9 @@ def create_over_http(broker: RunningBroker) -> None:
         assert broker.http("POST", path, binding)[0] == 201
 
 
-async def test_created_over_the_http_api(broker: RunningBroker) -> None:
-    await asyncio.to_thread(create_over_http, broker)
+async def test_created_over_the_http_api(clients: Clients) -> None:
+    await asyncio.to_thread(create_over_http, clients.broker)
     messages = keyed([f"customer-{n}" for n in range(60)])
-    async with super_producer(broker, RouteType.Hash) as sender:
-        await send_all(sender, messages)
-    assert await read_partitions(broker, 60) == await expected_by_hash(messages)
+    sender = await clients.start(super_producer(clients.broker, RouteType.Hash))
+    await send_all(sender, messages)
+    assert await read_partitions(clients, 60) == await expected_by_hash(messages)
