@@ -79,6 +79,7 @@ class StreamSession(asyncio.Protocol):
         self.subscriptions: dict[int, Subscription] = {}
         self.deliver_v2 = False  # the client said it reads Deliver v2 (committed offset)
         self.write_paused = False
+        self.blocked = False  # not read while a resource alarm lasts (it publishes)
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
         self.send_oct = 0
@@ -178,6 +179,16 @@ class StreamSession(asyncio.Protocol):
             self.flush()
             self.transport.close()
             self.state = State.CLOSED
+
+    def hold_for_alarm(self, blocked: bool) -> None:
+        """Stop or resume reading from the socket for a resource alarm."""
+        if blocked == self.blocked or self.transport is None or self.state is State.CLOSED:
+            return
+        self.blocked = blocked
+        if blocked:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     # -- writing -------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import pytest
 from stream_gateway.codec import commands as c
 from stream_gateway.codec import decode, encode, split_frames
 from stream_gateway.codec.constants import Key, OffsetType, ResponseCode
+from streamq.broker.resources import ResourceLimits
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 5.0
@@ -408,3 +409,37 @@ def test_heartbeats_flow_at_the_negotiated_period(client: RawClient) -> None:
     started = time.monotonic()
     assert client.read() == c.Heartbeat()
     assert time.monotonic() - started < 2.5
+
+
+def test_a_resource_alarm_blocks_publishers_and_not_consumers(
+    broker: RunningBroker, client: RawClient
+) -> None:
+    """While memory is over its watermark a connection with a publisher is not read (its
+    Publish waits in the socket); one that only consumes goes on; the publish is taken
+    once the alarm clears."""
+    client.login()
+    client.request(c.Create(1, "alarmed", {}))
+    client.request(c.DeclarePublisher(2, 0, "", "alarmed"))
+    client.send(c.Publish(0, (c.PublishedMessage(1, b"before"),)))
+    client.read_until(c.PublishConfirm)
+    reader = RawClient(broker.stream_port)
+    reader.login()
+
+    def set_limits(memory_bytes: int) -> None:
+        assert broker.broker is not None
+        broker.broker.resources.limits = ResourceLimits(memory_bytes, 0)
+
+    broker.call(lambda: set_limits(0))
+    time.sleep(0.5)  # a check or two of the alarm
+    client.send(c.Publish(0, (c.PublishedMessage(2, b"during"),)))
+    spec = c.OffsetSpec(OffsetType.FIRST)
+    assert reader.request(c.Subscribe(1, 1, "alarmed", spec, 5)) == c.Response(Key.SUBSCRIBE, 1, OK)
+    deliver = reader.read()
+    assert isinstance(deliver, c.Deliver) and deliver.chunk.endswith(b"before")
+    client.sock.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+        client.read()
+    client.sock.settimeout(TIMEOUT_S)
+    broker.call(lambda: set_limits(1 << 40))
+    assert client.read_until(c.PublishConfirm) == c.PublishConfirm(0, (2,))
+    reader.close()
