@@ -443,3 +443,20 @@ def test_a_resource_alarm_blocks_publishers_and_not_consumers(
     broker.call(lambda: set_limits(1 << 40))
     assert client.read_until(c.PublishConfirm) == c.PublishConfirm(0, (2,))
     reader.close()
+
+
+def test_stream_stats_report_chunk_ids(client: RawClient) -> None:
+    client.login()
+    client.request(c.Create(1, "stats", {}))
+    empty = client.request(c.StreamStats(2, "stats"))
+    assert isinstance(empty, c.StreamStatsResponse)
+    assert empty.stats == {"first_chunk_id": -1, "committed_chunk_id": -1, "last_chunk_id": -1}
+    client.request(c.DeclarePublisher(3, 0, "", "stats"))
+    for start in (0, 10):  # two group commits: chunks [0, 10) and [10, 20)
+        client.send(
+            c.Publish(0, tuple(c.PublishedMessage(i, b"s") for i in range(start, start + 10)))
+        )
+        client.read_until(c.PublishConfirm)
+    stats = client.request(c.StreamStats(4, "stats"))
+    assert isinstance(stats, c.StreamStatsResponse)
+    assert stats.stats == {"first_chunk_id": 0, "committed_chunk_id": 10, "last_chunk_id": 10}
