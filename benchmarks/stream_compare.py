@@ -27,10 +27,11 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 import uvloop
 
@@ -148,10 +149,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def started_brokers(directory: Path) -> Iterator[tuple[tuple[str, int], tuple[str, int]]]:
     """streamq and RabbitMQ with stream listeners on free loopback ports."""
     streamq_port, rabbitmq_port = free_port(), free_port()
-    # Warnings only: nobody reads the broker's stderr pipe once it listens.
-    streamq = BrokerProcess(
-        directory / "streamq", "--stream-port", str(streamq_port), "--log-level", "warning"
-    )
+    streamq = BrokerProcess(directory / "streamq", "--stream-port", str(streamq_port))
+    # Its log goes on after the `listening` line: drained, so the pipe never fills.
+    threading.Thread(target=_drain, args=(streamq.process.stderr,), daemon=True).start()
     try:
         (directory / "rabbitmq").mkdir()
         (directory / "rabbitmq" / "advanced.config").write_text(
@@ -165,6 +165,11 @@ def started_brokers(directory: Path) -> Iterator[tuple[tuple[str, int], tuple[st
             rabbitmq.stop()
     finally:
         streamq.stop()
+
+
+def _drain(stream: IO[bytes] | None) -> None:
+    while stream is not None and stream.readline():
+        pass
 
 
 def run_all(scenarios: list[Scenario], names: tuple[str, str], repetitions: int) -> list[Row]:
