@@ -4,6 +4,7 @@ Usage: python benchmarks/compare.py URL_A URL_B [URL_C] [--pid-a PID] [--pid-b P
            [--pid-c PID] [--name-a NAME] [--name-b NAME] [--name-c NAME] [--quick]
            [--full] [--only KEYS] [--json FILE] [--streamq COMMAND]
            [--tls-url-a AMQPS_URL] [--tls-url-b AMQPS_URL] [--tls-url-c AMQPS_URL]
+           [--stream-a HOST:PORT] [--stream-b HOST:PORT] [--stream-c HOST:PORT]
 
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
 `benchmarks/queue_features.py`) against A and B (and C) in turn, A B C A B C, three
@@ -18,7 +19,9 @@ A scenario that fails on a broker is reported as n/a with its reason; the compar
 on. The TLS rows (issue 20) run over each broker's --tls-url (an amqps:// URI with
 `cacertfile`); below the tables, each broker's rate over TLS as a share of the same run over
 TCP. `--streamq` names the command that provides `streamq perf` (default: the one in this
-interpreter's venv), e.g. a wrapper around a frozen copy of the tree.
+interpreter's venv), e.g. a wrapper around a frozen copy of the tree. With --stream-...,
+the stream protocol's rows (issue 23, `benchmarks/stream_compare.py`) run in the same
+matrix against each broker's stream port (n/a for a broker without one).
 
 This script only drives the load generator (`streamq perf`) and pika; it never starts or
 stops a broker. The brokers must run on this machine for the memory figures.
@@ -52,6 +55,7 @@ from benchmarks.perf_process import ScenarioError, default_streamq
 from benchmarks.queue_features import queue_feature_scenarios
 from benchmarks.rss import RssSampler, read_status_kib
 from benchmarks.scenarios import Broker, Run, Scenario, Settings, matrix
+from benchmarks.stream_compare import parse_address, stream_scenarios
 
 DURATION_S: Final = 5
 QUICK_DURATION_S: Final = 2
@@ -92,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"--tls-url-{side}",
             help=f"amqps:// URI of broker {side.upper()} for the TLS rows, e.g. "
             "amqps://guest:guest@127.0.0.1:5671/%%2f?cacertfile=ca.pem",
+        )
+        parser.add_argument(
+            f"--stream-{side}",
+            type=parse_address,
+            help=f"stream protocol port of broker {side.upper()}, e.g. 127.0.0.1:5552",
         )
     parser.add_argument("--pid-a", type=int, help="pid of broker A, for its RSS")
     parser.add_argument("--pid-b", type=int, help="pid of broker B, for its RSS")
@@ -241,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     brokers = brokers_from(args)
     name_c = args.name_c if args.url_c else None
-    scenarios = select(matrix(settings) + queue_feature_scenarios(), args.only)
+    scenarios = select(matrix(settings) + queue_feature_scenarios() + streams(args), args.only)
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
     peaks = Peaks()
@@ -256,6 +265,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args.json, env, settings, rows, peaks)
     return 0
+
+
+def streams(args: argparse.Namespace) -> list[Scenario]:
+    """The stream protocol's scenarios when a stream port was given, keyed by name."""
+    addresses = {
+        getattr(args, f"name_{side}"): getattr(args, f"stream_{side}")
+        for side in "abc"
+        if getattr(args, f"stream_{side}") is not None
+    }
+    return stream_scenarios(addresses, args.quick) if addresses else []
 
 
 def brokers_from(args: argparse.Namespace) -> tuple[Broker, ...]:

@@ -115,6 +115,7 @@ def streamq_broker(streamq: str, directory: Path) -> CommandBroker:
     amqp_port, http_port = free_port(), free_port()
     command = [streamq, "serve", "--data-dir", str(directory / "data")]
     command += ["--amqp-port", str(amqp_port), "--http-port", str(http_port)]
+    command += ["--stream-port", "-1"]
     return CommandBroker("streamq", command, amqp_port, directory / "broker.log")
 
 

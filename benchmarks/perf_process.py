@@ -50,7 +50,8 @@ class StreamqServe:
         self.amqp_port, self.http_port = free_port(), free_port()
         argv = [
             *command, "serve", "--data-dir", str(directory / "data"),
-            "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port), *extra,
+            "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
+            "--stream-port", "-1", *extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(argv, stderr=subprocess.PIPE, env=env)
         assert self.process.stderr is not None

@@ -34,6 +34,10 @@ from amqp_gateway.listeners import (
 )
 from amqp_gateway.tuning import AmqpTuning
 from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
+from stream_gateway.server import (
+    StreamGateway,
+    start_stream_listener,
+)
 from streamq.broker.accounts import AccountValueInvalid, FirstUser
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer, read_definitions_file
@@ -78,6 +82,15 @@ class ServeConfig:
     tls_ca_cert: str = ""
     # AMQP over a unix socket ("" : none), and PROXY protocol on the AMQP listeners
     # (0: off; 1 or 2: a PROXY header, v1 or v2, must lead each connection).
+    # RabbitMQ's stream protocol (stream_gateway): a listener is off while its port is -1;
+    # the TLS one uses the AMQPS certificate. The advertised address is what Metadata and
+    # Open tell clients to connect to ("" / 0: the address the client connected to).
+    stream_port: int = 5552
+    streams_port: int = -1
+    stream_frame_max: int = 1_048_576
+    stream_heartbeat_s: int = 60
+    stream_advertised_host: str = ""
+    stream_advertised_port: int = 0
     amqp_unix_path: str = ""
     tcp_proxy_protocol: int = 0
     unix_proxy_protocol: int = 0
@@ -206,7 +219,7 @@ def _tls_listen(
 
 def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
     """The TLS contexts when a TLS port is on. Raises ServeError for a bad TLS setting."""
-    if config.amqps_port < 0 and config.https_port < 0:
+    if config.amqps_port < 0 and config.https_port < 0 and config.streams_port < 0:
         return None
     try:
         return TlsContexts(config)
@@ -247,6 +260,56 @@ async def _listen_unix(gateway: Gateway, config: ServeConfig) -> UnixListener:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ServeError(f"cannot listen for AMQP on unix socket {path!r}: {reason}") from exc
+
+
+def _stream_gateway(broker: Broker, config: ServeConfig) -> StreamGateway:
+    return StreamGateway(
+        broker,
+        frame_max=config.stream_frame_max,
+        heartbeat_s=config.stream_heartbeat_s,
+        advertised_host=config.stream_advertised_host,
+        advertised_port=config.stream_advertised_port,
+    )
+
+
+async def _listen_streams(
+    streams: StreamGateway,
+    config: ServeConfig,
+    tls: TlsContexts | None,
+    servers: list[asyncio.Server],
+) -> list[tuple[str, str, int]]:
+    """The stream protocol's listeners (plain, TLS) on the AMQP address; their entries for
+    `broker.listeners`, with RabbitMQ's protocol names."""
+    listeners = []
+    host = config.bind
+    if config.stream_port >= 0:
+        plain = await _listen(
+            lambda: start_stream_listener(streams, host, config.stream_port),
+            host,
+            config.stream_port,
+            "the stream protocol",
+        )
+        servers.append(plain)
+        listeners.append(("stream", host, _bound_port(plain)))
+    if tls is not None and config.streams_port >= 0:
+        secure = await _listen(
+            lambda: _serve_streams_tls(streams, tls, host, config.streams_port),
+            host,
+            config.streams_port,
+            "the stream protocol over TLS",
+        )
+        servers.append(secure)
+        listeners.append(("stream/ssl", host, _bound_port(secure)))
+    return listeners
+
+
+async def _serve_streams_tls(
+    streams: StreamGateway, tls: TlsContexts, host: str, port: int
+) -> asyncio.Server:
+    # The AMQPS context (client certificates when tls_verify_peer), read at each accept:
+    # a SIGHUP reload swaps it.
+    streams.attach(asyncio.get_running_loop())
+    return await serve_tls(streams.protocol_factory, host, port, lambda: tls.amqps, "STREAMS")
 
 
 def _bound_port(server: asyncio.Server) -> int:
@@ -290,6 +353,7 @@ async def run_broker(
     gateway: Gateway | None = None
     unix: UnixListener | None = None
     links: LinkSupervisor | None = None
+    streams: StreamGateway | None = None
     try:
         if config.pidfile:
             try:
@@ -350,6 +414,9 @@ async def run_broker(
             https_servers.append(https)
             servers.append(https.server)
             listeners.append(("https", http_bind, _bound_port(https.server)))
+        if config.stream_port >= 0 or (tls is not None and config.streams_port >= 0):
+            streams = _stream_gateway(broker, config)
+            listeners += await _listen_streams(streams, config, tls, servers)
         broker.listeners[:] = listeners
         # Shovels and federation links start once this broker serves AMQP: an `amqp://`
         # URI (this broker) connects through the gateway directly.
@@ -373,6 +440,8 @@ async def run_broker(
             # Before the gateway closes: the links' direct sessions end in order, and
             # what they had unacked goes back to its queues.
             await links.stop()
+        if streams is not None:
+            streams.close_all("broker shutdown")
         if gateway is not None:
             # Before the HTTP server closes: its WebSocket clients get the 320 too.
             gateway.stop()

@@ -35,7 +35,7 @@ from streamq.config_values import boolean
 
 DEFAULT_SOURCE: Final = "default"
 FILE_SOURCE: Final = "file "
-TLS_PORTS: Final = ("amqps_port", "https_port")
+TLS_PORTS: Final = ("amqps_port", "https_port", "streams_port")
 BIND_FLAG: Final = "--bind"
 
 

@@ -20,7 +20,7 @@ from streamq import config_values as v
 
 ENV_PREFIX: Final = "STREAMQ_"
 # LavinMQ's sections; [http] is its old name for [mgmt].
-SECTIONS: Final = ("main", "amqp", "mgmt", "clustering")
+SECTIONS: Final = ("main", "amqp", "stream", "mgmt", "clustering")
 SECTION_ALIASES: Final = {"http": "mgmt"}
 # Sections LavinMQ reads that streamq does not (yet): their keys are named in the start-up
 # warning, as unsupported keys are; any other section is a mistake and refused.
@@ -152,6 +152,26 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("unix_proxy_protocol", parse=v.proxy_protocol, default="0",
          help="PROXY protocol version on the unix socket; 0: off",
          ini=(("amqp", "unix_proxy_protocol"),), metavar="0|1|2"),
+    # [stream] (RabbitMQ's stream plugin: stream.listeners.tcp.1, stream.frame_max, ...)
+    Key("stream_port", parse=v.optional_port, default="5552",
+         help="RabbitMQ stream protocol port; -1: off", ini=(("stream", "port"),),
+         flags=("--stream-port",), metavar="PORT"),
+    Key("streams_port", parse=v.optional_port, default="-1",
+         help="stream protocol over TLS port (the AMQPS certificate); -1: off",
+         ini=(("stream", "tls_port"),), flags=("--streams-port",), metavar="PORT"),
+    Key("stream_frame_max", parse=v.in_range(8192, 1 << 26), default="1048576",
+         help="largest stream protocol frame offered in Tune (bytes)",
+         ini=(("stream", "frame_max"),), metavar="BYTES"),
+    Key("stream_heartbeat", field="stream_heartbeat_s", parse=v.in_range(0, 65535),
+         default="60", help="heartbeat offered in the stream protocol's Tune (s); 0: none",
+         ini=(("stream", "heartbeat"),), metavar="S"),
+    Key("stream_advertised_host", parse=v.text, default="",
+         help="host that Open and Metadata tell stream clients; empty: the address they "
+         "connected to", ini=(("stream", "advertised_host"),),
+         flags=("--stream-advertised-host",), metavar="HOST"),
+    Key("stream_advertised_port", parse=v.in_range(0, 65535), default="0",
+         help="port that Open and Metadata tell stream clients; 0: the one they connected to",
+         ini=(("stream", "advertised_port"),), metavar="PORT"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),

@@ -228,6 +228,16 @@ def _stream_stats(r: Reader, _v: int) -> c.Command:
     return c.StreamStats(r.u32(), r.string("stream"))
 
 
+def _create_super_stream(r: Reader, _v: int) -> c.Command:
+    correlation_id, name = r.u32(), r.string("super stream")
+    partitions, keys = _strings(r, "partitions"), _strings(r, "binding keys")
+    return c.CreateSuperStream(correlation_id, name, partitions, keys, r.string_map("arguments"))
+
+
+def _delete_super_stream(r: Reader, _v: int) -> c.Command:
+    return c.DeleteSuperStream(r.u32(), r.string("super stream"))
+
+
 # -- responses ---------------------------------------------------------------------------
 
 
@@ -343,6 +353,8 @@ _REQUESTS: Final[dict[Key, Decoder]] = {
     Key.CONSUMER_UPDATE: _consumer_update,
     Key.EXCHANGE_COMMAND_VERSIONS: _exchange_command_versions,
     Key.STREAM_STATS: _stream_stats,
+    Key.CREATE_SUPER_STREAM: _create_super_stream,
+    Key.DELETE_SUPER_STREAM: _delete_super_stream,
 }
 
 PLAIN_RESPONSE_KEYS: Final = frozenset(
@@ -354,6 +366,8 @@ PLAIN_RESPONSE_KEYS: Final = frozenset(
         Key.CREATE,
         Key.DELETE,
         Key.CLOSE,
+        Key.CREATE_SUPER_STREAM,
+        Key.DELETE_SUPER_STREAM,
     }
 )
 

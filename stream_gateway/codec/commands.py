@@ -372,3 +372,20 @@ class PartitionsResponse(Command):
     correlation_id: int
     response_code: int
     streams: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSuperStream(Command):
+    """RabbitMQ 3.13: the super stream's exchange, partitions and their binding keys."""
+
+    correlation_id: int
+    super_stream: str
+    partitions: tuple[str, ...]
+    binding_keys: tuple[str, ...]
+    arguments: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSuperStream(Command):
+    correlation_id: int
+    super_stream: str

@@ -51,7 +51,7 @@ class Key(IntEnum):
     CONSUMER_UPDATE = 0x001A
     EXCHANGE_COMMAND_VERSIONS = 0x001B
     STREAM_STATS = 0x001C
-    # Known to RabbitMQ 3.13+, not decoded here yet (super streams over the protocol).
+    # RabbitMQ 3.13+: super streams over the protocol.
     CREATE_SUPER_STREAM = 0x001D
     DELETE_SUPER_STREAM = 0x001E
 

@@ -173,6 +173,19 @@ def _exchange_command_versions(w: Writer, m: c.ExchangeCommandVersions) -> None:
     write_command_versions(w, m.versions)
 
 
+def _create_super_stream(w: Writer, m: c.CreateSuperStream) -> None:
+    w.u32(m.correlation_id)
+    w.string(m.super_stream)
+    write_strings(w, m.partitions)
+    write_strings(w, m.binding_keys)
+    w.string_map(m.arguments)
+
+
+def _delete_super_stream(w: Writer, m: c.DeleteSuperStream) -> None:
+    w.u32(m.correlation_id)
+    w.string(m.super_stream)
+
+
 def _response(w: Writer, m: c.Response) -> None:
     w.u32(m.correlation_id)
     w.u16(m.response_code)
@@ -295,6 +308,8 @@ ENCODERS: Final[dict[type[c.Command], tuple[int, BodyWriter]]] = {
     c.ConsumerUpdate: (Key.CONSUMER_UPDATE, _consumer_update),
     c.ExchangeCommandVersions: (Key.EXCHANGE_COMMAND_VERSIONS, _exchange_command_versions),
     c.StreamStats: (Key.STREAM_STATS, _correlated_stream),
+    c.CreateSuperStream: (Key.CREATE_SUPER_STREAM, _create_super_stream),
+    c.DeleteSuperStream: (Key.DELETE_SUPER_STREAM, _delete_super_stream),
     # Response's key comes from the instance; 0 is a placeholder that encode() replaces.
     c.Response: (0, _response),
     c.PeerPropertiesResponse: (_r(Key.PEER_PROPERTIES), _peer_properties_response),

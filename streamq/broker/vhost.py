@@ -135,6 +135,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.streams_unsynced: set[Queue] = set()  # streams with appends not yet durable
         self._streams_syncing: set[Queue] = set()
         self._stream_count = 0
+        # Followers of streams outside the AMQP gateway (stream_gateway): called with the
+        # queue after each sync round of a stream (its appends became durable: confirms
+        # and deliveries are due) and after a stream is removed.
+        self.stream_synced_listeners: list[Callable[[Queue], None]] = []
+        self.stream_removed_listeners: list[Callable[[Queue], None]] = []
         self._queues_dir = os.path.join(directory, "queues")
         self._queues_dir_dirty = False
         self._dirty_journals: set[QueueJournal] = set()
@@ -395,6 +400,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             delete_stream_files(self._stream_dir(queue.name))  # also a failed stream's
             self.streams_unsynced.discard(queue)
             self._streams_syncing.discard(queue)
+            for listener in tuple(self.stream_removed_listeners):
+                listener(queue)
         journal = queue.cursor.journal
         if journal is not None:
             # The journal's removal is made durable by the directory fsync of the round
@@ -646,6 +653,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             self.streams_unsynced.discard(queue)
         queue.stream.apply_retention(int(time.time() * 1000), force=False)
         self.kick(queue)
+        for listener in tuple(self.stream_synced_listeners):
+            listener(queue)
 
     def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""

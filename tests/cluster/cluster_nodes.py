@@ -76,6 +76,7 @@ class ClusterNode:
             sys.executable, "-m", "streamq", "serve",
             "--data-dir", str(self.data_dir), "--bind", "127.0.0.1",
             "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
+            "--stream-port", "-1",
             "--clustering", "--clustering-bind", "127.0.0.1",
             "--clustering-port", str(self.clustering_port),
             "--clustering-advertised-uri", f"tcp://127.0.0.1:{self.clustering_port}",

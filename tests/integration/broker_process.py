@@ -47,6 +47,8 @@ class BrokerProcess:
                 "0",
                 "--http-port",
                 "0",
+                "--stream-port",
+                "0",
                 *options,
             ),
             stderr=subprocess.PIPE,
@@ -76,7 +78,10 @@ class RestartableBroker:
         self.process = self._start()
 
     def _start(self) -> BrokerProcess:
-        ports = ("--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port))
+        ports = (
+            *("--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port)),
+            *("--stream-port", "-1"),
+        )
         return BrokerProcess(self.data_dir, *ports)
 
     def kill_and_restart(self) -> None:

@@ -35,11 +35,15 @@ class RunningBroker:
         listeners are in `self.listeners` once it runs, as (protocol, host, port)."""
         self.data_dir = data_dir
         self.limits = limits
+        # Never RabbitMQ's 5552 in tests: the stream listener is off unless a test asks
+        # for it (stream_port=0: a port from the OS).
+        settings.setdefault("stream_port", -1)
         self.settings = settings
         self.listeners: list[tuple[str, str, int]] = []
         self.broker: Broker | None = None  # for tests that change limits at run time
         self.amqp_port = 0
         self.http_port = 0
+        self.stream_port = 0  # the plain stream listener's, once it runs (0: off)
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -60,6 +64,9 @@ class RunningBroker:
                 self.http_port = http_port
                 if self.broker is not None:
                     self.listeners = list(self.broker.listeners)
+                    self.stream_port = next(
+                        (p for name, _h, p in self.listeners if name == "stream"), 0
+                    )
                 self._ready.set()
 
             def keep(broker: Broker) -> None:

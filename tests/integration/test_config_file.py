@@ -95,8 +95,9 @@ class Serve:
 
 def _base_env() -> dict[str, str]:
     # The test process's environment without STREAMQ_ variables of its own: each test
-    # states the ones it means.
-    return {k: v for k, v in os.environ.items() if not k.startswith("STREAMQ_")}
+    # states the ones it means; the stream listener takes a port from the OS, never 5552.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STREAMQ_")}
+    return base | {"STREAMQ_STREAM_PORT": "0"}
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:

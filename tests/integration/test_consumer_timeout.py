@@ -147,7 +147,9 @@ class ShortTimeoutBroker(RunningBroker):
             def keep(broker: Broker) -> None:
                 self.broker = broker
 
-            config = ServeConfig(str(self.data_dir), "127.0.0.1", 0, 0, consumer_timeout_ms=300)
+            config = ServeConfig(
+                str(self.data_dir), "127.0.0.1", 0, 0, consumer_timeout_ms=300, stream_port=-1
+            )
             await run_broker(config, self._stop, ready, keep)
 
         try:

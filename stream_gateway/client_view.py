@@ -1,0 +1,127 @@
+"""What the stream gateway publishes to the broker for the management API.
+
+Owns `StreamClient`, the `streamq.broker.clients.Client` view of one stream connection
+(protocol "RabbitMQ Stream"; its publishers and subscriptions are not channels, so it
+lists none), its registration in `Broker.clients` once open, and the TLS client
+certificate's common name for SASL EXTERNAL. Nothing here runs per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from streamq.broker.clients import ChannelInfo
+
+if TYPE_CHECKING:
+    from stream_gateway.session import StreamSession
+
+PROTOCOL = "RabbitMQ Stream"
+
+
+class StreamClient:
+    """A registered stream connection: reads its session's state when asked."""
+
+    def __init__(self, session: StreamSession) -> None:
+        self._session = session
+        self.host, self.port = session.host, session.port
+        self.peer_host, self.peer_port = session.peer_host, session.peer_port
+        self.name = f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
+        self.connection_type = "network"
+        self.protocol = PROTOCOL
+        self.connected_at_ms = session.connected_at_ms
+        transport = session.transport
+        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+        self.tls: Mapping[str, object] | None = None
+        if isinstance(ssl_object, ssl.SSLObject):
+            version, cipher = ssl_object.version(), ssl_object.cipher()
+            self.tls = {
+                "ssl_protocol": version.lower() if version else None,
+                "ssl_key_exchange": None,
+                "ssl_cipher": cipher[0] if cipher else None,
+                "ssl_hash": None,
+            }
+
+    @property
+    def vhost(self) -> str:
+        vhost = self._session.vhost
+        return vhost.name if vhost is not None else ""
+
+    @property
+    def user(self) -> str:
+        return self._session.user
+
+    @property
+    def client_properties(self) -> Mapping[str, object]:
+        return dict(self._session.client_properties)
+
+    @property
+    def frame_max(self) -> int:
+        return self._session.frame_max
+
+    @property
+    def channel_max(self) -> int:
+        return 0
+
+    @property
+    def heartbeat_s(self) -> int:
+        return self._session.heartbeat_s
+
+    @property
+    def recv_oct(self) -> int:
+        return self._session.recv_oct
+
+    @property
+    def send_oct(self) -> int:
+        return self._session.send_oct
+
+    @property
+    def blocked(self) -> bool:
+        return self._session.blocked
+
+    @property
+    def auth_mechanism(self) -> str:
+        return self._session.auth_mechanism
+
+    def channels(self) -> list[ChannelInfo]:
+        return []
+
+    def close(self, reason: str) -> None:
+        """The management API's close: Close(CONNECTION_FORCED is AMQP's; the stream
+        protocol has no such code, RabbitMQ closes with OK and the reason)."""
+        from stream_gateway.codec.constants import ResponseCode  # noqa: PLC0415
+
+        self._session.close_with(ResponseCode.OK, reason)
+
+    def cancel_consumer(self, channel: int, tag: str) -> bool:
+        return False
+
+
+def register(s: StreamSession) -> None:
+    """List the open connection in `Broker.clients`."""
+    if not s.peer_host:
+        return
+    client = StreamClient(s)
+    s.broker.clients[client.name] = client
+    s.registered = True
+
+
+def unregister(s: StreamSession) -> None:
+    if s.registered:
+        s.registered = False
+        name = f"{s.peer_host}:{s.peer_port} -> {s.host}:{s.port}"
+        s.broker.clients.pop(name, None)
+
+
+def certificate_cn(transport: asyncio.BaseTransport | None) -> str | None:
+    """The first common name of the client's verified certificate; None without one."""
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not isinstance(cert, dict):
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value:
+                return str(value)
+    return None
