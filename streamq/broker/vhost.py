@@ -395,6 +395,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             count = queue.stream.message_count
             queue.stream.log.discard()
             queue.stream.offsets.close()
+            queue.stream.publishers.close()
             self._stream_count -= 1
         if queue.stream is not None or queue.arguments.get("x-queue-type") == STREAM:
             delete_stream_files(self._stream_dir(queue.name))  # also a failed stream's
@@ -1197,6 +1198,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         for queue in self.queues.values():
             if queue.stream is not None:
                 queue.stream.offsets.close()
+                queue.stream.publishers.close()
             if queue.cursor.journal is not None:
                 queue.cursor.journal.close()
 
