@@ -32,6 +32,7 @@ from http_gateway import (
     queues_api,
     segments_api,
     streams_api,
+    super_streams_api,
     ui,
     websocket_api,
 )
@@ -58,6 +59,7 @@ ROUTE_MODULES: Final = (
     parameters_api,
     links_api,
     streams_api,
+    super_streams_api,
     openapi_api,
 )
 # Paths a user without a management tag may read (the Spark source's remote reads).

@@ -79,7 +79,7 @@ class StreamClient:
 
     @property
     def blocked(self) -> bool:
-        return False
+        return self._session.blocked
 
     @property
     def auth_mechanism(self) -> str:

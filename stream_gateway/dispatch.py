@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from stream_gateway import handshake, publishers, streams, subscriptions, super_streams
 from stream_gateway.codec import commands as c
-from stream_gateway.codec.constants import Key, OffsetType, ResponseCode
+from stream_gateway.codec.constants import Key, ResponseCode
 
 if TYPE_CHECKING:
     from stream_gateway.session import State, StreamSession
@@ -138,4 +138,4 @@ _PLAIN_KEYS: Final[dict[type[c.Command], Key]] = {
     c.DeleteSuperStream: Key.DELETE_SUPER_STREAM,
 }
 
-__all__ = ["OffsetType", "handler", "publish", "refusal", "refuse"]
+__all__ = ["handler", "publish", "refusal", "refuse"]

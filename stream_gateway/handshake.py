@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Final
 from stream_gateway import client_view
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import VERSION_1, VERSION_2, Key, ResponseCode
-from stream_gateway.errors import CloseConnection
 from streamq import __version__
 from streamq.broker.errors import BrokerError
 from streamq.broker.users import login_allowed
@@ -202,7 +201,3 @@ def exchange_command_versions(s: StreamSession, m: c.ExchangeCommandVersions) ->
         if version.key == Key.DELIVER and version.version_max >= VERSION_2:
             s.deliver_v2 = True
     s.send(c.ExchangeCommandVersionsResponse(m.correlation_id, OK, COMMAND_VERSIONS))
-
-
-def refuse_connection(code: ResponseCode, reason: str) -> CloseConnection:
-    return CloseConnection(code, reason)

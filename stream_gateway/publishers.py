@@ -69,6 +69,8 @@ def declare(s: StreamSession, m: c.DeclarePublisher) -> None:
     s.publishers[m.publisher_id] = publisher
     s.gateway.add_publisher(s, publisher)
     s.send(c.Response(Key.DECLARE_PUBLISHER, m.correlation_id, OK))
+    if s.gateway.blocks(s):
+        s.hold_for_alarm(True)
 
 
 def delete(s: StreamSession, m: c.DeletePublisher) -> None:

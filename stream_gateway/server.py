@@ -30,6 +30,10 @@ from streamq.broker.vhost import VHost
 logger = logging.getLogger(__name__)
 
 STREAM_PORT_DEFAULT: Final = 5552
+# Resource alarms (streamq.broker.resources) are looked at this often; while one lasts,
+# connections with publishers are not read (RabbitMQ blocks stream publishers so), and
+# connections that only consume go on, so that consumers can drain what fills memory.
+ALARM_CHECK_INTERVAL_S: Final = 0.2
 STREAMS_PORT_DEFAULT: Final = -1  # TLS: off unless set
 
 
@@ -64,6 +68,8 @@ class StreamGateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._again: set[Subscription] = set()  # drains cut at their per-turn limit
         self._again_scheduled = False
+        self.alarm = ""  # a resource alarm's reason while publishers are blocked
+        self._alarm_timer: asyncio.TimerHandle | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Follow every vhost's streams (once, whichever listener opens first)."""
@@ -73,6 +79,7 @@ class StreamGateway:
         for vhost in self.broker.vhosts.values():
             self.attach_vhost(vhost)
         self.broker.vhost_listeners.append(self.attach_vhost)
+        self._alarm_timer = loop.call_later(ALARM_CHECK_INTERVAL_S, self._check_alarm)
 
     def attach_vhost(self, vhost: VHost) -> None:
         vhost.stream_synced_listeners.append(self.stream_synced)
@@ -132,10 +139,12 @@ class StreamGateway:
 
     def drain_session(self, s: StreamSession) -> None:
         for subscription in list(s.subscriptions.values()):
-            self._drain(subscription)
+            self.drain(subscription)
         s.flush()
 
-    def _drain(self, subscription: Subscription) -> None:
+    def drain(self, subscription: Subscription) -> None:
+        """Deliver what the subscription may take now; a drain cut at its per-turn limit
+        goes on one loop turn later."""
         if subscriptions.drain(subscription):
             self._again.add(subscription)
             if not self._again_scheduled and self._loop is not None:
@@ -147,7 +156,7 @@ class StreamGateway:
         self._again_scheduled = False
         again, self._again = self._again, set()
         for subscription in again:
-            self._drain(subscription)
+            self.drain(subscription)
 
     # -- the broker core's events ----------------------------------------------------------
 
@@ -166,7 +175,7 @@ class StreamGateway:
             if pending and publishers.send_confirms(s, queue, pending, durable_next):
                 touched.add(s)
         for subscription in list(self.readers.get(queue, ())):
-            self._drain(subscription)
+            self.drain(subscription)
         for s in touched:
             s.flush()
 
@@ -210,8 +219,34 @@ class StreamGateway:
         self.sessions.discard(s)
 
     def close_all(self, reason: str) -> None:
+        if self._alarm_timer is not None:
+            self._alarm_timer.cancel()
+            self._alarm_timer = None
         for s in list(self.sessions):
             s.close_with(ResponseCode.OK, reason)
+
+    # -- resource alarms -------------------------------------------------------------------
+
+    def _check_alarm(self) -> None:
+        assert self._loop is not None
+        self._alarm_timer = self._loop.call_later(ALARM_CHECK_INTERVAL_S, self._check_alarm)
+        if not self.sessions:
+            return
+        broker = self.broker
+        reason = broker.resources.check(log_out_of_space=bool(broker.syncer.out_of_space))
+        if reason == self.alarm:
+            return
+        self.alarm = reason
+        if reason:
+            logger.warning("resource alarm: %s; blocking stream publishers", reason)
+        else:
+            logger.warning("resource alarm cleared; unblocking stream publishers")
+        for s in list(self.sessions):
+            s.hold_for_alarm(bool(reason) and bool(s.publishers))
+
+    def blocks(self, s: StreamSession) -> bool:
+        """Whether a connection that declares a publisher now must stop reading."""
+        return bool(self.alarm)
 
 
 K = TypeVar("K")

@@ -26,7 +26,7 @@ from stream_gateway import dispatch
 from stream_gateway.codec import StreamCodecError, decode, encode, split_frames
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import Key, ResponseCode
-from stream_gateway.errors import CloseConnection, StreamError
+from stream_gateway.errors import CloseConnection, StreamError, response_code
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.errors import BrokerError
 from streamq.broker.vhost import VHost
@@ -42,9 +42,6 @@ HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within t
 CLOSE_TIMEOUT_S: Final = 3.0  # after our Close, wait this long for its response
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
 _HEADER: Final = struct.Struct(">HH")
-_PUBLISH_V1: Final = Key.PUBLISH
-PUBLISHERS_MAX: Final = 256  # ids are uint8
-SUBSCRIPTIONS_MAX: Final = 256
 
 
 class State(IntEnum):
@@ -82,6 +79,7 @@ class StreamSession(asyncio.Protocol):
         self.subscriptions: dict[int, Subscription] = {}
         self.deliver_v2 = False  # the client said it reads Deliver v2 (committed offset)
         self.write_paused = False
+        self.blocked = False  # not read while a resource alarm lasts (it publishes)
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
         self.send_oct = 0
@@ -156,7 +154,7 @@ class StreamSession(asyncio.Protocol):
             self._closing_frame(frame)
             return
         key, version = _HEADER.unpack_from(frame, 0)
-        if key == _PUBLISH_V1 and self.state is State.OPENED and version in (1, 2):
+        if key == Key.PUBLISH and self.state is State.OPENED and version in (1, 2):
             # The hot path: the messages are parsed by the storage side (in C), never
             # one Python object each here.
             dispatch.publish(self, frame, version)
@@ -172,8 +170,6 @@ class StreamSession(asyncio.Protocol):
         except StreamError as exc:
             dispatch.refuse(self, command, exc.code)
         except BrokerError as exc:
-            from stream_gateway.errors import response_code  # noqa: PLC0415
-
             dispatch.refuse(self, command, response_code(exc))
 
     def _closing_frame(self, frame: bytes) -> None:
@@ -183,6 +179,16 @@ class StreamSession(asyncio.Protocol):
             self.flush()
             self.transport.close()
             self.state = State.CLOSED
+
+    def hold_for_alarm(self, blocked: bool) -> None:
+        """Stop or resume reading from the socket for a resource alarm."""
+        if blocked == self.blocked or self.transport is None or self.state is State.CLOSED:
+            return
+        self.blocked = blocked
+        if blocked:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     # -- writing -------------------------------------------------------------------------
 

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Final
 
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import Key, ResponseCode
-from stream_gateway.errors import StreamError, response_code
+from stream_gateway.errors import StreamError
 from streamq.broker import stream_definitions
-from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
 from streamq.log.errors import LogError
 from streamq.queues.stream import StreamQueue
@@ -111,14 +110,15 @@ def metadata(s: StreamSession, m: c.Metadata) -> None:
 
 
 def stream_stats(s: StreamSession, m: c.StreamStats) -> None:
-    """RabbitMQ's three statistics: the first offset, the last offset and the last
-    committed offset (-1 while empty); a chunk here is any run of records, so the chunk
-    ids RabbitMQ reports are offsets."""
-    _queue, stream = stream_queue(s, m.stream)
+    """RabbitMQ's statistics: the first chunk's id and the committed (= last) chunk's
+    id, a chunk's id being its first offset; -1 while the stream is empty. A chunk here
+    is a sync round's records, as for the "last" offset specification."""
+    queue, stream = stream_queue(s, m.stream)
     s.check("read", m.stream)
     log = stream.log
-    first = log.start_offset if log.durable_next > log.start_offset else -1
-    committed = log.durable_next - 1 if log.durable_next > log.start_offset else -1
+    empty = log.durable_next <= log.start_offset
+    first = -1 if empty else log.start_offset
+    committed = -1 if empty else s.gateway.last_chunk_start(queue)
     stats = {
         "first_chunk_id": first,
         "committed_chunk_id": committed,
@@ -149,7 +149,3 @@ def query_offset(s: StreamSession, m: c.QueryOffset) -> None:
     if stored is None:
         raise StreamError(ResponseCode.NO_OFFSET)
     s.send(c.QueryOffsetResponse(m.correlation_id, OK, stored))
-
-
-def broker_error_code(exc: BrokerError) -> ResponseCode:
-    return response_code(exc)

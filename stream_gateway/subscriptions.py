@@ -119,7 +119,7 @@ def subscribe(s: StreamSession, m: c.Subscribe) -> None:
     if group is not None:
         subscription.active = False
         s.gateway.sac.join(subscription)
-    drain(subscription)
+    s.gateway.drain(subscription)
 
 
 def unsubscribe(s: StreamSession, m: c.Unsubscribe) -> None:
@@ -144,7 +144,7 @@ def credit(s: StreamSession, m: c.Credit) -> None:
     if subscription is None:
         raise StreamError(ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST)
     subscription.credit = min(subscription.credit + m.credit, CREDIT_MAX)
-    drain(subscription)
+    s.gateway.drain(subscription)
 
 
 def consumer_update_response(s: StreamSession, m: c.ConsumerUpdateResponse) -> None:
@@ -156,7 +156,7 @@ def consumer_update_response(s: StreamSession, m: c.ConsumerUpdateResponse) -> N
     spec = m.offset_spec if m.offset_spec.offset_type != OffsetType.NONE else subscription.start
     subscription.offset = start_offset(s, subscription.queue, spec)
     subscription.awaiting_update = False
-    drain(subscription)
+    s.gateway.drain(subscription)
 
 
 def drain(subscription: Subscription) -> bool:

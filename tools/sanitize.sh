@@ -24,6 +24,7 @@ if [ $# -eq 0 ]; then
         tests/unit/amqp_gateway/test_deliver_stream_c.py tests/unit/amqp_gateway/test_scan.py \
         tests/unit/amqp_gateway/test_scan_acks.py tests/unit/log/test_records_c.py \
         tests/unit/log/test_check_records_c.py tests/unit/log/test_format_crc_chain.py \
+        tests/unit/log/test_streamwire_c.py tests/unit/queues/test_stream_native.py \
         tests/unit/broker/test_vhost.py
 fi
 # Leak checking is off: CPython keeps its interned objects and arenas to the end.

@@ -19,8 +19,8 @@ PyDoc_STRVAR(MODULE_DOC,
 "\n"
 "This module owns three steps of the stream protocol's hot paths (STYLE.md section 11):\n"
 "parsing a Publish frame's messages straight into stream-native log records (with\n"
-"deduplication by publishing id), splitting such a run of encoded records where the log\n"
-"must index or roll, and building an osiris chunk's entries from segment bytes (with the\n"
+"deduplication by publishing id), listing the sparse index entries due in such a run of\n"
+"encoded records, and building an osiris chunk's entries from segment bytes (with the\n"
 "stream filter). No Python object is made per message, except for the conversion of an\n"
 "AMQP 0-9-1 record, which calls back into Python.\n"
 "\n"
@@ -404,25 +404,33 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(span_records_doc,
-"span_records(data, position, start_limit, end_limit, /) -> (end, count)\n"
+PyDoc_STRVAR(span_indexed_doc,
+"span_indexed(data, position, segment_position, first_relative_offset,\n"
+"             last_index_position, interval_bytes, end_limit, /)\n"
+"-> (end, count, relative_offsets, positions, last_index_position)\n"
 "\n"
-"Walk the records of `data` (encoded, back to back) from `position` by their length\n"
-"fields, stopping before the first record that would start at or after `start_limit`\n"
-"or end after `end_limit` bytes (both counted from `position`), or at the end of the\n"
-"data. Returns where the walked records end and how many there are. The records are\n"
-"not checked: they are the caller's fresh encodings.");
+"Walk the encoded records (by their length fields, unchecked: the caller's fresh\n"
+"encodings) of a run that goes into a segment at `segment_position`, its first record\n"
+"with relative offset `first_relative_offset`: walk the records that end within\n"
+"`end_limit` bytes from `position`, and list the sparse index entries due among them (a\n"
+"record that starts `interval_bytes` or more after the previous entry, at\n"
+"`last_index_position`) as two arrays of native u32 (array('I').frombytes). Returns\n"
+"where the walked records end, how many there are, the entries' relative offsets and\n"
+"positions, and the position of the last entry.");
 
 static PyObject *
-span_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+span_indexed(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "span_records() takes 4 arguments (%zd given)", nargs);
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "span_indexed() takes 7 arguments (%zd given)", nargs);
         return NULL;
     }
     Py_ssize_t position = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t start_limit = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t end_limit = PyLong_AsSsize_t(args[3]);
+    long long segment_position = PyLong_AsLongLong(args[2]);
+    long long first_relative = PyLong_AsLongLong(args[3]);
+    long long last_index = PyLong_AsLongLong(args[4]);
+    long long interval = PyLong_AsLongLong(args[5]);
+    Py_ssize_t end_limit = PyLong_AsSsize_t(args[6]);
     if (PyErr_Occurred()) {
         return NULL;
     }
@@ -432,23 +440,61 @@ span_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     }
     const unsigned char *data = view.buf;
     Py_ssize_t length = view.len;
-    if (position < 0 || position > length || start_limit < 0 || end_limit < 0) {
+    if (position < 0 || position > length || end_limit < 0 || segment_position < 0 ||
+        first_relative < 0 || interval <= 0) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "position or limit outside the data");
+        PyErr_SetString(PyExc_ValueError, "position or limit out of range");
         return NULL;
     }
-    Py_ssize_t at = position, count = 0;
+    /* First pass: how many records and entries (so that the outputs are sized once). */
+    Py_ssize_t at = position, count = 0, entries = 0;
+    long long last = last_index;
     while (length - at >= 4) {
-        Py_ssize_t walked = at - position;
         Py_ssize_t size = 4 + (Py_ssize_t)load_le32(data + at);
-        if (walked >= start_limit || size > end_limit - walked || size > length - at) {
+        Py_ssize_t walked = at - position;
+        if (size > end_limit - walked || size > length - at) {
             break;
+        }
+        long long where = segment_position + walked;
+        if (where - last >= interval) {
+            last = where;
+            entries++;
         }
         at += size;
         count++;
     }
+    if (segment_position + (at - position) > (long long)U32_MAX ||
+        first_relative + count > (long long)U32_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_OverflowError, "index entry beyond u32");
+        return NULL;
+    }
+    PyObject *rels = PyBytes_FromStringAndSize(NULL, entries * 4);
+    PyObject *poss = PyBytes_FromStringAndSize(NULL, entries * 4);
+    PyObject *result = NULL;
+    if (rels != NULL && poss != NULL) {
+        unsigned char *r = (unsigned char *)PyBytes_AS_STRING(rels);
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(poss);
+        Py_ssize_t walk = position;
+        last = last_index;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            long long where = segment_position + (walk - position);
+            if (where - last >= interval) {
+                uint32_t rel = (uint32_t)(first_relative + i), pos = (uint32_t)where;
+                memcpy(r, &rel, 4); /* native order: array('I') */
+                memcpy(p, &pos, 4);
+                r += 4;
+                p += 4;
+                last = where;
+            }
+            walk += 4 + (Py_ssize_t)load_le32(data + walk);
+        }
+        result = Py_BuildValue("(nnOOL)", at, count, rels, poss, last);
+    }
+    Py_XDECREF(rels);
+    Py_XDECREF(poss);
     PyBuffer_Release(&view);
-    return Py_BuildValue("(nn)", at, count);
+    return result;
 }
 
 /* ---- Chunks ------------------------------------------------------------------------- */
@@ -841,8 +887,8 @@ chunk_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef streamwire_methods[] = {
     {"encode_publish", (PyCFunction)(void (*)(void))encode_publish, METH_FASTCALL,
      encode_publish_doc},
-    {"span_records", (PyCFunction)(void (*)(void))span_records, METH_FASTCALL,
-     span_records_doc},
+    {"span_indexed", (PyCFunction)(void (*)(void))span_indexed, METH_FASTCALL,
+     span_indexed_doc},
     {"chunk_add", (PyCFunction)(void (*)(void))chunk_add, METH_FASTCALL, chunk_add_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -1,7 +1,7 @@
 """Types of the C extension `streamq.log._streamwire` (source: `_streamwire.c`).
 
 The stream protocol's per-message work over the segment log: a Publish frame's messages
-into native records, splitting a run of encoded records, and a chunk's entries from
+into native records, the index entries of a run of encoded records, and a chunk's entries from
 segment bytes. No I/O.
 """
 
@@ -31,12 +31,24 @@ def encode_publish(
     reference over 255 bytes, a compressed sub-entry batch or a message over
     `record_bytes_max`; OverflowError when the records would not fit the log."""
 
-def span_records(
-    data: Buffer, position: int, start_limit: int, end_limit: int, /
-) -> tuple[int, int]:
-    """Walk the encoded records of `data` from `position` by their length fields, stopping
-    before one that would start at or after `start_limit` or end after `end_limit` bytes
-    (counted from `position`), or at the end. Returns `(end, count)`."""
+def span_indexed(
+    data: Buffer,
+    position: int,
+    segment_position: int,
+    first_relative_offset: int,
+    last_index_position: int,
+    interval_bytes: int,
+    end_limit: int,
+    /,
+) -> tuple[int, int, bytes, bytes, int]:
+    """Walk the encoded records of `data` from `position` (by their length fields,
+    unchecked) that end within `end_limit` bytes, for a run going into a segment at
+    `segment_position` whose first record has relative offset `first_relative_offset`.
+    Returns `(end, count, relative_offsets, positions, last_index_position)`: where the
+    records walked end, how many there are, and the sparse index entries due among them
+    (a record starting `interval_bytes` or more after the previous entry, at
+    `last_index_position`) as native u32 arrays for `array("I").frombytes`, and the
+    position of the last entry. Raises OverflowError past u32 positions or offsets."""
 
 def chunk_add(
     out: bytearray,

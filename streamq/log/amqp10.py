@@ -15,6 +15,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from typing import Any, Final
@@ -36,6 +37,7 @@ AMQP10_TYPE: Final = "amqp-1.0"  # basic.type of a 0-9-1 message whose body is 1
 FILTER_VALUE_HEADER: Final = "x-stream-filter-value"
 SHORTSTR_BYTES_MAX: Final = 255
 _PUBLISHING_ID: Final = struct.Struct("<Q")
+_U32: Final = struct.Struct(">I")
 _EMPTY_PROPERTIES: Final = b"\x00\x00"
 _URN_UUID: Final = "urn:uuid:"
 _INT64_MAX: Final = (1 << 63) - 1
@@ -63,6 +65,34 @@ def to_amqp10(exchange: bytes, routing_key: bytes, properties: bytes, body: byte
     """An AMQP 0-9-1 record -> one AMQP 1.0 message, as RabbitMQ converts for stream clients:
     header, message annotations (x-exchange, x-routing-key, the x- headers, x-basic-type),
     properties, application properties (the other headers) and one data section."""
+    key = (exchange, routing_key, properties)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        prefix, amqp10_body = _prefix(exchange, routing_key, properties)
+        if amqp10_body:  # the body decides: not cached
+            if _is_message(body):
+                return prefix + body  # already 1.0 sections (a 1.0 message through 0-9-1)
+        elif len(_PREFIXES) < PREFIXES_MAX:
+            _PREFIXES[key] = prefix
+        else:
+            _PREFIXES.clear()  # a stream with ever-new properties: start over
+    size = len(body)
+    if size < 256:
+        return b"".join((prefix, _DATA_SMALL, size.to_bytes(1, "big"), body))
+    return b"".join((prefix, _DATA_LARGE, size.to_bytes(4, "big"), body))
+
+
+# The sections before the body of a converted record, by (exchange, routing key,
+# properties): the messages of a stream mostly share them, and encoding them costs 20-50 us.
+PREFIXES_MAX: Final = 1024
+_PREFIXES: dict[tuple[bytes, bytes, bytes], bytes] = {}
+_DATA_SMALL: Final = b"\x00\x53\x75\xa0"  # a data section with a vbin8, then its length
+_DATA_LARGE: Final = b"\x00\x53\x75\xb0"  # with a vbin32
+
+
+def _prefix(exchange: bytes, routing_key: bytes, properties: bytes) -> tuple[bytes, bool]:
+    """The encoded sections before the body, and whether the body is 1.0 sections already
+    (basic.type amqp-1.0)."""
     try:
         fields = decode_properties(properties)
     except PropertiesMalformed:
@@ -75,11 +105,7 @@ def to_amqp10(exchange: bytes, routing_key: bytes, properties: bytes, body: byte
         out.clear()
         _append_annotations(out, exchange, routing_key, {}, [])
         fields = {}
-    if fields.get("type") == AMQP10_TYPE and _is_message(body):
-        out += body  # already 1.0 sections (a 1.0 message that went through 0-9-1)
-    else:
-        t.encode_section(out, t.SECTION_DATA, ("binary", body))
-    return bytes(out)
+    return bytes(out), fields.get("type") == AMQP10_TYPE
 
 
 def _append_sections(
@@ -244,6 +270,9 @@ def to_amqp091(stream: str, record: Record) -> tuple[bytes, bytes, bytes, bytes]
     body = record.body
     filter_value = record.routing_key
     routing_key = stream.encode("utf-8", "surrogateescape")
+    payload = _only_data(body)
+    if payload is not None:  # the common message: one data section and nothing else
+        return b"", routing_key, _filter_only(filter_value), payload
     try:
         sections = t.decode_sections(body)
     except Amqp10Malformed:
@@ -270,6 +299,16 @@ def filter_properties(filter_value: bytes) -> bytes:
     return _filter_only(filter_value)
 
 
+def _only_data(body: bytes) -> bytes | None:
+    """The payload of a message that is exactly one data section, else None."""
+    if body[:4] == _DATA_SMALL and len(body) >= 5 and body[4] == len(body) - 5:
+        return body[5:]
+    if body[:4] == _DATA_LARGE and len(body) >= 8 and _U32.unpack_from(body, 4)[0] == len(body) - 8:
+        return body[8:]
+    return None
+
+
+@functools.lru_cache(maxsize=1024)  # filter values repeat: a few per stream
 def _filter_only(filter_value: bytes) -> bytes:
     if not filter_value:
         return _EMPTY_PROPERTIES

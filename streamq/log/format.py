@@ -32,6 +32,13 @@ Record (at position 32 and back to back after it; never spans segments)::
     28  4  properties_len   u32, length of the AMQP basic properties in wire encoding
     32  .. exchange, routing_key, properties, body (body_len = length - 28 - the three lengths)
 
+A stream-native record (a stream-protocol client's message) is an ordinary record whose
+properties are exactly `00 02` + u64 publishing id (a 0-9-1 flags word with only the
+reserved bit 1 set), whose exchange is the publisher's reference and routing key the
+filter value, and whose body is the message as sent (`amqp10` owns the mark). The
+`publishers` file in the log directory holds the publishers' deduplication state
+(`streamq.queues.publishers`); docs/log-format.md describes both.
+
 Index file (closed segments only; written after the segment's data is durable)::
 
     0   4  magic            b"SQIX"

@@ -25,6 +25,8 @@ import concurrent.futures
 import errno
 import logging
 import os
+import struct
+from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -35,7 +37,7 @@ from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
 from streamq.log._records import scan_records as _scan_records
-from streamq.log._streamwire import span_records as _span_records
+from streamq.log._streamwire import span_indexed as _span_indexed
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -64,6 +66,9 @@ logger = logging.getLogger(__name__)
 MIB: Final = 1 << 20
 _encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module attribute
 _RECORD_HEADER_BYTES: Final = fmt.RECORD_HEADER_BYTES
+_TIMESTAMP: Final = struct.Struct("=q")  # an index timestamp as array("q") holds it
+# `span_indexed` writes index entries as 4-byte native integers for array("I").
+assert array("I").itemsize == 4, "array('I') items are not 4 bytes here"
 
 
 # A message of a run given to `append_run`: its properties and body, then the publish's
@@ -412,7 +417,8 @@ class SegmentLog:
         of `format.encode_record_parts`), with the offsets from `next_offset` on and all
         with `timestamp_ms`, which must not be below `last_timestamp_ms` (the caller
         encoded them for this log: the stream protocol's Publish path). Returns the first
-        offset. One copy into the write buffer per index interval or segment roll.
+        offset. One copy into the write buffer, and one C call for the index entries,
+        per segment roll or full write buffer.
 
         Buffered; durable after a `sync()` that begins after this returns. The caller
         keeps every record under `record_bytes_max`.
@@ -428,24 +434,36 @@ class SegmentLog:
             if len(self._buffer) >= self._write_buffer_bytes_max:
                 self._flush(segment)
             position = segment.size_bytes
-            index = segment.index
             room = self._segment_bytes_max - position
-            end, n = position_in, 0
-            size = 4 + int.from_bytes(records[position_in : position_in + 4], "little")
+            n = 0
             if segment.first_timestamp_ms >= 0 and room > 0:
-                if position - index.last_position >= index.interval_bytes and size <= room:
-                    # The next record starts an index interval (as in `append_run`).
-                    index.add(self._next_offset - segment.base_offset, position, timestamp_ms)
-                end, n = _span_records(
+                index = segment.index
+                end, n, relative_offsets, positions, last_index = _span_indexed(
                     records,
                     position_in,
-                    max(index.last_position + index.interval_bytes - position, 0),
+                    position,
+                    self._next_offset - segment.base_offset,
+                    index.last_position,
+                    index.interval_bytes,
                     min(room, max(self._write_buffer_bytes_max - len(self._buffer), 0)),
                 )
             if n == 0:  # a roll, a first record or a full buffer: `_place` decides
-                end, n = position_in + size, 1
+                end = (
+                    position_in
+                    + 4
+                    + int.from_bytes(records[position_in : position_in + 4], "little")
+                )
+                n = 1
+                self._last_timestamp_ms = timestamp_ms
                 self._place(records[position_in:end], timestamp_ms)
             else:
+                if positions:  # C-level extends, not an `index.add` per entry
+                    index.relative_offsets.frombytes(relative_offsets)
+                    index.positions.frombytes(positions)
+                    index.timestamps.frombytes(
+                        _TIMESTAMP.pack(timestamp_ms) * (len(positions) // 4)
+                    )
+                    index.last_position = last_index
                 with memoryview(records) as view:
                     self._buffer += view[position_in:end]
                 segment.last_timestamp_ms = timestamp_ms

@@ -35,8 +35,9 @@ class RunningBroker:
         listeners are in `self.listeners` once it runs, as (protocol, host, port)."""
         self.data_dir = data_dir
         self.limits = limits
-        # Never RabbitMQ's 5552 in tests: the stream listener gets a port from the OS.
-        settings.setdefault("stream_port", 0)
+        # Never RabbitMQ's 5552 in tests: the stream listener is off unless a test asks
+        # for it (stream_port=0: a port from the OS).
+        settings.setdefault("stream_port", -1)
         self.settings = settings
         self.listeners: list[tuple[str, str, int]] = []
         self.broker: Broker | None = None  # for tests that change limits at run time

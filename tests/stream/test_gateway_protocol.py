@@ -21,6 +21,7 @@ import pytest
 from stream_gateway.codec import commands as c
 from stream_gateway.codec import decode, encode, split_frames
 from stream_gateway.codec.constants import Key, OffsetType, ResponseCode
+from streamq.broker.resources import ResourceLimits
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 5.0
@@ -194,7 +195,8 @@ def test_a_command_before_the_handshake_closes_with_unknown_frame(client: RawCli
     client.send(c.Create(1, "early", {}))
     close = client.read()
     assert isinstance(close, c.Close) and close.closing_code == ResponseCode.UNKNOWN_FRAME
-    assert client.closed()  # without our Close response: the broker gives up after a while
+    client.send(c.Response(Key.CLOSE, close.correlation_id, OK))
+    assert client.closed()
 
 
 def test_requests_are_refused_with_rabbitmqs_codes(client: RawClient) -> None:
@@ -367,3 +369,94 @@ def test_the_stream_listener_is_off_with_minus_one(tmp_path: Path) -> None:
         assert not [name for name, _h, _p in running.listeners if name.startswith("stream")]
     finally:
         running.stop()
+
+
+def test_a_subscription_with_credit_reads_a_long_stream_to_its_end(client: RawClient) -> None:
+    """More chunks than one drain sends (CHUNKS_PER_DRAIN_MAX): the rest follow on later
+    loop turns without any new event, and offsets run on without gaps."""
+    client.login()
+    client.request(c.Create(1, "long", {}))
+    client.request(c.DeclarePublisher(2, 0, "", "long"))
+    total = 140_000  # over CHUNKS_PER_DRAIN_MAX (16) chunks of 8192 records
+    for start in range(0, total, 5000):
+        batch = tuple(c.PublishedMessage(i, b"z") for i in range(start, start + 5000))
+        client.send(c.Publish(0, batch))
+    confirmed = 0
+    while confirmed < total:
+        confirm = client.read_until(c.PublishConfirm)
+        assert isinstance(confirm, c.PublishConfirm)
+        confirmed += len(confirm.publishing_ids)
+    client.request(c.Subscribe(3, 1, "long", c.OffsetSpec(OffsetType.FIRST), 1000))
+    expected = 0
+    while expected < total:
+        deliver = client.read_until(c.Deliver)
+        assert isinstance(deliver, c.Deliver)
+        entries, first = struct.unpack_from(">H", deliver.chunk, 2)[0], deliver.chunk[24:32]
+        assert int.from_bytes(first) == expected
+        expected += entries
+    assert expected == total
+
+
+def test_heartbeats_flow_at_the_negotiated_period(client: RawClient) -> None:
+    client.send(c.PeerProperties(1, {}))
+    client.read()
+    client.send(c.SaslAuthenticate(2, "PLAIN", b"\x00guest\x00guest"))
+    client.read()
+    client.read()  # Tune
+    client.send(c.Tune(FRAME_MAX, 1))  # one second: the lower value applies
+    client.send(c.Open(3, "/"))
+    client.read()
+    started = time.monotonic()
+    assert client.read() == c.Heartbeat()
+    assert time.monotonic() - started < 2.5
+
+
+def test_a_resource_alarm_blocks_publishers_and_not_consumers(
+    broker: RunningBroker, client: RawClient
+) -> None:
+    """While memory is over its watermark a connection with a publisher is not read (its
+    Publish waits in the socket); one that only consumes goes on; the publish is taken
+    once the alarm clears."""
+    client.login()
+    client.request(c.Create(1, "alarmed", {}))
+    client.request(c.DeclarePublisher(2, 0, "", "alarmed"))
+    client.send(c.Publish(0, (c.PublishedMessage(1, b"before"),)))
+    client.read_until(c.PublishConfirm)
+    reader = RawClient(broker.stream_port)
+    reader.login()
+
+    def set_limits(memory_bytes: int) -> None:
+        assert broker.broker is not None
+        broker.broker.resources.limits = ResourceLimits(memory_bytes, 0)
+
+    broker.call(lambda: set_limits(0))
+    time.sleep(0.5)  # a check or two of the alarm
+    client.send(c.Publish(0, (c.PublishedMessage(2, b"during"),)))
+    spec = c.OffsetSpec(OffsetType.FIRST)
+    assert reader.request(c.Subscribe(1, 1, "alarmed", spec, 5)) == c.Response(Key.SUBSCRIBE, 1, OK)
+    deliver = reader.read()
+    assert isinstance(deliver, c.Deliver) and deliver.chunk.endswith(b"before")
+    client.sock.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+        client.read()
+    client.sock.settimeout(TIMEOUT_S)
+    broker.call(lambda: set_limits(1 << 40))
+    assert client.read_until(c.PublishConfirm) == c.PublishConfirm(0, (2,))
+    reader.close()
+
+
+def test_stream_stats_report_chunk_ids(client: RawClient) -> None:
+    client.login()
+    client.request(c.Create(1, "stats", {}))
+    empty = client.request(c.StreamStats(2, "stats"))
+    assert isinstance(empty, c.StreamStatsResponse)
+    assert empty.stats == {"first_chunk_id": -1, "committed_chunk_id": -1, "last_chunk_id": -1}
+    client.request(c.DeclarePublisher(3, 0, "", "stats"))
+    for start in (0, 10):  # two group commits: chunks [0, 10) and [10, 20)
+        client.send(
+            c.Publish(0, tuple(c.PublishedMessage(i, b"s") for i in range(start, start + 10)))
+        )
+        client.read_until(c.PublishConfirm)
+    stats = client.request(c.StreamStats(4, "stats"))
+    assert isinstance(stats, c.StreamStatsResponse)
+    assert stats.stats == {"first_chunk_id": 0, "committed_chunk_id": 10, "last_chunk_id": 10}

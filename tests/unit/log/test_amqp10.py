@@ -14,7 +14,7 @@ from rstream.amqp import AMQPMessage, amqp_decoder
 
 from amqp_gateway.codec.properties import BasicProperties, decode_properties, encode_properties
 from amqp_gateway.codec.values import Float32, Int8, Int16, Timestamp, UInt8, UInt16, UInt32
-from streamq.log import amqp091
+from streamq.log import amqp091, amqp10
 from streamq.log import amqp10_types as t
 from streamq.log.amqp10 import (
     AMQP10_TYPE,
@@ -324,3 +324,33 @@ def test_tagged_091_codec_is_byte_exact_with_the_gateway_codec() -> None:
     assert amqp091.encode_properties(amqp091.decode_properties(decimal)) == decimal
     with pytest.raises(amqp091.PropertiesMalformed):
         amqp091.decode_properties(b"\x20\x00\x00\x00\x00\x09")
+
+
+def test_cached_prefixes_give_the_same_messages() -> None:
+    props = encode_properties(FULL)
+    bodies = [b"", b"a", b"b" * 255, b"c" * 256, b"d" * 70000]
+    for body in bodies * 2:  # the second round from the cache
+        m = amqp_decoder(to_amqp10(b"amq.topic", b"k", props, body))
+        assert m.body == body and m.properties.message_id == b"m-1"
+    amqp10_props = encode_properties(BasicProperties(type=AMQP10_TYPE))
+    value = bytes(AMQPMessage(value="v"))
+    for _ in range(2):  # basic.type amqp-1.0: the body decides each time
+        assert amqp_decoder(to_amqp10(b"", b"k", amqp10_props, value)).value == b"v"
+        assert amqp_decoder(to_amqp10(b"", b"k", amqp10_props, b"not 1.0")).body == b"not 1.0"
+    for n in range(amqp10.PREFIXES_MAX + 5):  # past the bound: the cache starts over
+        key = str(n).encode()
+        assert (
+            amqp_decoder(to_amqp10(b"", key, b"\x00\x00", b"x")).message_annotations[
+                b"x-routing-key"
+            ]
+            == key
+        )
+    assert len(amqp10._PREFIXES) <= amqp10.PREFIXES_MAX
+
+
+def test_single_data_section_fast_path_checks_the_length() -> None:
+    for body in (b"", b"z" * 300):
+        data = bytes(AMQPMessage(body=body))
+        assert to_amqp091("s", native(data))[3] == body
+        assert to_amqp091("s", native(data + b"\x40"))[3] == data + b"\x40"  # trailing junk
+        assert to_amqp091("s", native(data[:-1]))[3] == data[:-1]  # short

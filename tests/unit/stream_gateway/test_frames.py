@@ -105,6 +105,10 @@ SAMPLES: list[c.Command] = [
     c.RouteResponse(18, OK, ("super-0",)),
     c.Partitions(19, "super"),
     c.PartitionsResponse(19, OK, ("super-0", "super-1", "super-2")),
+    c.CreateSuperStream(20, "super", ("super-eu", "super-us"), ("eu", "us"), {"max-age": "1h"}),
+    c.Response(Key.CREATE_SUPER_STREAM, 20, OK),
+    c.DeleteSuperStream(21, "super"),
+    c.Response(Key.DELETE_SUPER_STREAM, 21, ResponseCode.STREAM_DOES_NOT_EXIST),
 ]
 
 
