@@ -1,13 +1,16 @@
 """Super streams with rstream: created over the stream protocol (CreateSuperStream) or
-over the HTTP API (the exchange, its partition streams and their bindings, as RabbitMQ
-lays them out), then written with SuperStreamProducer (routing by hash through
-Partitions, by key through Route) and read with SuperStreamConsumer."""
+over the HTTP API (the super-stream endpoint, or the exchange, its partition streams and
+their bindings one by one, as RabbitMQ lays them out), then written with
+SuperStreamProducer (routing by hash through Partitions, by key through Route) and read
+with SuperStreamConsumer."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from rstream import (
     AMQPMessage,
     ConfirmationStatus,
@@ -133,9 +136,19 @@ async def test_created_over_the_protocol_routed_by_key(clients: Clients) -> None
     assert partitions == ["orders-eu", "orders-us", "orders-asia"]
 
 
-def create_over_http(broker: RunningBroker) -> None:
-    """The super stream as RabbitMQ lays it out: a direct exchange marked x-super-stream,
-    one stream per partition, bound with its key and its order."""
+def create_with_the_endpoint(broker: RunningBroker) -> None:
+    """PUT /api/stream/super-streams/{vhost}/{name} (RabbitMQ 3.13's layout, made for us)."""
+    body = {"partitions": PARTITIONS}
+    assert broker.http("PUT", "/api/stream/super-streams/%2F/orders", body)[0] == 201
+    status, shown, _ = broker.http("GET", "/api/stream/super-streams/%2F/orders")
+    assert status == 200
+    assert shown["partitions"] == [f"orders-{n}" for n in range(PARTITIONS)]  # type: ignore[index]
+
+
+def create_piece_by_piece(broker: RunningBroker) -> None:
+    """The super stream as RabbitMQ lays it out, with the plain endpoints: a direct
+    exchange marked x-super-stream, one stream per partition, bound with its key and its
+    order (what a management client of RabbitMQ 3.10 does)."""
     exchange = {"type": "direct", "durable": True, "arguments": {"x-super-stream": True}}
     assert broker.http("PUT", "/api/exchanges/%2F/orders", exchange)[0] in (201, 204)
     for n in range(PARTITIONS):
@@ -146,8 +159,11 @@ def create_over_http(broker: RunningBroker) -> None:
         assert broker.http("POST", path, binding)[0] == 201
 
 
-async def test_created_over_the_http_api(clients: Clients) -> None:
-    await asyncio.to_thread(create_over_http, clients.broker)
+@pytest.mark.parametrize("create", [create_with_the_endpoint, create_piece_by_piece])
+async def test_created_over_the_http_api(
+    clients: Clients, create: Callable[[RunningBroker], None]
+) -> None:
+    await asyncio.to_thread(create, clients.broker)
     messages = keyed([f"customer-{n}" for n in range(60)])
     sender = await clients.start(super_producer(clients.broker, RouteType.Hash))
     await send_all(sender, messages)
