@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_crc32.h"
 #include "_crc32c.h"
 
 PyDoc_STRVAR(MODULE_DOC,
@@ -884,12 +885,46 @@ chunk_add(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                          full ? Py_True : Py_False);
 }
 
+PyDoc_STRVAR(crc32_doc,
+"crc32(data, start, /) -> int\n\n"
+"zlib.crc32(data[start:]), for a chunk's entries: folded with PCLMULQDQ where the CPU\n"
+"has it (see _crc32.h).");
+
+static PyObject *
+crc32_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32 takes data and start");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start out of the data");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf + start;
+    size_t n = (size_t)(view.len - start);
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc32_ieee(0, p, n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef streamwire_methods[] = {
     {"encode_publish", (PyCFunction)(void (*)(void))encode_publish, METH_FASTCALL,
      encode_publish_doc},
     {"span_indexed", (PyCFunction)(void (*)(void))span_indexed, METH_FASTCALL,
      span_indexed_doc},
     {"chunk_add", (PyCFunction)(void (*)(void))chunk_add, METH_FASTCALL, chunk_add_doc},
+    {"crc32", (PyCFunction)(void (*)(void))crc32_of, METH_FASTCALL, crc32_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -897,6 +932,7 @@ static int
 streamwire_exec(PyObject *Py_UNUSED(module))
 {
     crc32c_init(); /* process-wide constants: every import computes the same */
+    crc32_ieee_init();
     return 0;
 }
 

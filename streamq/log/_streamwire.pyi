@@ -80,3 +80,7 @@ def chunk_add(
     Returns `(position, next_offset, records, first_offset, timestamp_ms, closed, full)`:
     where it stopped and the offset there, the state to pass to the next call, and
     whether the chunk is done. Raises ValueError for a damaged record."""
+
+def crc32(data: Buffer, start: int, /) -> int:
+    """zlib.crc32(data[start:]): the CRC of a chunk's entries (PCLMULQDQ folding where the
+    CPU has it)."""

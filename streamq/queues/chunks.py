@@ -18,7 +18,7 @@ Chunk header (big-endian)::
     8   8  timestamp        i64, ms: the append time of the first record
     16  8  epoch            u64, 0 (one node writes the log)
     24  8  chunk_first_offset  u64
-    32  4  chunk_crc        CRC32 (zlib's) of the entries
+    32  4  chunk_crc        CRC32 (zlib's) of the entries (_streamwire.crc32: PCLMULQDQ)
     36  4  data_length      u32, bytes of entries
     40  4  trailer_length   u32, 0
     44  1  bloom_filter_size  0
@@ -28,12 +28,12 @@ Chunk header (big-endian)::
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Final, NamedTuple
 
 from streamq.log import amqp10
 from streamq.log import format as fmt
 from streamq.log._streamwire import chunk_add as _chunk_add
+from streamq.log._streamwire import crc32 as _crc32
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.log import SegmentLog
 
@@ -42,8 +42,10 @@ CHUNK_HEADER_BYTES: Final = CHUNK_HEADER.size  # 48
 MAGIC_VERSION: Final = 0x50
 CHUNK_TYPE_USER: Final = 0
 ENTRIES_MAX: Final = 0xFFFF  # num_entries is a u16
-# The first read of a chunk's segment bytes; each further read doubles, up to the cap.
+# A chunk's first read of segment bytes is sized from its limits; each further read
+# doubles, up to the cap.
 READ_BYTES_MIN: Final = 64 * 1024
+READ_RECORD_OVERHEAD: Final = 48  # a record's bytes beyond its entry's, without a reference
 READ_BYTES_MAX: Final = 4 * 1024 * 1024
 # A filtered read passes over at most this many bytes of records before it returns what
 # it has (maybe an empty chunk): a rare filter value costs bounded work per call.
@@ -65,7 +67,7 @@ class Chunk(NamedTuple):
     # Entries in the chunk. 0 only with a filter: records were passed over and none was
     # taken (data is then b""); read on from next_offset.
     records: int
-    data: bytes  # the whole chunk, header included, ready to follow Deliver's header
+    data: bytes | bytearray  # the whole chunk, header included, ready to follow Deliver's header
 
 
 def read_chunk(
@@ -93,7 +95,10 @@ def read_chunk(
     values = None if filter is None else tuple(filter.values)
     unfiltered = filter is not None and filter.match_unfiltered
     records, first, timestamp_ms, closed = 0, -1, 0, False
-    size, scanned = READ_BYTES_MIN, 0
+    # The first read is about what the chunk will take (an entry is a record less its
+    # header, properties and reference), so that little is read twice.
+    size = min(max(bytes_max + records_max * READ_RECORD_OVERHEAD, READ_BYTES_MIN), READ_BYTES_MAX)
+    scanned = 0
     while at < end and scanned < SCAN_BYTES_MAX:
         data = log.read_at(base, position, size)
         if not data:  # the end of a segment: the next one starts with the next offset
@@ -120,11 +125,10 @@ def read_chunk(
             size = min(size * 2, READ_BYTES_MAX)
     if records == 0:
         return Chunk(-1, at, 0, b"") if at > offset else None
-    with memoryview(out) as view:
-        crc = zlib.crc32(view[CHUNK_HEADER_BYTES:])
+    crc = _crc32(out, CHUNK_HEADER_BYTES)
     data_length = len(out) - CHUNK_HEADER_BYTES
     CHUNK_HEADER.pack_into(
         out, 0, MAGIC_VERSION, CHUNK_TYPE_USER, records, records, timestamp_ms, 0, first,
         crc, data_length, 0, 0,
     )  # fmt: skip
-    return Chunk(first, at, records, bytes(out))
+    return Chunk(first, at, records, out)  # no copy: the chunk is not changed after

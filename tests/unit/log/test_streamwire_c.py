@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -193,3 +194,20 @@ def test_span_indexed_lists_the_due_entries() -> None:
     assert struct.unpack("=5I", positions) == (1000, 1128, 1256, 1384, 1512) and last == 1512
     end, count, *_ = _streamwire.span_indexed(records, 64, 0, 0, 0, 128, 130)
     assert (end, count) == (192, 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=5000), st.integers(min_value=0, max_value=40))
+def test_crc32_is_zlibs_on_any_length_and_start(data: bytes, start: int) -> None:
+    start = min(start, len(data))
+    assert _streamwire.crc32(data, start) == zlib.crc32(data[start:])
+
+
+def test_crc32_of_large_buffers_and_bad_starts() -> None:
+    data = bytes(range(256)) * 8192 + b"tail"  # the folding path, then the byte tail
+    for start in (0, 1, 15, 16, 63, 64, 65):
+        assert _streamwire.crc32(data, start) == zlib.crc32(data[start:])
+    assert _streamwire.crc32(bytearray(100), 0) == zlib.crc32(bytes(100))
+    for start in (-1, 101):
+        with pytest.raises(ValueError, match="start out of the data"):
+            _streamwire.crc32(bytes(100), start)
