@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import errno
 import logging
+import mmap
 import os
 import struct
 from array import array
@@ -190,6 +191,7 @@ class SegmentLog:
         self._companions_stalled = False
         self._space: SpaceWait | None = None
         self._read_fds: dict[int, int] = {}
+        self._maps: dict[int, mmap.mmap] = {}  # sealed segments mapped by `view_at`
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
         # and, up to `recent_bytes_max`, a while longer.
@@ -996,6 +998,33 @@ class SegmentLog:
         except OSError as exc:
             raise self._fail(exc) from exc
 
+    def view_at(self, base_offset: int, position: int, size: int) -> bytes | memoryview:
+        """`read_at` without a copy where it can: the bytes of a sealed segment (complete,
+        durable, never written again) are a view of the file's mapping, so that building
+        a stream-protocol chunk does not first copy them out of the page cache. The view
+        keeps its mapping alive; release it promptly. Other segments: `read_at`."""
+        self._check_usable()
+        i = bisect_right(self._bases, base_offset) - 1
+        if i < 0 or self._bases[i] != base_offset:
+            raise OffsetOutOfRange(base_offset, self.start_offset)
+        segment = self._segments[i]
+        if not segment.sealed or any(kept is segment for kept, _, _, _ in self._recent):
+            return self.read_at(base_offset, position, size)
+        end = min(position + size, segment.size_bytes)
+        if position >= end:
+            return b""
+        mapping = self._maps.get(base_offset)
+        if mapping is None:
+            try:
+                mapping = mmap.mmap(self._read_fd(segment), segment.size_bytes, prot=mmap.PROT_READ)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            if len(self._maps) >= self.config.read_fds_max:
+                # Not closed: a view still held keeps its mapping until it is released.
+                del self._maps[next(iter(self._maps))]
+            self._maps[base_offset] = mapping
+        return memoryview(mapping)[position:end]
+
     def read_record(self, offset: int) -> fmt.Record:
         """The record at `offset`, durable or not, its CRC checked (and those read on the
         way from the index entry before it, in C). Raises OffsetOutOfRange,
@@ -1084,6 +1113,7 @@ class SegmentLog:
             fd = self._read_fds.pop(head.base_offset, None)
             if fd is not None:
                 os.close(fd)
+            self._maps.pop(head.base_offset, None)
             files.remove(head.index_path)
             files.remove(head.path)
             del self._segments[0]
@@ -1171,6 +1201,7 @@ class SegmentLog:
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
+        self._maps.clear()
         for segment in [*self._unsealed, self._active]:
             if segment.write_fd >= 0:
                 files.close_fd(segment.write_fd)

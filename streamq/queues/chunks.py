@@ -3,9 +3,10 @@
 Owns the chunk layout RabbitMQ's stream protocol delivers (osiris, chunk format 0): a
 48-byte big-endian header, then simple entries `u32 size (top bit 0) | message` with
 contiguous offsets. The entries are built in C (`_streamwire.chunk_add`) from the bytes
-`SegmentLog.read_at` returns (in memory for the newest records, else one pread per span
-of whole records): a native record's entry is its body; an AMQP 0-9-1 record's is its
-AMQP 1.0 conversion (`amqp10.to_amqp10`, called back from C). A record's 32-byte header
+`SegmentLog.view_at` returns (a view of the file's mapping for a sealed segment, in
+memory for the newest records, else one pread per span of whole records): a native
+record's entry is its body; an AMQP 0-9-1 record's is its AMQP 1.0 conversion
+(`amqp10.to_amqp10`, called back from C). A record's 32-byte header
 differs from an entry's 4-byte size, so `os.sendfile` cannot send segment bytes as a
 chunk: each chunk is one copy of the bodies (docs/stream-protocol.md).
 
@@ -100,7 +101,7 @@ def read_chunk(
     size = min(max(bytes_max + records_max * READ_RECORD_OVERHEAD, READ_BYTES_MIN), READ_BYTES_MAX)
     scanned = 0
     while at < end and scanned < SCAN_BYTES_MAX:
-        data = log.read_at(base, position, size)
+        data = log.view_at(base, position, size)
         if not data:  # the end of a segment: the next one starts with the next offset
             following = log.segment_after(base)
             if following is None:

@@ -13,6 +13,7 @@ from rstream import schema
 from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from retention.rules import RetentionRules
 from streamq.log import amqp10
+from streamq.log import format as fmt
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.queues import publishers as publishers_module
 from streamq.queues.chunks import CHUNK_HEADER, Chunk, ChunkFilter
@@ -370,4 +371,27 @@ def test_filter_takes_matching_records_and_ends_chunks_at_gaps(tmp_path: str) ->
     assert len(taken) == 7  # and the two AMQP records, converted: one "us", one unfiltered
     nothing = stream.read_chunk(9, 100, 1 << 20, ChunkFilter(frozenset({b"eu"}), False))
     assert nothing == Chunk(-1, 11, 0, b"")  # passed over to the end: an empty chunk
+    close(stream)
+
+
+def test_sealed_segments_are_read_through_their_mapping(tmp_path: str) -> None:
+    """`view_at` maps sealed segments: chunks from them equal what `read_at` gives, and a
+    view still held when retention drops its segment stays readable."""
+    stream = open_stream(str(tmp_path), segment_bytes_max=4096)
+    for first in range(1, 401, 50):
+        publish(stream, b"", first, 50)
+        stream.log.sync_blocking()
+    log = stream.log
+    sealed = [s for s in log.segments() if s.next_offset > s.base_offset][:-1]
+    assert len(sealed) >= 3
+    head = sealed[0]
+    view = log.view_at(head.base_offset, fmt.SEGMENT_HEADER_BYTES, 1 << 20)
+    assert isinstance(view, memoryview)
+    copied = log.read_at(head.base_offset, fmt.SEGMENT_HEADER_BYTES, 1 << 20)
+    assert len(copied) > 1000 and bytes(view) == copied
+    assert len(read_all(stream, 0)) == 400
+    assert log.drop_segments_before(sealed[1].base_offset) == 1
+    assert bytes(view) == copied  # the mapping outlives the drop of its segment
+    view.release()
+    assert len(read_all(stream, 0)) == 400 - (sealed[1].base_offset - head.base_offset)
     close(stream)
