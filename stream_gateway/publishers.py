@@ -63,7 +63,11 @@ def declare(s: StreamSession, m: c.DeclarePublisher) -> None:
     queue, _stream = stream_queue(s, m.stream)
     s.check("write", m.stream)
     reference = m.reference.encode()
-    if reference and s.gateway.reference_in_use(queue, reference):
+    # Within one connection only, as RabbitMQ: a client reconnecting before the broker
+    # noticed its old connection died declares the same reference again.
+    if reference and any(
+        p.queue is queue and p.reference == reference for p in s.publishers.values()
+    ):
         raise StreamError(ResponseCode.PRECONDITION_FAILED, "publisher reference in use")
     publisher = Publisher(m.publisher_id, m.stream, queue, reference)
     s.publishers[m.publisher_id] = publisher

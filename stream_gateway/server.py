@@ -57,7 +57,6 @@ class StreamGateway:
         self.sessions: set[StreamSession] = set()
         self.readers: dict[Queue, set[Subscription]] = {}
         self.writers: dict[Queue, set[tuple[StreamSession, int]]] = {}
-        self.references: dict[Queue, set[bytes]] = {}
         self.confirms: dict[Queue, dict[StreamSession, deque[PendingConfirm]]] = {}
         self.sac = SacGroups()
         # RabbitMQ's "last" offset specification starts at the last chunk: here, the
@@ -93,19 +92,12 @@ class StreamGateway:
 
     # -- publishers and confirms -----------------------------------------------------------
 
-    def reference_in_use(self, queue: Queue, reference: bytes) -> bool:
-        return reference in self.references.get(queue, ())
-
     def add_publisher(self, s: StreamSession, publisher: Publisher) -> None:
         self.writers.setdefault(publisher.queue, set()).add((s, publisher.publisher_id))
-        if publisher.reference:
-            self.references.setdefault(publisher.queue, set()).add(publisher.reference)
 
     def remove_publisher(self, s: StreamSession, publisher: Publisher) -> None:
         queue = publisher.queue
         _discard(self.writers, queue, (s, publisher.publisher_id))
-        if publisher.reference:
-            _discard(self.references, queue, publisher.reference)
 
     def pending_confirms(self, s: StreamSession, queue: Queue) -> deque[PendingConfirm]:
         by_session = self.confirms.get(queue)
@@ -193,7 +185,6 @@ class StreamGateway:
                 self.remove_publisher(s, publisher)
         self.readers.pop(queue, None)
         self.writers.pop(queue, None)
-        self.references.pop(queue, None)
         self.confirms.pop(queue, None)
         self._durable_seen.pop(queue, None)
         self._last_round_start.pop(queue, None)

@@ -460,3 +460,26 @@ def test_stream_stats_report_chunk_ids(client: RawClient) -> None:
     stats = client.request(c.StreamStats(4, "stats"))
     assert isinstance(stats, c.StreamStatsResponse)
     assert stats.stats == {"first_chunk_id": 0, "committed_chunk_id": 10, "last_chunk_id": 10}
+
+
+def test_a_reference_is_unique_per_connection_not_per_broker(broker: RunningBroker) -> None:
+    """RabbitMQ's rule: a client that reconnects before its old connection is noticed dead
+    declares its reference again on the new one."""
+    old, new = RawClient(broker.stream_port), RawClient(broker.stream_port)
+    old.login()
+    new.login()
+    old.request(c.Create(1, "refs", {}))
+    assert old.request(c.DeclarePublisher(2, 0, "app", "refs")) == c.Response(
+        Key.DECLARE_PUBLISHER, 2, OK
+    )
+    again = old.request(c.DeclarePublisher(3, 1, "app", "refs"))
+    assert again == c.Response(Key.DECLARE_PUBLISHER, 3, ResponseCode.PRECONDITION_FAILED)
+    assert new.request(c.DeclarePublisher(2, 0, "app", "refs")) == c.Response(
+        Key.DECLARE_PUBLISHER, 2, OK
+    )
+    new.send(c.Publish(0, (c.PublishedMessage(7, b"after the reconnect"),)))
+    assert new.read_until(c.PublishConfirm) == c.PublishConfirm(0, (7,))
+    sequence = old.request(c.QueryPublisherSequence(4, "app", "refs"))
+    assert sequence == c.QueryPublisherSequenceResponse(4, OK, 7)
+    old.close()
+    new.close()
