@@ -483,3 +483,16 @@ def test_a_reference_is_unique_per_connection_not_per_broker(broker: RunningBrok
     assert sequence == c.QueryPublisherSequenceResponse(4, OK, 7)
     old.close()
     new.close()
+
+
+def test_policies_apply_to_a_stream_created_over_the_protocol(
+    broker: RunningBroker, client: RawClient
+) -> None:
+    policy = {"pattern": "^pol", "definition": {"max-age": "2h"}, "apply-to": "queues"}
+    assert broker.put_policy("streams", policy) == 201
+    client.login()
+    assert client.request(c.Create(1, "pol-s", {})) == c.Response(Key.CREATE, 1, OK)
+    status, queue, _ = broker.http("GET", "/api/queues/%2F/pol-s")
+    assert status == 200 and isinstance(queue, dict)
+    assert queue["type"] == "stream" and queue["policy"] == "streams"
+    assert queue["effective_policy_definition"] == {"max-age": "2h"}
