@@ -1,7 +1,7 @@
 /* CRC32C (Castagnoli) for streamq's C modules, header-only (static functions).
  *
- * A copy of the CRC32C code of _records.c (slicing-by-8, and SSE4.2's crc32 instruction in
- * three streams when the CPU has it), for _streamwire.c; call crc32c_init() once at import.
+ * The CRC32C code of _records.c and _streamwire.c (slicing-by-8, and SSE4.2's crc32
+ * instruction in three streams when the CPU has it); call crc32c_init() once at import.
  * The values are those of format.crc32c / the crc32c package: the tests of both modules
  * compare them.
  */
