@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 from amqp_gateway import codec
 from amqp_gateway.errors import AMQPError
 from streamq.broker.clients import ChannelInfo, ConsumerInfo
+from streamq.tls_peer import tls_fields
 
 if TYPE_CHECKING:
     from amqp_gateway.session import AmqpSession
@@ -119,42 +120,6 @@ class AmqpClient:
         self._session.current_vhost().remove_consumer(consumer.queue, consumer)
         consumer.cancel_by_broker()
         return True
-
-
-# Certificate name attributes as RabbitMQ writes them in peer_cert_subject/issuer.
-_NAME_KEYS: Final = {
-    "commonName": "CN",
-    "organizationName": "O",
-    "organizationalUnitName": "OU",
-    "countryName": "C",
-    "localityName": "L",
-    "stateOrProvinceName": "ST",
-}
-
-
-def tls_fields(ssl_object: ssl.SSLObject) -> dict[str, object]:
-    """RabbitMQ's TLS fields of a connection: the protocol ("tlsv1.3"), OpenSSL's cipher
-    suite name, and the client certificate's subject, issuer and validity when one was
-    verified (tls_verify_peer); key exchange and hash are not split out of the suite."""
-    cipher = ssl_object.cipher()
-    version = ssl_object.version()
-    cert = ssl_object.getpeercert()
-    return {
-        "ssl_protocol": version.lower() if version else None,
-        "ssl_key_exchange": None,
-        "ssl_cipher": cipher[0] if cipher else None,
-        "ssl_hash": None,
-        "peer_cert_subject": _cert_name(cert.get("subject")) if cert else None,
-        "peer_cert_issuer": _cert_name(cert.get("issuer")) if cert else None,
-        "peer_cert_validity": f"{cert['notBefore']} - {cert['notAfter']}" if cert else None,
-    }
-
-
-def _cert_name(name: object) -> str | None:
-    if not isinstance(name, tuple):
-        return None
-    parts = [f"{_NAME_KEYS.get(key, key)}={value}" for rdn in name for key, value in rdn]
-    return ",".join(parts)
 
 
 def _json_value(value: object) -> object:

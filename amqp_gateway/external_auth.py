@@ -19,6 +19,7 @@ from amqp_gateway.events import LoginRequested
 from amqp_gateway.handshake import MECHANISMS
 from streamq.broker.accounts import AccountStore
 from streamq.broker.users import User
+from streamq.tls_peer import certificate_cn
 
 EXTERNAL: Final = "EXTERNAL"
 MECHANISMS_WITH_EXTERNAL: Final = MECHANISMS + b" " + EXTERNAL.encode()
@@ -27,19 +28,6 @@ MECHANISMS_WITH_EXTERNAL: Final = MECHANISMS + b" " + EXTERNAL.encode()
 def offered_mechanisms(transport: asyncio.BaseTransport) -> bytes:
     """The mechanisms to offer in connection.start on this transport."""
     return MECHANISMS_WITH_EXTERNAL if certificate_cn(transport) is not None else MECHANISMS
-
-
-def certificate_cn(transport: asyncio.BaseTransport | None) -> str | None:
-    """The first common name in the subject of the client's verified certificate; None
-    without TLS, without a client certificate or without a CN."""
-    cert = transport.get_extra_info("peercert") if transport is not None else None
-    if not isinstance(cert, dict):
-        return None  # plain TCP, or TLS without verify_peer: the certificate was not asked
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName" and value:
-                return str(value)
-    return None
 
 
 def certificate_login(

@@ -2,18 +2,18 @@
 
 Owns `StreamClient`, the `streamq.broker.clients.Client` view of one stream connection
 (protocol "RabbitMQ Stream"; its publishers and subscriptions are not channels, so it
-lists none), its registration in `Broker.clients` once open, and the TLS client
-certificate's common name for SASL EXTERNAL. Nothing here runs per message.
+lists none) and its registration in `Broker.clients` once open. Nothing here runs per
+message.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from streamq.broker.clients import ChannelInfo
+from streamq.tls_peer import tls_fields
 
 if TYPE_CHECKING:
     from stream_gateway.session import StreamSession
@@ -34,15 +34,7 @@ class StreamClient:
         self.connected_at_ms = session.connected_at_ms
         transport = session.transport
         ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-        self.tls: Mapping[str, object] | None = None
-        if isinstance(ssl_object, ssl.SSLObject):
-            version, cipher = ssl_object.version(), ssl_object.cipher()
-            self.tls = {
-                "ssl_protocol": version.lower() if version else None,
-                "ssl_key_exchange": None,
-                "ssl_cipher": cipher[0] if cipher else None,
-                "ssl_hash": None,
-            }
+        self.tls = tls_fields(ssl_object) if isinstance(ssl_object, ssl.SSLObject) else None
 
     @property
     def vhost(self) -> str:
@@ -113,15 +105,3 @@ def unregister(s: StreamSession) -> None:
         s.registered = False
         name = f"{s.peer_host}:{s.peer_port} -> {s.host}:{s.port}"
         s.broker.clients.pop(name, None)
-
-
-def certificate_cn(transport: asyncio.BaseTransport | None) -> str | None:
-    """The first common name of the client's verified certificate; None without one."""
-    cert = transport.get_extra_info("peercert") if transport is not None else None
-    if not isinstance(cert, dict):
-        return None
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName" and value:
-                return str(value)
-    return None

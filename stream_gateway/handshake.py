@@ -19,6 +19,7 @@ from stream_gateway.codec.constants import VERSION_1, VERSION_2, Key, ResponseCo
 from streamq import __version__
 from streamq.broker.errors import BrokerError
 from streamq.broker.users import login_allowed
+from streamq.tls_peer import certificate_cn
 
 if TYPE_CHECKING:
     from stream_gateway.session import StreamSession
@@ -62,7 +63,7 @@ def peer_properties(s: StreamSession, m: c.PeerProperties) -> None:
 
 
 def mechanisms(s: StreamSession) -> tuple[str, ...]:
-    if client_view.certificate_cn(s.transport) is not None:
+    if certificate_cn(s.transport) is not None:
         return (*MECHANISMS, EXTERNAL)
     return MECHANISMS
 
@@ -97,7 +98,7 @@ def _login(s: StreamSession, m: c.SaslAuthenticate) -> tuple[ResponseCode, str]:
         return ResponseCode.SASL_MECHANISM_NOT_SUPPORTED, "?"
     accounts = s.broker.accounts
     if m.mechanism == EXTERNAL:
-        name = client_view.certificate_cn(s.transport) or ""
+        name = certificate_cn(s.transport) or ""
         found = accounts.user(name)
     else:
         credentials = _credentials(m.mechanism, m.data or b"")
