@@ -133,16 +133,46 @@ def decode_file(path: str, data: bytes) -> tuple[dict[str, int], int, int]:
     return offsets, records, position
 
 
-class OffsetStore:
+class CompanionFile:
+    """An append-only file that a stream log's sync companion writes, replaced whole when
+    compacted (a temp file, fdatasynced by the round, then renamed into place). Shared by
+    the offsets and the publishers files."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._lock = threading.Lock()  # a compaction's rename against `close`
+
+    def _start_replacement(self) -> tuple[str, int]:
+        """Appends go to a new temp file from now on: (its path, its fd)."""
+        tmp = self.path + ".tmp"
+        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        files.close_fd(self._fd)
+        self._fd = fd
+        return tmp, fd
+
+    def _replace(self, tmp: str) -> None:
+        """Runs on the fsync thread after `tmp` was written and fdatasynced."""
+        with self._lock:
+            if self._fd >= 0:
+                files.replace(tmp, self.path)
+        fsync_directory(os.path.dirname(self.path))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                files.close_fd(self._fd)
+                self._fd = -1
+
+
+class OffsetStore(CompanionFile):
     """The stored offsets of one stream; the event-loop thread only (but `_replace`)."""
 
     def __init__(self, path: str, offsets: dict[str, int], records: int, fd: int) -> None:
-        self.path = path
+        super().__init__(path, fd)
         self._offsets = offsets
         self._records = records
         self._pending: dict[str, int] = {}
-        self._fd = fd
-        self._lock = threading.Lock()  # a compaction's rename against `delete`
 
     @classmethod
     def open(cls, path: str) -> OffsetStore:
@@ -178,23 +208,7 @@ class OffsetStore:
             return CompanionWork((self._fd,))
         # Compaction: the new file holds every offset, the pending ones included; the
         # round fdatasyncs it, then renames it into place.
-        tmp = self.path + ".tmp"
-        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        tmp, fd = self._start_replacement()
         write_all(fd, encode_file(self._offsets))
-        files.close_fd(self._fd)
-        self._fd = fd
         self._records = len(self._offsets)
         return CompanionWork((fd,), (lambda: self._replace(tmp),))
-
-    def _replace(self, tmp: str) -> None:
-        """Runs on the fsync thread after `tmp` was fdatasynced."""
-        with self._lock:
-            if self._fd >= 0:
-                files.replace(tmp, self.path)
-        fsync_directory(os.path.dirname(self.path))
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                files.close_fd(self._fd)
-                self._fd = -1

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from typing import Final
 
 from streamq.log import amqp10, files
 from streamq.log._records import crc32c
-from streamq.log.files import fsync_directory, write_file_atomic
+from streamq.log.files import write_file_atomic
 from streamq.log.log import CompanionWork, SegmentLog
-from streamq.queues.offsets import OffsetsCorrupted
+from streamq.queues.offsets import CompanionFile, OffsetsCorrupted
 
 FILE_NAME: Final = "publishers"
 MAGIC: Final = b"SQPS"
@@ -134,20 +133,18 @@ def scan_native(log: SegmentLog, start: int, entries: dict[bytes, Entry]) -> Non
         offset = batch[-1].offset + 1
 
 
-class PublisherSequences:
+class PublisherSequences(CompanionFile):
     """The publishing ids of one stream; the event-loop thread only (but `_replace`)."""
 
     def __init__(
         self, path: str, log: SegmentLog, entries: dict[bytes, Entry], records: int, fd: int
     ) -> None:
-        self.path = path
+        super().__init__(path, fd)
         self._log = log
         self._entries = entries
         self._records = records
         self._covered = log.next_offset
         self._pending: set[bytes] = set()
-        self._fd = fd
-        self._lock = threading.Lock()  # a compaction's rename against `close`
 
     @classmethod
     def open(cls, log: SegmentLog) -> PublisherSequences:
@@ -214,23 +211,7 @@ class PublisherSequences:
     def _compact(self, covered: int) -> CompanionWork:
         """A new file holding every reference; the round writes and fdatasyncs it on the
         Syncer thread, then renames it into place."""
-        tmp = self.path + ".tmp"
-        fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        tmp, fd = self._start_replacement()
         data = encode_file(covered, self._entries)
-        files.close_fd(self._fd)
-        self._fd = fd
         self._records = max(len(self._entries), 1)
         return CompanionWork((), (lambda: self._replace(tmp),), ((fd, data),))
-
-    def _replace(self, tmp: str) -> None:
-        """Runs on the fsync thread after `tmp` was written and fdatasynced."""
-        with self._lock:
-            if self._fd >= 0:
-                files.replace(tmp, self.path)
-        fsync_directory(os.path.dirname(self.path))
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                files.close_fd(self._fd)
-                self._fd = -1
