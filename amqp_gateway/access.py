@@ -183,8 +183,9 @@ class Permissions:
         if allowed is None:
             allowed = self._remember(key, self._topic_permitted(kind, exchange, routing_key))
         if not allowed:
+            # RabbitMQ 3.10's words: the kind is not named (rabbit_access_control).
             raise errors.AccessRefused(
-                f"{kind} access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
                 f"'{self._vhost}' refused for user '{self._user}'",
                 *ids,
             )

@@ -57,7 +57,7 @@ def require_topic_permission(
     if grants is not None and not grants.permitted(exchange, kind, routing_key, variables):
         raise HttpError(
             403,
-            f"{kind} access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+            f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
             f"'{vhost.name}' refused for user '{user}'",
         )
 
