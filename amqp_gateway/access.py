@@ -4,7 +4,7 @@ Owns the server's side of the connection handshake: what connection.start says a
 server (`server_properties`), the login (PLAIN and AMQPLAIN by password, SASL EXTERNAL by
 the client certificate, through amqp_gateway/external_auth.py), the vhost at
 connection.open and the listing of the open connection in `Broker.clients`; and each
-connection's cache of its resource permission answers (`Permissions`). The functions take
+connection's cache of its resource and topic permission answers (`Permissions`). The functions take
 the session they work for, as amqp_gateway/publishing.py's do. What the handshake methods
 say on the wire, and when each comes, is the protocol's (amqp_gateway/handshake.py,
 connection.py); no socket is touched here.
@@ -25,7 +25,7 @@ from streamq import __version__
 from streamq.broker.accounts import AccountStore, PermissionKind
 from streamq.broker.definitions_import import INTERNAL_USER
 from streamq.broker.errors import BrokerError
-from streamq.broker.topic_permissions import TopicKind
+from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.users import login_allowed
 
 if TYPE_CHECKING:
@@ -194,10 +194,7 @@ class Permissions:
         grants = self._accounts.topic_grants(self._user, self._vhost)
         if grants is None:
             return True
-        # As RabbitMQ for AMQP 0-9-1: the vhost and the user name. client_id is given
-        # only to the connections of its MQTT and STOMP plugins
-        # (rabbit_channel:extract_variable_map_from_amqp_params).
-        variables = {"username": self._user, "vhost": self._vhost}
+        variables = amqp_variables(self._user, self._vhost)
         return grants.permitted(exchange, kind, routing_key, variables)
 
     def _remember(self, key: tuple[str, str, str], allowed: bool) -> bool:

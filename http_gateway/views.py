@@ -24,7 +24,7 @@ from streamq.broker.clients import ChannelInfo, Client, ConsumerInfo
 from streamq.broker.exchange import Binding, Exchange
 from streamq.broker.policies import choose
 from streamq.broker.queue import Queue
-from streamq.broker.topic_permissions import TopicKind
+from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.vhost import VHost
 
 NODE: Final = f"streamq@{socket.gethostname()}"
@@ -53,7 +53,7 @@ def require_topic_permission(
         return
     user = who.user.name
     grants = who.broker.accounts.topic_grants(user, vhost.name)
-    variables = {"username": user, "vhost": vhost.name}
+    variables = amqp_variables(user, vhost.name)
     if grants is not None and not grants.permitted(exchange, kind, routing_key, variables):
         raise HttpError(
             403,

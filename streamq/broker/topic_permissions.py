@@ -40,6 +40,14 @@ class TopicPermission:
     read: str
 
 
+def amqp_variables(user: str, vhost: str) -> dict[str, str]:
+    """The variables RabbitMQ gives an AMQP 0-9-1 connection (and its management API):
+    the user and the vhost. `{client_id}` is given only to the connections of its MQTT and
+    STOMP plugins (rabbit_channel:extract_variable_map_from_amqp_params), so it stays
+    literal text here."""
+    return {"username": user, "vhost": vhost}
+
+
 def expand(regex: str, variables: Mapping[str, str]) -> str:
     """`regex` with each `{name}` of `variables` replaced by its value, in the order of
     the names (Erlang's `maps:fold` over a small map), without escaping the values."""
