@@ -142,6 +142,24 @@ def test_other_exchanges_and_users_are_not_restricted(broker: RunningBroker) -> 
         ch.basic_publish("amq.topic", "tenant-b.x", b"m")
 
 
+def test_a_delayed_exchange_routing_as_topic_is_not_checked(data_dir: Path) -> None:
+    """RabbitMQ checks the exchange record's type, x-delayed-message here, not the type
+    it routes as."""
+    AccountStore.open(str(data_dir)).set_topic_permissions("bob", "/", "later", "^no$", "^no$")
+    running = RunningBroker(data_dir)
+    try:
+        with connect(running) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            arguments = {"x-delayed-type": "topic"}
+            ch.exchange_declare("later", "x-delayed-message", arguments=arguments)
+            queue = bound_queue(ch, "later", "a.#")
+            ch.basic_publish("later", "a.1", b"m")
+            ch.queue_unbind(queue, "later", "a.#")
+    finally:
+        running.stop()
+
+
 def test_bind_checks_read_with_the_binding_key(broker: RunningBroker) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
