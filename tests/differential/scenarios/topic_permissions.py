@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from amqp_gateway.codec import BasicProperties
 from amqp_gateway.codec import methods as m
 from tests.differential.harness import Conn, Session, scenario
 
@@ -199,3 +200,15 @@ def _variables(s: Session) -> None:
             c.open(number)
         c.publish(number, "amq.topic", key)
         c.sync(number)
+
+
+@scenario("topic permissions: CC and BCC keys of a publish are not checked (3.10)")
+def _cc(s: Session) -> None:
+    name = user(s, {"exchange": "amq.topic", "write": "^ok$", "read": ".*"})
+    c = channel_as(s, name)
+    q = c.call(1, m.QueueDeclare(queue="", exclusive=True))[3]["queue"]
+    c.call(1, m.QueueBind(queue=q, exchange="amq.topic", routing_key="denied"))
+    headers = {"CC": ["denied"], "BCC": ["denied"]}
+    c.publish(1, "amq.topic", "ok", b"x", BasicProperties(headers=headers))
+    c.sync(1)
+    c.call(1, m.QueueDeclare(queue=q, passive=True))
