@@ -1,5 +1,5 @@
-"""Changes to permissions, users and vhosts apply to connections already open (as LavinMQ
-2.6 fixed: a revoked user must not keep publishing).
+"""Changes to permissions, topic permissions, users and vhosts apply to connections
+already open (as LavinMQ 2.6 fixed: a revoked user must not keep publishing).
 
 Method: user `app` connects (pika over TCP, pika through a WebSocket relay, rstream over
 the stream protocol), works, then guest changes its accounts over the HTTP API while the
@@ -239,6 +239,34 @@ def test_a_password_change_keeps_open_connections(broker: RunningBroker, amqp_po
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         connect(amqp_port)  # the old password no longer logs in
     connect(amqp_port, "new-secret").close()
+    connection.close()
+
+
+def test_topic_permissions_set_and_cleared_on_an_open_connection(
+    broker: RunningBroker, amqp_port: int
+) -> None:
+    """A topic permission set while the connection is open restricts its next publish to
+    amq.topic (answers cached before included); deleting it frees the next one again."""
+    connection = connect(amqp_port)
+    channel = confirming_channel(connection)
+    channel.queue_declare("tenant-a")
+    channel.queue_bind("tenant-a", "amq.topic", "#")
+    channel.basic_publish("amq.topic", "tenant-b.orders", b"before")  # cached as allowed
+    topic = {"exchange": "amq.topic", "write": "^tenant-a\\.", "read": ".*"}
+    http_ok(broker, "PUT", f"/api/topic-permissions/%2F/{USER}", topic)
+    channel.basic_publish("amq.topic", "tenant-a.orders", b"allowed")
+    text = refused(lambda: channel.basic_publish("amq.topic", "tenant-b.orders", b"refused"))
+    assert text == (
+        "ACCESS_REFUSED - access to topic 'tenant-b.orders' in exchange 'amq.topic' "
+        f"in vhost '/' refused for user '{USER}'"
+    )
+    http_ok(broker, "DELETE", f"/api/topic-permissions/%2F/{USER}")
+    channel = confirming_channel(connection)
+    channel.basic_publish("amq.topic", "tenant-b.orders", b"after")
+    bodies = []
+    while (got := channel.basic_get("tenant-a", auto_ack=True))[0] is not None:
+        bodies.append(got[2])
+    assert bodies == [b"before", b"allowed", b"after"]
     connection.close()
 
 
