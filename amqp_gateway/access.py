@@ -162,10 +162,9 @@ class Permissions:
         key = (kind, resource, name)
         allowed = self._answers.get(key)
         if allowed is None:
-            allowed = self._accounts.permitted(self._user, self._vhost, kind, name)
-            if len(self._answers) >= PERMIT_CACHE_ENTRIES_MAX:
-                self._answers.clear()
-            self._answers[key] = allowed
+            allowed = self._remember(
+                key, self._accounts.permitted(self._user, self._vhost, kind, name)
+            )
         if not allowed:
             shown = name or "amq.default"
             raise errors.AccessRefused(
