@@ -2,8 +2,8 @@
 
 Owns how queues, exchanges, bindings, connections, channels and consumers look in the
 management API (RabbitMQ's field names), which connections a user may see, the AMQP
-permission check of a write (`require_permission`) and binding `properties_key`s. It reads
-broker state; it changes nothing.
+permission checks of a write (`require_permission`, `require_topic_permission`) and
+binding `properties_key`s. It reads broker state; it changes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from streamq.broker.clients import ChannelInfo, Client, ConsumerInfo
 from streamq.broker.exchange import Binding, Exchange
 from streamq.broker.policies import choose
 from streamq.broker.queue import Queue
+from streamq.broker.topic_permissions import TopicKind
 from streamq.broker.vhost import VHost
 
 NODE: Final = f"streamq@{socket.gethostname()}"
@@ -38,6 +39,26 @@ def require_permission(
         raise HttpError(
             403,
             f"access to {resource} '{shown}' in vhost '{vhost}' refused for user '{who.user.name}'",
+        )
+
+
+def require_topic_permission(
+    who: Caller, vhost: VHost, kind: TopicKind, exchange: str, routing_key: str
+) -> None:
+    """What AMQP would check of a topic exchange (amqp_gateway/access.py): 403 unless the
+    user's `kind` topic permission on `exchange` allows `routing_key`. Other exchanges,
+    and missing ones, are not checked."""
+    found = vhost.exchanges.get(exchange)
+    if found is None or found.type != "topic":
+        return
+    user = who.user.name
+    grants = who.broker.accounts.topic_grants(user, vhost.name)
+    variables = {"username": user, "vhost": vhost.name}
+    if grants is not None and not grants.permitted(exchange, kind, routing_key, variables):
+        raise HttpError(
+            403,
+            f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+            f"'{vhost.name}' refused for user '{user}'",
         )
 
 
