@@ -124,14 +124,19 @@ def _register(s: AmqpSession) -> None:
 
 
 class Permissions:
-    """One connection's answers to RabbitMQ's resource and topic permission checks, cached
-    as RabbitMQ caches them per connection and channel: a permission changed over the
-    management API (or `streamq ctl`) applies to connections opened afterwards; deleting
-    a user closes that user's connections. Every answer, topic ones and whether the user
-    has topic permissions at all included, lives in `_answers`: clearing it forgets
-    them all."""
+    """One connection's answers to RabbitMQ's resource and topic permission checks,
+    cached per connection as RabbitMQ caches them per channel, and kept live as LavinMQ
+    2.6 keeps them (its `clear_permissions_cache`): any change to the accounts
+    (permissions, topic permissions, users, vhosts) bumps `AccountStore.generation`, and
+    the next check that sees a new generation drops every cached answer first (`clear`),
+    so a revoked permission refuses the next publish, consume, bind or declare of a
+    connection already open. The cost on the publish path is one int compare. Every
+    answer, topic ones and whether the user has topic permissions at all included, lives
+    in `_answers`: clearing it forgets them all. What was allowed before stays done: a
+    consumer whose read permission is revoked keeps consuming, as in RabbitMQ and LavinMQ.
+    Deleting a user or a vhost closes its connections (the HTTP API does, as RabbitMQ)."""
 
-    __slots__ = ("_accounts", "_allow_all", "_answers", "_user", "_vhost")
+    __slots__ = ("_accounts", "_allow_all", "_answers", "_generation", "_user", "_vhost")
 
     def __init__(
         self, accounts: AccountStore, user: str, vhost: str, *, allow_all: bool = False
@@ -141,18 +146,25 @@ class Permissions:
         self._vhost = vhost
         self._allow_all = allow_all  # the internal user of direct connections
         self._answers: dict[tuple[str, str, str], bool] = {}  # PERMIT_CACHE_ENTRIES_MAX
+        self._generation = accounts.generation
+
+    def clear(self) -> None:
+        """Drop every cached answer: the next checks ask the accounts again."""
+        self._generation = self._accounts.generation  # read first: a later change clears again
+        self._answers.clear()
 
     def check(self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]) -> None:
         """Raises AccessRefused (403) unless the user's `kind` regex allows `name`."""
         if self._allow_all:
             return
+        if self._generation != self._accounts.generation:
+            self.clear()
         key = (kind, resource, name)
         allowed = self._answers.get(key)
         if allowed is None:
-            allowed = self._accounts.permitted(self._user, self._vhost, kind, name)
-            if len(self._answers) >= PERMIT_CACHE_ENTRIES_MAX:
-                self._answers.clear()
-            self._answers[key] = allowed
+            allowed = self._remember(
+                key, self._accounts.permitted(self._user, self._vhost, kind, name)
+            )
         if not allowed:
             shown = name or "amq.default"
             raise errors.AccessRefused(
@@ -170,6 +182,8 @@ class Permissions:
         Without any topic permission of the user in the vhost, this is one dict lookup."""
         if self._allow_all:
             return
+        if self._generation != self._accounts.generation:
+            self.clear()
         answers = self._answers
         has_grants = answers.get(_HAS_TOPIC_GRANTS)
         if has_grants is None:

@@ -137,6 +137,9 @@ class AccountStore:
         self.path = path
         self._state = state
         self._lock = threading.Lock()
+        # Bumped after every change is in use: caches of answers (a connection's
+        # `Permissions`) compare it to drop what they hold once anything changed.
+        self.generation = 0
 
     @classmethod
     def open(cls, data_dir: str, first_user: FirstUser | None = None) -> AccountStore:
@@ -467,6 +470,7 @@ class AccountStore:
             fsync_directory(os.path.dirname(directory))
         write_file_atomic(self.path, _encode(state), fsync_dir=True)
         self._state = state
+        self.generation += 1  # after the state: a reader that sees it sees the new state
 
 
 def _compile(permission: Permission) -> _Grant:
