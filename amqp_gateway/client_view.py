@@ -78,12 +78,18 @@ class AmqpClient:
         return self._session.blocked_by_alarm
 
     @property
+    def state(self) -> str:
+        return self._session.state
+
+    @property
     def auth_mechanism(self) -> str:
         return self._session.auth_mechanism
 
     def channels(self) -> list[ChannelInfo]:
+        session = self._session
+        connection_state = session.state
         out = []
-        for number, channel in sorted(self._session.channels.items()):
+        for number, channel in sorted(session.channels.items()):
             consumers = tuple(
                 ConsumerInfo(
                     tag=c.tag,
@@ -92,9 +98,11 @@ class AmqpClient:
                     exclusive=c.exclusive,
                     prefetch_count=c.prefetch,
                     arguments={"x-priority": c.priority} if c.priority else {},
+                    activity_status=c.queue.activity_status(c),
                 )
                 for c in channel.consumers.values()
             )
+            closing = connection_state == "closing" or session.conn.is_channel_closing(number)
             out.append(
                 ChannelInfo(
                     number=number,
@@ -105,6 +113,14 @@ class AmqpClient:
                     messages_unacknowledged=len(channel.unacked),
                     messages_unconfirmed=channel.publish_seq - channel.confirmed_seq,
                     consumers=consumers,
+                    messages_uncommitted=len(channel.tx_publishes),
+                    acks_uncommitted=sum(len(held) for held, _, _ in channel.tx_acks),
+                    # Flow control holds the whole connection, hence each of its channels.
+                    state="closing"
+                    if closing
+                    else "flow"
+                    if connection_state == "flow"
+                    else "running",
                 )
             )
         return out
