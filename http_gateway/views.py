@@ -76,7 +76,10 @@ NO_TLS: Final[dict[str, object]] = dict.fromkeys(
 )
 
 
-def connection_json(client: Client) -> dict[str, object]:
+def connection_json(client: Client, octet_rates: tuple[float, float]) -> dict[str, object]:
+    """RabbitMQ's connection object; `octet_rates`: bytes per second received and sent
+    over the last sampling interval (`Sampler.octet_rates`)."""
+    recv_rate, send_rate = octet_rates
     return {
         "name": client.name,
         "node": NODE,
@@ -101,7 +104,9 @@ def connection_json(client: Client) -> dict[str, object]:
         "timeout": client.heartbeat_s,
         "client_properties": dict(client.client_properties),
         "recv_oct": client.recv_oct,
+        "recv_oct_details": {"rate": round(recv_rate, 1)},
         "send_oct": client.send_oct,
+        "send_oct_details": {"rate": round(send_rate, 1)},
     }
 
 

@@ -188,3 +188,29 @@ def test_run_queue_counts_busy_threads(mgmt_broker: RunningBroker) -> None:
         for worker in workers:
             worker.join(timeout=10)
     wait_for(lambda: _node(b)["run_queue"] == 0)
+
+
+def _connection_rates(b: RunningBroker) -> tuple[float, float]:
+    (found,) = call(b, "GET", "/api/connections")[1]  # type: ignore[misc]  # one connection
+    return found["recv_oct_details"]["rate"], found["send_oct_details"]["rate"]
+
+
+def test_connection_byte_rates(mgmt_broker: RunningBroker) -> None:
+    """A connection that publishes shows a receive rate (the web UI's "From client"
+    column), and 0.0 again once it stops; sampled every 0.4 s for the test."""
+    b = mgmt_broker
+    assert b.broker is not None
+    b.broker.stats_sampler.interval_s = 0.4
+    with connect(b) as conn:
+        channel = conn.channel()
+        channel.queue_declare("rates")
+        assert _connection_rates(b) == (0.0, 0.0)
+
+        def publishing() -> bool:
+            for _ in range(50):
+                channel.basic_publish("", "rates", bytes(1000))
+            conn.process_data_events(time_limit=0.02)
+            return _connection_rates(b)[0] > 1000
+
+        wait_for(publishing)
+        wait_for(lambda: _connection_rates(b)[0] == 0.0)
