@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pika
 import pytest
-from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 
 from tests.browser.test_ui import log_in, visible, wait
