@@ -19,6 +19,7 @@ from streamq.broker.clients import ChannelInfo, ConsumerInfo
 from streamq.tls_peer import tls_fields
 
 if TYPE_CHECKING:
+    from amqp_gateway.channels import Unacked
     from amqp_gateway.session import AmqpSession
 
 PROPERTY_NAMES: Final = frozenset(f.name for f in dataclasses.fields(codec.BasicProperties))
@@ -114,7 +115,7 @@ class AmqpClient:
                     messages_unconfirmed=channel.publish_seq - channel.confirmed_seq,
                     consumers=consumers,
                     messages_uncommitted=len(channel.tx_publishes),
-                    acks_uncommitted=sum(len(held) for held, _, _ in channel.tx_acks),
+                    acks_uncommitted=_acks_held(channel.tx_acks),
                     # Flow control holds the whole connection, hence each of its channels.
                     state="closing"
                     if closing
@@ -136,6 +137,12 @@ class AmqpClient:
         self._session.current_vhost().remove_consumer(consumer.queue, consumer)
         consumer.cancel_by_broker()
         return True
+
+
+def _acks_held(tx_acks: list[tuple[dict[int, Unacked], bool, bool]]) -> int:
+    """The messages the open transaction acks (RabbitMQ's `acks_uncommitted` counts
+    basic.ack only: the nacks and rejects it holds are not in it)."""
+    return sum(len(held) for held, ack, _ in tx_acks if ack)
 
 
 def _json_value(value: object) -> object:

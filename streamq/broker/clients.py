@@ -47,8 +47,9 @@ class ChannelInfo:
     messages_unacknowledged: int
     messages_unconfirmed: int
     consumers: tuple[ConsumerInfo, ...]
-    # The open transaction (tx.select): publishes and acknowledged messages (acks, nacks
-    # and rejects, each message once) that tx.commit will apply.
+    # The open transaction (tx.select): the publishes, and the messages basic.ack
+    # acknowledged, that tx.commit will apply (RabbitMQ's counts: the nacks and rejects
+    # it holds are not in acks_uncommitted).
     messages_uncommitted: int = 0
     acks_uncommitted: int = 0
     state: str = "running"  # RabbitMQ's channel states: "running", "flow", "closing"
