@@ -15,9 +15,11 @@ import hashlib
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 
+from streamq.broker.resources import ResourceLimits
 from tests.integration.conftest import RunningBroker
 from tests.integration.mgmt_http import call, connect, mgmt_broker, q, wait_for
 
@@ -27,6 +29,7 @@ SAC = {"x-single-active-consumer": True}
 CONNECTIONS = 20
 HASH_BYTES = 8 * 1024 * 1024  # hashlib releases the GIL for inputs this large
 BUSY_THREADS = 2
+TERABYTE = 1 << 40
 
 
 def _statuses(consumers: object) -> dict[str, tuple[bool, str]]:
@@ -220,3 +223,33 @@ def test_connection_byte_rates(mgmt_broker: RunningBroker) -> None:
 
         wait_for(publishing)
         wait_for(lambda: _connection_rates(b)[0] == 0.0)
+
+
+def _states(b: RunningBroker) -> list[object]:
+    found = call(b, "GET", "/api/connections")[1]
+    assert isinstance(found, list)
+    return sorted(c["state"] for c in found)
+
+
+def test_connection_states_under_an_alarm(tmp_path: Path) -> None:
+    """With the memory alarm on from the start (a 1-byte limit), a connection that has not
+    published is `blocking`, one that published is `blocked`; both `running` once the
+    alarm clears."""
+    running = RunningBroker(tmp_path / "data", ResourceLimits(1, 0))
+    try:
+        idle = connect(running)
+        publisher = connect(running)
+        publisher.channel().basic_publish("", "nowhere", b"x")
+        publisher.process_data_events(time_limit=0.05)
+        wait_for(lambda: _states(running) == ["blocked", "blocking"])
+
+        def clear() -> None:
+            assert running.broker is not None
+            running.broker.resources.limits = ResourceLimits(TERABYTE, 0)
+
+        running.call(clear)
+        wait_for(lambda: _states(running) == ["running", "running"])
+        idle.close()
+        publisher.close()
+    finally:
+        running.stop()
