@@ -66,7 +66,7 @@ def test_single_active_consumer_activity(mgmt_broker: RunningBroker) -> None:
         plain = _queue(b, "plain")
         assert plain["single_active_consumer_tag"] is None
         assert plain["exclusive_consumer_tag"] == "c3"
-        listed = {q["name"]: q for q in call(b, "GET", "/api/queues")[1]}  # type: ignore[union-attr]  # a list of objects
+        listed = {q["name"]: q for q in call(b, "GET", "/api/queues")[1]}
         assert listed["sac"]["single_active_consumer_tag"] == "c1"
         channels = call(b, "GET", "/api/channels")[1]
         assert isinstance(channels, list)
@@ -158,22 +158,22 @@ def test_node_figures_follow_connections(mgmt_broker: RunningBroker) -> None:
     before = _node(b)
     assert "proc_total" not in before  # no limit on threads and tasks to report
     assert before["processors"] == len(os.sched_getaffinity(0))
-    assert before["fd_total"] == before["sockets_total"] and before["fd_total"] > 0  # type: ignore[operator]  # an int
+    assert before["fd_total"] == before["sockets_total"] and before["fd_total"] > 0
     assert before["sockets_used"] == 0
     threads = len(os.listdir("/proc/self/task"))
-    assert before["proc_used"] >= threads  # type: ignore[operator]  # an int
-    assert before["mem_used"] > 0 and before["uptime"] > 0  # type: ignore[operator]  # ints
+    assert before["proc_used"] >= threads
+    assert before["mem_used"] > 0 and before["uptime"] > 0
     connections = list(_open(b, CONNECTIONS))
     try:
         during = _node(b)
         # Both ends of each connection live in this process: at least one descriptor each.
-        assert during["fd_used"] >= before["fd_used"] + CONNECTIONS  # type: ignore[operator]  # ints
+        assert during["fd_used"] >= before["fd_used"] + CONNECTIONS
         assert during["sockets_used"] == CONNECTIONS
     finally:
         for conn in connections:
             conn.close()
     wait_for(lambda: _node(b)["sockets_used"] == 0)
-    assert _node(b)["fd_used"] < during["fd_used"]  # type: ignore[operator]  # ints
+    assert _node(b)["fd_used"] < during["fd_used"]
 
 
 def test_run_queue_counts_busy_threads(mgmt_broker: RunningBroker) -> None:
@@ -191,7 +191,7 @@ def test_run_queue_counts_busy_threads(mgmt_broker: RunningBroker) -> None:
     for worker in workers:
         worker.start()
     try:
-        wait_for(lambda: _node(b)["run_queue"] >= 1)  # type: ignore[operator]  # an int
+        wait_for(lambda: _node(b)["run_queue"] >= 1)
     finally:
         stop.set()
         for worker in workers:
@@ -200,7 +200,7 @@ def test_run_queue_counts_busy_threads(mgmt_broker: RunningBroker) -> None:
 
 
 def _connection_rates(b: RunningBroker) -> tuple[float, float]:
-    (found,) = call(b, "GET", "/api/connections")[1]  # type: ignore[misc]  # one connection
+    (found,) = call(b, "GET", "/api/connections")[1]
     return found["recv_oct_details"]["rate"], found["send_oct_details"]["rate"]
 
 
