@@ -22,8 +22,9 @@ import pika
 from streamq.broker.resources import ResourceLimits
 from tests.integration.conftest import RunningBroker
 from tests.integration.mgmt_http import call, connect, mgmt_broker, q, wait_for
+from tests.integration.test_rabbitmqadmin import Admin, admin, rabbitmqadmin
 
-__all__ = ["mgmt_broker"]
+__all__ = ["admin", "mgmt_broker", "rabbitmqadmin"]
 
 SAC = {"x-single-active-consumer": True}
 CONNECTIONS = 20
@@ -253,3 +254,28 @@ def test_connection_states_under_an_alarm(tmp_path: Path) -> None:
         publisher.close()
     finally:
         running.stop()
+
+
+def test_rabbitmqadmin_reads_the_fields(admin: Admin, broker: RunningBroker) -> None:
+    """RabbitMQ's own rabbitmqadmin lists the new and measured fields as columns."""
+    params = pika.ConnectionParameters("127.0.0.1", broker.amqp_port)
+    with pika.BlockingConnection(params) as conn:
+        first, second = conn.channel(), conn.channel()
+        first.queue_declare("sac", arguments=SAC)
+        first.basic_consume("sac", lambda *a: None, consumer_tag="c1")
+        second.basic_consume("sac", lambda *a: None, consumer_tag="c2")
+        second.tx_select()
+        second.basic_publish("", "sac", b"held")
+        conn.process_data_events(time_limit=0.05)
+        consumers = admin.tsv("list", "consumers", "consumer_tag", "active", "activity_status")
+        assert sorted(consumers, key=lambda c: c["consumer_tag"]) == [
+            {"consumer_tag": "c1", "active": "True", "activity_status": "single_active"},
+            {"consumer_tag": "c2", "active": "False", "activity_status": "waiting"},
+        ]
+        queues = admin.tsv("list", "queues", "name", "single_active_consumer_tag")
+        assert queues == [{"name": "sac", "single_active_consumer_tag": "c1"}]
+        channels = admin.tsv("list", "channels", "number", "messages_uncommitted")
+        assert sorted(c["messages_uncommitted"] for c in channels) == ["0", "1"]
+        (node,) = admin.raw("list", "nodes", "name", "fd_used", "proc_used", "run_queue")
+        assert set(node) == {"name", "fd_used", "proc_used", "run_queue"}
+        assert node["fd_used"] > 0 and node["proc_used"] > 0
