@@ -97,13 +97,16 @@ NO_TLS: Final[dict[str, object]] = dict.fromkeys(
 )
 
 
-def connection_json(client: Client) -> dict[str, object]:
+def connection_json(client: Client, octet_rates: tuple[float, float]) -> dict[str, object]:
+    """RabbitMQ's connection object; `octet_rates`: bytes per second received and sent
+    over the last sampling interval (`Sampler.octet_rates`)."""
+    recv_rate, send_rate = octet_rates
     return {
         "name": client.name,
         "node": NODE,
         # "direct" for the broker's own links (amqp_gateway/direct.py), as RabbitMQ.
         "type": getattr(client, "connection_type", "network"),
-        "state": "blocked" if client.blocked else "running",
+        "state": client.state,
         "protocol": client.protocol,
         "vhost": client.vhost,
         "user": client.user,
@@ -122,7 +125,9 @@ def connection_json(client: Client) -> dict[str, object]:
         "timeout": client.heartbeat_s,
         "client_properties": dict(client.client_properties),
         "recv_oct": client.recv_oct,
+        "recv_oct_details": {"rate": round(recv_rate, 1)},
         "send_oct": client.send_oct,
+        "send_oct_details": {"rate": round(send_rate, 1)},
     }
 
 
@@ -134,6 +139,7 @@ def channel_details(client: Client, number: int) -> dict[str, object]:
     return {
         "name": channel_name(client, number),
         "number": number,
+        "node": NODE,
         "connection_name": client.name,
         "peer_host": client.peer_host,
         "peer_port": client.peer_port,
@@ -146,7 +152,7 @@ def channel_json(client: Client, info: ChannelInfo) -> dict[str, object]:
         "name": channel_name(client, info.number),
         "number": info.number,
         "node": NODE,
-        "state": "running",
+        "state": info.state,
         "vhost": client.vhost,
         "user": client.user,
         "user_who_performed_action": client.user,
@@ -158,8 +164,8 @@ def channel_json(client: Client, info: ChannelInfo) -> dict[str, object]:
         "consumer_count": len(info.consumers),
         "messages_unacknowledged": info.messages_unacknowledged,
         "messages_unconfirmed": info.messages_unconfirmed,
-        "messages_uncommitted": 0,
-        "acks_uncommitted": 0,
+        "messages_uncommitted": info.messages_uncommitted,
+        "acks_uncommitted": info.acks_uncommitted,
         "prefetch_count": info.prefetch_count,
         "global_prefetch_count": info.global_prefetch_count,
         "confirm": info.confirm,
@@ -177,8 +183,8 @@ def consumer_json(client: Client, number: int, consumer: ConsumerInfo) -> dict[s
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch_count,
         "arguments": dict(consumer.arguments),
-        "active": True,
-        "activity_status": "up",
+        "active": consumer.active,
+        "activity_status": consumer.activity_status,
     }
 
 
@@ -238,6 +244,9 @@ def queue_json(
             segments=log.segment_count,
         )
         return out
+    # RabbitMQ's classic queues list both, null when no consumer holds the queue.
+    out["exclusive_consumer_tag"] = queue.exclusive_consumer_tag
+    out["single_active_consumer_tag"] = queue.single_active_consumer_tag
     cursor = queue.cursor
     ready = cursor.message_count
     unacked = cursor.unacked_count
