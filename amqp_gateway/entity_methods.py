@@ -37,6 +37,7 @@ def exchange_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) 
         method.auto_delete,
         method.internal,
         method.arguments,
+        h.user,
     )
     if not method.nowait:
         h.reply_durable(channel.id, m.ExchangeDeclareOk(), always=False)

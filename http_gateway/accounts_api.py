@@ -2,7 +2,8 @@
 
 Owns the account endpoints: users (list, get, put with `password` or `password_hash`,
 delete and bulk delete, which close the users' connections, without permissions),
-vhosts (list, get, put, delete: a new vhost accepts AMQP connections when the reply goes
+vhosts (list, get, put with description, tags and default_queue_type kept in the accounts
+file, `tracing: true` refused, delete: a new vhost accepts AMQP connections when the reply goes
 out, a deleted one has had its connections closed and its data removed) and permissions
 (by vhost, by user, one). Changes are durable before the reply: the account store fsyncs,
 in a worker thread. Users, permissions and vhost changes need `administrator`; any
@@ -28,12 +29,23 @@ from http_gateway.errors import HttpError
 from http_gateway.fields import flag
 from http_gateway.listing import list_response
 from http_gateway.views import NODE
-from streamq.broker.accounts import PERMISSION_KINDS, Permission
+from streamq.broker.account_values import VHOST_QUEUE_TYPES, check_tags, check_vhost_metadata
+from streamq.broker.accounts import (
+    PERMISSION_KINDS,
+    AccountValueInvalid,
+    Permission,
+    VHostMetadata,
+)
 from streamq.broker.sampler import Sampler
 from streamq.broker.users import HASHING_ALGORITHM, NO_PASSWORD, User, hash_password
 from streamq.broker.vhost import VHost
 
 ADMIN_TAGS: Final = frozenset({"administrator"})
+CLASSIC: Final = "classic"  # the queue type of a vhost without a default_queue_type
+TRACING_REFUSED: Final = (
+    "tracing: streamq has no firehose tracer (amq.rabbitmq.trace); "
+    "a vhost is created with tracing false only"
+)
 BULK_DELETE_USERS_MAX: Final = 10_000
 
 routes = web.RouteTableDef()
@@ -65,8 +77,13 @@ def permission_json(permission: Permission) -> dict[str, object]:
     }
 
 
-def vhost_json(vhost: VHost | None, name: str, sampler: Sampler) -> dict[str, object]:
+def vhost_json(
+    vhost: VHost | None, name: str, sampler: Sampler, metadata: VHostMetadata
+) -> dict[str, object]:
     """RabbitMQ's vhost object; `vhost` is None for one that failed to open."""
+    shown: dict[str, object] = {"description": metadata.description, "tags": list(metadata.tags)}
+    if metadata.default_queue_type is not None:
+        shown["default_queue_type"] = metadata.default_queue_type
     ready = unacked = 0
     if vhost is not None:
         for queue in vhost.queues.values():
@@ -74,10 +91,10 @@ def vhost_json(vhost: VHost | None, name: str, sampler: Sampler) -> dict[str, ob
             unacked += queue.cursor.unacked_count
     return {
         "name": name,
-        "description": "",
-        "tags": [],
-        "metadata": {"description": "", "tags": []},
-        "default_queue_type": "classic",
+        "description": metadata.description,
+        "tags": list(metadata.tags),
+        "metadata": shown,
+        "default_queue_type": metadata.default_queue_type or CLASSIC,
         "tracing": False,
         # By node name, as RabbitMQ (the node that queues and connections name too).
         "cluster_state": {NODE: "running" if vhost is not None else "stopped"},
@@ -223,9 +240,11 @@ async def user_permissions(request: web.Request) -> web.Response:
 async def list_vhosts(request: web.Request) -> web.Response:
     who = caller(request)
     sampler = who.broker.stats_sampler
-    shown = [vhost_json(v, v.name, sampler) for v in visible_vhosts(who)]
+    metadata = who.broker.accounts.vhost_metadata
+    shown = [vhost_json(v, v.name, sampler, metadata(v.name)) for v in visible_vhosts(who)]
     if who.is_admin or "monitoring" in who.user.tags:
-        shown += [vhost_json(None, name, sampler) for name in sorted(who.broker.failed_vhosts)]
+        failed = sorted(who.broker.failed_vhosts)
+        shown += [vhost_json(None, name, sampler, metadata(name)) for name in failed]
     return list_response(request, sorted(shown, key=lambda v: str(v["name"])))
 
 
@@ -233,7 +252,29 @@ async def list_vhosts(request: web.Request) -> web.Response:
 async def get_vhost(request: web.Request) -> web.Response:
     who = caller(request)
     vhost = vhost_for(who, request.match_info["name"])
-    return web.json_response(vhost_json(vhost, vhost.name, who.broker.stats_sampler))
+    metadata = who.broker.accounts.vhost_metadata(vhost.name)
+    return web.json_response(vhost_json(vhost, vhost.name, who.broker.stats_sampler, metadata))
+
+
+def vhost_metadata_of(body: dict[str, object]) -> VHostMetadata:
+    """The description, tags and default queue type of a PUT vhost body (absent: "", none,
+    unset), and its `tracing` checked: streamq has no firehose tracer, so `true` is
+    refused rather than accepted and ignored. Raises HttpError 400."""
+    if flag(body, "tracing", False):
+        raise HttpError(400, TRACING_REFUSED)
+    description = body.get("description")
+    queue_type = body.get("default_queue_type")
+    if description is not None and not isinstance(description, str):
+        raise HttpError(400, "description must be a string")
+    if queue_type is not None and queue_type not in VHOST_QUEUE_TYPES:
+        raise HttpError(400, f"invalid_queue_type: default_queue_type {queue_type!r}")
+    assert queue_type is None or isinstance(queue_type, str)
+    try:
+        return check_vhost_metadata(
+            VHostMetadata(description or "", check_tags(parse_tags(body.get("tags"))), queue_type)
+        )
+    except AccountValueInvalid as exc:
+        raise HttpError(400, str(exc)) from None
 
 
 @routes.put("/api/vhosts/{name}")
@@ -241,13 +282,18 @@ async def put_vhost(request: web.Request) -> web.Response:
     who = _admin(request)
     broker = who.broker
     name = request.match_info["name"]
-    body = await read_json(request)  # description, tags, default_queue_type: not kept
+    body = await read_json(request)
     if body is not None and not isinstance(body, dict):
         raise HttpError(400, "the body must be a JSON object")
-    flag(body or {}, "tracing", False)  # checked as RabbitMQ checks it; streamq does not trace
+    metadata = vhost_metadata_of(body or {})
     if broker.accounts.has_vhost(name):
+        # As RabbitMQ 3.10 (rabbit_vhost:update/4): description and tags are replaced,
+        # the default queue type is set at creation only.
+        kept = broker.accounts.vhost_metadata(name).default_queue_type
+        changed = VHostMetadata(metadata.description, metadata.tags, kept)
+        await broker.change_durably(broker.accounts.set_vhost_metadata, name, changed)
         return web.Response(status=204)
-    if await broker.create_vhost(name) is None:
+    if await broker.create_vhost(name, metadata) is None:
         raise HttpError(503, f"vhost {name} is unavailable: {broker.failed_vhosts[name]}")
     # As RabbitMQ's management plugin (maybe_grant_full_permissions): whoever creates a
     # vhost may use it at once.

@@ -25,6 +25,8 @@ from http_gateway.errors import HttpError
 from http_gateway.parameters_api import vhost_parameters
 from http_gateway.topic_permissions_api import topic_permission_json
 from streamq import __version__
+from streamq.broker.account_values import NO_METADATA
+from streamq.broker.accounts import VHostMetadata
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer
 from streamq.broker.users import HASHING_ALGORITHM
@@ -127,6 +129,18 @@ def vhost_entities(vhost: VHost, with_vhost: bool) -> dict[str, list[Entry]]:
     }
 
 
+def vhost_entry(name: str, metadata: VHostMetadata) -> Entry:
+    """A vhost as RabbitMQ exports it: `name` only without metadata (3.10's management
+    export keeps nothing else), else also its description, tags and default queue type,
+    top-level and under `metadata`, as RabbitMQ 3.11 exports them and 3.10 imports them."""
+    if metadata == NO_METADATA:
+        return {"name": name}
+    kept: Entry = {"description": metadata.description, "tags": list(metadata.tags)}
+    if metadata.default_queue_type is not None:
+        kept["default_queue_type"] = metadata.default_queue_type
+    return {"name": name, **kept, "metadata": kept}
+
+
 def export_broker(broker: Broker) -> dict[str, object]:
     """The whole broker's definitions document."""
     accounts = broker.accounts
@@ -145,7 +159,9 @@ def export_broker(broker: Broker) -> dict[str, object]:
             }
             for u in accounts.list_users()
         ],
-        "vhosts": [{"name": name} for name in accounts.list_vhosts()],
+        "vhosts": [
+            vhost_entry(name, accounts.vhost_metadata(name)) for name in accounts.list_vhosts()
+        ],
         "permissions": [
             {
                 "user": p.user,

@@ -89,7 +89,9 @@ async def put(request: web.Request) -> web.Response:
     internal = flag(body, "internal", False)
     require_permission(who, vhost.name, "configure", "exchange", name)
     existed = name in vhost.exchanges
-    vhost.declare_exchange(name, exchange_type, False, durable, auto_delete, internal, arguments)
+    vhost.declare_exchange(
+        name, exchange_type, False, durable, auto_delete, internal, arguments, who.user.name
+    )
     await vhost.sync_all()
     return web.Response(status=204 if existed else 201)
 

@@ -7,8 +7,12 @@ with `page`: `page_size`, `name`, `use_regex`) and the paged answer's shape
 `name` apply to pages only); `sort` names a field (dotted for nested ones, a missing one
 sorts as 0) and the sort is stable, so ties keep the route's own order; `sort_reverse`
 reverses the result; `columns` keeps the named fields (dotted for nested ones) of each
-item, or of the one object a route such as the overview answers. Pure functions of the
-items and the query; routes call `list_response` or `object_response`.
+item, or of the one object a route such as the overview answers; `disable_stats=true`
+drops the statistics (`message_stats`, rates, and the message counts unless
+`enable_queue_totals=true`). RabbitMQ's range queries (`lengths_age`, `msg_rates_age`...:
+samples of past values) are refused with a 400 by `refuse_sample_ranges`: streamq keeps
+no history of samples. Pure functions of the items and the query; routes call
+`list_response` or `object_response`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,16 @@ NAME_FILTER_CHARS_MAX: Final = 1000  # a longer regex is refused, not compiled
 PARAMETERS_INVALID: Final = "Pagination parameters are invalid"  # RabbitMQ's text
 
 Item = dict[str, object]
+# RabbitMQ's range parameters (rabbit_mgmt_util:range/1); each asks for `samples`.
+SAMPLE_RANGE_PARAMETERS: Final = tuple(
+    f"{kind}_{part}"
+    for kind in ("lengths", "msg_rates", "data_rates", "node_stats")
+    for part in ("age", "incr")
+)
+SAMPLES_REFUSED: Final = "streamq keeps no samples of past values: {} is not supported"
+# What `disable_stats=true` leaves out; the counts stay with `enable_queue_totals=true`.
+STATS_KEYS: Final = frozenset({"message_stats"})
+QUEUE_TOTALS: Final = frozenset({"messages", "messages_ready", "messages_unacknowledged"})
 
 
 class PagingError(HttpError):
@@ -182,9 +196,30 @@ def selected(value: object, columns: list[list[str]]) -> object:
     return out
 
 
+def refuse_sample_ranges(query: Mapping[str, str]) -> None:
+    """Raises HttpError 400 if `query` asks for samples (`lengths_age`...)."""
+    for name in SAMPLE_RANGE_PARAMETERS:
+        if name in query:
+            raise HttpError(400, SAMPLES_REFUSED.format(name))
+
+
+def without_stats(item: Item, keep_totals: bool) -> Item:
+    """`item` without its statistics: what RabbitMQ leaves out with `disable_stats`."""
+    return {
+        key: value
+        for key, value in item.items()
+        if key not in STATS_KEYS
+        and not (key.endswith("_details") and isinstance(value, dict) and "rate" in value)
+        and not (key in QUEUE_TOTALS and not keep_totals)
+    }
+
+
 def listed(items: list[Item], query: Mapping[str, str], *, pageable: bool) -> object:
-    """The JSON a list route answers: sorted, and paged when asked (and `pageable`),
-    with the asked columns."""
+    """The JSON a list route answers: without statistics when asked, sorted, and paged
+    when asked (and `pageable`), with the asked columns."""
+    if query_flag(query, "disable_stats"):
+        totals = query_flag(query, "enable_queue_totals")
+        items = [without_stats(item, totals) for item in items]
     items = sorted_items(items, query)
     paging = paging_of(query) if pageable else None
     columns = _columns(query)

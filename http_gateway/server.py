@@ -40,6 +40,7 @@ from http_gateway import (
 from http_gateway.auth import FAILED_LOGINS_KEY, FailedLogins, authenticate
 from http_gateway.context import BODY_BYTES_MAX, BROKER_KEY
 from http_gateway.errors import HttpError, error_response
+from http_gateway.listing import refuse_sample_ranges
 from streamq.broker import errors as broker_errors
 from streamq.broker.broker import Broker
 
@@ -92,6 +93,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         if request.path.startswith("/api/"):
             await authenticate(request, any_user=request.path.startswith(ANY_USER_PREFIXES))
+            refuse_sample_ranges(request.query)
         return await handler(request)
     except HttpError as exc:
         return error_response(exc.status, exc.reason)

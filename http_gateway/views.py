@@ -26,8 +26,10 @@ from streamq.broker.policies import choose
 from streamq.broker.queue import Queue
 from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.vhost import VHost
+from streamq.broker.vhost_store import PREDECLARED_NAMES
 
 NODE: Final = f"streamq@{socket.gethostname()}"
+PREDECLARED_BY: Final = "rmq-internal"  # RabbitMQ's ?INTERNAL_USER
 
 
 def require_permission(
@@ -264,6 +266,12 @@ def queue_json(
     return out
 
 
+def _predeclared_by(name: str) -> str:
+    """As RabbitMQ shows who made the exchanges every vhost starts with (its internal user
+    for those of a vhost made at boot); "" for other exchanges of unknown origin."""
+    return PREDECLARED_BY if name in PREDECLARED_NAMES else ""
+
+
 def exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, object]:
     policy = choose(vhost.policies, "exchange", exchange.name, "")
     stats = vhost.exchange_stats.get(exchange.name)
@@ -276,7 +284,7 @@ def exchange_json(vhost: VHost, exchange: Exchange) -> dict[str, object]:
         "internal": exchange.internal,
         "arguments": exchange.arguments,
         "policy": policy.name if policy is not None else None,
-        "user_who_performed_action": "",
+        "user_who_performed_action": exchange.user or _predeclared_by(exchange.name),
         "message_stats": stats.to_json() if stats is not None else {},
     }
 

@@ -1,5 +1,6 @@
 """The values of the accounts: the errors of their management, the permission record,
-and when a user or vhost name, a tag, a password hash or a permission regex is valid.
+a vhost's metadata (description, tags, default queue type), and when a user or vhost name,
+a tag, a password hash or a permission regex is valid.
 
 Shared by the store (streamq/broker/accounts.py), its file format
 (streamq/broker/accounts_file.py) and definitions imports; pure functions, no state, no
@@ -19,6 +20,9 @@ from streamq.broker.users import hash_password, is_password_hash
 NAME_BYTES_MAX: Final = 255  # user and vhost names travel as AMQP shortstr
 TAG_BYTES_MAX: Final = 255
 PATTERN_CHARS_MAX: Final = 4096
+DESCRIPTION_BYTES_MAX: Final = 65_535  # a vhost's description; longer is refused
+# The `default_queue_type`s RabbitMQ 3.10 accepts (rabbit_queue_type:discover/1).
+VHOST_QUEUE_TYPES: Final = ("classic", "quorum", "stream")
 
 PermissionKind = Literal["configure", "write", "read"]
 PERMISSION_KINDS: Final[tuple[PermissionKind, ...]] = ("configure", "write", "read")
@@ -71,6 +75,31 @@ class Permission:
     configure: str
     write: str
     read: str
+
+
+@dataclass(frozen=True, slots=True)
+class VHostMetadata:
+    """What RabbitMQ keeps of a vhost beside its name (`vhost:get_metadata/1`): its
+    description, tags and default queue type (None: unset, queues are classic)."""
+
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    default_queue_type: str | None = None
+
+
+NO_METADATA: Final = VHostMetadata()
+
+
+def check_vhost_metadata(metadata: VHostMetadata) -> VHostMetadata:
+    """`metadata` if valid (its tags normalised); raises AccountValueInvalid otherwise."""
+    if len(utf8("description", metadata.description)) > DESCRIPTION_BYTES_MAX:
+        raise AccountValueInvalid(f"description is longer than {DESCRIPTION_BYTES_MAX} bytes")
+    queue_type = metadata.default_queue_type
+    if queue_type is not None and queue_type not in VHOST_QUEUE_TYPES:
+        raise AccountValueInvalid(
+            f"default_queue_type '{queue_type}' is not one of {', '.join(VHOST_QUEUE_TYPES)}"
+        )
+    return VHostMetadata(metadata.description, check_tags(metadata.tags), queue_type)
 
 
 def check_name(what: str, name: str) -> str:

@@ -1,5 +1,5 @@
-"""The accounts of a broker: users, vhosts, the permissions of users on vhosts and their
-topic permissions on exchanges.
+"""The accounts of a broker: users, vhosts (and their metadata), the permissions of users
+on vhosts and their topic permissions on exchanges.
 
 Owns `<data_dir>/definitions/accounts.json` (its format is streamq/broker/accounts_file.py)
 and the checks made on the connection path: `authenticate`, `vhost_access`, `permitted`
@@ -30,6 +30,7 @@ from typing import Final
 from streamq.broker import accounts_file
 from streamq.broker.account_values import (
     NAME_BYTES_MAX,
+    NO_METADATA,
     PATTERN_CHARS_MAX,
     PERMISSION_KINDS,
     TAG_BYTES_MAX,
@@ -41,10 +42,12 @@ from streamq.broker.account_values import (
     UserExists,
     UserNotFound,
     VHostExists,
+    VHostMetadata,
     VHostNotFound,
     check_name,
     check_password_hash,
     check_tags,
+    check_vhost_metadata,
     compile_regex,
     hashed,
     utf8,
@@ -78,6 +81,7 @@ __all__ = [  # the names other modules take from here, defined in account_values
     "UserExists",
     "UserNotFound",
     "VHostExists",
+    "VHostMetadata",
     "VHostNotFound",
     "check_name",
     "check_password_hash",
@@ -105,6 +109,7 @@ class _State:
     # By (user, vhost, exchange); their grants by (user, vhost), only for pairs with some.
     topic_permissions: Mapping[tuple[str, str, str], TopicPermission] = field(default_factory=dict)
     topic_grants: Mapping[tuple[str, str], TopicGrants] = field(default_factory=dict)
+    vhost_metadata: Mapping[str, VHostMetadata] = field(default_factory=dict)  # if not none
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,14 +297,30 @@ class AccountStore:
     def list_vhosts(self) -> list[str]:
         return sorted(self._state.vhosts)
 
-    def add_vhost(self, name: str) -> None:
+    def add_vhost(self, name: str, metadata: VHostMetadata = NO_METADATA) -> None:
         """Fsyncs file and directory before returning. Raises VHostExists, AccountValueInvalid."""
         check_name("vhost", name)
+        metadata = check_vhost_metadata(metadata)
         with self._lock:
             state = self._state
             if name in state.vhosts:
                 raise VHostExists(name)
-            self._commit(replace(state, vhosts=state.vhosts | {name}))
+            added = replace(state, vhosts=state.vhosts | {name})
+            self._commit(_with_metadata(added, name, metadata))
+
+    def vhost_metadata(self, name: str) -> VHostMetadata:
+        """The description, tags and default queue type of vhost `name` (none if unknown)."""
+        return self._state.vhost_metadata.get(name, NO_METADATA)
+
+    def set_vhost_metadata(self, name: str, metadata: VHostMetadata) -> None:
+        """Replace a vhost's metadata. Fsyncs file and directory before returning (nothing
+        to write if unchanged). Raises VHostNotFound, AccountValueInvalid."""
+        metadata = check_vhost_metadata(metadata)
+        with self._lock:
+            state = self._state
+            _require_vhost(state, name)
+            if self.vhost_metadata(name) != metadata:
+                self._commit(_with_metadata(state, name, metadata))
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost's definition and the permissions and topic permissions on it
@@ -311,7 +332,8 @@ class AccountStore:
             state = self._state
             _require_vhost(state, name)
             vhosts = state.vhosts - {name}
-            trimmed = _with_permissions(replace(state, vhosts=vhosts), lambda p: p.vhost != name)
+            without = _with_metadata(replace(state, vhosts=vhosts), name, NO_METADATA)
+            trimmed = _with_permissions(without, lambda p: p.vhost != name)
             self._commit(_keep_topic_permissions(trimmed, lambda t: t.vhost != name))
 
     # Permissions.
@@ -493,6 +515,14 @@ def _require_vhost(state: _State, name: str) -> None:
         raise VHostNotFound(name)
 
 
+def _with_metadata(state: _State, name: str, metadata: VHostMetadata) -> _State:
+    """`state` with vhost `name`'s metadata set (kept only when not empty)."""
+    kept = {key: value for key, value in state.vhost_metadata.items() if key != name}
+    if metadata != NO_METADATA:
+        kept[name] = metadata
+    return replace(state, vhost_metadata=kept)
+
+
 def _with_permissions(state: _State, keep: Callable[[Permission], bool]) -> _State:
     """`state` with only the permissions `keep` accepts."""
     permissions = {key: value for key, value in state.permissions.items() if keep(value)}
@@ -542,6 +572,7 @@ def _decode(path: str, data: bytes) -> _State:
     """The state in `data`; raises AccountsCorrupted naming `path` if it is not valid."""
     record = accounts_file.decode(path, data)
     state = _make_state(record.users, record.vhosts, record.permissions)
+    state = replace(state, vhost_metadata=record.vhost_metadata)
     return _with_topic_permissions(state, record.topic_permissions)
 
 
@@ -551,5 +582,6 @@ def _encode(state: _State) -> bytes:
         list(state.vhosts),
         list(state.permissions.values()),
         list(state.topic_permissions.values()),
+        dict(state.vhost_metadata),
     )
     return accounts_file.encode(record)

@@ -9,13 +9,16 @@ File format, version 1, with the field names of RabbitMQ's definitions export:
      "users": [{"name": "guest", "password_hash": "<base64>",
                 "hashing_algorithm": "rabbit_password_hashing_sha256",
                 "tags": ["administrator"]}],
-     "vhosts": [{"name": "/"}],
+     "vhosts": [{"name": "/"},
+                {"name": "b", "description": "team b", "tags": ["eu"],
+                 "default_queue_type": "quorum"}],
      "permissions": [{"user": "guest", "vhost": "/",
                       "configure": ".*", "write": ".*", "read": ".*"}],
      "topic_permissions": [{"user": "guest", "vhost": "/", "exchange": "amq.topic",
                             "write": "^a\\.", "read": ".*"}]}
 "topic_permissions" came later within version 1: a file without it holds none; a streamq
-that predates it reads a newer file, ignoring the key.
+that predates it reads a newer file, ignoring the key. So did a vhost's "description",
+"tags" and "default_queue_type", written only when set (absent: "", [] and unset).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from streamq.broker.account_values import (
     AccountsCorrupted,
     AccountValueInvalid,
     Permission,
+    VHostMetadata,
     check_name,
     check_tags,
+    check_vhost_metadata,
     compile_regex,
 )
 from streamq.broker.topic_permissions import TOPIC_KINDS, TopicPermission
@@ -48,6 +53,7 @@ class AccountsRecord:
     vhosts: list[str]
     permissions: list[Permission]
     topic_permissions: list[TopicPermission]
+    vhost_metadata: dict[str, VHostMetadata]  # only of vhosts that have some
 
 
 def encode(record: AccountsRecord) -> bytes:
@@ -74,7 +80,7 @@ def encode(record: AccountsRecord) -> bytes:
     document: dict[str, object] = {
         "version": FORMAT_VERSION,
         "users": users,
-        "vhosts": [{"name": name} for name in sorted(record.vhosts)],
+        "vhosts": [_encode_vhost(name, record.vhost_metadata) for name in sorted(record.vhosts)],
         "permissions": permissions,
     }
     document[TOPIC_KEY] = [
@@ -90,6 +96,17 @@ def encode(record: AccountsRecord) -> bytes:
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
 
 
+def _encode_vhost(name: str, metadata: dict[str, VHostMetadata]) -> dict[str, object]:
+    entry: dict[str, object] = {"name": name}
+    found = metadata.get(name)
+    if found is not None:
+        entry["description"] = found.description
+        entry["tags"] = list(found.tags)
+        if found.default_queue_type is not None:
+            entry["default_queue_type"] = found.default_queue_type
+    return entry
+
+
 class _FormatError(Exception):
     """A reason the accounts file cannot be read; becomes AccountsCorrupted."""
 
@@ -102,15 +119,19 @@ def decode(path: str, data: bytes) -> AccountsRecord:
         if type(version) is not int or version != FORMAT_VERSION:
             raise _FormatError(f"version {version!r}, this streamq reads {FORMAT_VERSION}")
         users = [_decode_user(entry) for entry in _array(document, "users")]
-        vhosts = [
-            check_name("vhost", _string(entry, "name")) for entry in _array(document, "vhosts")
-        ]
+        entries = _array(document, "vhosts")
+        vhosts = [check_name("vhost", _string(entry, "name")) for entry in entries]
+        metadata = {
+            name: found
+            for name, found in zip(vhosts, map(_decode_vhost_metadata, entries), strict=True)
+            if found is not None
+        }
         permissions = [_decode_permission(entry) for entry in _array(document, "permissions")]
         topics = [
             _decode_topic_permission(entry)
             for entry in (_array(document, TOPIC_KEY) if TOPIC_KEY in document else [])
         ]
-        record = AccountsRecord(users, vhosts, permissions, topics)
+        record = AccountsRecord(users, vhosts, permissions, topics, metadata)
         _check_references(record)
         return record
     except (ValueError, _FormatError, AccountValueInvalid) as exc:  # JSONDecodeError, UnicodeError
@@ -129,6 +150,21 @@ def _decode_user(entry: object) -> User:
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise _FormatError(f"user '{name}': tags is not a list of strings")
     return User(name, password_hash, check_tags(tags))
+
+
+def _decode_vhost_metadata(entry: object) -> VHostMetadata | None:
+    """A vhost entry's metadata; None when it has none (a file of an older streamq)."""
+    fields = _object(entry, "a vhost")
+    if not {"description", "tags", "default_queue_type"} & fields.keys():
+        return None
+    description = fields.get("description", "")
+    tags = fields.get("tags", [])
+    queue_type = fields.get("default_queue_type")
+    if not isinstance(description, str) or not isinstance(queue_type, str | None):
+        raise _FormatError(f"vhost {fields.get('name')!r}: malformed description or queue type")
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise _FormatError(f"vhost {fields.get('name')!r}: tags is not a list of strings")
+    return check_vhost_metadata(VHostMetadata(description, tuple(tags), queue_type))
 
 
 def _decode_permission(entry: object) -> Permission:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Final, ParamSpec, TypeVar
 
+from streamq.broker.account_values import NO_METADATA, VHostMetadata
 from streamq.broker.accounts import AccountStore, FirstUser, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
 from streamq.broker.cluster_view import ClusterView
@@ -103,6 +104,7 @@ class Broker:
 
     def _opened(self, vhost: VHost) -> None:
         vhost.parameters.notify = self.parameter_changed
+        vhost.default_queue_type = self.accounts.vhost_metadata(vhost.name).default_queue_type
         self.vhosts[vhost.name] = vhost
 
     def parameter_changed(self, vhost: str, component: str, name: str, value: object) -> None:
@@ -122,7 +124,7 @@ class Broker:
             raise NotAllowed(f"vhost {name} not found")
         return found
 
-    async def create_vhost(self, name: str) -> VHost | None:
+    async def create_vhost(self, name: str, metadata: VHostMetadata = NO_METADATA) -> VHost | None:
         """Add vhost `name` to the accounts and open it (from the event loop): on return it
         accepts connections. The accounts file and the vhost's directory are fsynced first;
         the blocking work runs in a worker thread.
@@ -130,7 +132,7 @@ class Broker:
         Raises VHostExists, AccountValueInvalid, OSError. Returns None if the vhost is
         defined but its files could not be opened (it is then in `failed_vhosts`).
         """
-        await self.change_durably(self.accounts.add_vhost, name)
+        await self.change_durably(self.accounts.add_vhost, name, metadata)
         directory = self.vhost_directory(name)
         try:
             vhost = await self.change_durably(VHost, name, directory, self.syncer)

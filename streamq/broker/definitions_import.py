@@ -5,11 +5,14 @@ upstreams) into the broker.
 Owns the one import, which the management API (`POST /api/definitions[/{vhost}]`) and the
 boot-time `load_definitions` setting both run. Import is idempotent (declarations of what
 exists with the same attributes change nothing) and durable on return: accounts fsync in a
-worker thread, each vhost touched waits for a sync round. Parts streamq does not have
-(vhost limits, global parameters, parameters of other plugins) are
-accepted and ignored with a log line. A malformed document raises DefinitionsInvalid;
-the vhost's own checks raise their domain errors (PreconditionFailed...). It knows
-neither HTTP nor status codes.
+worker thread, each vhost touched waits for a sync round. A vhost's description, tags
+and default queue type are kept (top-level or under `metadata`, as RabbitMQ 3.10 reads
+them); a vhost with `tracing: true` or with limits, and a user with limits, are refused
+(streamq has neither).
+Parts streamq does not have and that change no behaviour (global parameters such as
+`cluster_name`, parameters of other plugins) are accepted and ignored with a log line.
+A malformed document raises DefinitionsInvalid; the vhost's own checks raise their
+domain errors (PreconditionFailed...). It knows neither HTTP nor status codes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
-from streamq.broker.accounts import PERMISSION_KINDS, Permission, check_tags
+from streamq.broker.account_values import AccountValueInvalid, check_vhost_metadata
+from streamq.broker.accounts import PERMISSION_KINDS, Permission, VHostMetadata, check_tags
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
@@ -104,6 +108,8 @@ def _mapping(entry: Entry, key: str) -> dict[str, object]:
 
 
 def parse_user(entry: Entry) -> User:
+    if entry.get("limits"):  # RabbitMQ 3.10 exports "limits": {} for users without
+        raise DefinitionsInvalid(f"user {entry.get('name')!r}: user limits are not supported")
     algorithm = _text(entry, "hashing_algorithm", HASHING_ALGORITHM)
     if algorithm != HASHING_ALGORITHM:
         raise DefinitionsInvalid(
@@ -126,6 +132,32 @@ def parse_topic_permission(entry: Entry) -> TopicPermission:
     regexes = [_text(entry, kind) for kind in TOPIC_KINDS]
     user, vhost, exchange = (_text(entry, key) for key in ("user", "vhost", "exchange"))
     return TopicPermission(user, vhost, exchange, *regexes)
+
+
+def parse_vhost(entry: Entry) -> tuple[str, VHostMetadata]:
+    """A vhost entry's name and metadata, read as RabbitMQ's `rabbit_definitions:add_vhost`
+    (description and tags top-level first, then under `metadata`; the default queue type
+    under `metadata`, or top-level as RabbitMQ 3.11 exports it). Refuses `tracing: true`
+    and limits, which streamq would otherwise ignore."""
+    name = _text(entry, "name")
+    if _flag(entry, "tracing", False):
+        raise DefinitionsInvalid(f"vhost {name!r}: tracing is not supported by streamq")
+    if entry.get("limits"):
+        raise DefinitionsInvalid(f"vhost {name!r}: vhost limits are not supported by streamq")
+    metadata = _mapping(entry, "metadata")
+    description = entry.get("description", metadata.get("description", ""))
+    tags = entry.get("tags", metadata.get("tags", []))
+    queue_type = metadata.get("default_queue_type", entry.get("default_queue_type"))
+    if isinstance(tags, str):
+        tags = [tags]
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise DefinitionsInvalid(f"vhost {name!r}: tags must be a string or a list")
+    if not isinstance(description, str) or not isinstance(queue_type, str | None):
+        raise DefinitionsInvalid(f"vhost {name!r}: description and queue type are strings")
+    try:
+        return name, check_vhost_metadata(VHostMetadata(description, tuple(tags), queue_type))
+    except AccountValueInvalid as exc:
+        raise DefinitionsInvalid(f"vhost {name!r}: {exc}") from None
 
 
 class Importer:
@@ -157,17 +189,22 @@ class Importer:
         """Vhosts first (created and opened), then users and permissions in one change,
         then topic permissions in another."""
         doc = self.document
-        names = [_text(e, "name") for e in _entries(doc, "vhosts")]
+        vhosts = [parse_vhost(e) for e in _entries(doc, "vhosts")]
         users = [parse_user(e) for e in _entries(doc, "users")]
         permissions = [parse_permission(e) for e in _entries(doc, "permissions")]
         topics = [parse_topic_permission(e) for e in _entries(doc, "topic_permissions")]
-        for name in names:
-            if not self.broker.accounts.has_vhost(name):
-                await self.broker.create_vhost(name)
+        accounts = self.broker.accounts
+        for name, metadata in vhosts:
+            if not accounts.has_vhost(name):
+                await self.broker.create_vhost(name, metadata)
+                continue
+            # As rabbit_vhost:update/4: description and tags; the queue type stays.
+            kept = accounts.vhost_metadata(name).default_queue_type
+            changed = VHostMetadata(metadata.description, metadata.tags, kept)
+            await self.broker.change_durably(accounts.set_vhost_metadata, name, changed)
         if users or permissions:
             await self.broker.change_durably(self.broker.accounts.merge, users, permissions)
         if topics:
-            accounts = self.broker.accounts
             await self.broker.change_durably(accounts.merge_topic_permissions, topics)
         if _entries(doc, "global_parameters"):
             logger.info("definitions import: global_parameters are not supported; ignored")
@@ -233,6 +270,7 @@ class Importer:
                 _flag(entry, "auto_delete", False),
                 _flag(entry, "internal", False),
                 _mapping(entry, "arguments"),
+                self.user,
             )
         for entry in _entries(self.document, "bindings"):
             kind = _text(entry, "destination_type")

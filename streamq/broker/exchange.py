@@ -75,6 +75,8 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = dict(arguments)
+        # Who declared it (RabbitMQ's `user_who_performed_action`); "" when not known.
+        self.user = ""
         self.bindings: set[Binding] = set()
         self.policy = {}  # the effective policy definition; sets the flags below
         self._direct: dict[str, set[Destination]] = {}

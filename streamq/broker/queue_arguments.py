@@ -231,6 +231,24 @@ def check_queue_properties(
             )
 
 
+def with_default_queue_type(
+    arguments: Mapping[str, object],
+    default_type: str | None,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+) -> Mapping[str, object]:
+    """A new queue's arguments with its vhost's `default_queue_type` as `x-queue-type` when
+    it names none, as RabbitMQ 3.10's `rabbit_amqqueue:augment_declare_args/5`: only where
+    that type may have these properties (a quorum queue or stream is durable, neither
+    exclusive nor auto-delete), else the queue stays classic."""
+    if default_type is None or "x-queue-type" in arguments:
+        return arguments
+    if default_type != CLASSIC and (exclusive or auto_delete or not durable):
+        return arguments
+    return {**arguments, "x-queue-type": default_type}
+
+
 def max_priority(arguments: Mapping[str, object]) -> int | None:
     """The queue's largest priority, None for a queue without priorities (no argument,
     or 0, which RabbitMQ accepts and which means one level only)."""

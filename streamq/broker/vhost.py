@@ -53,7 +53,12 @@ from streamq.broker.policies import (
 )
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Consumer, Queue, locked_text
-from streamq.broker.queue_arguments import STREAM, check_queue_arguments, check_queue_properties
+from streamq.broker.queue_arguments import (
+    STREAM,
+    check_queue_arguments,
+    check_queue_properties,
+    with_default_queue_type,
+)
 from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
     check_stream_arguments,
@@ -146,6 +151,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         # The gateway's reader and writer of AMQP properties, for TTL and dead letters.
         self.properties_codec: PropertiesCodec | None = None
         self.publish_rejected = False  # the last publish was refused by a full queue
+        # The type of a new queue declared without `x-queue-type` (the broker sets it from
+        # the vhost's metadata); None: classic.
+        self.default_queue_type: str | None = None
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         # Shovels and federation upstreams, recorded in the definitions journal (a lambda:
@@ -222,7 +230,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         auto_delete: bool,
         internal: bool,
         arguments: Mapping[str, object],
+        user: str = "",
     ) -> None:
+        """Declare exchange `name`, by `user` (kept as who declared it)."""
         existing = self.exchanges.get(name)
         if passive:
             if existing is None:
@@ -236,6 +246,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             )
             return
         exchange = Exchange(name, exchange_type, durable, auto_delete, internal, arguments)
+        exchange.user = user
         self.exchanges[name] = exchange
         exchange.policy = effective(
             choose(self.policies, "exchange", name, ""),
@@ -351,6 +362,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             existing.last_used_s = time.monotonic()  # a declare renews the x-expires lease
             self.expire_head(existing, int(time.time() * 1000))
             return existing
+        arguments = with_default_queue_type(
+            arguments, self.default_queue_type, durable, exclusive, auto_delete
+        )
         kind = check_queue_arguments(name, self.name, arguments)
         if kind == STREAM:
             check_stream_arguments(name, self.name, arguments)

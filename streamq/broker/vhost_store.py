@@ -94,7 +94,7 @@ class VHostStore:
         name = str(op.get("name", ""))
         if kind == "exchange":
             try:
-                self.exchanges[name] = Exchange(
+                exchange = Exchange(
                     name,
                     str(op["type"]),
                     True,
@@ -102,6 +102,8 @@ class VHostStore:
                     bool(op.get("internal")),
                     arguments_from_json(op.get("arguments")),
                 )
+                exchange.user = str(op.get("user", ""))  # absent from older journals
+                self.exchanges[name] = exchange
             except BrokerError as exc:
                 logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
         elif kind == "exchange.delete":
@@ -339,6 +341,7 @@ def exchange_op(exchange: Exchange) -> Op:
         "auto_delete": exchange.auto_delete,
         "internal": exchange.internal,
         "arguments": arguments_to_json(exchange.arguments),
+        "user": exchange.user,
     }
 
 
