@@ -3,9 +3,10 @@ the command line, merged in that order, each value remembering where it came fro
 
 Owns the precedence (flags > environment > file > defaults), the validation of file and
 environment values (a bad one is a ConfigError naming the file, line and key, or the
-variable), the one warning about a config file's unsupported keys, the `--print-config`
-listing and the translation into `streamq.app.ServeConfig`. The names are in
-`streamq.config_keys`, the file syntax in `streamq.config_ini`. It starts nothing.
+variable; so is a LavinMQ key that `streamq.config_refused` refuses), the one warning
+about a config file's unsupported keys, the `--print-config` listing and the translation
+into `streamq.app.ServeConfig`. The names are in `streamq.config_keys`, the file syntax in
+`streamq.config_ini`. It starts nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from streamq.config_keys import (
     Flag,
     Key,
 )
+from streamq.config_refused import refusal
 from streamq.config_values import boolean
 
 DEFAULT_SOURCE: Final = "default"
@@ -117,6 +119,8 @@ def _apply_file(resolved: Resolved, path: str) -> None:
             resolved.settings[key.name] = _parsed(key, entry.value, source, _at(path, entry))
         elif (section, entry.key) in BUILT_IN:
             _check_built_in(resolved, path, entry, section)
+        elif (refused := refusal(section, entry.key, entry.value)) is not None:
+            raise ConfigError(f"{_at(path, entry)} = {entry.value}: {refused.reason}")
         elif section in SECTIONS or section in LAVINMQ_ONLY_SECTIONS:
             resolved.unsupported.append(f"[{entry.section}] {entry.key} (line {entry.line})")
         else:

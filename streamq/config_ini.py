@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 FILE_BYTES_MAX: Final = 1 << 20  # a config file is a few KiB; a bigger one is a mistake
-_SECTION: Final = re.compile(r"^\[\s*([A-Za-z0-9_.-]+)\s*\]$")
+_SECTION: Final = re.compile(r"^\[\s*([A-Za-z0-9_.:-]+)\s*\]$")  # ":": LavinMQ's [sni:HOST]
 _KEY: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
