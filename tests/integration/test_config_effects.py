@@ -6,8 +6,10 @@ docs/compatibility.md ("HTTP fields and config keys")."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pika.exceptions
 import pytest
 
 from stream_gateway.codec import commands as c
-from tests.integration.broker_process import BrokerProcess, streamq
+from tests.integration.broker_process import STARTUP_TIMEOUT_S, BrokerProcess, streamq
 from tests.stream.test_gateway_protocol import RawClient
 
 TIMEOUT_S = 10
@@ -103,6 +105,35 @@ def test_stream_keys_are_in_tune_and_open(broker: BrokerProcess) -> None:
         assert opened.properties["advertised_port"] == "5999"
     finally:
         client.sock.close()
+
+
+def _refused(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=TIMEOUT_S).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_bind_keys_choose_the_listening_address(tmp_path: Path) -> None:
+    # 127.0.0.2 is loopback too: bound there, nothing answers on 127.0.0.1.
+    ini = tmp_path / "streamq.ini"
+    ini.write_text("[amqp]\nbind = 127.0.0.2\n[mgmt]\nbind = 127.0.0.2\n")
+    args = ("--data-dir", str(tmp_path / "data"), "--config", str(ini), *PORTS)
+    process = subprocess.Popen(streamq("serve", *args), stderr=subprocess.PIPE)
+    try:
+        assert process.stderr is not None
+        printed, deadline = b"", time.monotonic() + STARTUP_TIMEOUT_S
+        pattern = re.compile(rb"listening amqp=127\.0\.0\.2:(\d+) http=127\.0\.0\.2:(\d+)")
+        while (match := pattern.search(printed)) is None:
+            assert time.monotonic() < deadline and process.poll() is None, printed
+            printed += process.stderr.readline()
+        for port in (int(match[1]), int(match[2])):
+            assert not _refused("127.0.0.2", port)
+            assert _refused("127.0.0.1", port)
+    finally:
+        process.terminate()
+        assert process.wait(timeout=STARTUP_TIMEOUT_S) == 0
 
 
 @pytest.mark.parametrize(
