@@ -197,6 +197,7 @@ class Importer:
         for name, metadata in vhosts:
             if not accounts.has_vhost(name):
                 await self.broker.create_vhost(name, metadata)
+                await self._grant_creator(name)
                 continue
             # As rabbit_vhost:update/4: description and tags; the queue type stays.
             kept = accounts.vhost_metadata(name).default_queue_type
@@ -208,6 +209,15 @@ class Importer:
             await self.broker.change_durably(accounts.merge_topic_permissions, topics)
         if _entries(doc, "global_parameters"):
             logger.info("definitions import: global_parameters are not supported; ignored")
+
+    async def _grant_creator(self, vhost: str) -> None:
+        """As RabbitMQ's `maybe_grant_full_permissions`: the user importing a new vhost may
+        use it at once (not the boot-time import, by the internal user). The document's
+        own permissions, applied next, may change that."""
+        accounts = self.broker.accounts
+        if self.user != INTERNAL_USER and accounts.user(self.user) is not None:
+            full = (".*", ".*", ".*")
+            await self.broker.change_durably(accounts.set_permissions, self.user, vhost, *full)
 
     def policies(self) -> None:
         for entry in _entries(self.document, "policies"):
