@@ -9,8 +9,9 @@ worker thread, each vhost touched waits for a sync round. A vhost's description,
 and default queue type are kept (top-level or under `metadata`, as RabbitMQ 3.10 reads
 them); a vhost with `tracing: true` or with limits, and a user with limits, are refused
 (streamq has neither).
-Parts streamq does not have and that change no behaviour (global parameters such as
-`cluster_name`, parameters of other plugins) are accepted and ignored with a log line.
+So are vhost limits and parameters of other plugins (RabbitMQ refuses those too), before
+anything is applied. Global parameters (`cluster_name`, `internal_cluster_id`), which
+change no behaviour, are accepted and ignored with a log line.
 A malformed document raises DefinitionsInvalid; the vhost's own checks raise their
 domain errors (PreconditionFailed...). It knows neither HTTP nor status codes.
 """
@@ -38,6 +39,7 @@ POLICY_KEYS: Final[tuple[str, ...]] = ("pattern", "apply-to", "definition", "pri
 ENTRIES_MAX: Final = 1_000_000  # per list of a document (the body or file is capped too)
 FILE_BYTES_MAX: Final = 16 * 1024 * 1024  # as the management API's body limit
 OPERATOR_POLICY_COMPONENT: Final = "operator_policy"  # RabbitMQ's runtime parameter component
+VHOST_LIMITS_COMPONENT: Final = "vhost-limits"  # RabbitMQ exports vhost limits so
 # Who sets the parameters of an import at boot (RabbitMQ's ?INTERNAL_USER).
 INTERNAL_USER: Final = "rmq-internal"
 # How RabbitMQ's management plugin reads a boolean field (rabbit_mgmt_util:parse_bool/1).
@@ -226,12 +228,6 @@ class Importer:
             component = entry.get("component")
             if component == OPERATOR_POLICY_COMPONENT:
                 self._policy(entry, _mapping(entry, "value"), operator=True)
-            elif component not in COMPONENTS:
-                logger.info(
-                    "definitions import: parameter %r of component %r is not supported; ignored",
-                    entry.get("name"),
-                    component,
-                )
 
     def parameters(self) -> None:
         """Shovels and federation upstreams, after the queues and exchanges they use.
@@ -301,6 +297,7 @@ class Importer:
     async def run(self) -> None:
         """Apply the document. Raises DefinitionsInvalid and the vhosts' domain errors;
         what was applied before an error is durable on return all the same."""
+        check_components(self.document)  # before anything is applied
         try:
             if self.only_vhost is None:
                 await self.accounts()
@@ -310,6 +307,21 @@ class Importer:
         finally:  # what was applied is made durable even if a later entry failed
             for vhost in self.touched.values():
                 await vhost.sync_all()
+
+
+def check_components(document: Mapping[str, object]) -> None:
+    """Raises DefinitionsInvalid for a runtime parameter streamq cannot honour: vhost
+    limits, and a component of a plugin streamq does not have (RabbitMQ's import fails on
+    those too: "component ... not found")."""
+    for entry in _entries(document, "parameters"):
+        component = entry.get("component")
+        if component == VHOST_LIMITS_COMPONENT:
+            raise DefinitionsInvalid(
+                f"vhost limits are not supported by streamq: {entry.get('value')!r} "
+                f"of vhost {entry.get('vhost')!r}"
+            )
+        if component != OPERATOR_POLICY_COMPONENT and component not in COMPONENTS:
+            raise DefinitionsInvalid(f"component {component!r} not found")
 
 
 def _same_policy(current: Mapping[str, object], wanted: Mapping[str, object]) -> bool:

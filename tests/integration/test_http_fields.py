@@ -184,6 +184,28 @@ def test_definitions_limits_and_tracing_are_refused(broker: Broker, document: ob
     assert broker.call("GET", "/api/users/u")[0] == 404
 
 
+@pytest.mark.parametrize(
+    ("parameter", "reason"),
+    [
+        (
+            {"component": "vhost-limits", "name": "limits", "value": {"max-connections": 1}},
+            "vhost limits",
+        ),
+        ({"component": "mqtt-retained", "name": "x", "value": {}}, "not found"),
+    ],
+)
+def test_definitions_parameters_streamq_cannot_honour_are_refused(
+    broker: Broker, parameter: dict[str, object], reason: str
+) -> None:
+    document = {
+        "vhosts": [{"name": "with-limits"}],
+        "parameters": [{**parameter, "vhost": "with-limits"}],
+    }
+    status, answer = broker.call("POST", "/api/definitions", document)
+    assert status == 400 and reason in str(answer), answer
+    assert broker.call("GET", "/api/vhosts/with-limits")[0] == 404  # nothing was applied
+
+
 def test_exchange_user_who_performed_action(broker: Broker) -> None:
     assert broker.call("PUT", "/api/users/ops", {"password": "pw", "tags": "administrator"})[0]
     full = {"configure": ".*", "write": ".*", "read": ".*"}
