@@ -11,6 +11,8 @@ named in docs/compatibility.md ("HTTP fields and config keys").
 
 from __future__ import annotations
 
+import base64
+import http.client
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,3 +260,47 @@ def test_range_queries_are_refused(broker: Broker, query: str) -> None:
     status, answer = broker.call("GET", f"/api/overview?{query}")
     assert status == 400
     assert isinstance(answer, dict) and "samples" in str(answer["reason"])
+
+
+def test_super_stream_binding_keys_and_arguments(broker: Broker) -> None:
+    body = {"binding_keys": ["eu", "us"], "arguments": {"max-age": "1h"}}
+    assert broker.call("PUT", "/api/stream/super-streams/%2F/orders", body)[0] == 201
+    for key in ("eu", "us"):
+        arguments = _get(broker, f"/api/queues/%2F/orders-{key}")["arguments"]
+        assert arguments == {"x-queue-type": "stream", "x-max-age": "1h"}
+    status, bindings = broker.call("GET", "/api/exchanges/%2F/orders/bindings/source")
+    assert status == 200 and isinstance(bindings, list)
+    assert sorted((b["routing_key"], b["destination"]) for b in bindings) == [
+        ("eu", "orders-eu"),
+        ("us", "orders-us"),
+    ]
+
+
+def _read_bytes(broker: Broker, path: str) -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", broker.running.http_port, timeout=TIMEOUT_S)
+    token = base64.b64encode(b"guest:guest").decode()
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Basic {token}"})
+        response = conn.getresponse()
+        assert response.status == 200
+        return response.read()
+    finally:
+        conn.close()
+
+
+def test_stream_files_position_and_length(broker: Broker) -> None:
+    connection, channel = broker.channel_of("/")
+    try:
+        channel.confirm_delivery()  # type: ignore[attr-defined]
+        arguments = {"x-queue-type": "stream"}
+        channel.queue_declare("filed", durable=True, arguments=arguments)  # type: ignore[attr-defined]
+        channel.basic_publish("", "filed", b"y" * 100)  # type: ignore[attr-defined]
+    finally:
+        connection.close()
+    files = _get(broker, "/api/stream-files/%2F/filed")["files"]
+    assert isinstance(files, dict)
+    name = max(files, key=lambda n: files[n])
+    whole = _read_bytes(broker, f"/api/stream-files/%2F/filed/{name}")
+    assert len(whole) == files[name] > 10
+    part = _read_bytes(broker, f"/api/stream-files/%2F/filed/{name}?position=3&length=7")
+    assert part == whole[3:10]
