@@ -138,14 +138,9 @@ def test_bind_keys_choose_the_listening_address(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("ini", "reason"),
-    [
-        ("[main]\nset_timestamp = true\n", "timestamp_in_ms"),
+    [  # each refused key: tests/unit/test_config_refused.py
         ("[amqp]\ndefault_consumer_prefetch = 10\n", "basic.qos"),
-        ("[amqp]\nmax_consumers_per_channel = 5\n", "consumers of a channel"),
-        ("[main]\nlog_exchange = yes\n", "amq.lavinmq.log"),
         ("[oauth]\nissuer = https://id.example\n", "OAuth"),
-        ("[replication]\nfollower = true\n", "[clustering]"),
-        ("[sni:host.example]\ntls_cert = /x.pem\n", "SNI"),
     ],
 )
 def test_lavinmq_keys_that_matter_stop_the_start(tmp_path: Path, ini: str, reason: str) -> None:
