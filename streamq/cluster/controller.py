@@ -34,6 +34,7 @@ from streamq.cluster.etcd import Etcd, EtcdError
 from streamq.cluster.following import Following
 from streamq.cluster.hooks import Hooks
 from streamq.cluster.leader import ReplicationServer
+from streamq.cluster.link_tls import LinkTls, link_tls
 from streamq.cluster.membership import Membership, NodeInfo, load_node_id
 from streamq.cluster.sync import SYNCING_MARKER
 from streamq.cluster.view import LeaderView
@@ -94,9 +95,12 @@ class Node:
         self.following: Following | None = None
         self._etcd: Etcd | None = None
         self._hooks: Hooks | None = None
+        self._link_tls: LinkTls | None = None
 
     async def run(self) -> None:
-        """Raises ServeError if the node cannot start (data directory, pidfile)."""
+        """Raises ServeError if the node cannot start (clustering TLS settings, data
+        directory, pidfile)."""
+        self._link_tls = link_tls(self.config)
         lock_fd = lock_data_dir(self.config.data_dir)
         try:
             if self.config.pidfile:
@@ -226,7 +230,9 @@ class Node:
             self.following = None
             await current.close()
         if leader is not None:
-            self.following = Following(self.config, self.node_id, self.secret, leader)
+            client_tls = self._link_tls.client if self._link_tls else None
+            self.following = Following(self.config, self.node_id, self.secret, leader,
+                                       client_tls)  # fmt: skip
             await self.following.start()
 
     # Leading.
@@ -259,8 +265,9 @@ class Node:
 
     async def _serve_as_leader(self, membership: Membership, tap: FileTap) -> None:
         config = self.config
+        server_tls = self._link_tls.server if self._link_tls else None
         server = ReplicationServer(tap, self.node_id, self.secret, membership,
-                                   lease_valid=membership.lease_valid)  # fmt: skip
+                                   lease_valid=membership.lease_valid, tls=server_tls)  # fmt: skip
         try:
             await server.start(config.clustering_bind, config.clustering_port)
         except OSError as exc:
