@@ -150,7 +150,13 @@ class ReplicationClient:
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(wire.hello())
-        await wire.read_greeting(reader, self.leader_uri)
+        try:
+            await wire.read_greeting(reader, self.leader_uri, tls=self._tls is not None)
+        except ssl.SSLError as exc:  # the leader's alert, after our side of a TLS 1.3 handshake
+            raise ReplicationError(
+                f"the leader at {self.leader_uri} refused this node's certificate: "
+                f"{failure_reason(exc)}; the secret was not sent"
+            ) from exc
         writer.write(wire.secret_bytes(self._secret))
         try:
             answer = (await reader.readexactly(1))[0]

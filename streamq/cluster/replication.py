@@ -135,14 +135,22 @@ async def read_hello(reader: asyncio.StreamReader) -> None:
         raise ReplicationError("not a streamq replication client of this version")
 
 
-async def read_greeting(reader: asyncio.StreamReader, leader: str) -> None:
-    """The follower reads the leader's greeting. Raises ReplicationError if the leader
-    answered as a TLS server (an alert), closed, or is not of this version."""
+async def read_greeting(reader: asyncio.StreamReader, leader: str, *, tls: bool) -> None:
+    """The follower reads the leader's greeting (`tls`: over TLS). Raises ReplicationError
+    if the leader answered as a TLS server (an alert), closed, or is not of this version."""
     try:
         head = await reader.readexactly(len(MAGIC) + 1)
     except asyncio.IncompleteReadError as exc:
         if exc.partial[:1] in (bytes([TLS_ALERT_RECORD]), bytes([TLS_HANDSHAKE_RECORD])):
             raise ReplicationError(_tls_leader(leader)) from None
+        if tls:
+            # TLS 1.3: the leader checks this node's certificate after our side of the
+            # handshake is done, and closes if it refuses it.
+            raise ReplicationError(
+                f"the leader at {leader} closed the TLS connection before its greeting: it "
+                "refused this node's certificate (not signed by its clustering_tls_ca?) or "
+                "is of another version; the secret was not sent"
+            ) from None
         raise ReplicationError(
             f"the leader at {leader} closed the connection before its greeting: its "
             "replication port may require TLS (this node has no clustering TLS settings) or "
