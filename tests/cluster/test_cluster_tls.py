@@ -85,10 +85,12 @@ def tls_without_certificate_answer(port: int, ca: Path) -> bytes | str:
     the TLS error."""
     context = ssl.create_default_context(cafile=str(ca))
     try:
-        with socket.create_connection(("127.0.0.1", port), TIMEOUT_S) as raw:
-            with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-                sock.sendall(wire.hello())
-                return sock.recv(4096)
+        with (
+            socket.create_connection(("127.0.0.1", port), TIMEOUT_S) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+        ):
+            sock.sendall(wire.hello())
+            return sock.recv(4096)
     except (ssl.SSLError, ConnectionResetError) as exc:
         return str(exc)
 
