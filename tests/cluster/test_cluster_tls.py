@@ -125,9 +125,7 @@ def test_tls_cluster_replicates_refuses_clear_text_and_keeps_confirmed_messages(
 
 
 @pytest.mark.timeout(180)
-def test_clear_text_node_and_another_cas_node_do_not_join(
-    etcd: EtcdServer, tmp_path: Path
-) -> None:
+def test_clear_text_node_and_another_cas_node_do_not_join(etcd: EtcdServer, tmp_path: Path) -> None:
     _ca, (leader_files, good_files) = cluster_files(tmp_path / "certs", 2)
     other_ca = make_ca(tmp_path / "certs", "other-ca")
     stranger = node_pair(tmp_path / "certs", other_ca, "stranger")
