@@ -8,6 +8,8 @@ the tap's action stream from the position the tap had when it connected. Every b
 bounded: a stream read is at most STREAM_READ_BYTES_MAX and waits for the socket to drain;
 the tap retains what the slowest follower still needs, up to its own limit (a follower that
 needs trimmed bytes is disconnected and syncs again).
+With a TLS context (`link_tls`) the port speaks only TLS, through `streamq.tls.serve_tls`
+(a failed handshake is logged there); a peer refused in the handshake is logged here.
 It must not release a round while the lease may have lapsed, nor before etcd's ISR names
 no member that lacks it; after `fence()` it releases nothing ever again.
 """
