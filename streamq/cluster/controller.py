@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -101,6 +102,8 @@ class Node:
         """Raises ServeError if the node cannot start (clustering TLS settings, data
         directory, pidfile)."""
         self._link_tls = link_tls(self.config)
+        if self._link_tls is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_tls)
         lock_fd = lock_data_dir(self.config.data_dir)
         try:
             if self.config.pidfile:
@@ -230,7 +233,8 @@ class Node:
             self.following = None
             await current.close()
         if leader is not None:
-            client_tls = self._link_tls.client if self._link_tls else None
+            link = self._link_tls
+            client_tls = (lambda: link.client) if link is not None else None
             self.following = Following(self.config, self.node_id, self.secret, leader,
                                        client_tls)  # fmt: skip
             await self.following.start()
@@ -265,7 +269,8 @@ class Node:
 
     async def _serve_as_leader(self, membership: Membership, tap: FileTap) -> None:
         config = self.config
-        server_tls = self._link_tls.server if self._link_tls else None
+        link = self._link_tls
+        server_tls = (lambda: link.server) if link is not None else None
         server = ReplicationServer(tap, self.node_id, self.secret, membership,
                                    lease_valid=membership.lease_valid, tls=server_tls)  # fmt: skip
         try:
@@ -347,6 +352,14 @@ class Node:
 
     def _keep_tls(self, tls: TlsContexts) -> None:
         self.tls[:] = [tls]
+
+    def _reload_tls(self) -> None:
+        """SIGHUP with clustering TLS (this handler replaces `serve`'s): reload the
+        replication link's certificates, and the client listeners' when leading."""
+        assert self._link_tls is not None
+        self._link_tls.reload()
+        if self.tls:
+            self.tls[0].reload()
 
     async def _resign(self, membership: Membership) -> None:
         with contextlib.suppress(EtcdError, OSError, TimeoutError):

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -62,13 +63,13 @@ class Following:
         node_id: str,
         secret: str,
         leader: NodeInfo,
-        tls: ssl.SSLContext | None = None,
+        tls: Callable[[], ssl.SSLContext] | None = None,
     ):
         self.config = config
         self.node_id = node_id
         self.secret = secret
         self.leader = leader
-        self.tls = tls  # the replication link's client context (None: clear text)
+        self.tls = tls  # the replication link's client context now (None: clear text)
         self.client: ReplicationClient | None = None
         self._forwarders: list[Forwarder] = []
         self._stopping = asyncio.Event()
@@ -107,7 +108,7 @@ class Following:
                 self.node_id,
                 self.secret,
                 self.leader.advertised_uri,
-                self.tls,
+                self.tls() if self.tls is not None else None,  # read at each connection
             )
             try:
                 await self.client.run()

@@ -49,6 +49,15 @@ ISR_WRITE_TIMEOUT_S: Final = 5.0
 REPLACE_TIMEOUT_S: Final = 5.0
 
 
+def _context_source(
+    tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None,
+) -> Callable[[], ssl.SSLContext] | None:
+    if isinstance(tls, ssl.SSLContext):
+        context = tls
+        return lambda: context
+    return tls
+
+
 class IsrStore(Protocol):
     async def set_isr(self, ids: frozenset[str]) -> bool: ...
 
@@ -78,16 +87,17 @@ class ReplicationServer:
         *,
         lease_valid: Callable[[], bool],
         ack_timeout_s: float = 3.0,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
-        """`tls`: serve TLS with this context (uvloop only), else clear text."""
+        """`tls`: serve TLS with this context, or the one it returns at each accept (a
+        reload swaps it), on uvloop only; None: clear text."""
         self.tap = tap
         self.node_id = node_id
         self._secret = secret.encode()
         self._isr_store = isr_store
         self._lease_valid = lease_valid
         self.ack_timeout_s = ack_timeout_s
-        self._tls = tls
+        self._tls = _context_source(tls)
         self._state = IsrState(node_id, tap.position, time.monotonic())
         self._sessions: dict[str, _Session] = {}
         self._handlers: set[asyncio.Task[None]] = set()
@@ -104,8 +114,7 @@ class ReplicationServer:
         if self._tls is None:
             self._server = await asyncio.start_server(self._handle, bind, port)
         else:
-            tls = self._tls
-            self._server = await serve_tls(self._stream_protocol, bind, port, lambda: tls,
+            self._server = await serve_tls(self._stream_protocol, bind, port, self._tls,
                                            "clustering: replication port")  # fmt: skip
         self.tap.listener = self._on_record
         self._maintainer = asyncio.create_task(self._maintain())

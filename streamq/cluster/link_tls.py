@@ -7,26 +7,44 @@ signed by clustering_tls_ca) and the client one its follower uses (it requires t
 leader's certificate signed by the same CA, for the host name of the leader's advertised
 URI). The leader checks only the chain of a follower's certificate: followers have no
 name it could expect (their node id is random), so any holder of a certificate from that
-CA may follow, once it also knows the cluster secret. The contexts are built once, at
-start; it opens no socket.
+CA may follow, once it also knows the cluster secret. The contexts are built at start
+and again on `reload()` (SIGHUP): the listener and the follower read them at each new
+connection, so open connections keep the pair they started with. It opens no socket.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
-from dataclasses import dataclass
 from typing import Final
 
 from streamq.app import ServeConfig, ServeError
 from streamq.tls import TlsError, mutual_context
 
+logger = logging.getLogger("streamq")
+
 SETTINGS: Final = ("clustering_tls_cert", "clustering_tls_key", "clustering_tls_ca")
 
 
-@dataclass(frozen=True, slots=True)
 class LinkTls:
-    server: ssl.SSLContext  # the leader's listener: a follower certificate is required
-    client: ssl.SSLContext  # the follower's connection: checks the leader's host name
+    """The live contexts: `server` (the leader's listener: a follower certificate is
+    required) and `client` (the follower's connection: checks the leader's host name)."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        """Raises ServeError if a file does not load."""
+        self.config = config
+        self.server, self.client = _build(config)
+
+    def reload(self) -> bool:
+        """Read the three files again (SIGHUP). A pair that does not load is refused with
+        a log line and the old contexts kept."""
+        try:
+            self.server, self.client = _build(self.config)
+        except ServeError as exc:
+            logger.error("%s; the old replication certificate stays in use", exc)
+            return False
+        logger.info("clustering TLS certificate reloaded from %s", self.config.clustering_tls_cert)
+        return True
 
 
 def link_tls(config: ServeConfig) -> LinkTls | None:
@@ -43,6 +61,10 @@ def link_tls(config: ServeConfig) -> LinkTls | None:
             f"clustering_tls_ca together (--clustering-tls-cert/-key/-ca, [clustering] "
             f"tls_cert/tls_key/tls_ca): {', '.join(given)} given without {', '.join(missing)}"
         )
+    return LinkTls(config)
+
+
+def _build(config: ServeConfig) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     files = {
         "cert": config.clustering_tls_cert,
         "key": config.clustering_tls_key,
@@ -54,4 +76,4 @@ def link_tls(config: ServeConfig) -> LinkTls | None:
     except TlsError as exc:
         raise ServeError(f"clustering TLS: {exc}") from None
     client.check_hostname = True
-    return LinkTls(server, client)
+    return server, client

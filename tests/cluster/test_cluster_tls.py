@@ -13,6 +13,8 @@ tests/cluster/node_certs.py, every wait bounded.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -27,7 +29,7 @@ from streamq.cluster import replication as wire
 from tests.cluster.cluster_nodes import ROOT, Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 from tests.cluster.node_certs import NodeFiles, cluster_files, node_pair
-from tests.integration.certs import make_ca
+from tests.integration.certs import Pair, make_ca
 
 TIMEOUT_S = 30.0
 QUEUE = "tls-ha"
@@ -80,6 +82,18 @@ def plain_hello_answer(port: int) -> bytes:
         return answer
 
 
+def leader_certificate_serial(port: int, ca: Path) -> int:
+    """The serial of the certificate the replication port shows now."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", port), TIMEOUT_S) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
+        certificate = sock.getpeercert()
+    assert certificate is not None
+    return int(str(certificate["serialNumber"]), 16)
+
+
 def tls_without_certificate_answer(port: int, ca: Path) -> bytes | str:
     """What a TLS client that trusts the CA but shows no certificate gets: the bytes, or
     the TLS error."""
@@ -112,6 +126,18 @@ def test_tls_cluster_replicates_refuses_clear_text_and_keeps_confirmed_messages(
         refused = tls_without_certificate_answer(leader.clustering_port, ca.cert)
         assert isinstance(refused, str) or not refused.startswith(wire.MAGIC), refused
         wait_log(leader, b"peer did not return a certificate")
+
+        # SIGHUP reloads the replication certificate: new connections get the new one.
+        leader_files = files[cluster.nodes.index(leader)]
+        before = leader_certificate_serial(leader.clustering_port, ca.cert)
+        assert before == Pair(leader_files.cert, leader_files.key).serial()
+        renewed = node_pair(tmp_path / "certs", ca, "renewed")
+        leader_files.cert.write_bytes(renewed.cert.read_bytes())
+        leader_files.key.write_bytes(renewed.key.read_bytes())
+        os.kill(leader.pid, signal.SIGHUP)
+        wait_log(leader, b"clustering TLS certificate reloaded from " + bytes(leader_files.cert))
+        assert leader_certificate_serial(leader.clustering_port, ca.cert) == renewed.serial()
+        assert leader.alive
 
         publish_confirmed(leader.amqp_port, MESSAGES)
         leader.kill()

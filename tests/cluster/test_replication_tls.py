@@ -291,3 +291,21 @@ def test_some_of_the_three_settings_or_a_bad_file_are_refused(tmp_path: Path) ->
     with pytest.raises(ServeError, match="key values mismatch"):
         other_key = str(files.ca).replace(".pem", ".key")  # the CA's key
         link_tls(dataclasses.replace(full, clustering_tls_key=other_key))
+
+
+def test_reload_swaps_the_contexts_and_a_file_that_fails_keeps_the_old(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca, (files,) = cluster_files(tmp_path / "certs", 1)
+    link = tls_of(files)
+    first = link.server, link.client
+    renewed = node_pair(tmp_path / "certs", ca, "renewed")
+    files.cert.write_bytes(renewed.cert.read_bytes())
+    files.key.write_bytes(renewed.key.read_bytes())
+    assert link.reload()
+    second = link.server, link.client
+    assert second[0] is not first[0] and second[1] is not first[1]
+    files.cert.write_text("not a certificate\n")
+    assert not link.reload()
+    assert (link.server, link.client) == second
+    assert "the old replication certificate stays in use" in logged(caplog)
