@@ -163,8 +163,11 @@ def test_clear_text_node_and_another_cas_node_do_not_join(etcd: EtcdServer, tmp_
         leader_node.extra = leader_files.flags()
         good.extra = good_files.flags()
         other.extra = stranger_files.flags()
-        cluster.nodes = [leader_node, good]
-        leader = cluster.start()
+        cluster.nodes = [leader_node, good]  # start() starts these two and waits for them
+        try:
+            leader = cluster.start()
+        finally:
+            cluster.nodes = [leader_node, good, clear, other]  # all stopped on exit
         clear.start()
         other.start()
 
@@ -177,7 +180,6 @@ def test_clear_text_node_and_another_cas_node_do_not_join(etcd: EtcdServer, tmp_
         time.sleep(3)
         assert cluster.isr_ids() == {leader.node_id, good.node_id}
         assert clear.node_id not in cluster.isr_ids() and other.node_id not in cluster.isr_ids()
-        cluster.nodes = [leader_node, good, clear, other]  # all stopped on exit
 
 
 @pytest.mark.parametrize(
