@@ -181,7 +181,7 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("https_port", parse=v.optional_port, default="-1",
          help="management HTTPS port; -1: off", ini=(("mgmt", "tls_port"),),
          flags=("--https-port",), metavar="PORT"),
-    # [clustering] (LavinMQ's names; lease_ttl and the hooks' flags are ours)
+    # [clustering] (LavinMQ's names; lease_ttl, the tls_* keys and the hooks' flags are ours)
     Key("clustering", parse=v.boolean, default="false",
          help="run as a node of a cluster: election and membership on etcd, replication "
          "to followers", ini=(("clustering", "enabled"),), flags=("--clustering",),
@@ -196,6 +196,17 @@ KEYS: Final[tuple[Key, ...]] = (
          "tcp://<clustering bind>:<clustering port>",
          ini=(("clustering", "advertised_uri"),), flags=("--clustering-advertised-uri",),
          metavar="tcp://HOST:PORT"),
+    Key("clustering_tls_cert", parse=v.text, default="",
+         help="this node's certificate (PEM) on the replication link: with tls_key and "
+         "tls_ca, the replication port speaks mutual TLS; all three or none",
+         ini=(("clustering", "tls_cert"),), flags=("--clustering-tls-cert",), metavar="FILE"),
+    Key("clustering_tls_key", parse=v.text, default="",
+         help="the private key (PEM) of clustering_tls_cert",
+         ini=(("clustering", "tls_key"),), flags=("--clustering-tls-key",), metavar="FILE"),
+    Key("clustering_tls_ca", parse=v.text, default="",
+         help="the CA (PEM) that signs every node's replication certificate; each end "
+         "verifies the other's against it",
+         ini=(("clustering", "tls_ca"),), flags=("--clustering-tls-ca",), metavar="FILE"),
     Key("clustering_etcd_endpoints", parse=v.endpoints, default="localhost:2379",
          help="etcd's client endpoints, comma-separated",
          ini=(("clustering", "etcd_endpoints"),), flags=("--clustering-etcd-endpoints",),

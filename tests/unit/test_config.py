@@ -427,3 +427,29 @@ def test_clustering_flags_are_checked_by_the_parser(capsys: pytest.CaptureFixtur
         serve_flags("--clustering-advertised-uri", "http://x:1")
     assert "not a tcp:// URI" in capsys.readouterr().err
     assert serve_flags("--clustering-lease-ttl", "4")["clustering_lease_ttl"].text == "4"
+
+
+def test_clustering_tls_keys_come_from_flags_environment_and_file(tmp_path: Path) -> None:
+    """The replication link's TLS files: [clustering] tls_cert / tls_key / tls_ca, their
+    flags and STREAMQ_CLUSTERING_TLS_* variables, with the usual precedence; the main
+    section's tls_cert (the client listeners') is a different key."""
+    path = write(
+        tmp_path,
+        "[main]\ntls_cert = amqps.pem\n"
+        "[clustering]\ntls_cert = file-cert.pem\ntls_key = file-key.pem\ntls_ca = file-ca.pem\n",
+    )
+    flags = serve_flags("--config", path, "--clustering-tls-cert", "flag-cert.pem")
+    resolved = resolve(flags, {"STREAMQ_CLUSTERING_TLS_KEY": "env-key.pem"})
+    built = serve_config(resolved)
+    assert (built.clustering_tls_cert, built.clustering_tls_key, built.clustering_tls_ca) == (
+        "flag-cert.pem",
+        "env-key.pem",
+        "file-ca.pem",
+    )
+    assert built.tls_cert == "amqps.pem"
+    assert resolved.settings["clustering_tls_cert"].source == "flag --clustering-tls-cert"
+    assert resolved.settings["clustering_tls_key"].source == "env STREAMQ_CLUSTERING_TLS_KEY"
+    assert resolved.settings["clustering_tls_ca"].source == f"file {path}:6"
+    defaults = serve_config(resolve({}, {}))
+    assert (defaults.clustering_tls_cert, defaults.clustering_tls_key) == ("", "")
+    assert defaults.clustering_tls_ca == ""
