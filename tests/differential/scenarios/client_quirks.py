@@ -37,8 +37,8 @@ def stays_open(s: Session, conn_index: int, seconds: float) -> str:
 
 
 def sends_on(client: WireClient, queue: str, seconds: float) -> str:
-    """"open" if the broker neither closed nor reset the socket within `seconds` (while
-    we keep sending publishes on it), else what happened."""
+    """What the broker did within `seconds` while we kept sending publishes: "open" if
+    it neither closed nor reset the socket, else what happened."""
     publish = m.BasicPublish(exchange="", routing_key=queue)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
