@@ -1,10 +1,14 @@
 """What real stream clients trip over (issue 29, item 7), with the clients that showed it:
-rstream and RabbitMQ's stream client for Node.js (rabbitmq-stream-js-client, installed
-by `npm ci` from tests/stream/node/package-lock.json, driven by node/stream_client.js).
+rstream, rbfly, and RabbitMQ's stream client for Node.js (rabbitmq-stream-js-client,
+installed by `npm ci` from tests/stream/node/package-lock.json, driven by
+node/stream_client.js).
 
 - A new publisher reference's publishing id 0 is stored (it was dropped as a duplicate).
 - A connection closed from the management API ends without a Close frame, which the
   clients expect only as a reply: each sees its connection closed at once, no error.
+- Open and Metadata advertise one host, the host name by default (as RabbitMQ, and as
+  the management API names the node), or `stream_advertised_host`/`_port`: a client
+  behind a load balancer, which compares them to find the leader, agrees.
 """
 
 from __future__ import annotations
@@ -13,17 +17,29 @@ import asyncio
 import json
 import logging
 import shutil
+import socket
 import subprocess
 import time
 import urllib.parse
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from rstream import OffsetType, OnClosedErrorInfo
+from rbfly.streams import Offset, streams_client
+from rstream import OffsetType, OnClosedErrorInfo, Producer
 
 from tests.integration.conftest import RunningBroker
-from tests.stream.conftest import Clients, send_confirmed, stream_port, subscribe
+from tests.stream.conftest import (
+    CREDENTIALS,
+    HOST,
+    TIMEOUT_S,
+    Clients,
+    send_confirmed,
+    stream_broker_on,
+    stream_port,
+    subscribe,
+)
 from tests.stream.test_rstream_publish import query_sequence, with_id
 
 NODE_DIR = Path(__file__).parent / "node"
@@ -91,6 +107,42 @@ def test_node_stream_client_ids_0_1_2_of_a_new_reference_are_all_stored(
     assert result == {"confirmed": [0, 1, 2], "sequence": 2, "stored": ["m0", "m1", "m2"]}
 
 
+async def rbfly_read(uri: str, stream: str, count: int) -> list[object]:
+    """The first `count` messages of `stream` as rbfly reads them."""
+    client = streams_client(uri)
+    got: list[object] = []
+
+    async def read() -> None:
+        async for message in client.subscribe(stream, offset=Offset.FIRST):
+            got.append(message)
+            if len(got) == count:
+                break
+
+    try:
+        await asyncio.wait_for(read(), TIMEOUT_S)
+    finally:
+        await client.disconnect()
+    return got
+
+
+def rbfly_uri(broker: RunningBroker) -> str:
+    return f"rabbitmq-stream://guest:guest@{HOST}:{stream_port(broker)}/"
+
+
+async def test_rbfly_ids_0_1_2_of_a_new_reference_are_all_stored(broker: RunningBroker) -> None:
+    client = streams_client(rbfly_uri(broker))
+    try:
+        await client.create_stream("rbfly-zero")
+        async with client.publisher("rbfly-zero", name="fresh") as publisher:
+            assert publisher.message_id == 1  # QueryPublisherSequence said 0
+            publisher.message_id = 0  # its next publishing id
+            for n in range(3):
+                await asyncio.wait_for(publisher.send(b"m%d" % n), TIMEOUT_S)
+    finally:
+        await client.disconnect()
+    assert await rbfly_read(rbfly_uri(broker), "rbfly-zero", 3) == [b"m0", b"m1", b"m2"]
+
+
 # -- closed from the management API -------------------------------------------------------
 
 
@@ -130,6 +182,20 @@ async def test_rstream_sees_a_management_close_at_once(
     assert not [r for r in caplog.records if "Error while running handler" in r.getMessage()]
 
 
+async def test_rbfly_reconnects_after_a_management_close(broker: RunningBroker) -> None:
+    client = streams_client(rbfly_uri(broker))
+    try:
+        await client.create_stream("rbfly-closed")
+        async with client.publisher("rbfly-closed") as publisher:
+            await asyncio.wait_for(publisher.send(b"before"), TIMEOUT_S)
+            assert await asyncio.to_thread(close_stream_connections, broker) == 1
+            await asyncio.wait_for(publisher.send(b"after"), TIMEOUT_S)
+    finally:
+        await client.disconnect()
+    stored = await rbfly_read(rbfly_uri(broker), "rbfly-closed", 2)
+    assert stored == [b"before", b"after"]
+
+
 def test_node_stream_client_sees_a_management_close_at_once(
     broker: RunningBroker, node_client: Path
 ) -> None:
@@ -156,3 +222,75 @@ def test_node_stream_client_sees_a_management_close_at_once(
     result = json.loads(out.splitlines()[-1])
     assert result == {"outcome": "connection_closed hadError=false", "errors": []}
     assert elapsed < CLOSE_SEEN_S
+
+
+# -- the advertised host -------------------------------------------------------------------
+
+
+@pytest.fixture
+def host_name_broker(tmp_path: Path) -> Iterator[RunningBroker]:
+    """A broker that advertises its default: the host name (the tests' other brokers
+    advertise 127.0.0.1, which the clients dial)."""
+    with stream_broker_on(tmp_path / "host-name", stream_advertised_host="") as running:
+        yield running
+
+
+async def test_the_default_advertised_host_is_the_node_host_name(
+    host_name_broker: RunningBroker,
+) -> None:
+    """rstream in load-balancer mode dials 127.0.0.1 and keeps the connection whose
+    advertised host and port are Metadata's leader: they agree, and name the host the
+    management API names, whether or not the host name resolves here."""
+    clients = Clients(host_name_broker)
+    try:
+        await advertised_host_name(host_name_broker, clients)
+    finally:
+        await clients.close()
+
+
+async def advertised_host_name(host_name_broker: RunningBroker, clients: Clients) -> None:
+    port = stream_port(host_name_broker)
+    sender = await clients.start(
+        Producer(HOST, port, **CREDENTIALS, load_balancer_mode=True)  # type: ignore[arg-type]
+    )
+    await sender.create_stream("advertised")
+    locator = await sender.default_client
+    leader, _replicas = await locator.query_leader_and_replicas("advertised")
+    assert (leader.host, leader.port) == (socket.gethostname(), port)
+    assert locator.server_properties is not None
+    opened = locator.server_properties
+    assert (opened["advertised_host"], opened["advertised_port"]) == (leader.host, str(port))
+    overview = host_name_broker.http("GET", "/api/overview")[1]
+    assert isinstance(overview, dict)
+    assert overview["node"].split("@", 1)[1] == leader.host
+    statuses = await send_confirmed(sender, "advertised", [b"via the balancer"])
+    assert statuses[0].is_confirmed
+
+
+async def test_a_configured_advertised_host_and_port(tmp_path: Path) -> None:
+    settings = {"stream_advertised_host": "streams.example", "stream_advertised_port": 5999}
+    with stream_broker_on(tmp_path / "configured", **settings) as running:
+        locator = await Clients(running).start(
+            Producer(HOST, stream_port(running), **CREDENTIALS)  # type: ignore[arg-type]
+        )
+        try:
+            await locator.create_stream("configured")
+            client = await locator.default_client
+            leader, _ = await client.query_leader_and_replicas("configured")
+            assert (leader.host, leader.port) == ("streams.example", 5999)
+            assert client.server_properties is not None
+            opened = client.server_properties
+            assert (opened["advertised_host"], opened["advertised_port"]) == (
+                "streams.example",
+                "5999",
+            )
+        finally:
+            await locator.close()
+
+
+def test_node_stream_client_behind_an_address_resolver(
+    host_name_broker: RunningBroker, node_client: Path
+) -> None:
+    port = str(stream_port(host_name_broker))
+    result = run_node(node_client, "resolver", port, "node-resolver")
+    assert result == {"stored": ["through the resolver"]}

@@ -2,6 +2,10 @@
 // stream port; one scenario per run, one JSON line on stdout with what happened.
 //   dedup PORT STREAM       publishing ids 0, 1, 2 under a new reference: the confirms,
 //                           then every stored message read back from the first offset
+//   resolver PORT STREAM    through the client's address resolver (a load balancer in
+//                           front: it dials 127.0.0.1 and keeps the connection whose
+//                           advertised host and port are Metadata's leader): publishes
+//                           one message and reads it back
 //   closed PORT STREAM      prints "ready" once a publisher is declared, then waits for
 //                           the broker to close the connection (the test closes it from
 //                           the management API): how the client saw the end
@@ -10,7 +14,7 @@ const rabbit = require("rabbitmq-stream-js-client");
 
 const TIMEOUT_MS = 10000;
 
-function connect(port, listeners = {}) {
+function connect(port, listeners = {}, more = {}) {
   return rabbit.connect({
     hostname: "127.0.0.1",
     port,
@@ -18,6 +22,7 @@ function connect(port, listeners = {}) {
     password: "guest",
     vhost: "/",
     listeners,
+    ...more,
   });
 }
 
@@ -65,6 +70,29 @@ async function dedup(port, stream) {
   return { confirmed: confirmed.sort(), sequence, stored };
 }
 
+async function resolver(port, stream) {
+  const endpoint = { host: "127.0.0.1", port };
+  const client = await connect(port, {}, { addressResolver: { enabled: true, endpoint } });
+  await client.createStream({ stream, arguments: {} });
+  const publisher = await client.declarePublisher({ stream });
+  const confirmed = new Promise((resolve) => publisher.on("publish_confirm", resolve));
+  await publisher.send(Buffer.from("through the resolver"));
+  await publisher.flush();
+  await within(confirmed, "confirm");
+  const stored = [];
+  const read = new Promise((resolve) => {
+    client
+      .declareConsumer({ stream, offset: rabbit.Offset.first() }, (message) => {
+        stored.push(message.content.toString());
+        resolve();
+      })
+      .catch(resolve);
+  });
+  await within(read, "consume");
+  await client.close();
+  return { stored };
+}
+
 async function closed(port, stream) {
   let resolveClosed;
   const ended = new Promise((resolve) => {
@@ -85,7 +113,7 @@ async function closed(port, stream) {
 }
 
 const [mode, port, stream] = process.argv.slice(2);
-const run = { dedup, closed }[mode];
+const run = { dedup, resolver, closed }[mode];
 run(Number(port), stream).then(
   (result) => {
     console.log(JSON.stringify(result));
