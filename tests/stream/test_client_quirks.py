@@ -9,6 +9,8 @@ node/stream_client.js).
 - Open and Metadata advertise one host, the host name by default (as RabbitMQ, and as
   the management API names the node), or `stream_advertised_host`/`_port`: a client
   behind a load balancer, which compares them to find the leader, agrees.
+- A stream declared with a small stream-max-segment-size-bytes (1,000) is accepted, its
+  segments rounded up to SEGMENT_BYTES_MIN (RabbitMQ accepts it; it was refused).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import pytest
 from rbfly.streams import Offset, streams_client
 from rstream import OffsetType, OnClosedErrorInfo, Producer
 
+from streamq.broker.streams import SEGMENT_BYTES_MIN
+from streamq.log.format import SEGMENT_SUFFIX
 from tests.integration.conftest import RunningBroker
 from tests.stream.conftest import (
     CREDENTIALS,
@@ -294,3 +298,26 @@ def test_node_stream_client_behind_an_address_resolver(
     port = str(stream_port(host_name_broker))
     result = run_node(node_client, "resolver", port, "node-resolver")
     assert result == {"stored": ["through the resolver"]}
+
+
+# -- a small segment size -----------------------------------------------------------------
+
+
+async def test_rstream_small_segment_size_is_accepted_and_rounded_up(
+    broker: RunningBroker, clients: Clients
+) -> None:
+    sender = await clients.producer()
+    await sender.create_stream("small", arguments={"stream-max-segment-size-bytes": 1000})
+    body = b"x" * 200
+    count = 4 * SEGMENT_BYTES_MIN // len(body)
+    statuses = await send_confirmed(sender, "small", [body] * count)
+    assert all(status.is_confirmed for status in statuses)
+    received = await subscribe(await clients.consumer(), "small", OffsetType.FIRST)
+    await received.wait(count)
+    assert received.offsets() == list(range(count))
+    segments = [p for p in broker.data_dir.rglob(f"*{SEGMENT_SUFFIX}") if "small" in str(p)]
+    # Rounded up, not 1,000: each segment holds several 200-byte records; and rolled.
+    assert 2 <= len(segments) <= 8, segments
+    queue = broker.http("GET", "/api/queues/%2F/small")[1]
+    assert isinstance(queue, dict)
+    assert queue["arguments"]["x-stream-max-segment-size-bytes"] == 1000

@@ -15,6 +15,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pika
+import pika.exceptions
+
 from amqp_gateway.codec import methods as m
 from tests.differential.harness import REPLY_TIMEOUT_S, Session, scenario
 from tests.differential.wire import Closed, Silence, WireClient
@@ -23,6 +26,7 @@ AMQPLIB_DIR = Path(__file__).parents[2] / "integration" / "amqplib"
 NODE_TIMEOUT_S = 60
 NPM_TIMEOUT_S = 120
 PUBLISHES_BEHIND_CLOSE = 200
+SEGMENT_SIZES = (1000, 0, 4095, 4096, -1, "1000", 3_000_000_000, 3_000_000_001, 4_000_000_000)
 # How long the socket must stay open after close-ok while the client sends on: well under
 # both brokers' bounds (RabbitMQ 30 s, streamq CLOSED_LINGER_S).
 OPEN_AFTER_CLOSE_OK_S = 1.0
@@ -109,3 +113,20 @@ def amqplib_close_with_publishes_queued(s: Session) -> None:
         s.record("close()", result["outcome"], result["errors"], result["refused"] > 0)
     other = s.pika()
     other.channel().queue_delete(s.name())
+
+
+@scenario("client_quirks.stream_small_max_segment_size")
+def stream_small_max_segment_size(s: Session) -> None:
+    """A stream with a small x-stream-max-segment-size-bytes (1,000, 0) is accepted, as
+    RabbitMQ accepts it (streamq rounds it up to its minimum); a negative one is not."""
+    for index, value in enumerate(SEGMENT_SIZES):
+        channel = s.pika().channel()
+        name = s.name(f"s{index}")
+        arguments = {"x-queue-type": "stream", "x-stream-max-segment-size-bytes": value}
+        try:
+            channel.queue_declare(name, durable=True, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            s.record(value, exc.reply_code, exc.reply_text)
+            continue
+        s.record(value, "declare-ok")
+        channel.queue_delete(name)
