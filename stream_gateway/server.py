@@ -219,7 +219,7 @@ class StreamGateway:
             self._alarm_timer.cancel()
             self._alarm_timer = None
         for s in list(self.sessions):
-            s.close_with(ResponseCode.OK, reason)
+            s.hang_up(reason)  # no Close frame, as a management close (and RabbitMQ 3.10)
 
     # -- resource alarms -------------------------------------------------------------------
 

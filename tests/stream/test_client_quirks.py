@@ -23,7 +23,7 @@ import socket
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from tests.stream.conftest import (
     TIMEOUT_S,
     Clients,
     send_confirmed,
+    start_broker,
     stream_broker_on,
     stream_port,
     subscribe,
@@ -203,6 +204,31 @@ async def test_rbfly_reconnects_after_a_management_close(broker: RunningBroker) 
 def test_node_stream_client_sees_a_management_close_at_once(
     broker: RunningBroker, node_client: Path
 ) -> None:
+    outcome, elapsed = node_sees_its_connection_end(
+        broker, node_client, lambda: close_stream_connections(broker) >= 1
+    )
+    assert outcome == {"outcome": "connection_closed hadError=false", "errors": []}
+    assert elapsed < CLOSE_SEEN_S
+
+
+def test_node_stream_client_sees_the_broker_shut_down(tmp_path: Path, node_client: Path) -> None:
+    """The broker's shutdown ends stream connections as a management close does."""
+    running = start_broker(tmp_path / "shutdown")
+    try:
+        outcome, elapsed = node_sees_its_connection_end(
+            running, node_client, lambda: running.stop() or True
+        )
+    finally:
+        running.stop()
+    assert outcome == {"outcome": "connection_closed hadError=false", "errors": []}
+    assert elapsed < CLOSE_SEEN_S
+
+
+def node_sees_its_connection_end(
+    broker: RunningBroker, node_client: Path, end: Callable[[], object]
+) -> tuple[dict[str, object], float]:
+    """Run the Node client's "closed" scenario: once it is ready, `end()`. What it
+    printed, and how long after `end()` it exited."""
     process = subprocess.Popen(
         ["node", str(node_client), "closed", str(stream_port(broker)), "node-closed"],
         stdout=subprocess.PIPE,
@@ -215,7 +241,7 @@ def test_node_stream_client_sees_a_management_close_at_once(
             ready = pool.submit(process.stdout.readline).result(NODE_TIMEOUT_S)
         assert ready.strip() == "ready", process.stderr.read() if process.stderr else ""
         started = time.monotonic()
-        assert close_stream_connections(broker) >= 1
+        assert end()
         out, err = process.communicate(timeout=NODE_TIMEOUT_S)
         elapsed = time.monotonic() - started
     finally:
@@ -223,9 +249,8 @@ def test_node_stream_client_sees_a_management_close_at_once(
             process.kill()
             process.wait(NODE_TIMEOUT_S)
     assert process.returncode == 0, err
-    result = json.loads(out.splitlines()[-1])
-    assert result == {"outcome": "connection_closed hadError=false", "errors": []}
-    assert elapsed < CLOSE_SEEN_S
+    result: dict[str, object] = json.loads(out.splitlines()[-1])
+    return result, elapsed
 
 
 # -- the advertised host -------------------------------------------------------------------
