@@ -10,11 +10,12 @@ import json
 import subprocess
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
 from amqp_gateway.session import CLOSED_LINGER_S
-from tests.differential.scenarios.client_quirks import amqplib_installed, sends_on
+from tests.differential.scenarios.client_quirks import AMQPLIB_DIR, amqplib_installed, sends_on
 from tests.differential.wire import Closed, Silence, WireClient
 from tests.integration.conftest import RunningBroker
 
@@ -107,3 +108,32 @@ def test_management_close_reads_until_close_ok(broker: RunningBroker) -> None:
     except Closed:
         pass  # closed at once after the client's close-ok, as RabbitMQ
     client.close()
+
+
+def test_amqplib_publishing_sees_a_management_close_cleanly(broker: RunningBroker) -> None:
+    """amqplib keeps publishing 64 KiB messages while the management API closes its
+    connection: it reads the 320 and ends with no socket error."""
+    amqplib_installed()
+    process = subprocess.Popen(
+        ["node", str(AMQPLIB_DIR / "forced_close.js"), str(broker.amqp_port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(process.stdout.readline).result(NODE_TIMEOUT_S).strip() == "ready"
+        listed = broker.http("GET", "/api/connections")[1]
+        assert isinstance(listed, list) and len(listed) == 1
+        name = urllib.parse.quote(listed[0]["name"], safe="")
+        assert broker.http("DELETE", f"/api/connections/{name}")[0] == 204
+        out, err = process.communicate(timeout=NODE_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(NODE_TIMEOUT_S)
+    assert process.returncode == 0, err
+    result = json.loads(out.splitlines()[-1])
+    assert result["errors"] == []
+    assert "320 (CONNECTION-FORCED)" in result["outcome"], result
