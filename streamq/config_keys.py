@@ -166,12 +166,15 @@ KEYS: Final[tuple[Key, ...]] = (
          default="60", help="heartbeat offered in the stream protocol's Tune (s); 0: none",
          ini=(("stream", "heartbeat"),), metavar="S"),
     Key("stream_advertised_host", parse=v.text, default="",
-         help="host that Open and Metadata tell stream clients; empty: the address they "
-         "connected to", ini=(("stream", "advertised_host"),),
+         help="host that PeerProperties, Open and Metadata tell stream clients (RabbitMQ's "
+         "stream.advertised_host); empty: this machine's host name, as RabbitMQ",
+         ini=(("stream", "advertised_host"),),
          flags=("--stream-advertised-host",), metavar="HOST"),
     Key("stream_advertised_port", parse=v.in_range(0, 65535), default="0",
-         help="port that Open and Metadata tell stream clients; 0: the one they connected to",
-         ini=(("stream", "advertised_port"),), metavar="PORT"),
+         help="port that Open and Metadata tell stream clients (RabbitMQ's "
+         "stream.advertised_port); 0: the listener's port the client connected to",
+         ini=(("stream", "advertised_port"),), flags=("--stream-advertised-port",),
+         metavar="PORT"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),

@@ -272,6 +272,21 @@ def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
     assert sources["frame_max"] == "default"
 
 
+def test_stream_advertised_host_and_port_from_file_and_flags(tmp_path: Path) -> None:
+    """RabbitMQ's stream.advertised_host and stream.advertised_port: [stream] keys and
+    flags; empty and 0 by default (the gateway then advertises the host name, and the
+    listener's port)."""
+    path = write(tmp_path, "[stream]\nadvertised_host = file.example\nadvertised_port = 5600\n")
+    built = serve_config(resolve(serve_flags("--config", path), {}))
+    assert (built.stream_advertised_host, built.stream_advertised_port) == ("file.example", 5600)
+    host, port = ("--stream-advertised-host", "flag.example"), ("--stream-advertised-port", "7")
+    flags = serve_flags("--config", path, *host, *port)
+    built = serve_config(resolve(flags, {}))
+    assert (built.stream_advertised_host, built.stream_advertised_port) == ("flag.example", 7)
+    default = serve_config(resolve(serve_flags(), {}))
+    assert (default.stream_advertised_host, default.stream_advertised_port) == ("", 0)
+
+
 def test_a_flag_not_given_does_not_mask_the_layers_below(tmp_path: Path) -> None:
     flags = serve_flags("--data-dir", "d")
     assert set(flags) == {"data_dir"}
