@@ -18,7 +18,12 @@ import pika.exceptions
 import pytest
 
 from stream_gateway.codec import commands as c
-from tests.integration.broker_process import STARTUP_TIMEOUT_S, BrokerProcess, streamq
+from tests.integration.broker_process import (
+    STARTUP_TIMEOUT_S,
+    BrokerProcess,
+    streamq,
+    wait_listening,
+)
 from tests.stream.test_gateway_protocol import RawClient
 
 TIMEOUT_S = 10
@@ -38,12 +43,23 @@ advertised_port = 5999
 """
 
 
+class Serve(BrokerProcess):
+    """`streamq serve` with the config file only (BrokerProcess adds flags, such as
+    `--stream-advertised-host`, that would beat the file's keys), on ports from the OS."""
+
+    def __init__(self, data_dir: Path, ini: Path) -> None:
+        self.data_dir = data_dir
+        args = ("--data-dir", str(data_dir), "--config", str(ini), *PORTS)
+        self.process = subprocess.Popen(streamq("serve", *args), stderr=subprocess.PIPE)
+        self.stderr, self.amqp_port, self.http_port = wait_listening(self.process)
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     directory = tmp_path_factory.mktemp("config-effects")
     ini = directory / "streamq.ini"
     ini.write_text(CONFIG)
-    running = BrokerProcess(directory / "data", "--config", str(ini))
+    running = Serve(directory / "data", ini)
     yield running
     assert running.stop() == 0
 
