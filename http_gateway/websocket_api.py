@@ -135,6 +135,8 @@ async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.Str
             "WebSocket upgrade from %s refused: origin %r is not allowed", _peer(request), origin
         )
         return error_response(403, f"WebSocket origin {origin!r} not allowed")
+    if cross_origin:  # says why a guest login from loopback will be refused
+        logger.info("WebSocket client %s: page origin %r is not local", _peer(request), origin)
     ws = web.WebSocketResponse(
         protocols=(AMQP_SUBPROTOCOL,),
         compress=False,  # AMQP bodies are the client's to compress: no CPU per message here
