@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from dataclasses import dataclass
+from typing import Protocol
 
 UNIX_PEER_HOST = "unix"  # a unix socket's client has no address: the peer port numbers it
 
@@ -53,7 +54,13 @@ def unix_endpoints(path: str, number: int) -> Endpoints:
     return Endpoints(UNIX_PEER_HOST, number, path, 0, True)
 
 
-def socket_endpoints(transport: asyncio.BaseTransport) -> Endpoints | None:
+class HasExtraInfo(Protocol):
+    """A transport, or what stands for one (an upgraded WebSocket's socket)."""
+
+    def get_extra_info(self, name: str, default: object = None) -> object: ...
+
+
+def socket_endpoints(transport: asyncio.BaseTransport | HasExtraInfo) -> Endpoints | None:
     """The endpoints of an IP transport (TCP, TLS); None for any other."""
     peer = transport.get_extra_info("peername")
     local = transport.get_extra_info("sockname")

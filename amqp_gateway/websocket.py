@@ -13,15 +13,23 @@ the socket (the WebSocket's own buffer fills, then TCP's: backpressure reaches t
 client); outgoing bytes not yet written
 to the socket drive the session's pause_writing/resume_writing, as a TCP transport's
 write buffer does; `message_bytes_max` bounds one incoming message.
+
+A socket whose upgrade came from a browser page of another origin (`cross_origin`, the
+HTTP gateway's judgement) is not local, whatever its peer address: guest's loopback-only
+rule refuses it (docs/websocket.md, "Origins"). Which origins may upgrade at all
+(`allowed_origins`) is the HTTP gateway's to enforce; this side only carries the setting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Final, Protocol
+
+from amqp_gateway.endpoints import Endpoints, socket_endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +53,11 @@ def message_bytes_max(max_message_size: int, frame_max: int) -> int:
 
 
 class MessageSocket(Protocol):
-    """One upgraded WebSocket, as the HTTP gateway hands it over."""
+    """One upgraded WebSocket, as the HTTP gateway hands it over. `cross_origin`: its
+    upgrade named an `Origin` (a browser page's) that is neither listed in the allowed
+    origins nor the broker's own origin on a loopback host."""
+
+    cross_origin: bool
 
     async def receive(self) -> bytes | None:
         """The next binary message; None once the socket is closed (by the peer, by an
@@ -258,11 +270,19 @@ class AmqpOverWebSocket:
     """What the HTTP gateway runs for each WebSocket upgraded to AMQP."""
 
     def __init__(
-        self, protocol_factory: Callable[[], asyncio.BufferedProtocol], message_bytes_max: int
+        self,
+        protocol_factory: Callable[[Endpoints | None], asyncio.BufferedProtocol],
+        message_bytes_max: int,
+        allowed_origins: frozenset[str] = frozenset(),
     ) -> None:
         self._protocol_factory = protocol_factory
         self.message_bytes_max = message_bytes_max
+        self.allowed_origins = allowed_origins  # canonical (streamq.web_origin); empty: any
 
     async def serve(self, socket: MessageSocket) -> None:
         """Run one AMQP connection over `socket` until either side closes it."""
-        await WebSocketTransport(socket, self._protocol_factory()).run()
+        endpoints = socket_endpoints(socket)
+        if endpoints is not None and socket.cross_origin:
+            # A page of another site in a browser on this host is not a local client.
+            endpoints = dataclasses.replace(endpoints, loopback=False)
+        await WebSocketTransport(socket, self._protocol_factory(endpoints)).run()

@@ -7,9 +7,13 @@ other request goes on to the API and UI as before; an upgrade offering other sub
 only is refused with 400. Also owns the WebSocket side of the socket
 (`AiohttpMessageSocket`): binary messages go to the AMQP session as they are; a text
 message, a message over the limit or a broken frame closes the socket with its WebSocket
-close code and a log line. It must not parse AMQP: the AMQP gateway's
-`AmqpOverWebSocket` (wired by streamq/app.py; gateways do not import each other) runs the
-session.
+close code and a log line. And owns the origin check against cross-site WebSocket
+hijacking (docs/websocket.md, "Origins"): an upgrade whose `Origin` header (a browser
+page's) is not in the allowed origins is refused with 403 when that list is set; without
+a list it is served, marked `cross_origin` unless it is the broker's own origin on a
+loopback host, so that guest's loopback-only rule refuses it. It must not parse AMQP:
+the AMQP gateway's `AmqpOverWebSocket` (wired by streamq/app.py; gateways do not import
+each other) runs the session.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Final, Protocol
 from aiohttp import WSCloseCode, WSMsgType, hdrs, web
 
 from http_gateway.errors import error_response
+from streamq import web_origin
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +40,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class AiohttpMessageSocket:
     """An upgraded WebSocket as the AMQP gateway's `MessageSocket`."""
 
-    def __init__(self, ws: web.WebSocketResponse, request: web.Request) -> None:
+    def __init__(self, ws: web.WebSocketResponse, request: web.Request, cross_origin: bool) -> None:
         self._ws = ws
         self._request = request
         self.peer = _peer(request)
+        self.cross_origin = cross_origin
 
     async def receive(self) -> bytes | None:
         """The next binary message; None once closed, having closed it with its code if
@@ -81,6 +87,9 @@ class AmqpWebSocketServer(Protocol):
     @property
     def message_bytes_max(self) -> int: ...
 
+    @property
+    def allowed_origins(self) -> frozenset[str]: ...
+
     async def serve(self, socket: AiohttpMessageSocket) -> None: ...
 
 
@@ -118,6 +127,16 @@ async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.Str
             AMQP_SUBPROTOCOL,
         )
         return error_response(400, f"WebSocket subprotocol {AMQP_SUBPROTOCOL!r} required")
+    origin = request.headers.get(hdrs.ORIGIN)
+    allowed = server.allowed_origins
+    cross_origin = origin is not None and not _trusted(request, origin, allowed)
+    if origin is not None and allowed and web_origin.canonical(origin) not in allowed:
+        logger.warning(
+            "WebSocket upgrade from %s refused: origin %r is not allowed", _peer(request), origin
+        )
+        return error_response(403, f"WebSocket origin {origin!r} not allowed")
+    if cross_origin:  # says why a guest login from loopback will be refused
+        logger.info("WebSocket client %s: page origin %r is not local", _peer(request), origin)
     ws = web.WebSocketResponse(
         protocols=(AMQP_SUBPROTOCOL,),
         compress=False,  # AMQP bodies are the client's to compress: no CPU per message here
@@ -127,7 +146,7 @@ async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.Str
     if not ws.can_prepare(request).ok:
         return error_response(400, "not a WebSocket upgrade (RFC 6455 section 4.1)")
     await ws.prepare(request)
-    socket = AiohttpMessageSocket(ws, request)
+    socket = AiohttpMessageSocket(ws, request, cross_origin)
     sockets = request.app[OPEN_KEY]
     sockets[socket] = done = asyncio.Event()
     try:
@@ -136,6 +155,20 @@ async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.Str
         del sockets[socket]
         done.set()
     return ws
+
+
+def _trusted(request: web.Request, origin: str, allowed: frozenset[str]) -> bool:
+    """Whether a browser page of `origin` may count as local: it is listed, or it is the
+    broker's own origin (this request's scheme and Host) on a loopback host. A name that
+    is not loopback is not trusted even when it is the Host: DNS rebinding can point a
+    site's name at 127.0.0.1, and its pages would then be same-origin."""
+    canonical = web_origin.canonical(origin)
+    if canonical is None:
+        return False  # "null" (a file:// page, a sandboxed frame) or nonsense
+    if canonical in allowed:
+        return True
+    own = web_origin.own(request.scheme, request.host)
+    return canonical == own and web_origin.is_loopback(canonical)
 
 
 async def _close_all(app: web.Application) -> None:

@@ -71,6 +71,9 @@ class ServeConfig:
     consumer_timeout_ms: int = CONSUMER_TIMEOUT_MS_DEFAULT  # 0: no consumer timeout
     direct_io: bool = True  # segment writes past the page cache where the file system can
     http_bind: str | None = None  # the management listeners' address; None: `bind`
+    # Web origins whose pages may open AMQP over WebSocket, canonical and comma-separated
+    # (streamq.web_origin); "": any origin, guest only from the broker's own loopback one.
+    websocket_allow_origins: str = ""
     # TLS (LavinMQ's names): a listener is off while its port is -1.
     amqps_port: int = -1
     https_port: int = -1
@@ -402,6 +405,7 @@ async def run_broker(
         websocket = AmqpOverWebSocket(
             gateway.protocol_factory,
             message_bytes_max(config.max_message_size, config.frame_max),
+            frozenset(filter(None, config.websocket_allow_origins.split(","))),
         )
         http = await _listen_http(broker, http_bind, config.http_port, websocket)
         servers.append(http.server)

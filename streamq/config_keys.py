@@ -184,6 +184,12 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("https_port", parse=v.optional_port, default="-1",
          help="management HTTPS port; -1: off", ini=(("mgmt", "tls_port"),),
          flags=("--https-port",), metavar="PORT"),
+    Key("websocket_allow_origins", parse=v.origins, default="",
+         help="web origins (http://HOST:PORT, comma-separated) whose pages may open AMQP "
+         "over WebSocket, others refused with 403 (as RabbitMQ's web_stomp.allow_origins); "
+         "empty: any, but only listed or loopback same-origin pages count as local for "
+         "guest", ini=(("mgmt", "websocket_allow_origins"),),
+         flags=("--websocket-allow-origins",), metavar="ORIGINS"),
     # [clustering] (LavinMQ's names; lease_ttl, the tls_* keys and the hooks' flags are ours)
     Key("clustering", parse=v.boolean, default="false",
          help="run as a node of a cluster: election and membership on etcd, replication "

@@ -13,6 +13,7 @@ from typing import Final
 
 from streamq.broker.resources import parse_memory_limit, parse_size
 from streamq.broker.users import is_password_hash
+from streamq.web_origin import canonical as canonical_origin
 
 PORT_MAX: Final = 65535
 # Python's logging level names, and LavinMQ's (Crystal's Log::Severity) mapped onto them,
@@ -158,6 +159,17 @@ def endpoints(value: str) -> str:
     for item in items:
         _host_port(item.removeprefix("http://"))
     return ",".join(items)
+
+
+def origins(value: str) -> str:
+    """A comma-separated list of web origins (`http://HOST[:PORT]`, `https://...`), each
+    made canonical (streamq.web_origin); empty: none."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    canonical = [canonical_origin(item) for item in items]
+    for item, origin in zip(items, canonical, strict=True):
+        if origin is None:
+            raise ValueError(f"not a web origin: {item!r} (http://HOST[:PORT] or https://...)")
+    return ",".join(origin for origin in canonical if origin is not None)
 
 
 def _host_port(text: str) -> None:

@@ -3,7 +3,11 @@
 amqp_client/package-lock.json), against the broker's HTTP port. The page
 (amqp_client/index.html, served from a loopback HTTP server of the test's own: module
 scripts do not load from file://) publishes with confirms, consumes with acks and reports
-into the page; the test checks the broker's side over the management API and pika."""
+into the page; the test checks the broker's side over the management API and pika. The
+page's origin (http://127.0.0.1:<its port>) is not the broker's: the broker lists it in
+`websocket_allow_origins`, as an operator serving a browser app elsewhere would; without
+that, the same page logging in as guest is refused (cross-site WebSocket hijacking,
+docs/websocket.md "Origins")."""
 
 from __future__ import annotations
 
@@ -71,6 +75,16 @@ def page_server(amqp_client: Path) -> Iterator[int]:
     thread.join(PAGE_TIMEOUT_S)
 
 
+@pytest.fixture
+def page_broker(tmp_path: Path, page_server: int) -> Iterator[RunningBroker]:
+    """A broker that lets the page's origin in (and counts it as local for guest)."""
+    running = RunningBroker(
+        tmp_path / "data", websocket_allow_origins=f"http://127.0.0.1:{page_server}"
+    )
+    yield running
+    running.stop()
+
+
 def _connections(broker: RunningBroker) -> list[dict[str, object]]:
     status, body, _ = broker.http("GET", "/api/connections")
     assert status == 200 and isinstance(body, list)
@@ -78,8 +92,9 @@ def _connections(broker: RunningBroker) -> list[dict[str, object]]:
 
 
 def test_browser_publishes_with_confirms_and_consumes_over_websocket(
-    broker: RunningBroker, driver: webdriver.Chrome, page_server: int
+    page_broker: RunningBroker, driver: webdriver.Chrome, page_server: int
 ) -> None:
+    broker = page_broker
     driver.get(
         f"http://127.0.0.1:{page_server}/index.html"
         f"?port={broker.http_port}&count={COUNT}&big={BIG_BYTES}"
@@ -110,3 +125,19 @@ def test_browser_publishes_with_confirms_and_consumes_over_websocket(
     while any(c["port"] == broker.http_port for c in _connections(broker)):
         assert time.monotonic() < deadline, "the browser's connection is still listed"
         time.sleep(0.05)
+
+
+def test_a_page_of_another_origin_cannot_log_in_as_guest(
+    broker: RunningBroker, driver: webdriver.Chrome, page_server: int
+) -> None:
+    # No allowed origins: the page (another origin, as any site's would be) reaches the
+    # broker from loopback, but guest is loopback-only and the page is not local.
+    driver.get(f"http://127.0.0.1:{page_server}/index.html?port={broker.http_port}&count=1&big=1")
+    result_text = WebDriverWait(driver, PAGE_TIMEOUT_S).until(
+        lambda d: d.find_element(By.ID, "result").text
+    )
+    result = json.loads(result_text)
+    assert not result["ok"], result
+    assert "ACCESS_REFUSED - Login was refused" in result["error"], result  # 403, as over TCP
+    assert _connections(broker) == []
+    assert broker.http("GET", "/api/queues/%2F/browser")[0] == 404  # nothing was declared

@@ -78,3 +78,29 @@ async def test_wss_refuses_a_client_that_does_not_trust_the_certificate(
         ) as ws,
     ):
         await RawAmqp(ws).handshake()
+
+
+async def test_wss_same_origin_is_https_with_the_https_port(
+    broker: RunningBroker, pki: Certs
+) -> None:
+    # The broker's own origin on its HTTPS port is https://HOST:PORT: a guest login from a
+    # page of it opens; the http:// origin of the same host and port is another origin.
+    port = port_of(broker, "https")
+    url = f"wss://127.0.0.1:{port}/"
+    ssl = client_context(pki.ca)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(
+            url,
+            ssl=ssl,
+            server_hostname="localhost",
+            headers={"Origin": f"https://127.0.0.1:{port}"},
+        ) as ws:
+            await RawAmqp(ws).handshake()
+        for other in (f"http://127.0.0.1:{port}", f"https://127.0.0.1:{port + 1}"):
+            async with session.ws_connect(
+                url, ssl=ssl, server_hostname="localhost", headers={"Origin": other}
+            ) as ws:
+                amqp = RawAmqp(ws)
+                await amqp.log_in("guest", "guest")
+                close = await amqp.expect(commands.Connection.Close)
+                assert close.reply_code == 403, other  # type: ignore[attr-defined]

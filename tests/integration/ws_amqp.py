@@ -66,24 +66,35 @@ class RawAmqp:
         assert isinstance(value, kind), f"expected {kind.__name__}, got {value!r}"
         return value
 
-    async def handshake(self, heartbeat_s: int = 0, split: bool = False) -> None:
+    async def handshake(
+        self,
+        heartbeat_s: int = 0,
+        split: bool = False,
+        user: str = "guest",
+        password: str = "guest",
+    ) -> None:
         """Up to connection.open-ok; `split`: every byte the client sends in a message of
         its own."""
-        await self._send_maybe_split(header.ProtocolHeader().marshal(), split)
-        await self.expect(commands.Connection.Start)
-        start_ok = commands.Connection.StartOk(
-            client_properties={
-                "product": "ws-test",
-                "capabilities": {"connection.blocked": True},
-            },
-            response="\0guest\0guest",
-        )
-        await self._send_maybe_split(method(start_ok), split)
+        await self.log_in(user, password, split)
         await self.expect(commands.Connection.Tune)
         tune_ok = commands.Connection.TuneOk(2047, FRAME_MAX, heartbeat_s)
         opening = method(tune_ok) + method(commands.Connection.Open("/"))
         await self._send_maybe_split(opening, split)
         await self.expect(commands.Connection.OpenOk)
+
+    async def log_in(self, user: str, password: str, split: bool = False) -> None:
+        """The protocol header and start-ok (PLAIN); what the broker answers is the
+        caller's to read (tune, or connection.close when the login is refused)."""
+        await self._send_maybe_split(header.ProtocolHeader().marshal(), split)
+        await self.expect(commands.Connection.Start)
+        start_ok = commands.Connection.StartOk(
+            client_properties={
+                "product": "ws-test",
+                "capabilities": {"connection.blocked": True, "authentication_failure_close": True},
+            },
+            response=f"\0{user}\0{password}",
+        )
+        await self._send_maybe_split(method(start_ok), split)
 
     async def _send_maybe_split(self, data: bytes, split: bool) -> None:
         if not split:

@@ -121,6 +121,10 @@ def test_missing_big_and_binary_files_are_refused(tmp_path: Path) -> None:
         ("[clustering]\netcd_endpoints = e1:x", "[clustering] etcd_endpoints: not a port number"),
         ("[clustering]\netcd_prefix = a b", "[clustering] etcd_prefix: not a key prefix"),
         ("[clustering]\nlease_ttl = 1", "[clustering] lease_ttl: out of range 3-300: 1"),
+        (
+            "[mgmt]\nwebsocket_allow_origins = http://a.example/app",
+            "[mgmt] websocket_allow_origins: not a web origin: 'http://a.example/app'",
+        ),
     ],
 )
 def test_a_bad_file_value_names_file_line_section_and_key(
@@ -285,6 +289,21 @@ def test_stream_advertised_host_and_port_from_file_and_flags(tmp_path: Path) -> 
     assert (built.stream_advertised_host, built.stream_advertised_port) == ("flag.example", 7)
     default = serve_config(resolve(serve_flags(), {}))
     assert (default.stream_advertised_host, default.stream_advertised_port) == ("", 0)
+
+
+def test_websocket_allow_origins_are_made_canonical(tmp_path: Path) -> None:
+    """[mgmt] websocket_allow_origins, its flag and variable: origins in any spelling,
+    kept as scheme://host:port (what the upgrade compares an Origin header's with)."""
+    path = write(tmp_path, "[mgmt]\nwebsocket_allow_origins = HTTP://App.Example, https://[::1]\n")
+    built = serve_config(resolve(serve_flags("--config", path), {}))
+    assert built.websocket_allow_origins == "http://app.example:80,https://[::1]:443"
+    flags = serve_flags("--websocket-allow-origins", "https://b.example:8443/")
+    assert serve_config(resolve(flags, {})).websocket_allow_origins == "https://b.example:8443"
+    environ = {"STREAMQ_WEBSOCKET_ALLOW_ORIGINS": "http://127.0.0.1:3000"}
+    assert serve_config(resolve(serve_flags(), environ)).websocket_allow_origins == (
+        "http://127.0.0.1:3000"
+    )
+    assert serve_config(resolve(serve_flags(), {})).websocket_allow_origins == ""
 
 
 def test_a_flag_not_given_does_not_mask_the_layers_below(tmp_path: Path) -> None:
