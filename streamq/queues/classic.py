@@ -314,21 +314,21 @@ class ClassicQueue:
 
     # -- dead letters held (at-least-once dead-lettering) ---------------------------------
 
-    def hold_dead(self, offset: int, size: int | None, mark: int) -> int:
+    def hold_dead(self, offset: int, size: int | None, mark: int) -> bool:
         """The message left the queue's order as a dead letter but stays held until
         `release_dead`: in flight (`size` None) or just taken by `take` (of `size`
         bytes). `mark` is the journal's record of the death (`journal.dead_mark`).
-        Returns its size (0 if it was neither)."""
+        Returns False if it was in flight no longer."""
         if size is None:
             size = self.unacked.pop(offset, None)
             if size is None:
-                return 0
+                return False
         else:
             self.bytes_ready -= size
         self.dead[offset] = (size, mark)
         if self.journal is not None:
             self.journal.dead_run(offset, 1, mark)
-        return size
+        return True
 
     def restore_dead(self, offset: int, size: int, mark: int) -> bool:
         """Start-up: the journal says the ready message at `offset` (of `size` bytes) is
