@@ -166,13 +166,17 @@ def length_limits(
     arguments: Mapping[str, object], policy: Mapping[str, object]
 ) -> tuple[int | None, int | None, str]:
     """(max messages, max bytes, overflow) of a classic queue: for each limit the smaller
-    of argument and policy; the overflow mode of the argument, else the policy's."""
+    of argument and policy; the overflow mode of the argument, else the policy's. A
+    quorum queue takes `reject-publish-dlx` and overflows with `drop-head`, as RabbitMQ
+    3.10 does (rabbit_quorum_queue:overflow/3 logs a warning and uses its default)."""
 
     def smaller(*values: object) -> int | None:
         numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
         return min(numbers) if numbers else None
 
     overflow = arguments.get("x-overflow", policy.get("overflow", "drop-head"))
+    if overflow == "reject-publish-dlx" and arguments.get("x-queue-type") == QUORUM:
+        overflow = "drop-head"
     return (
         smaller(arguments.get("x-max-length"), policy.get("max-length")),
         smaller(arguments.get("x-max-length-bytes"), policy.get("max-length-bytes")),

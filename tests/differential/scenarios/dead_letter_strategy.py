@@ -153,3 +153,23 @@ def _policy_refused(s: Session) -> None:
     s.cleanups.append(lambda: s.http("DELETE", f"/api/policies/%2F/{s.name('policy')}"))
     reason = body.get("reason", "") if isinstance(body, dict) else ""
     s.record("policy", status, "is not a valid dead letter strategy" in reason)
+
+
+@scenario("dead-letter strategy: a quorum queue overflows reject-publish-dlx as drop-head")
+def _quorum_reject_publish_dlx(s: Session) -> None:
+    c = s.channel()
+    dead = s.name("dead")
+    c.call(1, m.QueueDeclare(queue=dead))
+    source = s.name("source")
+    overflow = {"x-overflow": "reject-publish-dlx", "x-max-length": 1}
+    c.call(1, quorum(source, **dead_letters_to(dead, **overflow)))
+    c.call(1, m.ConfirmSelect())
+    for body in (b"first", b"second"):
+        c.publish(1, "", source, body)
+    c.confirms(1, 2)
+    depth(c, source)
+    channel = s.pika().channel()
+    for queue in (dead, source):
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        s.record(queue, None if method is None else body)
+    channel.connection.close()
