@@ -42,7 +42,9 @@ from streamq.queues.journal import dead_mark, dead_of
 logger = logging.getLogger(__name__)
 
 RETRY_INTERVAL_MS: Final = 1000  # between two sends of a dead letter some target refused
-SENDS_PER_TICK_MAX: Final = 4096  # dead letters sent again per vhost per tick
+# Dead letters sent again per vhost per tick: each reads its message back from the log,
+# so a backlog held by a full target costs the event loop a bounded slice per tick.
+SENDS_PER_TICK_MAX: Final = 256
 
 
 class DeadLetterHost(Protocol):
@@ -82,6 +84,28 @@ class HeldDeadLetter:
     retry_at_ms: int | None = 0  # when to send again; None: every target took it
 
 
+class QueueDeadLetters:
+    """The dead letters one queue holds, in two dicts (insertion ordered): those every
+    target took, until their copies are durable (a sync round: few), and those to send
+    again, in the order of their next attempt (each goes to the back when tried), so
+    that a tick looks at the due ones only: O(attempts), not O(held)."""
+
+    __slots__ = ("retry", "sent")
+
+    def __init__(self) -> None:
+        self.sent: dict[int, HeldDeadLetter] = {}
+        self.retry: dict[int, HeldDeadLetter] = {}
+
+    def __len__(self) -> int:
+        return len(self.sent) + len(self.retry)
+
+    def file(self, held: HeldDeadLetter) -> None:
+        """Put `held` where its state says, at the back."""
+        self.sent.pop(held.offset, None)
+        self.retry.pop(held.offset, None)
+        (self.sent if held.retry_at_ms is None else self.retry)[held.offset] = held
+
+
 class DeadLetters:
     """The dead letters held by the at-least-once queues of one vhost."""
 
@@ -89,7 +113,7 @@ class DeadLetters:
 
     def __init__(self, host: DeadLetterHost) -> None:
         self._host = host
-        self.held: dict[Queue, dict[int, HeldDeadLetter]] = {}
+        self.held: dict[Queue, QueueDeadLetters] = {}
         self._logged: set[tuple[str, str]] = set()  # (queue, problem) warned about once
 
     @property
@@ -114,25 +138,25 @@ class DeadLetters:
         if not queue.cursor.hold_dead(offset, size, dead_mark(reason, time_s)):
             return  # no longer in flight: settled meanwhile
         held = HeldDeadLetter(offset, reason, time_s)
-        self.held.setdefault(queue, {})[offset] = held
         self._send(queue, held, record, now_ms)
+        self.held.setdefault(queue, QueueDeadLetters()).file(held)
 
     def restore(self, queue: Queue, marks: Mapping[int, int]) -> None:
         """Start-up: `queue`'s journal says it holds these dead letters (offset: mark);
         they leave the ready order and are sent again at the first tick. Raises
         LogError when a message cannot be read."""
-        entries = self.held.setdefault(queue, {})
-        for offset, mark in marks.items():
+        entries = self.held.setdefault(queue, QueueDeadLetters())
+        for offset, mark in sorted(marks.items()):
             size = len(self._host.log.read_record(offset).body)
             if queue.cursor.restore_dead(offset, size, mark):
                 reason, time_s = dead_of(mark)
-                entries[offset] = HeldDeadLetter(offset, reason, time_s)
+                entries.file(HeldDeadLetter(offset, reason, time_s))
         if not entries:
             del self.held[queue]
 
     def drop(self, queue: Queue) -> None:
         """`queue` no longer dead-letters at least once: it lets go of what it held."""
-        entries = self.held.pop(queue, {})
+        entries = self.held.pop(queue, None)
         for offset in list(queue.cursor.dead):
             queue.cursor.release_dead(offset)
         if entries:
@@ -146,30 +170,39 @@ class DeadLetters:
 
     def tick(self, now_ms: int) -> int:
         """Release the dead letters whose copies are all durable, and send again those
-        due. Returns how many were released."""
+        due (SENDS_PER_TICK_MAX at most). Returns how many were released."""
         released = 0
         budget = SENDS_PER_TICK_MAX
         for queue, entries in list(self.held.items()):
             if self._host.queues.get(queue.name) is not queue or queue.failed is not None:
                 del self.held[queue]  # deleted, or failed: what it held went with it
                 continue
-            for held in list(entries.values()):
-                if held.retry_at_ms is None:
-                    if all(log.durable_next >= end for log, end in held.copies):
-                        queue.cursor.release_dead(held.offset)
-                        del entries[held.offset]
-                        released += 1
-                elif held.retry_at_ms <= now_ms and budget > 0:
-                    budget -= 1
-                    try:
-                        record = read_message(self._host.log, held.offset)
-                    except MessageUnreadable as exc:
-                        self._host.fail_queue(queue, str(exc))
-                        break
-                    self._send(queue, held, record, now_ms)
+            for held in list(entries.sent.values()):
+                if all(log.durable_next >= end for log, end in held.copies):
+                    queue.cursor.release_dead(held.offset)
+                    del entries.sent[held.offset]
+                    released += 1
+            budget = self._send_due(queue, entries, now_ms, budget)
             if not entries:
                 self.held.pop(queue, None)
         return released
+
+    def _send_due(self, queue: Queue, entries: QueueDeadLetters, now_ms: int, budget: int) -> int:
+        """Send again the dead letters of `queue` whose time has come, within `budget`
+        attempts; returns what is left of it."""
+        while entries.retry and budget > 0:
+            held = next(iter(entries.retry.values()))
+            if held.retry_at_ms is not None and held.retry_at_ms > now_ms:
+                break  # the rest come later still
+            budget -= 1
+            try:
+                record = read_message(self._host.log, held.offset)
+            except MessageUnreadable as exc:
+                self._host.fail_queue(queue, str(exc))
+                break
+            self._send(queue, held, record, now_ms)
+            entries.file(held)
+        return budget
 
     def _send(self, queue: Queue, held: HeldDeadLetter, record: Record, now_ms: int) -> None:
         """Publish the copy to the targets that do not have it and take it now."""
