@@ -70,6 +70,8 @@ class DeadLetterHost(Protocol):
 
     def fail_queue(self, queue: Queue, reason: str) -> None: ...
 
+    def drain(self) -> None: ...
+
 
 @dataclass(slots=True)
 class HeldDeadLetter:
@@ -200,19 +202,24 @@ class DeadLetters:
             except MessageUnreadable as exc:
                 self._host.fail_queue(queue, str(exc))
                 break
-            self._send(queue, held, record, now_ms)
+            if self._send(queue, held, record, now_ms):
+                # Hand the copy to the target's consumers now, as a publish is handed
+                # on arrival, so that it no longer counts against the target's limit
+                # when the next dead letter tries it.
+                self._host.drain()
             entries.file(held)
         return budget
 
-    def _send(self, queue: Queue, held: HeldDeadLetter, record: Record, now_ms: int) -> None:
-        """Publish the copy to the targets that do not have it and take it now."""
+    def _send(self, queue: Queue, held: HeldDeadLetter, record: Record, now_ms: int) -> bool:
+        """Publish the copy to the targets that do not have it and take it now; returns
+        whether it went to any."""
         host = self._host
         held.retry_at_ms = now_ms + RETRY_INTERVAL_MS
         exchange_name = queue.dead_letter_exchange
         codec = host.properties_codec
         if exchange_name is None or codec is None or exchange_name not in host.exchanges:
             self._warn(queue, f"its dead-letter exchange {exchange_name!r} does not exist")
-            return
+            return False
         copy = dead_letter_copy(
             codec,
             queue,
@@ -227,7 +234,7 @@ class DeadLetters:
                 held.retry_at_ms = None
             else:
                 self._warn(queue, f"its dead letters route to no queue from {exchange_name!r}")
-            return
+            return False
         due = [q for q in copy.targets if q.name not in held.sent_to]
         size = len(record.body)
         taking = [q for q in due if not q.refuses(size)]
@@ -240,6 +247,7 @@ class DeadLetters:
                     held.copies.append((target.stream.log, target.stream.log.next_offset))
         if len(taking) == len(due):
             held.retry_at_ms = None
+        return bool(taking)
 
     def _warn(self, queue: Queue, problem: str) -> None:
         """Log a reason why a queue's dead letters stay held, once per queue."""

@@ -12,10 +12,12 @@ step is done; every outcome is asserted through the clients.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import aio_pika
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
@@ -259,6 +261,45 @@ def test_a_classic_queue_refuses_the_argument(broker: RunningBroker) -> None:
         "in vhost '/' of queue type rabbit_classic_queue"
     )
     conn.close()
+
+
+async def test_a_backlog_reaches_an_aio_pika_consumer_in_order_exactly_once(
+    broker: RunningBroker,
+) -> None:
+    """Forty dead letters wait behind a full target of one message; a consumer on the
+    target then gets the filler and all forty, in their order, each once."""
+    count = 40
+    url = f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/"
+    connection = await aio_pika.connect(url, timeout=TIMEOUT_S)
+    async with connection:
+        channel = await connection.channel()  # publisher confirms on
+        target = await channel.declare_queue(
+            TARGET, durable=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+        )
+        source = await channel.declare_queue(SOURCE, durable=True, arguments=AT_LEAST_ONCE)
+        exchange = channel.default_exchange
+        await exchange.publish(aio_pika.Message(b"filler"), TARGET)
+        for n in range(count):
+            await exchange.publish(aio_pika.Message(b"%d" % n), SOURCE)
+        for _ in range(count):
+            message = await source.get(timeout=TIMEOUT_S)
+            await message.reject(requeue=False)
+        await asyncio.sleep(0)  # the rejects are sent; a full target holds them back
+        got: list[bytes] = []
+        done = asyncio.Event()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            got.append(message.body)
+            await message.ack()
+            if len(got) == count + 1:
+                done.set()
+
+        await target.consume(on_message)
+        await asyncio.wait_for(done.wait(), TIMEOUT_S * 2)
+        await asyncio.sleep(SETTLE_S)  # nothing more comes: no duplicate
+        assert got == [b"filler", *(b"%d" % n for n in range(count))]
+        declared = await channel.declare_queue(SOURCE, passive=True)
+        assert declared.declaration_result.message_count == 0
 
 
 def test_held_dead_letters_survive_a_restart(tmp_path: Path) -> None:
