@@ -165,6 +165,41 @@ def test_expired_messages_are_held_too(broker: RunningBroker) -> None:
     conn.close()
 
 
+def test_the_delivery_limit_holds_its_dead_letters_too(broker: RunningBroker) -> None:
+    conn = connect(broker.amqp_port)
+    channel = conn.channel()
+    declare(channel, {**AT_LEAST_ONCE, "x-delivery-limit": 0})
+    channel.basic_publish("", SOURCE, b"requeued", pika.BasicProperties(delivery_mode=2))
+    method, _, _ = channel.basic_get(SOURCE)
+    assert method is not None
+    channel.basic_nack(method.delivery_tag, requeue=True)  # past the limit: dead
+    wait_until(lambda: held(broker) == 1, "the source holds it")
+    assert depth(channel, SOURCE) == 0
+    assert drain_bodies(channel, TARGET) == [b"filler"]
+    properties, body = wait_for_dead_letter(channel)
+    assert body == b"requeued" and properties.headers["x-death"][0]["reason"] == "delivery_limit"
+    conn.close()
+
+
+def test_a_stream_target_gets_it_and_the_source_lets_it_go(broker: RunningBroker) -> None:
+    conn = connect(broker.amqp_port)
+    channel = conn.channel()
+    channel.queue_declare(TARGET, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_declare(SOURCE, durable=True, arguments=AT_LEAST_ONCE)
+    channel.confirm_delivery()
+    reject_one(channel, b"to a stream")
+    wait_until(lambda: held(broker) == 0, "the stream's copy is durable: released")
+    channel.basic_qos(prefetch_count=10)
+    for method, properties, body in channel.consume(
+        TARGET, arguments={"x-stream-offset": "first"}, inactivity_timeout=TIMEOUT_S
+    ):
+        assert method is not None, "the stream holds nothing"
+        assert body == b"to a stream"
+        assert_rejected_death(properties)
+        break
+    conn.close()
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
