@@ -4,7 +4,7 @@ Owns the server's side of the connection handshake: what connection.start says a
 server (`server_properties`), the login (PLAIN and AMQPLAIN by password, SASL EXTERNAL by
 the client certificate, through amqp_gateway/external_auth.py), the vhost at
 connection.open and the listing of the open connection in `Broker.clients`; and each
-connection's cache of its resource permission answers (`Permissions`). The functions take
+connection's cache of its resource and topic permission answers (`Permissions`). The functions take
 the session they work for, as amqp_gateway/publishing.py's do. What the handshake methods
 say on the wire, and when each comes, is the protocol's (amqp_gateway/handshake.py,
 connection.py); no socket is touched here.
@@ -25,6 +25,7 @@ from streamq import __version__
 from streamq.broker.accounts import AccountStore, PermissionKind
 from streamq.broker.definitions_import import INTERNAL_USER
 from streamq.broker.errors import BrokerError
+from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.users import login_allowed
 
 if TYPE_CHECKING:
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PERMIT_CACHE_ENTRIES_MAX: Final = 1024
+# The entry of `Permissions._answers` that says whether the user has topic permissions in
+# the vhost at all; topic answers are keyed ("topic-write" or "topic-read", exchange, key).
+_HAS_TOPIC_GRANTS: Final = ("topic", "", "")
+# Only exchanges of this type are checked (not a delayed one routing as topic: RabbitMQ
+# looks at the exchange record's type).
+TOPIC_TYPE: Final = "topic"
 
 
 def server_properties() -> codec.FieldTable:
@@ -93,6 +100,20 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     _register(s)
 
 
+def check_topic_access(
+    s: AmqpSession, kind: TopicKind, exchange_name: str, routing_key: str, ids: tuple[int, int]
+) -> None:
+    """RabbitMQ's topic permission check of a binding (rabbit_channel:binding_action):
+    `kind` of `routing_key` through `exchange_name` if it exists and is of type topic;
+    raises AccessRefused (403) otherwise."""
+    vhost = s.vhost
+    permissions = s.permissions
+    assert vhost is not None and permissions is not None  # methods come once open
+    exchange = vhost.exchanges.get(exchange_name)
+    if exchange is not None and exchange.type == TOPIC_TYPE:
+        permissions.check_topic(kind, exchange_name, routing_key, ids)
+
+
 def _register(s: AmqpSession) -> None:
     """List the open connection in `Broker.clients` for the management API."""
     ends = s.endpoints
@@ -103,12 +124,19 @@ def _register(s: AmqpSession) -> None:
 
 
 class Permissions:
-    """One connection's answers to RabbitMQ's resource permission checks, cached as
-    RabbitMQ caches them per connection and channel: a permission changed over the
-    management API (or `streamq ctl`) applies to connections opened afterwards; deleting
-    a user closes that user's connections."""
+    """One connection's answers to RabbitMQ's resource and topic permission checks,
+    cached per connection as RabbitMQ caches them per channel, and kept live as LavinMQ
+    2.6 keeps them (its `clear_permissions_cache`): any change to the accounts
+    (permissions, topic permissions, users, vhosts) bumps `AccountStore.generation`, and
+    the next check that sees a new generation drops every cached answer first (`clear`),
+    so a revoked permission refuses the next publish, consume, bind or declare of a
+    connection already open. The cost on the publish path is one int compare. Every
+    answer, topic ones and whether the user has topic permissions at all included, lives
+    in `_answers`: clearing it forgets them all. What was allowed before stays done: a
+    consumer whose read permission is revoked keeps consuming, as in RabbitMQ and LavinMQ.
+    Deleting a user or a vhost closes its connections (the HTTP API does, as RabbitMQ)."""
 
-    __slots__ = ("_accounts", "_allow_all", "_answers", "_user", "_vhost")
+    __slots__ = ("_accounts", "_allow_all", "_answers", "_generation", "_user", "_vhost")
 
     def __init__(
         self, accounts: AccountStore, user: str, vhost: str, *, allow_all: bool = False
@@ -118,18 +146,25 @@ class Permissions:
         self._vhost = vhost
         self._allow_all = allow_all  # the internal user of direct connections
         self._answers: dict[tuple[str, str, str], bool] = {}  # PERMIT_CACHE_ENTRIES_MAX
+        self._generation = accounts.generation
+
+    def clear(self) -> None:
+        """Drop every cached answer: the next checks ask the accounts again."""
+        self._generation = self._accounts.generation  # read first: a later change clears again
+        self._answers.clear()
 
     def check(self, kind: PermissionKind, resource: str, name: str, ids: tuple[int, int]) -> None:
         """Raises AccessRefused (403) unless the user's `kind` regex allows `name`."""
         if self._allow_all:
             return
+        if self._generation != self._accounts.generation:
+            self.clear()
         key = (kind, resource, name)
         allowed = self._answers.get(key)
         if allowed is None:
-            allowed = self._accounts.permitted(self._user, self._vhost, kind, name)
-            if len(self._answers) >= PERMIT_CACHE_ENTRIES_MAX:
-                self._answers.clear()
-            self._answers[key] = allowed
+            allowed = self._remember(
+                key, self._accounts.permitted(self._user, self._vhost, kind, name)
+            )
         if not allowed:
             shown = name or "amq.default"
             raise errors.AccessRefused(
@@ -137,3 +172,47 @@ class Permissions:
                 f"refused for user '{self._user}'",
                 *ids,
             )
+
+    def check_topic(
+        self, kind: TopicKind, exchange: str, routing_key: str, ids: tuple[int, int]
+    ) -> None:
+        """RabbitMQ's topic permissions (rabbit_channel:check_topic_authorisation): raises
+        AccessRefused (403) unless the user's `kind` topic permission on the topic
+        exchange `exchange` allows `routing_key`. The caller checks only topic exchanges.
+        Without any topic permission of the user in the vhost, this is one dict lookup."""
+        if self._allow_all:
+            return
+        if self._generation != self._accounts.generation:
+            self.clear()
+        answers = self._answers
+        has_grants = answers.get(_HAS_TOPIC_GRANTS)
+        if has_grants is None:
+            has_grants = self._remember(
+                _HAS_TOPIC_GRANTS, self._accounts.topic_grants(self._user, self._vhost) is not None
+            )
+        if not has_grants:
+            return
+        key = ("topic-" + kind, exchange, routing_key)
+        allowed = answers.get(key)
+        if allowed is None:
+            allowed = self._remember(key, self._topic_permitted(kind, exchange, routing_key))
+        if not allowed:
+            # RabbitMQ 3.10's words: the kind is not named (rabbit_access_control).
+            raise errors.AccessRefused(
+                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+                f"'{self._vhost}' refused for user '{self._user}'",
+                *ids,
+            )
+
+    def _topic_permitted(self, kind: TopicKind, exchange: str, routing_key: str) -> bool:
+        grants = self._accounts.topic_grants(self._user, self._vhost)
+        if grants is None:
+            return True
+        variables = amqp_variables(self._user, self._vhost)
+        return grants.permitted(exchange, kind, routing_key, variables)
+
+    def _remember(self, key: tuple[str, str, str], allowed: bool) -> bool:
+        if len(self._answers) >= PERMIT_CACHE_ENTRIES_MAX:
+            self._answers.clear()
+        self._answers[key] = allowed
+        return allowed

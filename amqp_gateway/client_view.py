@@ -19,6 +19,7 @@ from streamq.broker.clients import ChannelInfo, ConsumerInfo
 from streamq.tls_peer import tls_fields
 
 if TYPE_CHECKING:
+    from amqp_gateway.channels import Unacked
     from amqp_gateway.session import AmqpSession
 
 PROPERTY_NAMES: Final = frozenset(f.name for f in dataclasses.fields(codec.BasicProperties))
@@ -78,12 +79,18 @@ class AmqpClient:
         return self._session.blocked_by_alarm
 
     @property
+    def state(self) -> str:
+        return self._session.state
+
+    @property
     def auth_mechanism(self) -> str:
         return self._session.auth_mechanism
 
     def channels(self) -> list[ChannelInfo]:
+        session = self._session
+        connection_state = session.state
         out = []
-        for number, channel in sorted(self._session.channels.items()):
+        for number, channel in sorted(session.channels.items()):
             consumers = tuple(
                 ConsumerInfo(
                     tag=c.tag,
@@ -92,9 +99,11 @@ class AmqpClient:
                     exclusive=c.exclusive,
                     prefetch_count=c.prefetch,
                     arguments={"x-priority": c.priority} if c.priority else {},
+                    activity_status=c.queue.activity_status(c),
                 )
                 for c in channel.consumers.values()
             )
+            closing = connection_state == "closing" or session.conn.is_channel_closing(number)
             out.append(
                 ChannelInfo(
                     number=number,
@@ -105,6 +114,14 @@ class AmqpClient:
                     messages_unacknowledged=len(channel.unacked),
                     messages_unconfirmed=channel.publish_seq - channel.confirmed_seq,
                     consumers=consumers,
+                    messages_uncommitted=len(channel.tx_publishes),
+                    acks_uncommitted=_acks_held(channel.tx_acks),
+                    # Flow control holds the whole connection, hence each of its channels.
+                    state="closing"
+                    if closing
+                    else "flow"
+                    if connection_state == "flow"
+                    else "running",
                 )
             )
         return out
@@ -120,6 +137,12 @@ class AmqpClient:
         self._session.current_vhost().remove_consumer(consumer.queue, consumer)
         consumer.cancel_by_broker()
         return True
+
+
+def _acks_held(tx_acks: list[tuple[dict[int, Unacked], bool, bool]]) -> int:
+    """The messages the open transaction acks (RabbitMQ's `acks_uncommitted` counts
+    basic.ack only: the nacks and rejects it holds are not in it)."""
+    return sum(len(held) for held, ack, _ in tx_acks if ack)
 
 
 def _json_value(value: object) -> object:

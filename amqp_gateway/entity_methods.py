@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from amqp_gateway import errors, reply_to
+from amqp_gateway import access, errors, reply_to
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
 from amqp_gateway.codec import methods as m
 from streamq.broker.exchange import Destination
@@ -54,6 +54,7 @@ def exchange_bind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
     assert isinstance(method, m.ExchangeBind)
     h.check_access("write", "exchange", method.destination, (40, 30))
     h.check_access("read", "exchange", method.source, (40, 30))
+    access.check_topic_access(h, "read", method.source, method.routing_key, (40, 30))
     h.current_vhost().bind(
         Destination("exchange", method.destination),
         method.source,
@@ -68,6 +69,7 @@ def exchange_unbind(h: AmqpSession, channel: ChannelSession, method: m.Method) -
     assert isinstance(method, m.ExchangeUnbind)
     h.check_access("write", "exchange", method.destination, (40, 40))
     h.check_access("read", "exchange", method.source, (40, 40))
+    access.check_topic_access(h, "read", method.source, method.routing_key, (40, 40))
     h.current_vhost().unbind(
         Destination("exchange", method.destination),
         method.source,
@@ -126,6 +128,7 @@ def queue_bind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> Non
     routing_key = method.routing_key or (name if not method.queue else "")
     h.check_access("write", "queue", name, (50, 20))
     h.check_access("read", "exchange", method.exchange, (50, 20))
+    access.check_topic_access(h, "read", method.exchange, routing_key, (50, 20))
     vhost = h.current_vhost()
     if method.exchange:  # vhost.bind refuses the default exchange before any lookup
         # RabbitMQ looks the exchange up first: a missing one is reported before a
@@ -142,6 +145,7 @@ def queue_unbind(h: AmqpSession, channel: ChannelSession, method: m.Method) -> N
     name = channel.queue_name(method.queue, (50, 50))
     h.check_access("write", "queue", name, (50, 50))
     h.check_access("read", "exchange", method.exchange, (50, 50))
+    access.check_topic_access(h, "read", method.exchange, method.routing_key, (50, 50))
     vhost = h.current_vhost()
     destination = Destination("queue", name)
     exchange = vhost.exchanges.get(method.exchange)

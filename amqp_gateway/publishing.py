@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from amqp_gateway import codec, errors, reply_to, routing
+from amqp_gateway.access import TOPIC_TYPE
 from amqp_gateway.channels import ChannelSession, RoutedPublish
 from amqp_gateway.codec import methods as m
 from amqp_gateway.errormap import to_amqp
@@ -110,6 +111,9 @@ def _store_run(s: AmqpSession, channel: ChannelSession, run: PublishRun) -> bool
     ):
         return False
     s.check_access("write", "exchange", exchange_name, (60, 40))
+    if exchange.type == TOPIC_TYPE:
+        # Once per run: a run has one exchange and routing key.
+        _check_topic_write(s, exchange_name, routing_key)
     queues = vhost.route_run(exchange_name, routing_key)
     # None: the route reads properties; []: unroutable (mandatory, direct reply-to).
     if not queues or not vhost.publish_run(
@@ -146,6 +150,15 @@ def _pass_checks(s: AmqpSession, messages: list[RunMessage]) -> bool:
     return True
 
 
+def _check_topic_write(s: AmqpSession, exchange_name: str, routing_key: str) -> None:
+    """RabbitMQ's topic write check of a publish to a topic exchange, after the exchange
+    is known to exist and not to be internal (rabbit_channel's basic.publish); one dict
+    lookup when the user has no topic permissions in the vhost."""
+    permissions = s.permissions
+    assert permissions is not None  # publishes come only once the connection is open
+    permissions.check_topic("write", exchange_name, routing_key, (60, 40))
+
+
 def route_and_store(
     s: AmqpSession, vhost: VHost, channel: ChannelSession, publish: Publish
 ) -> None:
@@ -164,6 +177,8 @@ def route(s: AmqpSession, vhost: VHost, channel: ChannelSession, publish: Publis
             60,
             40,
         )
+    if exchange.type == TOPIC_TYPE:
+        _check_topic_write(s, publish.exchange, publish.routing_key)
     # Message stats: one dict lookup and a few increments per publish.
     stats = vhost.exchange_stats.get(publish.exchange)
     if stats is None:

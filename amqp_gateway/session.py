@@ -272,6 +272,17 @@ class AmqpSession(asyncio.BufferedProtocol):
     def blocked_by_alarm(self) -> bool:
         return "alarm" in self._holds
 
+    @property
+    def state(self) -> str:
+        """RabbitMQ's connection state (`streamq.broker.clients.Client.state`)."""
+        if self.conn.state >= State.CLOSING:
+            return "closing"
+        if "alarm" in self._holds:
+            return "blocked"
+        if self.gateway.alarm:
+            return "blocking"  # not read once it publishes (`block`)
+        return "flow" if "flow" in self._holds else "running"
+
     def pause_writing(self) -> None:
         self.paused = True
 

@@ -27,6 +27,7 @@ from http_gateway.context import (
 from http_gateway.errors import HttpError
 from http_gateway.fields import flag
 from http_gateway.listing import list_response
+from http_gateway.views import NODE
 from streamq.broker.accounts import PERMISSION_KINDS, Permission
 from streamq.broker.sampler import Sampler
 from streamq.broker.users import HASHING_ALGORITHM, NO_PASSWORD, User, hash_password
@@ -78,7 +79,8 @@ def vhost_json(vhost: VHost | None, name: str, sampler: Sampler) -> dict[str, ob
         "metadata": {"description": "", "tags": []},
         "default_queue_type": "classic",
         "tracing": False,
-        "cluster_state": {"streamq": "running" if vhost is not None else "stopped"},
+        # By node name, as RabbitMQ (the node that queues and connections name too).
+        "cluster_state": {NODE: "running" if vhost is not None else "stopped"},
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,

@@ -22,6 +22,7 @@ from http_gateway.views import (
     binding_json,
     properties_key,
     require_permission,
+    require_topic_permission,
     unfrozen,
 )
 from streamq.broker.exchange import Binding, Destination
@@ -80,9 +81,12 @@ async def list_pair(request: web.Request) -> web.Response:
     return web.json_response([binding_json(vhost.name, source, b) for b in bindings])
 
 
-def _check(who: Caller, vhost: VHost, source: str, destination: Destination) -> None:
+def _check(
+    who: Caller, vhost: VHost, source: str, destination: Destination, routing_key: str
+) -> None:
     require_permission(who, vhost.name, "write", destination.kind, destination.name)
     require_permission(who, vhost.name, "read", "exchange", source)
+    require_topic_permission(who, vhost, "read", source, routing_key)
 
 
 @routes.post(PAIR)
@@ -95,7 +99,7 @@ async def create(request: web.Request) -> web.Response:
         raise HttpError(400, "routing_key must be a string")
     if not isinstance(arguments, dict):
         raise HttpError(400, "arguments must be an object")
-    _check(who, vhost, source, destination)
+    _check(who, vhost, source, destination, routing_key)
     vhost.bind(destination, source, routing_key, arguments)
     await vhost.sync_all()
     # Relative to the request's path, as RabbitMQ's: the destination, then the binding's
@@ -125,7 +129,7 @@ async def get(request: web.Request) -> web.Response:
 async def delete(request: web.Request) -> web.Response:
     who, vhost, source, destination = _ends(request)
     binding = _one(vhost, source, destination, request.match_info["props"])
-    _check(who, vhost, source, destination)
+    _check(who, vhost, source, destination, binding.routing_key)
     vhost.unbind(destination, source, binding.routing_key, unfrozen(binding.arguments))
     await vhost.sync_all()
     return web.Response(status=204)

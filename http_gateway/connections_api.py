@@ -34,13 +34,18 @@ CLOSE_REASON_DEFAULT: Final = "Closed via management plugin"
 routes = web.RouteTableDef()
 
 
+def _shown(who: Caller, client: Client) -> dict[str, object]:
+    return connection_json(client, who.broker.stats_sampler.octet_rates(client.name))
+
+
 def _channels(clients: list[Client]) -> list[dict[str, object]]:
     return [channel_json(c, info) for c in clients for info in c.channels()]
 
 
 @routes.get("/api/connections")
 async def list_all(request: web.Request) -> web.Response:
-    return list_response(request, [connection_json(c) for c in visible_clients(caller(request))])
+    who = caller(request)
+    return list_response(request, [_shown(who, c) for c in visible_clients(who)])
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
@@ -48,7 +53,7 @@ async def list_vhost(request: web.Request) -> web.Response:
     who = caller(request)
     vhost = vhost_for(who, request.match_info["vhost"])
     clients = visible_clients(who, vhost.name)
-    return list_response(request, [connection_json(c) for c in clients], pageable=False)
+    return list_response(request, [_shown(who, c) for c in clients], pageable=False)
 
 
 def _user_clients(request: web.Request) -> tuple[Caller, list[Client]]:
@@ -64,8 +69,8 @@ def _user_clients(request: web.Request) -> tuple[Caller, list[Client]]:
 
 @routes.get("/api/connections/username/{user}")
 async def list_user(request: web.Request) -> web.Response:
-    _, clients = _user_clients(request)
-    return list_response(request, [connection_json(c) for c in clients])
+    who, clients = _user_clients(request)
+    return list_response(request, [_shown(who, c) for c in clients])
 
 
 @routes.delete("/api/connections/username/{user}")
@@ -79,8 +84,8 @@ async def delete_user_connections(request: web.Request) -> web.Response:
 
 @routes.get("/api/connections/{name}")
 async def get(request: web.Request) -> web.Response:
-    client = client_by_name(caller(request), request.match_info["name"])
-    return web.json_response(connection_json(client))
+    who = caller(request)
+    return web.json_response(_shown(who, client_by_name(who, request.match_info["name"])))
 
 
 @routes.delete("/api/connections/{name}")

@@ -1,7 +1,8 @@
 """`/api/definitions[/{vhost}]`: export and import in RabbitMQ's definitions JSON format.
 
 Owns the translation between the broker's state and RabbitMQ's definitions document
-(`rabbit_version`, users with `password_hash` + `hashing_algorithm`, vhosts, permissions,
+(`rabbit_version`, users with `password_hash` + `hashing_algorithm`, vhosts, permissions, topic
+permissions,
 policies, operator policies as `parameters` of component `operator_policy` beside those of
 shovels and federation upstreams, queues,
 exchanges, bindings). Export lists what survives a restart: durable exchanges (not the
@@ -22,6 +23,7 @@ from aiohttp import web
 from http_gateway.context import Caller, caller, read_json_object, require_tags
 from http_gateway.errors import HttpError
 from http_gateway.parameters_api import vhost_parameters
+from http_gateway.topic_permissions_api import topic_permission_json
 from streamq import __version__
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer
@@ -154,7 +156,7 @@ def export_broker(broker: Broker) -> dict[str, object]:
             }
             for p in accounts.list_permissions()
         ],
-        "topic_permissions": [],
+        "topic_permissions": [topic_permission_json(t) for t in accounts.list_topic_permissions()],
         "global_parameters": [],
     }
     parts: dict[str, list[Entry]] = {

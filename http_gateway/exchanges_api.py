@@ -20,7 +20,12 @@ from http_gateway.context import caller, read_json_object, vhost_for, visible_vh
 from http_gateway.errors import HttpError
 from http_gateway.fields import flag, query_flag
 from http_gateway.listing import list_response
-from http_gateway.views import binding_json, exchange_json, require_permission
+from http_gateway.views import (
+    binding_json,
+    exchange_json,
+    require_permission,
+    require_topic_permission,
+)
 from streamq.broker.exchange import Destination, Exchange
 from streamq.broker.stats import MessageStats
 from streamq.broker.vhost import VHost
@@ -158,6 +163,7 @@ async def publish(request: web.Request) -> web.Response:
         raise HttpError(
             403, f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'"
         )
+    require_topic_permission(who, vhost, "write", name, routing_key)
     codec = who.broker.properties_json
     if codec is None:
         raise HttpError(503, "the AMQP gateway is not running")

@@ -153,9 +153,12 @@ def _fsync(out: list[str], broker: Broker) -> None:
     ]
 
 
-def _process(out: list[str], broker: Broker, memory: int, disk: int) -> None:
+def _process(out: list[str], broker: Broker, memory: int | None, disk: int | None) -> None:
+    """Memory and free disk with their limits; a reading that failed (None) is left out
+    rather than reported as 0."""
     limits = broker.resources.limits
-    _metric(out, "rabbitmq_process_resident_memory_bytes", "gauge", "Resident memory", memory)
+    if memory is not None:
+        _metric(out, "rabbitmq_process_resident_memory_bytes", "gauge", "Resident memory", memory)
     _metric(
         out,
         "rabbitmq_resident_memory_limit_bytes",
@@ -163,7 +166,8 @@ def _process(out: list[str], broker: Broker, memory: int, disk: int) -> None:
         "Memory high watermark",
         limits.memory_high_watermark_bytes,
     )
-    _metric(out, "rabbitmq_disk_space_available_bytes", "gauge", "Free disk space", disk)
+    if disk is not None:
+        _metric(out, "rabbitmq_disk_space_available_bytes", "gauge", "Free disk space", disk)
     _metric(
         out,
         "rabbitmq_disk_space_available_limit_bytes",
@@ -173,12 +177,12 @@ def _process(out: list[str], broker: Broker, memory: int, disk: int) -> None:
     )
 
 
-def _memory_and_disk(data_dir: str) -> tuple[int, int]:
+def _memory_and_disk(data_dir: str) -> tuple[int | None, int | None]:
     try:
-        disk = disk_free_bytes(data_dir)
+        disk: int | None = disk_free_bytes(data_dir)
     except OSError:
-        disk = 0
-    return process_memory_bytes(), disk
+        disk = None
+    return process_memory_bytes() or None, disk  # 0: no /proc to read the RSS from
 
 
 def _text(lines: list[str]) -> web.Response:

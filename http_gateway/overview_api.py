@@ -10,10 +10,10 @@ views count what the caller may see; nodes need `monitoring` or `administrator`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-import resource
 import socket
-import threading
 import time
 from typing import Final
 
@@ -30,6 +30,7 @@ from http_gateway.context import (
 from http_gateway.errors import HttpError
 from http_gateway.listing import list_response, object_response
 from streamq import __version__
+from streamq.broker import process_figures
 from streamq.broker.broker import Broker
 from streamq.broker.cluster_view import NodeRow
 from streamq.broker.resources import disk_free_bytes, process_memory_bytes
@@ -146,46 +147,56 @@ async def get_overview(request: web.Request) -> web.Response:
     return object_response(request, overview(caller(request), request))
 
 
-def _fd_used() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 0
+def process_fields(broker: Broker) -> dict[str, object]:
+    """The process's figures, each measured now (`streamq.broker.process_figures`); a
+    figure that cannot be measured here is left out, not shown as 0. RabbitMQ's Erlang
+    processes are streamq's threads and asyncio tasks, with no limit to report (no
+    `proc_total`); its run queue is the threads ready to run."""
+    fd_limit = process_figures.fd_total()
+    found: dict[str, object | None] = {
+        "fd_used": process_figures.fd_used(),
+        "fd_total": fd_limit,
+        # Client connections over a socket (the broker's own links are "direct"); the
+        # file descriptor limit is the only bound on them.
+        "sockets_used": sum(
+            1 for c in broker.clients.values() if getattr(c, "connection_type", "") != "direct"
+        ),
+        "sockets_total": fd_limit,
+        "proc_used": process_figures.thread_count() + len(asyncio.all_tasks()),
+        "run_queue": process_figures.runnable_threads(),
+        "processors": process_figures.processors(),
+    }
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def node(broker: Broker) -> dict[str, object]:
     """RabbitMQ's node object for this process (`/api/nodes/{name}`)."""
     limits = broker.resources.limits
     alarm = broker.resources.check(log_out_of_space=bool(broker.syncer.out_of_space))
-    try:
-        disk_free = disk_free_bytes(broker.data_dir)
-    except OSError:
-        disk_free = 0
-    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return {
+    out: dict[str, object] = {
         "name": this_node_name(broker),
         "type": "disc",
         "running": True,
         "os_pid": str(os.getpid()),
-        "mem_used": process_memory_bytes(),
         "mem_limit": limits.memory_high_watermark_bytes,
         "mem_alarm": "memory" in alarm,
-        "disk_free": disk_free,
-        "disk_free_limit": limits.disk_free_limit_bytes,
-        "disk_free_alarm": "disk" in alarm,
-        "fd_used": _fd_used(),
-        "fd_total": fd_total,
-        "sockets_used": len(broker.clients),
-        "sockets_total": fd_total,
-        "proc_used": threading.active_count(),
-        "proc_total": threading.active_count(),
-        "processors": os.cpu_count() or 1,
-        "run_queue": 0,
-        "uptime": int((time.monotonic() - broker.started_s) * 1000),
-        "rates_mode": "basic",
-        "db_dir": os.path.abspath(broker.data_dir),
-        "partitions": [],
+        "mem_calculation_strategy": "rss",
     }
+    memory = process_memory_bytes()  # 0: no /proc to read it from
+    if memory:
+        out["mem_used"] = memory
+    with contextlib.suppress(OSError):  # unreadable: left out rather than shown as 0
+        out["disk_free"] = disk_free_bytes(broker.data_dir)
+    out.update(
+        disk_free_limit=limits.disk_free_limit_bytes,
+        disk_free_alarm="disk" in alarm,
+        **process_fields(broker),
+        uptime=int((time.monotonic() - broker.started_s) * 1000),
+        rates_mode="basic",
+        db_dir=os.path.abspath(broker.data_dir),
+        partitions=[],
+    )
+    return out
 
 
 def cluster_fields(row: NodeRow) -> dict[str, object]:

@@ -33,6 +33,7 @@ from http_gateway import (
     segments_api,
     streams_api,
     super_streams_api,
+    topic_permissions_api,
     ui,
     websocket_api,
 )
@@ -54,6 +55,7 @@ ROUTE_MODULES: Final = (
     connections_api,
     metrics_api,
     accounts_api,
+    topic_permissions_api,
     overview_api,
     definitions_api,
     parameters_api,

@@ -2,8 +2,8 @@
 
 Owns how queues, exchanges, bindings, connections, channels and consumers look in the
 management API (RabbitMQ's field names), which connections a user may see, the AMQP
-permission check of a write (`require_permission`) and binding `properties_key`s. It reads
-broker state; it changes nothing.
+permission checks of a write (`require_permission`, `require_topic_permission`) and
+binding `properties_key`s. It reads broker state; it changes nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from streamq.broker.exchange import Binding, Exchange
 from streamq.broker.policies import choose
 from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import QUORUM
+from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.vhost import VHost
 
 NODE: Final = f"streamq@{socket.gethostname()}"
@@ -39,6 +40,26 @@ def require_permission(
         raise HttpError(
             403,
             f"access to {resource} '{shown}' in vhost '{vhost}' refused for user '{who.user.name}'",
+        )
+
+
+def require_topic_permission(
+    who: Caller, vhost: VHost, kind: TopicKind, exchange: str, routing_key: str
+) -> None:
+    """What AMQP would check of a topic exchange (amqp_gateway/access.py): 403 unless the
+    user's `kind` topic permission on `exchange` allows `routing_key`. Other exchanges,
+    and missing ones, are not checked."""
+    found = vhost.exchanges.get(exchange)
+    if found is None or found.type != "topic":
+        return
+    user = who.user.name
+    grants = who.broker.accounts.topic_grants(user, vhost.name)
+    variables = amqp_variables(user, vhost.name)
+    if grants is not None and not grants.permitted(exchange, kind, routing_key, variables):
+        raise HttpError(
+            403,
+            f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+            f"'{vhost.name}' refused for user '{user}'",
         )
 
 
@@ -77,13 +98,16 @@ NO_TLS: Final[dict[str, object]] = dict.fromkeys(
 )
 
 
-def connection_json(client: Client) -> dict[str, object]:
+def connection_json(client: Client, octet_rates: tuple[float, float]) -> dict[str, object]:
+    """RabbitMQ's connection object; `octet_rates`: bytes per second received and sent
+    over the last sampling interval (`Sampler.octet_rates`)."""
+    recv_rate, send_rate = octet_rates
     return {
         "name": client.name,
         "node": NODE,
         # "direct" for the broker's own links (amqp_gateway/direct.py), as RabbitMQ.
         "type": getattr(client, "connection_type", "network"),
-        "state": "blocked" if client.blocked else "running",
+        "state": client.state,
         "protocol": client.protocol,
         "vhost": client.vhost,
         "user": client.user,
@@ -102,7 +126,9 @@ def connection_json(client: Client) -> dict[str, object]:
         "timeout": client.heartbeat_s,
         "client_properties": dict(client.client_properties),
         "recv_oct": client.recv_oct,
+        "recv_oct_details": {"rate": round(recv_rate, 1)},
         "send_oct": client.send_oct,
+        "send_oct_details": {"rate": round(send_rate, 1)},
     }
 
 
@@ -114,6 +140,7 @@ def channel_details(client: Client, number: int) -> dict[str, object]:
     return {
         "name": channel_name(client, number),
         "number": number,
+        "node": NODE,
         "connection_name": client.name,
         "peer_host": client.peer_host,
         "peer_port": client.peer_port,
@@ -126,7 +153,7 @@ def channel_json(client: Client, info: ChannelInfo) -> dict[str, object]:
         "name": channel_name(client, info.number),
         "number": info.number,
         "node": NODE,
-        "state": "running",
+        "state": info.state,
         "vhost": client.vhost,
         "user": client.user,
         "user_who_performed_action": client.user,
@@ -138,8 +165,8 @@ def channel_json(client: Client, info: ChannelInfo) -> dict[str, object]:
         "consumer_count": len(info.consumers),
         "messages_unacknowledged": info.messages_unacknowledged,
         "messages_unconfirmed": info.messages_unconfirmed,
-        "messages_uncommitted": 0,
-        "acks_uncommitted": 0,
+        "messages_uncommitted": info.messages_uncommitted,
+        "acks_uncommitted": info.acks_uncommitted,
         "prefetch_count": info.prefetch_count,
         "global_prefetch_count": info.global_prefetch_count,
         "confirm": info.confirm,
@@ -157,8 +184,8 @@ def consumer_json(client: Client, number: int, consumer: ConsumerInfo) -> dict[s
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch_count,
         "arguments": dict(consumer.arguments),
-        "active": True,
-        "activity_status": "up",
+        "active": consumer.active,
+        "activity_status": consumer.activity_status,
     }
 
 
@@ -218,6 +245,9 @@ def queue_json(
             segments=log.segment_count,
         )
         return out
+    # RabbitMQ's classic queues list both, null when no consumer holds the queue.
+    out["exclusive_consumer_tag"] = queue.exclusive_consumer_tag
+    out["single_active_consumer_tag"] = queue.single_active_consumer_tag
     cursor = queue.cursor
     ready = cursor.message_count
     unacked = cursor.unacked_count

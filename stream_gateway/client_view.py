@@ -74,6 +74,10 @@ class StreamClient:
         return self._session.blocked
 
     @property
+    def state(self) -> str:
+        return "blocked" if self._session.blocked else "running"
+
+    @property
     def auth_mechanism(self) -> str:
         return self._session.auth_mechanism
 

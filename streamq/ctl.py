@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from streamq.broker.accounts import AccountStore, Permission
+from streamq.broker.accounts import AccountStore, Permission, TopicPermission
 from streamq.broker.errors import BrokerError
 from streamq.ctlhttp import commands
 from streamq.ctlhttp.client import EXIT_USAGE, CtlError
@@ -32,6 +32,7 @@ from streamq.ctlhttp.output import Done, Result, Row, Table, render
 LOCK_FILE: Final = ".lock"  # the file `streamq.app.lock_data_dir` locks: keep them in step
 LOCK_PID_BYTES_MAX: Final = 32
 PERMISSION_COLUMNS: Final = ("configure", "write", "read")
+TOPIC_PERMISSION_COLUMNS: Final = ("exchange", "write", "read")
 OFFLINE_HINT: Final = "(if the broker is stopped, give --data-dir to edit its accounts)"
 
 OfflineHandler = Callable[[AccountStore, argparse.Namespace], Result]
@@ -200,6 +201,38 @@ def _permission_row(key: str, permission: Permission) -> Row:
     }
 
 
+# Topic permissions.
+
+
+def _set_topic_permissions(store: AccountStore, args: argparse.Namespace) -> Result:
+    store.set_topic_permissions(args.user, args.vhost, args.exchange, args.write, args.read)
+    return Done(
+        f'Set the topic permissions of user "{args.user}" on exchange "{args.exchange}" '
+        f'in vhost "{args.vhost}".'
+    )
+
+
+def _clear_topic_permissions(store: AccountStore, args: argparse.Namespace) -> Result:
+    store.clear_topic_permissions(args.user, args.vhost, args.exchange)
+    on = f' on exchange "{args.exchange}"' if args.exchange is not None else ""
+    return Done(f'Cleared the topic permissions of user "{args.user}"{on} in vhost "{args.vhost}".')
+
+
+def _list_topic_permissions(store: AccountStore, args: argparse.Namespace) -> Result:
+    found = store.list_topic_permissions(vhost=args.vhost)
+    return Table(("user", *TOPIC_PERMISSION_COLUMNS), [_topic_row("user", t) for t in found])
+
+
+def _list_user_topic_permissions(store: AccountStore, args: argparse.Namespace) -> Result:
+    found = store.list_topic_permissions(user=args.user)
+    return Table(("vhost", *TOPIC_PERMISSION_COLUMNS), [_topic_row("vhost", t) for t in found])
+
+
+def _topic_row(key: str, topic: TopicPermission) -> Row:
+    name = topic.user if key == "user" else topic.vhost
+    return {key: name, "exchange": topic.exchange, "write": topic.write, "read": topic.read}
+
+
 # The verbs that work offline, with --data-dir; the others need a running broker.
 OFFLINE_VERBS: Final[dict[str, OfflineHandler]] = {
     "add_user": _add_user,
@@ -216,4 +249,8 @@ OFFLINE_VERBS: Final[dict[str, OfflineHandler]] = {
     "clear_permissions": _clear_permissions,
     "list_permissions": _list_permissions,
     "list_user_permissions": _list_user_permissions,
+    "set_topic_permissions": _set_topic_permissions,
+    "clear_topic_permissions": _clear_topic_permissions,
+    "list_topic_permissions": _list_topic_permissions,
+    "list_user_topic_permissions": _list_user_topic_permissions,
 }

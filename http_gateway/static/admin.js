@@ -1,4 +1,4 @@
-// Users and permissions, virtual hosts and policies.
+// Users, permissions and topic permissions, virtual hosts and policies.
 
 import { api, enc, listPath } from './api.js';
 import {
@@ -22,8 +22,10 @@ export async function usersPage(ctx) {
   ctx.setTitle('Users');
   const users = h('div');
   const permissions = h('div');
+  const topicPermissions = h('div');
   const refresh = async () => {
-    const [userList, permissionList] = await Promise.all([api('/api/users'), api('/api/permissions')]);
+    const [userList, permissionList, topicList] = await Promise.all([
+      api('/api/users'), api('/api/permissions'), api('/api/topic-permissions')]);
     clear(users, table('users-table', [
       { title: 'Name', class: 'name', value: (u) => u.name },
       { title: 'Tags', value: (u) => (tagList(u.tags).length ? h('span', { class: 'badges' }, tagList(u.tags).map((t) => badge(t))) : '–') },
@@ -55,6 +57,22 @@ export async function usersPage(ctx) {
         }),
       },
     ], permissionList, { empty: 'No permissions.' }));
+    clear(topicPermissions, table('topic-permissions-table', [
+      { title: 'User', value: (t) => t.user },
+      { title: 'Virtual host', value: (t) => t.vhost },
+      { title: 'Exchange', value: (t) => t.exchange },
+      { title: 'Write', value: (t) => h('code', {}, fmtValue(t.write)) },
+      { title: 'Read', value: (t) => h('code', {}, fmtValue(t.read)) },
+      {
+        title: '',
+        class: 'actions-cell',
+        value: (t) => dangerButton('Clear', async () => {
+          await clearTopicPermission(t, topicList);
+          toast(`Topic permissions of ${t.user} on ${t.exchange} cleared.`, 'ok');
+          await refresh();
+        }),
+      },
+    ], topicList, { key: (t) => `${t.vhost}/${t.user}/${t.exchange}`, empty: 'No topic permissions.' }));
   };
   ctx.main.append(
     formCard('Add or update a user', 'user-form', [
@@ -97,8 +115,39 @@ export async function usersPage(ctx) {
       await refresh();
     }),
     card('Permissions', permissions),
+    formCard('Set topic permissions', 'topic-permission-form', [
+      field('User', h('input', { id: 'topic-permission-user', required: true })),
+      field('Virtual host', select('topic-permission-vhost', ctx.vhosts.map((v) => [v, v]), ctx.vhost || ctx.vhosts[0])),
+      field('Exchange', h('input', { id: 'topic-permission-exchange', value: 'amq.topic', required: true })),
+      field('Write', h('input', { id: 'topic-permission-write', value: '.*' }), 'Routing keys it may publish with; {username} and {vhost} expand.'),
+      field('Read', h('input', { id: 'topic-permission-read', value: '.*' }), 'Binding keys it may bind with.'),
+    ], 'Set topic permissions', async (form) => {
+      const user = value(form, 'topic-permission-user').trim();
+      await api(`/api/topic-permissions/${enc(value(form, 'topic-permission-vhost'))}/${enc(user)}`, {
+        method: 'PUT',
+        body: {
+          exchange: value(form, 'topic-permission-exchange'),
+          write: value(form, 'topic-permission-write'),
+          read: value(form, 'topic-permission-read'),
+        },
+      });
+      toast(`Topic permissions of ${user} set.`, 'ok');
+      await refresh();
+    }),
+    card('Topic permissions', topicPermissions),
   );
   return { refresh };
+}
+
+// The API's DELETE clears all of a user's topic permissions in a vhost (RabbitMQ 3.10):
+// to clear one exchange's, the others are put back after it.
+async function clearTopicPermission(topic, topicList) {
+  const path = `/api/topic-permissions/${enc(topic.vhost)}/${enc(topic.user)}`;
+  const others = topicList.filter((t) => t.vhost === topic.vhost && t.user === topic.user && t.exchange !== topic.exchange);
+  await api(path, { method: 'DELETE' });
+  for (const t of others) {
+    await api(path, { method: 'PUT', body: { exchange: t.exchange, write: t.write, read: t.read } });
+  }
 }
 
 export async function vhostsPage(ctx) {

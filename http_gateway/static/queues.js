@@ -141,7 +141,8 @@ function consumersTable(consumers) {
     { title: 'Ack required', value: (c) => fmtValue(c.ack_required) },
     { title: 'Exclusive', value: (c) => fmtValue(c.exclusive) },
     { title: 'Prefetch', num: true, value: (c) => fmtNum(c.prefetch_count) },
-    { title: 'Active', value: (c) => fmtValue(c.active) },
+    // RabbitMQ's activity_status: up, or single_active / waiting on a single-active-consumer queue.
+    { title: 'Activity', value: (c) => c.activity_status || fmtValue(c.active) },
     { title: 'Arguments', value: (c) => kvList(c.arguments) },
   ], consumers, { empty: 'No consumers.' });
 }
@@ -158,6 +159,8 @@ function summary(q) {
     ['Operator policy', q.operator_policy],
     ['Effective policy definition', q.effective_policy_definition && Object.keys(q.effective_policy_definition).length ? q.effective_policy_definition : undefined],
     ['Consumers', q.consumers],
+    ...(q.single_active_consumer_tag ? [['Single active consumer', q.single_active_consumer_tag]] : []),
+    ...(q.exclusive_consumer_tag ? [['Exclusive consumer', q.exclusive_consumer_tag]] : []),
     ['Messages ready', q.messages_ready],
     ['Messages unacked', q.messages_unacknowledged],
     ['Messages total', q.messages],

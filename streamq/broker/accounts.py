@@ -1,8 +1,9 @@
-"""The accounts of a broker: users, vhosts and the permissions of users on vhosts.
+"""The accounts of a broker: users, vhosts, the permissions of users on vhosts and their
+topic permissions on exchanges.
 
-Owns `<data_dir>/definitions/accounts.json` (format below) and the checks made on the
-connection path: `authenticate`, `vhost_access` and `permitted`, each a dict lookup and at
-most one precompiled regex.
+Owns `<data_dir>/definitions/accounts.json` (its format is streamq/broker/accounts_file.py)
+and the checks made on the connection path: `authenticate`, `vhost_access`, `permitted`
+and `topic_grants`, each a dict lookup and at most one precompiled regex.
 
 Rule 1: memory never runs ahead of the disk. A mutator builds the new state, replaces the
 file with it (temp file, fsync, rename, fsync directory) and only then swaps it in with a
@@ -15,105 +16,81 @@ with the first change; a first user other than guest (`FirstUser`) is written at
 
 It does not know connections (the loopback rule is `users.login_allowed`) nor vhost data
 directories (the broker creates and deletes those).
-
-File format, version 1, with the field names of RabbitMQ's definitions export:
-    {"version": 1,
-     "users": [{"name": "guest", "password_hash": "<base64>",
-                "hashing_algorithm": "rabbit_password_hashing_sha256",
-                "tags": ["administrator"]}],
-     "vhosts": [{"name": "/"}],
-     "permissions": [{"user": "guest", "vhost": "/",
-                      "configure": ".*", "write": ".*", "read": ".*"}]}
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Final, Literal
+from dataclasses import dataclass, field, replace
+from typing import Final
 
-from streamq.broker.errors import BrokerError
+from streamq.broker import accounts_file
+from streamq.broker.account_values import (
+    NAME_BYTES_MAX,
+    PATTERN_CHARS_MAX,
+    PERMISSION_KINDS,
+    TAG_BYTES_MAX,
+    AccountError,
+    AccountsCorrupted,
+    AccountValueInvalid,
+    Permission,
+    PermissionKind,
+    UserExists,
+    UserNotFound,
+    VHostExists,
+    VHostNotFound,
+    check_name,
+    check_password_hash,
+    check_tags,
+    compile_regex,
+    hashed,
+    utf8,
+)
+from streamq.broker.topic_permissions import TOPIC_KINDS, TopicGrants, TopicPermission
 from streamq.broker.users import (
     DEFAULT_PASSWORD,
     DEFAULT_TAGS,
     DEFAULT_USER,
-    HASHING_ALGORITHM,
     NO_PASSWORD,
     User,
     check_password,
     hash_password,
-    is_password_hash,
 )
 from streamq.log import files
 from streamq.log.files import fsync_directory, write_file_atomic
 
+__all__ = [  # the names other modules take from here, defined in account_values
+    "NAME_BYTES_MAX",
+    "PATTERN_CHARS_MAX",
+    "PERMISSION_KINDS",
+    "TAG_BYTES_MAX",
+    "AccountError",
+    "AccountStore",
+    "AccountValueInvalid",
+    "AccountsCorrupted",
+    "FirstUser",
+    "Permission",
+    "PermissionKind",
+    "TopicPermission",
+    "UserExists",
+    "UserNotFound",
+    "VHostExists",
+    "VHostNotFound",
+    "check_name",
+    "check_password_hash",
+    "check_tags",
+]
+
 ACCOUNTS_DIR: Final = "definitions"
 ACCOUNTS_FILE: Final = "accounts.json"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = accounts_file.FORMAT_VERSION
 DEFAULT_VHOST: Final = "/"
 FULL_ACCESS: Final = ".*"
-NAME_BYTES_MAX: Final = 255  # user and vhost names travel as AMQP shortstr
-TAG_BYTES_MAX: Final = 255
-PATTERN_CHARS_MAX: Final = 4096
 # RabbitMQ checks the default exchange "" under this name (rabbit_access_control).
 DEFAULT_EXCHANGE_ALIAS: Final = "amq.default"
-
-PermissionKind = Literal["configure", "write", "read"]
-PERMISSION_KINDS: Final[tuple[PermissionKind, ...]] = ("configure", "write", "read")
-
-
-class AccountError(BrokerError):
-    """Base class of the errors of user, vhost and permission management."""
-
-
-class AccountsCorrupted(AccountError):
-    """The accounts file cannot be read; it is left as it is."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(
-            f"accounts file {path} is unreadable ({reason}); repair it or restore it from "
-            "a backup: streamq does not overwrite it"
-        )
-
-
-class AccountValueInvalid(AccountError):
-    """A bad user or vhost name, tag, password or permission regex."""
-
-
-class UserNotFound(AccountError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no user '{name}'")
-
-
-class UserExists(AccountError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"user '{name}' already exists")
-
-
-class VHostNotFound(AccountError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no vhost '{name}'")
-
-
-class VHostExists(AccountError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"vhost '{name}' already exists")
-
-
-@dataclass(frozen=True, slots=True)
-class Permission:
-    """What `user` may do in `vhost`: one regex per kind, "" for nothing."""
-
-    user: str
-    vhost: str
-    configure: str
-    write: str
-    read: str
-
 
 # The compiled regex per kind; None for "", which RabbitMQ turns into a match of nothing.
 _Grant = Mapping[str, "re.Pattern[str] | None"]
@@ -125,6 +102,9 @@ class _State:
     vhosts: frozenset[str]
     permissions: Mapping[tuple[str, str], Permission]
     grants: Mapping[tuple[str, str], _Grant]
+    # By (user, vhost, exchange); their grants by (user, vhost), only for pairs with some.
+    topic_permissions: Mapping[tuple[str, str, str], TopicPermission] = field(default_factory=dict)
+    topic_grants: Mapping[tuple[str, str], TopicGrants] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +137,9 @@ class AccountStore:
         self.path = path
         self._state = state
         self._lock = threading.Lock()
+        # Bumped after every change is in use: caches of answers (a connection's
+        # `Permissions`) compare it to drop what they hold once anything changed.
+        self.generation = 0
 
     @classmethod
     def open(cls, data_dir: str, first_user: FirstUser | None = None) -> AccountStore:
@@ -200,7 +183,7 @@ class AccountStore:
 
         Raises UserExists, AccountValueInvalid.
         """
-        user = User(check_name("user", name), _hash(password), check_tags(tags))
+        user = User(check_name("user", name), hashed(password), check_tags(tags))
         with self._lock:
             state = self._state
             if name in state.users:
@@ -209,7 +192,8 @@ class AccountStore:
         return user
 
     def delete_user(self, name: str) -> None:
-        """Delete a user and its permissions. Fsyncs file and directory before returning.
+        """Delete a user and its permissions, topic ones included. Fsyncs file and
+        directory before returning.
 
         Raises UserNotFound.
         """
@@ -217,11 +201,12 @@ class AccountStore:
             state = self._state
             _require_user(state, name)
             users = {key: user for key, user in state.users.items() if key != name}
-            self._commit(_with_permissions(replace(state, users=users), lambda p: p.user != name))
+            trimmed = _with_permissions(replace(state, users=users), lambda p: p.user != name)
+            self._commit(_keep_topic_permissions(trimmed, lambda t: t.user != name))
 
     def change_password(self, name: str, password: str) -> None:
         """Fsyncs file and directory before returning. Raises UserNotFound, AccountValueInvalid."""
-        self._update_user(name, password_hash=_hash(password))
+        self._update_user(name, password_hash=hashed(password))
 
     def clear_password(self, name: str) -> None:
         """Make password logins of the user fail. Fsyncs file and directory before returning.
@@ -258,7 +243,7 @@ class AccountStore:
             users = {key: user for key, user in state.users.items() if key not in wanted}
             if len(users) != len(state.users):
                 trimmed = _with_permissions(replace(state, users=users), lambda p: p.user in users)
-                self._commit(trimmed)
+                self._commit(_keep_topic_permissions(trimmed, lambda t: t.user in users))
         return sorted(wanted.difference(state.users))
 
     def merge(self, users: Iterable[User], permissions: Iterable[Permission]) -> None:
@@ -317,7 +302,8 @@ class AccountStore:
             self._commit(replace(state, vhosts=state.vhosts | {name}))
 
     def delete_vhost(self, name: str) -> None:
-        """Delete a vhost's definition and the permissions on it (not its data directory).
+        """Delete a vhost's definition and the permissions and topic permissions on it
+        (not its data directory).
 
         Fsyncs file and directory before returning. Raises VHostNotFound.
         """
@@ -325,9 +311,8 @@ class AccountStore:
             state = self._state
             _require_vhost(state, name)
             vhosts = state.vhosts - {name}
-            self._commit(
-                _with_permissions(replace(state, vhosts=vhosts), lambda p: p.vhost != name)
-            )
+            trimmed = _with_permissions(replace(state, vhosts=vhosts), lambda p: p.vhost != name)
+            self._commit(_keep_topic_permissions(trimmed, lambda t: t.vhost != name))
 
     # Permissions.
 
@@ -405,6 +390,78 @@ class AccountStore:
             pattern is not None and pattern.search(resource or DEFAULT_EXCHANGE_ALIAS) is not None
         )
 
+    # Topic permissions.
+
+    def topic_grants(self, user: str, vhost: str) -> TopicGrants | None:
+        """The topic permissions of `user` in `vhost`; None when it has none there, so
+        that a publish needs no topic check at all."""
+        return self._state.topic_grants.get((user, vhost))
+
+    def list_topic_permissions(
+        self, *, user: str | None = None, vhost: str | None = None
+    ) -> list[TopicPermission]:
+        """The topic permissions of `user` and/or on `vhost` (all without either), sorted
+        by vhost, user and exchange. Raises UserNotFound, VHostNotFound for a name given
+        that does not exist."""
+        state = self._state
+        if vhost is not None:
+            _require_vhost(state, vhost)
+        if user is not None:
+            _require_user(state, user)
+        found = [
+            topic
+            for topic in state.topic_permissions.values()
+            if vhost in (None, topic.vhost) and user in (None, topic.user)
+        ]
+        return sorted(found, key=lambda topic: (topic.vhost, topic.user, topic.exchange))
+
+    def set_topic_permissions(
+        self, user: str, vhost: str, exchange: str, write: str, read: str
+    ) -> TopicPermission:
+        """Set (replace) the routing keys `user` may write and read through `exchange` in
+        `vhost`; each a regex, "" for the empty key only. Fsyncs file and directory before
+        returning. Raises UserNotFound, VHostNotFound, AccountValueInvalid for a regex that
+        does not compile."""
+        topic = TopicPermission(user, vhost, exchange, write, read)
+        _check_topic_permission(topic)
+        with self._lock:
+            state = self._state
+            _require_user(state, user)
+            _require_vhost(state, vhost)
+            topics = {**state.topic_permissions, (user, vhost, exchange): topic}
+            self._commit(_with_topic_permissions(state, topics.values()))
+        return topic
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        """Remove the topic permissions of `user` in `vhost` on `exchange`, or on every
+        exchange without one (nothing to do if there are none). Fsyncs file and directory
+        before returning. Raises UserNotFound, VHostNotFound."""
+        with self._lock:
+            state = self._state
+            _require_user(state, user)
+            _require_vhost(state, vhost)
+            trimmed = _keep_topic_permissions(
+                state,
+                lambda t: (t.user, t.vhost) != (user, vhost) or exchange not in (None, t.exchange),
+            )
+            if trimmed != state:
+                self._commit(trimmed)
+
+    def merge_topic_permissions(self, topics: Iterable[TopicPermission]) -> None:
+        """Add or replace `topics` in one change (a definitions import). Fsyncs file and
+        directory before returning. Raises AccountValueInvalid, UserNotFound, VHostNotFound."""
+        added = {(t.user, t.vhost, t.exchange): t for t in topics}
+        for topic in added.values():
+            _check_topic_permission(topic)
+        with self._lock:
+            state = self._state
+            for user, vhost, _ in added:
+                _require_user(state, user)
+                _require_vhost(state, vhost)
+            merged = _with_topic_permissions(state, {**state.topic_permissions, **added}.values())
+            if merged != state:
+                self._commit(merged)
+
     def _commit(self, state: _State) -> None:
         """Replace the file with `state`, then use it; fsyncs file and directory first."""
         directory = os.path.dirname(self.path)
@@ -413,75 +470,15 @@ class AccountStore:
             fsync_directory(os.path.dirname(directory))
         write_file_atomic(self.path, _encode(state), fsync_dir=True)
         self._state = state
-
-
-# Validation, shared by the mutators and the file reader.
-
-
-def check_name(what: str, name: str) -> str:
-    """`name` if it is a valid user or vhost name; raises AccountValueInvalid otherwise."""
-    if not name:
-        raise AccountValueInvalid(f"{what} name must not be empty")
-    size = len(_utf8(f"{what} name", name))
-    if size > NAME_BYTES_MAX:
-        raise AccountValueInvalid(f"{what} name is {size} bytes, longer than {NAME_BYTES_MAX}")
-    return name
-
-
-def check_tags(tags: Iterable[str]) -> tuple[str, ...]:
-    """The tags, split at commas as RabbitMQ's HTTP API does, stripped and without repeats."""
-    found: dict[str, None] = {}
-    for text in tags:
-        for tag in (part.strip() for part in text.split(",")):
-            if len(_utf8("tag", tag)) > TAG_BYTES_MAX:
-                raise AccountValueInvalid(
-                    f"tag '{tag[:40]}...' is longer than {TAG_BYTES_MAX} bytes"
-                )
-            if tag:
-                found[tag] = None
-    return tuple(found)
-
-
-def check_password_hash(password_hash: str) -> str:
-    """`password_hash` if it is a sha256 hash (or NO_PASSWORD); AccountValueInvalid otherwise."""
-    if not is_password_hash(password_hash):
-        raise AccountValueInvalid(
-            "password_hash is not a rabbit_password_hashing_sha256 hash "
-            "(base64 of a 4-byte salt and a 32-byte digest)"
-        )
-    return password_hash
-
-
-def _hash(password: str) -> str:
-    _utf8("password", password)
-    return hash_password(password)
-
-
-def _utf8(what: str, text: str) -> bytes:
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        raise AccountValueInvalid(f"{what} is not valid UTF-8") from None
+        self.generation += 1  # after the state: a reader that sees it sees the new state
 
 
 def _compile(permission: Permission) -> _Grant:
     grant: dict[str, re.Pattern[str] | None] = {}
     for kind in PERMISSION_KINDS:
         regex: str = getattr(permission, kind)
-        grant[kind] = _compile_one(kind, regex)
+        grant[kind] = compile_regex(kind, regex)
     return grant
-
-
-def _compile_one(kind: str, regex: str) -> re.Pattern[str] | None:
-    if len(regex) > PATTERN_CHARS_MAX:
-        raise AccountValueInvalid(f"{kind} regex is longer than {PATTERN_CHARS_MAX} characters")
-    if regex == "":
-        return None
-    _utf8(f"{kind} regex", regex)
-    try:
-        return re.compile(regex)
-    except re.error as exc:
-        raise AccountValueInvalid(f"invalid {kind} regex '{regex}': {exc}") from None
 
 
 def _require_user(state: _State, name: str) -> User:
@@ -503,6 +500,30 @@ def _with_permissions(state: _State, keep: Callable[[Permission], bool]) -> _Sta
     return replace(state, permissions=permissions, grants=grants)
 
 
+def _keep_topic_permissions(state: _State, keep: Callable[[TopicPermission], bool]) -> _State:
+    """`state` with only the topic permissions `keep` accepts."""
+    return _with_topic_permissions(state, filter(keep, state.topic_permissions.values()))
+
+
+def _with_topic_permissions(state: _State, topics: Iterable[TopicPermission]) -> _State:
+    """`state` with exactly `topics` as its topic permissions, their grants rebuilt."""
+    by_key = {(t.user, t.vhost, t.exchange): t for t in topics}
+    by_pair: dict[tuple[str, str], list[TopicPermission]] = {}
+    for topic in by_key.values():
+        by_pair.setdefault((topic.user, topic.vhost), []).append(topic)
+    grants = {pair: TopicGrants(found) for pair, found in by_pair.items()}
+    return replace(state, topic_permissions=by_key, topic_grants=grants)
+
+
+def _check_topic_permission(topic: TopicPermission) -> None:
+    """Raises AccountValueInvalid for a regex that does not compile or an exchange name
+    that is not a valid shortstr."""
+    if len(utf8("exchange name", topic.exchange)) > NAME_BYTES_MAX:
+        raise AccountValueInvalid(f"exchange name is longer than {NAME_BYTES_MAX} bytes")
+    for kind in TOPIC_KINDS:
+        compile_regex(kind, getattr(topic, kind))
+
+
 def _make_state(
     users: Iterable[User], vhosts: Iterable[str], permissions: Iterable[Permission]
 ) -> _State:
@@ -517,106 +538,18 @@ def _default_state(first_user: FirstUser) -> _State:
     return _make_state([user], [DEFAULT_VHOST], [full])
 
 
-# The file format (see the module docstring).
+def _decode(path: str, data: bytes) -> _State:
+    """The state in `data`; raises AccountsCorrupted naming `path` if it is not valid."""
+    record = accounts_file.decode(path, data)
+    state = _make_state(record.users, record.vhosts, record.permissions)
+    return _with_topic_permissions(state, record.topic_permissions)
 
 
 def _encode(state: _State) -> bytes:
-    users = [
-        {
-            "name": user.name,
-            "password_hash": user.password_hash,
-            "hashing_algorithm": HASHING_ALGORITHM,
-            "tags": list(user.tags),
-        }
-        for user in sorted(state.users.values(), key=lambda user: user.name)
-    ]
-    permissions = [
-        {
-            "user": p.user,
-            "vhost": p.vhost,
-            "configure": p.configure,
-            "write": p.write,
-            "read": p.read,
-        }
-        for p in sorted(state.permissions.values(), key=lambda p: (p.vhost, p.user))
-    ]
-    document = {
-        "version": FORMAT_VERSION,
-        "users": users,
-        "vhosts": [{"name": name} for name in sorted(state.vhosts)],
-        "permissions": permissions,
-    }
-    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
-
-
-class _FormatError(Exception):
-    """A reason the accounts file cannot be read; becomes AccountsCorrupted."""
-
-
-def _decode(path: str, data: bytes) -> _State:
-    """The state in `data`; raises AccountsCorrupted naming `path` if it is not valid."""
-    try:
-        document = _object(json.loads(data.decode("utf-8")), "the document")
-        version = document.get("version")
-        if type(version) is not int or version != FORMAT_VERSION:
-            raise _FormatError(f"version {version!r}, this streamq reads {FORMAT_VERSION}")
-        users = [_decode_user(entry) for entry in _array(document, "users")]
-        vhosts = [
-            check_name("vhost", _string(entry, "name")) for entry in _array(document, "vhosts")
-        ]
-        permissions = [_decode_permission(entry) for entry in _array(document, "permissions")]
-        _check_references(users, vhosts, permissions)
-        return _make_state(users, vhosts, permissions)
-    except (ValueError, _FormatError, AccountValueInvalid) as exc:  # JSONDecodeError, UnicodeError
-        raise AccountsCorrupted(path, str(exc)) from None
-
-
-def _decode_user(entry: object) -> User:
-    name = check_name("user", _string(entry, "name"))
-    algorithm = _string(entry, "hashing_algorithm")
-    if algorithm != HASHING_ALGORITHM:
-        raise _FormatError(f"user '{name}': unsupported hashing_algorithm '{algorithm}'")
-    password_hash = _string(entry, "password_hash")
-    if not is_password_hash(password_hash):
-        raise _FormatError(f"user '{name}': malformed password_hash")
-    tags = _object(entry, "a user").get("tags")
-    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
-        raise _FormatError(f"user '{name}': tags is not a list of strings")
-    return User(name, password_hash, check_tags(tags))
-
-
-def _decode_permission(entry: object) -> Permission:
-    user, vhost = _string(entry, "user"), _string(entry, "vhost")
-    regexes = [_string(entry, kind) for kind in PERMISSION_KINDS]
-    return Permission(user, vhost, *regexes)
-
-
-def _check_references(users: list[User], vhosts: list[str], permissions: list[Permission]) -> None:
-    names = {user.name for user in users}
-    if len(names) != len(users) or len(set(vhosts)) != len(vhosts):
-        raise _FormatError("a user or vhost is listed twice")
-    if len({(p.user, p.vhost) for p in permissions}) != len(permissions):
-        raise _FormatError("permissions of a user on a vhost are listed twice")
-    for p in permissions:
-        if p.user not in names or p.vhost not in vhosts:
-            raise _FormatError(f"permissions of unknown user '{p.user}' or vhost '{p.vhost}'")
-
-
-def _object(value: object, what: str) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise _FormatError(f"{what} is not a JSON object")
-    return value
-
-
-def _array(document: dict[str, object], key: str) -> list[object]:
-    value = document.get(key)
-    if not isinstance(value, list):
-        raise _FormatError(f"'{key}' is not a list")
-    return value
-
-
-def _string(entry: object, key: str) -> str:
-    value = _object(entry, f"an entry with '{key}'").get(key)
-    if not isinstance(value, str):
-        raise _FormatError(f"'{key}' is not a string in {json.dumps(entry)[:80]}")
-    return value
+    record = accounts_file.AccountsRecord(
+        list(state.users.values()),
+        list(state.vhosts),
+        list(state.permissions.values()),
+        list(state.topic_permissions.values()),
+    )
+    return accounts_file.encode(record)

@@ -66,7 +66,8 @@ class Broker:
         # API lists and closes them), and the gateway's properties <-> JSON translation.
         self.clients: dict[str, Client] = {}
         self.properties_json: PropertiesJson | None = None
-        self.stats_sampler = Sampler()  # message rates, ticked by the gateway's timer
+        # Message rates and connections' byte rates, ticked by the gateway's timer.
+        self.stats_sampler = Sampler(clients=self.clients)
         # Called with each vhost created at run time (the AMQP gateway hooks it up).
         self.vhost_listeners: list[Callable[[VHost], None]] = []
         self.started_s = time.monotonic()

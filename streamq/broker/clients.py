@@ -25,6 +25,14 @@ class ConsumerInfo:
     exclusive: bool
     prefetch_count: int
     arguments: Mapping[str, object]
+    # RabbitMQ 3.10's `activity_status` (`Queue.activity_status`): "up", or on a
+    # single-active-consumer queue "single_active" and "waiting"; `active` is false
+    # only for "waiting".
+    activity_status: str = "up"
+
+    @property
+    def active(self) -> bool:
+        return self.activity_status != "waiting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,12 @@ class ChannelInfo:
     messages_unacknowledged: int
     messages_unconfirmed: int
     consumers: tuple[ConsumerInfo, ...]
+    # The open transaction (tx.select): the publishes, and the messages basic.ack
+    # acknowledged, that tx.commit will apply (RabbitMQ's counts: the nacks and rejects
+    # it holds are not in acks_uncommitted).
+    messages_uncommitted: int = 0
+    acks_uncommitted: int = 0
+    state: str = "running"  # RabbitMQ's channel states: "running", "flow", "closing"
 
 
 class Client(Protocol):
@@ -98,6 +112,12 @@ class Client(Protocol):
     @property
     def blocked(self) -> bool:
         """A resource alarm blocks this publisher."""
+
+    @property
+    def state(self) -> str:
+        """RabbitMQ's connection state: "running"; "blocking" (an alarm is on, the
+        connection has not published since) and "blocked" (it published and is no longer
+        read); "flow" (held by publisher flow control); "closing"."""
 
     @property
     def auth_mechanism(self) -> str:

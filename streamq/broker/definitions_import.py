@@ -6,7 +6,7 @@ Owns the one import, which the management API (`POST /api/definitions[/{vhost}]`
 boot-time `load_definitions` setting both run. Import is idempotent (declarations of what
 exists with the same attributes change nothing) and durable on return: accounts fsync in a
 worker thread, each vhost touched waits for a sync round. Parts streamq does not have
-(topic permissions, vhost limits, global parameters, parameters of other plugins) are
+(vhost limits, global parameters, parameters of other plugins) are
 accepted and ignored with a log line. A malformed document raises DefinitionsInvalid;
 the vhost's own checks raise their domain errors (PreconditionFailed...). It knows
 neither HTTP nor status codes.
@@ -24,6 +24,7 @@ from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
 from streamq.broker.link_definitions import COMPONENTS, ParameterInvalid
+from streamq.broker.topic_permissions import TOPIC_KINDS, TopicPermission
 from streamq.broker.users import HASHING_ALGORITHM, User
 from streamq.broker.vhost import VHost
 
@@ -121,6 +122,12 @@ def parse_permission(entry: Entry) -> Permission:
     return Permission(_text(entry, "user"), _text(entry, "vhost"), *regexes)
 
 
+def parse_topic_permission(entry: Entry) -> TopicPermission:
+    regexes = [_text(entry, kind) for kind in TOPIC_KINDS]
+    user, vhost, exchange = (_text(entry, key) for key in ("user", "vhost", "exchange"))
+    return TopicPermission(user, vhost, exchange, *regexes)
+
+
 class Importer:
     """One import: the document's entities applied to the broker, vhost by vhost."""
 
@@ -147,19 +154,23 @@ class Importer:
         return vhost
 
     async def accounts(self) -> None:
-        """Vhosts first (created and opened), then users and permissions in one change."""
+        """Vhosts first (created and opened), then users and permissions in one change,
+        then topic permissions in another."""
         doc = self.document
         names = [_text(e, "name") for e in _entries(doc, "vhosts")]
         users = [parse_user(e) for e in _entries(doc, "users")]
         permissions = [parse_permission(e) for e in _entries(doc, "permissions")]
+        topics = [parse_topic_permission(e) for e in _entries(doc, "topic_permissions")]
         for name in names:
             if not self.broker.accounts.has_vhost(name):
                 await self.broker.create_vhost(name)
         if users or permissions:
             await self.broker.change_durably(self.broker.accounts.merge, users, permissions)
-        for key in ("topic_permissions", "global_parameters"):
-            if _entries(doc, key):
-                logger.info("definitions import: %s are not supported; ignored", key)
+        if topics:
+            accounts = self.broker.accounts
+            await self.broker.change_durably(accounts.merge_topic_permissions, topics)
+        if _entries(doc, "global_parameters"):
+            logger.info("definitions import: global_parameters are not supported; ignored")
 
     def policies(self) -> None:
         for entry in _entries(self.document, "policies"):

@@ -181,6 +181,33 @@ class Queue:
         return self.cursor.message_count
 
     @property
+    def single_active(self) -> bool:
+        """x-single-active-consumer: only the first consumer to subscribe gets messages,
+        until it leaves (VHost._drain_queue); the others wait."""
+        return self.arguments.get("x-single-active-consumer") is True
+
+    def activity_status(self, consumer: Consumer) -> str:
+        """RabbitMQ 3.10's consumer `activity_status`: "single_active" for the consumer
+        that gets this single-active-consumer queue's messages, "waiting" for the others,
+        "up" for every consumer of any other queue."""
+        if not self.single_active:
+            return "up"
+        consumers = self.consumers
+        return "single_active" if consumers and consumers[0] is consumer else "waiting"
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        """The tag of the consumer a single-active-consumer queue delivers to; None
+        without one (or for another kind of queue)."""
+        consumers = self.consumers
+        return consumers[0].tag if self.single_active and consumers else None
+
+    @property
+    def exclusive_consumer_tag(self) -> str | None:
+        """The tag of the consumer that holds the queue with basic.consume exclusive."""
+        return next((c.tag for c in self.consumers if c.exclusive), None)
+
+    @property
     def max_priority(self) -> int | None:
         """x-max-priority: None for a queue without priorities."""
         cursor = self.cursor

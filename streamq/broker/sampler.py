@@ -1,15 +1,18 @@
 """The sampler of message statistics: a vhost's totals and every counter's rates.
 
 Owns the periodic sample (`Sampler.tick`, from the gateway's housekeeping) and the sums
-over a vhost's queues and exchanges (`vhost_counts`). The counters themselves are
+over a vhost's queues and exchanges (`vhost_counts`), and the byte rates of each client
+connection (`octet_rates`: RabbitMQ's `recv_oct_details` and `send_oct_details`, from
+the connections' own byte counts at each sample). The counters themselves are
 `stats.MessageStats`, which queues and vhosts hold; this module reads vhosts, so it sits
 above them in the imports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from streamq.broker.clients import Client
 from streamq.broker.stats import (
     FIELDS,
     STATS_INTERVAL_S,
@@ -41,15 +44,23 @@ class Sampler:
     """Samples every queue, exchange and vhost each `interval_s`; `tick` is called by a
     timer more often than that (the gateway's housekeeping)."""
 
-    def __init__(self, interval_s: float = STATS_INTERVAL_S) -> None:
+    def __init__(
+        self, interval_s: float = STATS_INTERVAL_S, clients: Mapping[str, Client] | None = None
+    ) -> None:
         self.interval_s = interval_s
         self.last_s: float | None = None
         # The vhosts' totals at the last sample, keyed by vhost name.
         self.vhost_totals: dict[str, MessageStats] = {}
+        self.clients: Mapping[str, Client] = clients if clients is not None else {}
+        # Per connection name: (recv_oct, send_oct) at the last sample, and the rates in
+        # bytes per second between the last two samples.
+        self._octets: dict[str, tuple[int, int]] = {}
+        self._octet_rates: dict[str, tuple[float, float]] = {}
 
     def tick(self, vhosts: Iterable[VHost], now_s: float) -> bool:
         """Take a sample if the interval has passed; returns whether one was taken."""
-        if self.last_s is not None and now_s - self.last_s < self.interval_s:
+        previous_s = self.last_s
+        if previous_s is not None and now_s - previous_s < self.interval_s:
             return False
         self.last_s = now_s
         seen = set()
@@ -63,7 +74,23 @@ class Sampler:
             totals.sample(vhost_counts(vhost), now_s)
         for gone in set(self.vhost_totals) - seen:
             del self.vhost_totals[gone]
+        self._sample_octets(now_s - previous_s if previous_s is not None else None)
         return True
+
+    def _sample_octets(self, elapsed_s: float | None) -> None:
+        octets: dict[str, tuple[int, int]] = {}
+        rates: dict[str, tuple[float, float]] = {}
+        for name, client in self.clients.items():
+            now = octets[name] = (client.recv_oct, client.send_oct)
+            before = self._octets.get(name)
+            if before is not None and elapsed_s:
+                rates[name] = ((now[0] - before[0]) / elapsed_s, (now[1] - before[1]) / elapsed_s)
+        self._octets, self._octet_rates = octets, rates
+
+    def octet_rates(self, name: str) -> tuple[float, float]:
+        """Bytes per second received from and sent to connection `name` between the last
+        two samples (0.0 until it has been sampled twice)."""
+        return self._octet_rates.get(name, (0.0, 0.0))
 
     def vhost_json(self, vhost: VHost) -> dict[str, object]:
         """The vhost's `message_stats`: live totals, rates of the last sample."""

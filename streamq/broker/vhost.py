@@ -1128,7 +1128,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             if not queue.holds_expiring:
                 runs_from = self._runs_from(queue, now_ms, fresh_from)
 
-        if queue.arguments.get("x-single-active-consumer") is True:
+        if queue.single_active:
             groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
         elif any(c.priority for c in consumers):
             groups = priority_groups(consumers)  # x-priority: higher ones first

@@ -247,6 +247,30 @@ VERBS: Final = (
         accounts.list_user_permissions,
         ("user",),
     ),
+    # Topic permissions.
+    Verb(
+        "set_topic_permissions",
+        "set a user's write and read routing key regexes on a topic exchange of a vhost",
+        accounts.set_topic_permissions,
+        ("user", "exchange", "write", "read"),
+    ),
+    Verb(
+        "clear_topic_permissions",
+        "remove a user's topic permissions in a vhost (on one exchange if given)",
+        accounts.clear_topic_permissions,
+        ("user", "exchange?"),
+    ),
+    Verb(
+        "list_topic_permissions",
+        "list the topic permissions in a vhost",
+        accounts.list_topic_permissions,
+    ),
+    Verb(
+        "list_user_topic_permissions",
+        "list a user's topic permissions",
+        accounts.list_user_topic_permissions,
+        ("user",),
+    ),
     # Queues.
     Verb("list_queues", "list the queues of a vhost", entities.list_queues, ("columns...",)),
     Verb(

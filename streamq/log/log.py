@@ -50,6 +50,7 @@ from streamq.log.errors import (
     fenced,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
+from streamq.log.recent import RecentWrites
 from streamq.log.recovery import create_segment, recover
 from streamq.log.segment import Segment, read_records
 from streamq.log.space import (
@@ -195,9 +196,7 @@ class SegmentLog:
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
         # and, up to `recent_bytes_max`, a while longer.
-        self._recent: deque[tuple[Segment, int, bytearray, concurrent.futures.Future[None]]]
-        self._recent = deque()
-        self._recent_bytes = 0
+        self._recent = RecentWrites()
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
@@ -527,7 +526,10 @@ class SegmentLog:
         self._buffer = bytearray()
         writes = self._writes
         written = self._submit_write(writer, position, buffer)
-        self._keep_recent(segment, position, buffer, written)
+        self._recent.add(segment, position, buffer, written)
+        # A write parked by a full disk is done but not on disk: nothing goes then (its
+        # future completes after it is parked, so no parked bytes means it was written).
+        self._recent.trim(self.config.recent_bytes_max, writes_parked=self._stalled.bytes != 0)
         writes.append((written, len(buffer)))
         self._writes_bytes += len(buffer)
         while writes and (
@@ -923,27 +925,6 @@ class SegmentLog:
                 raise self._fail(exc) from exc
         return out
 
-    def _keep_recent(
-        self,
-        segment: Segment,
-        position: int,
-        buffer: bytearray,
-        written: concurrent.futures.Future[None],
-    ) -> None:
-        recent = self._recent
-        recent.append((segment, position, buffer, written))
-        self._recent_bytes += len(buffer)
-        keep = self.config.recent_bytes_max
-        # A write parked by a full disk is done but not on disk: nothing goes then (its
-        # future completes after it is parked, so no parked bytes means it was written).
-        while (
-            recent
-            and recent[0][3].done()
-            and self._stalled.bytes == 0
-            and self._recent_bytes - len(recent[0][2]) >= keep
-        ):
-            self._recent_bytes -= len(recent.popleft()[2])
-
     def locate(self, offset: int) -> tuple[int, int, int]:
         """Where to read on from for the record at `offset`, durable or not: (the base
         offset of its segment, the position of a record at or before it there, from
@@ -986,12 +967,12 @@ class SegmentLog:
                 start = position - memory_from
                 with memoryview(self._buffer) as view:  # a copy: the buffer grows
                     return bytes(view[start : start + size])
-        for kept, start, data, _ in self._recent:
-            if kept is segment:
-                if start <= position < start + len(data):
-                    with memoryview(data) as view:
-                        return bytes(view[position - start : position - start + size])
-                memory_from = min(memory_from, start)
+        data, start = self._recent.find(segment, position)
+        if data is not None:
+            with memoryview(data) as view:
+                return bytes(view[position - start : position - start + size])
+        if start >= 0:
+            memory_from = min(memory_from, start)
         size = min(size, memory_from - position)
         try:
             return os.pread(self._read_fd(segment), size, position)
@@ -1008,7 +989,7 @@ class SegmentLog:
         if i < 0 or self._bases[i] != base_offset:
             raise OffsetOutOfRange(base_offset, self.start_offset)
         segment = self._segments[i]
-        if not segment.sealed or any(kept is segment for kept, _, _, _ in self._recent):
+        if not segment.sealed or self._recent.holds(segment):
             return self.read_at(base_offset, position, size)
         end = min(position + size, segment.size_bytes)
         if position >= end:

@@ -136,6 +136,37 @@ def test_vhosts_users_permissions_and_policies(broker: RunningBroker, driver: We
     assert isinstance(permission, dict)
     assert (permission["configure"], permission["write"], permission["read"]) == (".*", "^$", ".*")
 
+    # A topic permission set through the form is listed and stored; Clear removes it.
+    open_form(driver, "topic-permission-form")
+    fill(
+        driver,
+        {
+            "topic-permission-user": "ops",
+            "topic-permission-vhost": "ui-staging",
+            "topic-permission-exchange": "amq.topic",
+            "topic-permission-write": "^ops\\.",
+        },
+    )
+    driver.find_element(By.ID, "topic-permission-form-submit").click()
+    row = ("ops", "ui-staging", "amq.topic", "^ops\\.")
+    wait(driver).until(lambda d: _has_row(d, "topic-permissions-table", row))
+    assert api_get(broker, "/api/topic-permissions/ui-staging/ops") == [
+        {
+            "user": "ops",
+            "vhost": "ui-staging",
+            "exchange": "amq.topic",
+            "write": "^ops\\.",
+            "read": ".*",
+        }
+    ]
+    clear_button = visible(
+        driver, '#topic-permissions-table tr[data-key="ui-staging/ops/amq.topic"] button'
+    )
+    gone(driver, ".toast")  # the "set" toast covers the last row's button for 4 s
+    confirm_click(clear_button)
+    wait(driver).until(lambda d: not _has_row(d, "topic-permissions-table", row))
+    assert api_get(broker, "/api/users/ops/topic-permissions") == []
+
     # Saving the user again without a password keeps the password.
     fill(driver, {"user-name": "ops", "user-password": "", "user-tags": "monitoring, management"})
     driver.find_element(By.ID, "user-form-submit").click()

@@ -61,7 +61,8 @@ def normalised(document: dict[str, object]) -> dict[str, object]:
         return json.dumps(entry, sort_keys=True)
 
     out: dict[str, object] = {}
-    for part in ("users", "vhosts", "permissions", "policies", "queues", "exchanges", "bindings"):
+    parts = ("users", "vhosts", "permissions", "topic_permissions", "policies", "queues")
+    for part in (*parts, "exchanges", "bindings"):
         entries = document[part]
         assert isinstance(entries, list)
         if part == "users":
