@@ -883,8 +883,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             run[0] = self._dead_letter_record(queue, record, "expired", now_ms, run[0])
             cursor.dropped(offset, len(record.body))
 
+        expired = self._expiry_check(queue, now_ms, fresh_from)
+        if queue.at_least_once:
+            expired = self.dead_letters.bounded(expired)  # the rest at the next tick
         try:
-            taken = cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from), dead_letter)
+            taken = cursor.take_expired(expired, dead_letter)
         except MessageUnreadable as exc:
             self.fail_queue(queue, str(exc))
             return 0

@@ -13,7 +13,11 @@ import pytest
 
 from amqp_gateway.codec import BasicProperties, encode_properties
 from amqp_gateway.deaths import AmqpPropertiesCodec
-from streamq.broker.dead_letters import RETRY_INTERVAL_MS, SENDS_PER_TICK_MAX
+from streamq.broker.dead_letters import (
+    HOLDS_PER_EXPIRY_MAX,
+    RETRY_INTERVAL_MS,
+    SENDS_PER_TICK_MAX,
+)
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
 from streamq.log.syncer import Syncer
@@ -114,3 +118,20 @@ def test_a_deleted_source_or_one_leaving_at_least_once_lets_go(host: VHost) -> N
     host.set_policy("strategy", strategy, operator=False)
     assert host.dead_letters.count == 0 and not other.cursor.dead
     assert other.cursor.low_water_offset() is None  # nothing of them is needed any more
+
+
+def test_a_large_expired_head_is_held_over_several_passes(host: VHost) -> None:
+    count = HOLDS_PER_EXPIRY_MAX * 2 + 5
+    target = host.declare_queue("target", False, True, False, False, {}, owner=None)
+    arguments = {**AT_LEAST_ONCE, "x-message-ttl": 0}
+    source = host.declare_queue("source", False, True, False, False, arguments, owner=None)
+    for n in range(count):
+        host.publish("", "source", PLAIN, b"%d" % n, [source], 1_000)
+    passes = []
+    while source.cursor.message_count:
+        passes.append(host.expire_head(source, 2_000))
+    assert passes == [HOLDS_PER_EXPIRY_MAX, HOLDS_PER_EXPIRY_MAX, 5]
+    host.log.sync_blocking()
+    host.dead_letters.tick(2_000)
+    assert not source.cursor.dead
+    assert bodies(host, target) == [b"%d" % n for n in range(count)]
