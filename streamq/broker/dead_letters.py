@@ -259,7 +259,9 @@ class DeadLetters:
         size = len(record.body)
         taking = [q for q in due if not q.refuses(size)]
         if taking:
-            host.publish(exchange_name, copy.routing_key, copy.properties, record.body, taking)
+            host.publish(
+                exchange_name, copy.routing_key, copy.properties, record.body, taking, now_ms
+            )
             held.sent_to.update(q.name for q in taking)
             held.copies.append((host.log, host.log.next_offset))
             for target in taking:
