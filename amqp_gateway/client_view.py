@@ -127,7 +127,7 @@ class AmqpClient:
         return out
 
     def close(self, reason: str) -> None:
-        self._session.force_close(reason)
+        self._session.force_close(reason, wait_close_ok=True)
 
     def cancel_consumer(self, channel: int, tag: str) -> bool:
         session = self._session.channels.get(channel)

@@ -108,6 +108,10 @@ class Connection:
         self._channels: dict[int, assembly.ProtocolChannel] = {}
         self._last_received_s = now_s
         self._last_sent_s = now_s
+        # We answered the client's connection.close: it hangs up once it reads the
+        # close-ok, and bytes it sent before reading it are still on their way (the
+        # server reads and discards them until then, as RabbitMQ's closed state).
+        self.close_ok_sent = False
 
     # -- input -----------------------------------------------------------------------------
 
@@ -413,6 +417,7 @@ class Connection:
             if isinstance(method, m.ConnectionClose):
                 _answer_in_order(events)
                 self.send_method(0, m.ConnectionCloseOk())
+                self.close_ok_sent = True
                 self._closed(events, method.reply_code, method.reply_text)
             elif isinstance(method, m.ConnectionCloseOk):
                 self._closed(events, 200, "closed")
@@ -420,6 +425,7 @@ class Connection:
         if state is State.OPEN and isinstance(method, m.ConnectionClose):
             _answer_in_order(events)
             self.send_method(0, m.ConnectionCloseOk())
+            self.close_ok_sent = True
             self._closed(events, method.reply_code, method.reply_text)
         elif state is State.OPEN and isinstance(method, m.ConnectionUpdateSecret):
             _answer_in_order(events)

@@ -58,6 +58,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT_S: Final = 10.0  # wait this long for close-ok before dropping the socket
+# After our close-ok, the socket stays open (reading and discarding) until the client
+# hangs up, at most this long: closing at once reset the connection under a client that
+# still had publishes queued behind its close (EPIPE/ECONNRESET, its close() never
+# returned). RabbitMQ's reader waits up to its heartbeat timeout, 30 s at most.
+CLOSED_LINGER_S: Final = 5.0
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
 # A read from a socket takes at most this much; the shared read buffer also holds a
 # connection's partial frame in front of it. uvloop's own reads were 256 KiB: 1 MiB cut
@@ -102,6 +107,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self._heartbeat: asyncio.TimerHandle | None = None
         self.confirming = False  # publishing.confirm_loop runs (one task at most)
         self._closing_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None  # see CLOSED_LINGER_S
         self._connected_s = time.monotonic()
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0  # bytes read and written, for the management API
@@ -294,17 +300,25 @@ class AmqpSession(asyncio.BufferedProtocol):
                     self.vhost.kick(consumer.queue)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         self._cleanup()
 
     def note_output(self) -> None:
         self.gateway.want_flush(self)
 
-    def force_close(self, reason: str) -> None:
+    def force_close(self, reason: str, wait_close_ok: bool = False) -> None:
+        """Close with 320 CONNECTION_FORCED. With `wait_close_ok` (the management API's
+        close, as RabbitMQ's) the socket stays open, discarding what comes, until the
+        client's close-ok or CLOSE_TIMEOUT_S; else (shutdown) it closes at once."""
         events: list[Event] = []
         self.conn.close(320, f"CONNECTION_FORCED - {reason}", 0, 0, events)
+        if wait_close_ok and self.conn.state is State.CLOSING:
+            self._start_closing_timer()
         self._handle_events(events)
         self.flush()
-        if self._transport is not None:
+        if self._transport is not None and not wait_close_ok:
             self._transport.close()
 
     def flush(self) -> None:
@@ -316,7 +330,21 @@ class AmqpSession(asyncio.BufferedProtocol):
             self.send_oct += len(data)
             transport.write(data)
         if self.conn.state is State.CLOSED:
-            transport.close()
+            if self.conn.close_ok_sent:
+                self._linger(transport)
+            else:
+                transport.close()
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Keep reading (the protocol discards it) until the client hangs up (asyncio
+        closes the transport at its EOF) or CLOSED_LINGER_S passes."""
+        if self._linger_timer is not None or transport.is_closing():
+            return
+        if self._holds:
+            self._holds.clear()
+            transport.resume_reading()
+        loop = asyncio.get_running_loop()
+        self._linger_timer = loop.call_later(CLOSED_LINGER_S, transport.close)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -440,10 +468,14 @@ class AmqpSession(asyncio.BufferedProtocol):
     def _fail_now(self, exc: errors.AMQPError, channel: int) -> None:
         events: list[Event] = []
         self.conn.fail(exc, channel, events)
-        if self.conn.state is State.CLOSING and self._closing_timer is None:
+        if self.conn.state is State.CLOSING:
+            self._start_closing_timer()
+        self._handle_events(events)
+
+    def _start_closing_timer(self) -> None:
+        if self._closing_timer is None:
             loop = asyncio.get_running_loop()
             self._closing_timer = loop.call_later(CLOSE_TIMEOUT_S, self._abort)
-        self._handle_events(events)
 
     def _abort(self) -> None:
         if self._transport is not None:

@@ -10,6 +10,9 @@ acked, and how many acks (group commits) that took. The leader does not write it
 files here: what is measured is the stream, the follower's disk and its fsyncs.
 
   .venv/bin/python benchmarks/replication_throughput.py --mib 512 --dir /var/tmp
+
+With --tls the link is mutual TLS (`--clustering-tls-*`'s contexts, P-256 certificates
+from tests/cluster/node_certs.py) and both ends run on uvloop, as the broker does.
 """
 
 from __future__ import annotations
@@ -25,9 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import uvloop
+
+from streamq.app import ServeConfig
 from streamq.cluster.follower import ReplicationClient
 from streamq.cluster.leader import ReplicationServer
+from streamq.cluster.link_tls import LinkTls, link_tls
 from streamq.log.tap import FileTap
+from tests.cluster.node_certs import cluster_files
 
 SEGMENT_BYTES = 64 << 20
 TIMEOUT_S = 600.0
@@ -38,13 +46,29 @@ class _Store:
         return True
 
 
-async def measure(base: Path, total_bytes: int, write_bytes: int) -> tuple[float, int]:
+def make_tls(base: Path) -> LinkTls:
+    _ca, (files,) = cluster_files(base / "certs", 1)
+    config = ServeConfig(
+        clustering_tls_cert=str(files.cert),
+        clustering_tls_key=str(files.key),
+        clustering_tls_ca=str(files.ca),
+    )
+    tls = link_tls(config)
+    assert tls is not None
+    return tls
+
+
+async def measure(
+    base: Path, total_bytes: int, write_bytes: int, tls: LinkTls | None = None
+) -> tuple[float, int]:
     leader_dir, follower_dir = base / "leader", base / "follower"
     leader_dir.mkdir()
     tap = FileTap(str(leader_dir), retain_bytes_max=total_bytes + (64 << 20))
-    server = ReplicationServer(tap, "leader", "secret", _Store(), lease_valid=lambda: True)
+    server = ReplicationServer(tap, "leader", "secret", _Store(), lease_valid=lambda: True,
+                               tls=tls.server if tls else None)  # fmt: skip
     port = await server.start("127.0.0.1", 0)
-    client = ReplicationClient(str(follower_dir), "f", "secret", f"tcp://127.0.0.1:{port}")
+    client = ReplicationClient(str(follower_dir), "f", "secret", f"tcp://127.0.0.1:{port}",
+                               tls.client if tls else None)  # fmt: skip
     task = asyncio.create_task(client.run())
     acks = 0
     try:
@@ -75,12 +99,19 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=512, help="stream bytes to replicate")
     parser.add_argument("--write-kib", type=int, default=64, help="bytes per WRITE action")
     parser.add_argument("--dir", default=None, help="where the two data dirs go")
+    parser.add_argument("--tls", action="store_true", help="over mutual TLS (on uvloop)")
     args = parser.parse_args()
     total = args.mib << 20
     with tempfile.TemporaryDirectory(dir=args.dir) as base:
-        seconds, acks = asyncio.run(measure(Path(base), total, args.write_kib << 10))
+        if args.tls:
+            tls = make_tls(Path(base))
+            run = measure(Path(base), total, args.write_kib << 10, tls)
+            seconds, acks = uvloop.run(run)
+        else:
+            seconds, acks = asyncio.run(measure(Path(base), total, args.write_kib << 10))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus")
-    print(f"directory: {args.dir or tempfile.gettempdir()} (fdatasync per group)")
+    link = "mutual TLS, uvloop" if args.tls else "clear text, asyncio"
+    print(f"directory: {args.dir or tempfile.gettempdir()} (fdatasync per group); {link}")
     print(f"replicated {args.mib} MiB in {args.write_kib} KiB writes: {seconds:.2f} s")
     print(f"  {total / seconds / 1e6:.1f} MB/s applied with fsync, ~{acks} acks seen")
 

@@ -85,11 +85,9 @@ class StreamClient:
         return []
 
     def close(self, reason: str) -> None:
-        """The management API's close: Close(CONNECTION_FORCED is AMQP's; the stream
-        protocol has no such code, RabbitMQ closes with OK and the reason)."""
-        from stream_gateway.codec.constants import ResponseCode  # noqa: PLC0415
-
-        self._session.close_with(ResponseCode.OK, reason)
+        """The management API's close: the socket is closed without a Close frame, as
+        RabbitMQ 3.10 does (`StreamSession.hang_up`)."""
+        self._session.hang_up(reason)
 
     def cancel_consumer(self, channel: int, tag: str) -> bool:
         return False

@@ -92,7 +92,8 @@ def delete(s: StreamSession, m: c.DeletePublisher) -> None:
 def query_sequence(s: StreamSession, m: c.QueryPublisherSequence) -> None:
     _queue, stream = stream_queue(s, m.stream)
     s.check("read", m.stream)
-    sequence = stream.publishers.sequence(m.reference.encode())
+    # 0 for a reference that stored nothing, as RabbitMQ (a client resumes from id + 1).
+    sequence = max(stream.publishers.sequence(m.reference.encode()), 0)
     s.send(c.QueryPublisherSequenceResponse(m.correlation_id, OK, sequence))
 
 

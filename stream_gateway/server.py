@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import deque
 from typing import Final, TypeVar
 
@@ -52,7 +53,10 @@ class StreamGateway:
         self.broker = broker
         self.frame_max = frame_max
         self.heartbeat_s = heartbeat_s
-        self.advertised_host = advertised_host  # "": the address the client connected to
+        # One host for every client, whatever address it dialled: the host name by
+        # default, as RabbitMQ (and as the management API names the node), so that a
+        # client comparing Open's and Metadata's hosts (to find the leader) agrees.
+        self.advertised_host = advertised_host or socket.gethostname()
         self.advertised_port = advertised_port  # 0: the port the client connected to
         self.sessions: set[StreamSession] = set()
         self.readers: dict[Queue, set[Subscription]] = {}
@@ -88,7 +92,8 @@ class StreamGateway:
         return StreamSession(self)
 
     def advertised(self, s: StreamSession) -> tuple[str, int]:
-        return self.advertised_host or s.host or "localhost", self.advertised_port or s.port
+        """The host and port that Open and Metadata tell the client of `s`."""
+        return self.advertised_host, self.advertised_port or s.port
 
     # -- publishers and confirms -----------------------------------------------------------
 
@@ -214,7 +219,7 @@ class StreamGateway:
             self._alarm_timer.cancel()
             self._alarm_timer = None
         for s in list(self.sessions):
-            s.close_with(ResponseCode.OK, reason)
+            s.hang_up(reason)  # no Close frame, as a management close (and RabbitMQ 3.10)
 
     # -- resource alarms -------------------------------------------------------------------
 

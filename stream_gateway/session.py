@@ -225,6 +225,28 @@ class StreamSession(asyncio.Protocol):
             self._timer.cancel()
         self._timer = asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, self.abort)
 
+    def hang_up(self, reason: str) -> None:
+        """The management API's close, as RabbitMQ 3.10: no Close frame, which clients
+        expect only as a reply (rabbitmq-stream-js-client throws "Unknown response 22",
+        rstream's handler fails and never answers), but the end of the stream: what is
+        buffered goes out, then a FIN; what the client still sends is discarded until
+        it hangs up, CLOSE_TIMEOUT_S at most. Every client sees its connection closed."""
+        transport = self.transport
+        if self.state is State.CLOSED or transport is None:
+            return
+        logger.info("closing stream connection %s: %s", self.peer, reason)
+        self.flush()
+        self.gateway.release(self)
+        self.state = State.CLOSED
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not transport.can_write_eof():  # TLS: no half-close
+            transport.close()
+            return
+        transport.write_eof()
+        self._timer = asyncio.get_running_loop().call_later(CLOSE_TIMEOUT_S, self.abort)
+
     def close_now(self) -> None:
         """Write what is buffered and close the socket (after a final response)."""
         self.flush()

@@ -110,6 +110,10 @@ class ServeConfig:
     clustering_bind: str = "127.0.0.1"
     clustering_port: int = 5679
     clustering_advertised_uri: str = ""  # "": tcp://<clustering_bind>:<clustering_port>
+    # The replication link's mutual TLS (all three, or none: clear text).
+    clustering_tls_cert: str = ""
+    clustering_tls_key: str = ""
+    clustering_tls_ca: str = ""
     clustering_etcd_endpoints: str = "localhost:2379"
     clustering_etcd_prefix: str = "streamq"
     clustering_lease_ttl_s: int = 10

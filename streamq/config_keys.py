@@ -166,12 +166,15 @@ KEYS: Final[tuple[Key, ...]] = (
          default="60", help="heartbeat offered in the stream protocol's Tune (s); 0: none",
          ini=(("stream", "heartbeat"),), metavar="S"),
     Key("stream_advertised_host", parse=v.text, default="",
-         help="host that Open and Metadata tell stream clients; empty: the address they "
-         "connected to", ini=(("stream", "advertised_host"),),
+         help="host that PeerProperties, Open and Metadata tell stream clients (RabbitMQ's "
+         "stream.advertised_host); empty: this machine's host name, as RabbitMQ",
+         ini=(("stream", "advertised_host"),),
          flags=("--stream-advertised-host",), metavar="HOST"),
     Key("stream_advertised_port", parse=v.in_range(0, 65535), default="0",
-         help="port that Open and Metadata tell stream clients; 0: the one they connected to",
-         ini=(("stream", "advertised_port"),), metavar="PORT"),
+         help="port that Open and Metadata tell stream clients (RabbitMQ's "
+         "stream.advertised_port); 0: the listener's port the client connected to",
+         ini=(("stream", "advertised_port"),), flags=("--stream-advertised-port",),
+         metavar="PORT"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),
@@ -181,7 +184,7 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("https_port", parse=v.optional_port, default="-1",
          help="management HTTPS port; -1: off", ini=(("mgmt", "tls_port"),),
          flags=("--https-port",), metavar="PORT"),
-    # [clustering] (LavinMQ's names; lease_ttl and the hooks' flags are ours)
+    # [clustering] (LavinMQ's names; lease_ttl, the tls_* keys and the hooks' flags are ours)
     Key("clustering", parse=v.boolean, default="false",
          help="run as a node of a cluster: election and membership on etcd, replication "
          "to followers", ini=(("clustering", "enabled"),), flags=("--clustering",),
@@ -196,6 +199,17 @@ KEYS: Final[tuple[Key, ...]] = (
          "tcp://<clustering bind>:<clustering port>",
          ini=(("clustering", "advertised_uri"),), flags=("--clustering-advertised-uri",),
          metavar="tcp://HOST:PORT"),
+    Key("clustering_tls_cert", parse=v.text, default="",
+         help="this node's certificate (PEM) on the replication link: with tls_key and "
+         "tls_ca, the replication port speaks mutual TLS; all three or none",
+         ini=(("clustering", "tls_cert"),), flags=("--clustering-tls-cert",), metavar="FILE"),
+    Key("clustering_tls_key", parse=v.text, default="",
+         help="the private key (PEM) of clustering_tls_cert",
+         ini=(("clustering", "tls_key"),), flags=("--clustering-tls-key",), metavar="FILE"),
+    Key("clustering_tls_ca", parse=v.text, default="",
+         help="the CA (PEM) that signs every node's replication certificate; each end "
+         "verifies the other's against it",
+         ini=(("clustering", "tls_ca"),), flags=("--clustering-tls-ca",), metavar="FILE"),
     Key("clustering_etcd_endpoints", parse=v.endpoints, default="localhost:2379",
          help="etcd's client endpoints, comma-separated",
          ini=(("clustering", "etcd_endpoints"),), flags=("--clustering-etcd-endpoints",),

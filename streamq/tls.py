@@ -181,3 +181,34 @@ async def serve_tls(
     return await loop.create_server(
         lambda: _accept(factory, context, what), host, port, reuse_address=True
     )
+
+
+def mutual_context(
+    *, server_side: bool, cert: str, key: str, ca: str, names: tuple[str, str, str]
+) -> ssl.SSLContext:
+    """A context for a link whose two ends each show a certificate signed by `ca` and
+    verify the other's (the clustering port): CERT_REQUIRED on both sides, TLS 1.2 at
+    least. A client context checks no host name (the caller turns that on with the name
+    it dials). `names` are the settings named in errors (cert, key, CA).
+
+    Raises TlsError for a certificate, key or CA file that does not load."""
+    purpose = ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT
+    context = ssl.SSLContext(purpose)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION
+    try:
+        context.load_cert_chain(cert, key, password=_no_password)
+    except OSError as exc:
+        raise TlsError(f"{names[0]} {cert!r} / {names[1]} {key!r}: {_why(exc)}") from None
+    try:
+        context.load_verify_locations(cafile=ca)
+    except OSError as exc:
+        raise TlsError(f"{names[2]} {ca!r}: {_why(exc)}") from None
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A TLS or socket failure in words, as the listeners' log lines give it."""
+    return _why(exc)

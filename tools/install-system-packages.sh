@@ -2,8 +2,9 @@
 # The Debian packages the test suite needs, installed when missing (`make test` runs this
 # first): rabbitmq-server for the differential tests and the rabbitmqadmin tests, which
 # start their own RabbitMQ on free loopback ports; chromium and chromium-driver for the
-# web UI's browser tests; nodejs and npm for the JavaScript clients (amqplib, and
-# @cloudamqp/amqp-client in the browser), which the tests install with `npm ci`; etcd-server
+# web UI's browser tests; nodejs and npm for the JavaScript clients (amqplib,
+# rabbitmq-stream-js-client, and @cloudamqp/amqp-client in the browser), which the tests
+# install with `npm ci`; etcd-server
 # for the clustering tests, which start their own etcd on free loopback ports. As root it
 # installs them with apt-get; otherwise through
 # `sudo -n` when that needs no password; else it prints the one command to run and stops.

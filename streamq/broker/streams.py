@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from retention.rules import RuleInvalid, rules_from_arguments
+from streamq.broker.equivalence import type_name
 from streamq.broker.errors import PreconditionFailed
 from streamq.broker.queue import Consumer, Queue
 from streamq.log import files
@@ -42,9 +43,9 @@ STREAM_REFUSED_ARGUMENTS: Final = (
     "x-delivery-limit",
     "x-message-ttl",
 )
-SEGMENT_BYTES_MIN: Final = 4096
+SEGMENT_BYTES_MIN: Final = 4096  # smaller x-stream-max-segment-size-bytes round up to it
 SEGMENT_BYTES_DEFAULT: Final = 8 * 1024 * 1024
-SEGMENT_BYTES_MAX: Final = 3 * 1024 * 1024 * 1024  # RabbitMQ's stream segment cap
+SEGMENT_BYTES_MAX: Final = 3_000_000_000  # RabbitMQ's cap (decimal: 3,000,000,001 is refused)
 OFFSETS_SUFFIX: Final = ".offsets"
 DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot starve others
 # Records read at once for the per-record path when a run stops (native records, which
@@ -70,17 +71,23 @@ def check_stream_arguments(name: str, vhost: str, arguments: Mapping[str, object
 
 
 def segment_bytes(arguments: Mapping[str, object], where: str) -> int:
+    """The stream's segment size from x-stream-max-segment-size-bytes, checked as RabbitMQ
+    checks it (a non-negative integer: 406 with its text otherwise) and raised to
+    SEGMENT_BYTES_MIN: RabbitMQ accepts 1,000 or 0 (osiris then starts a segment per
+    chunk); a segment here holds at least its header and one record, so smaller sizes
+    are rounded up, not refused (docs/compatibility.md)."""
     value = arguments.get("x-stream-max-segment-size-bytes", SEGMENT_BYTES_DEFAULT)
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or not SEGMENT_BYTES_MIN <= value <= SEGMENT_BYTES_MAX
-    ):
-        raise PreconditionFailed(
-            f"invalid arg 'x-stream-max-segment-size-bytes' for {where}: "
-            f"expected an integer from {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}"
-        )
-    return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        problem = f'"expected integer, got {type_name(value)}"'
+    elif value < 0:
+        problem = f"{{value_negative,{value}}}"
+    elif value > SEGMENT_BYTES_MAX:
+        raise PreconditionFailed("Exceeded max value for x-stream-max-segment-size-bytes")
+    else:
+        return max(value, SEGMENT_BYTES_MIN)
+    raise PreconditionFailed(
+        f"invalid arg 'x-stream-max-segment-size-bytes' for {where}: {problem}"
+    )
 
 
 def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:

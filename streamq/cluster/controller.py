@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -34,6 +35,7 @@ from streamq.cluster.etcd import Etcd, EtcdError
 from streamq.cluster.following import Following
 from streamq.cluster.hooks import Hooks
 from streamq.cluster.leader import ReplicationServer
+from streamq.cluster.link_tls import LinkTls, link_tls
 from streamq.cluster.membership import Membership, NodeInfo, load_node_id
 from streamq.cluster.sync import SYNCING_MARKER
 from streamq.cluster.view import LeaderView
@@ -94,9 +96,14 @@ class Node:
         self.following: Following | None = None
         self._etcd: Etcd | None = None
         self._hooks: Hooks | None = None
+        self._link_tls: LinkTls | None = None
 
     async def run(self) -> None:
-        """Raises ServeError if the node cannot start (data directory, pidfile)."""
+        """Raises ServeError if the node cannot start (clustering TLS settings, data
+        directory, pidfile)."""
+        self._link_tls = link_tls(self.config)
+        if self._link_tls is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._reload_tls)
         lock_fd = lock_data_dir(self.config.data_dir)
         try:
             if self.config.pidfile:
@@ -226,7 +233,10 @@ class Node:
             self.following = None
             await current.close()
         if leader is not None:
-            self.following = Following(self.config, self.node_id, self.secret, leader)
+            link = self._link_tls
+            client_tls = (lambda: link.client) if link is not None else None
+            self.following = Following(self.config, self.node_id, self.secret, leader,
+                                       client_tls)  # fmt: skip
             await self.following.start()
 
     # Leading.
@@ -259,8 +269,10 @@ class Node:
 
     async def _serve_as_leader(self, membership: Membership, tap: FileTap) -> None:
         config = self.config
+        link = self._link_tls
+        server_tls = (lambda: link.server) if link is not None else None
         server = ReplicationServer(tap, self.node_id, self.secret, membership,
-                                   lease_valid=membership.lease_valid)  # fmt: skip
+                                   lease_valid=membership.lease_valid, tls=server_tls)  # fmt: skip
         try:
             await server.start(config.clustering_bind, config.clustering_port)
         except OSError as exc:
@@ -340,6 +352,14 @@ class Node:
 
     def _keep_tls(self, tls: TlsContexts) -> None:
         self.tls[:] = [tls]
+
+    def _reload_tls(self) -> None:
+        """SIGHUP with clustering TLS (this handler replaces `serve`'s): reload the
+        replication link's certificates, and the client listeners' when leading."""
+        assert self._link_tls is not None
+        self._link_tls.reload()
+        if self.tls:
+            self.tls[0].reload()
 
     async def _resign(self, membership: Membership) -> None:
         with contextlib.suppress(EtcdError, OSError, TimeoutError):

@@ -1,15 +1,15 @@
 """The follower's side of replication: a byte-level mirror of the leader's data directory.
 
-Owns one connection to the leader's clustering port: the handshake, the full sync (it
-removes what the leader lacks, cuts a tail the leader never had, asks for what differs),
-then the live action stream, applied with an `ActionApplier` on one worker thread,
-fsynced in groups (whatever arrived while the last group was applied), and acked only
-once fsynced. While its copy is not a consistent state of the leader's (from the first
-change of a full sync until the stream reaches the position the leader had when the sync
-ended) the data directory holds the `.clustering_syncing` marker: a node with it never
-campaigns. Buffers are bounded: stream bytes waiting to be applied stop the socket reads
-at APPLY_QUEUE_BYTES_MAX. It never opens a Broker on the directory; the controller does,
-once this node is elected.
+Owns one connection to the leader's clustering port (over TLS when given a context:
+`link_tls`): the handshake, the full sync (it removes what the leader lacks, cuts a tail
+the leader never had, asks for what differs), then the live action stream, applied with
+an `ActionApplier` on one worker thread, fsynced in groups (whatever arrived while the
+last group was applied), and acked only once fsynced. While its copy is not a consistent
+state of the leader's (from the first change of a full sync until the stream reaches the
+position the leader had when the sync ended) the data directory holds the
+`.clustering_syncing` marker: a node with it never campaigns. Buffers are bounded: stream
+bytes waiting to be applied stop the socket reads at APPLY_QUEUE_BYTES_MAX. It never opens
+a Broker on the directory; the controller does, once this node is elected.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -35,6 +36,7 @@ from streamq.cluster.sync import (
 )
 from streamq.log.files import fsync_directory
 from streamq.log.tap import ActionApplier, ActionError
+from streamq.tls import failure_reason
 
 T = TypeVar("T")
 
@@ -55,11 +57,21 @@ def parse_uri(uri: str) -> tuple[str, int]:
 class ReplicationClient:
     """Follows the leader at `leader_uri` ("tcp://host:port") into `data_dir`."""
 
-    def __init__(self, data_dir: str, node_id: str, secret: str, leader_uri: str) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        node_id: str,
+        secret: str,
+        leader_uri: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`tls`: connect over TLS with this context (the leader's certificate is checked
+        for the URI's host), else in clear text."""
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self._secret = secret
         self.leader_uri = leader_uri
+        self._tls = tls
         self._address = parse_uri(leader_uri)
         self.synced = False
         self.acked = 0
@@ -99,14 +111,7 @@ class ReplicationClient:
     async def _run(self) -> None:
         if self._stopping:
             return
-        host, port = self._address
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), CONNECT_TIMEOUT_S
-            )
-        except (OSError, TimeoutError) as exc:
-            reason = f"cannot connect to the leader at {self.leader_uri}: {exc!r}"
-            raise ReplicationError(reason) from exc
+        reader, writer = await self._connect()
         try:
             await asyncio.wait_for(self._handshake(reader, writer), wire.HANDSHAKE_TIMEOUT_S)
             start, consistent_at = await self._full_sync(reader, writer)
@@ -114,12 +119,45 @@ class ReplicationClient:
         finally:
             writer.close()
 
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        host, port = self._address
+        tls = self._tls
+        connect = (
+            asyncio.open_connection(host, port)
+            if tls is None
+            else asyncio.open_connection(
+                host, port, ssl=tls, server_hostname=host, ssl_handshake_timeout=CONNECT_TIMEOUT_S
+            )
+        )
+        try:
+            return await asyncio.wait_for(connect, CONNECT_TIMEOUT_S)
+        except ssl.SSLError as exc:
+            reason = (
+                f"TLS handshake with the leader at {self.leader_uri} failed: "
+                f"{failure_reason(exc)} (the leader needs clustering TLS settings with a "
+                "certificate from the same CA, for the host of its advertised URI)"
+            )
+            raise ReplicationError(reason) from exc
+        except (OSError, TimeoutError) as exc:
+            reason = f"cannot connect to the leader at {self.leader_uri}: {exc!r}"
+            if tls is not None and isinstance(exc, ConnectionResetError | TimeoutError):
+                reason += " (in the TLS handshake: does the leader speak TLS?)"
+            raise ReplicationError(reason) from exc
+
     def _on_thread(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         assert self._executor is not None
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(wire.hello(self._secret))
+        writer.write(wire.hello())
+        try:
+            await wire.read_greeting(reader, self.leader_uri, tls=self._tls is not None)
+        except ssl.SSLError as exc:  # the leader's alert, after our side of a TLS 1.3 handshake
+            raise ReplicationError(
+                f"the leader at {self.leader_uri} refused this node's certificate: "
+                f"{failure_reason(exc)}; the secret was not sent"
+            ) from exc
+        writer.write(wire.secret_bytes(self._secret))
         try:
             answer = (await reader.readexactly(1))[0]
         except asyncio.IncompleteReadError:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -55,11 +57,19 @@ def forwarded_ports(config: ServeConfig, leader: NodeInfo) -> list[ForwardedPort
 class Following:
     """Following `leader` into `config.data_dir` as node `node_id`."""
 
-    def __init__(self, config: ServeConfig, node_id: str, secret: str, leader: NodeInfo):
+    def __init__(
+        self,
+        config: ServeConfig,
+        node_id: str,
+        secret: str,
+        leader: NodeInfo,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+    ):
         self.config = config
         self.node_id = node_id
         self.secret = secret
         self.leader = leader
+        self.tls = tls  # the replication link's client context now (None: clear text)
         self.client: ReplicationClient | None = None
         self._forwarders: list[Forwarder] = []
         self._stopping = asyncio.Event()
@@ -94,7 +104,11 @@ class Following:
     async def _replicate(self) -> None:
         while not self._stopping.is_set():
             self.client = ReplicationClient(
-                self.config.data_dir, self.node_id, self.secret, self.leader.advertised_uri
+                self.config.data_dir,
+                self.node_id,
+                self.secret,
+                self.leader.advertised_uri,
+                self.tls() if self.tls is not None else None,  # read at each connection
             )
             try:
                 await self.client.run()

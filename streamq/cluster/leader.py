@@ -8,6 +8,8 @@ the tap's action stream from the position the tap had when it connected. Every b
 bounded: a stream read is at most STREAM_READ_BYTES_MAX and waits for the socket to drain;
 the tap retains what the slowest follower still needs, up to its own limit (a follower that
 needs trimmed bytes is disconnected and syncs again).
+With a TLS context (`link_tls`) the port speaks only TLS, through `streamq.tls.serve_tls`
+(a failed handshake is logged there); a peer refused in the handshake is logged here.
 It must not release a round while the lease may have lapsed, nor before etcd's ISR names
 no member that lacks it; after `fence()` it releases nothing ever again.
 """
@@ -19,6 +21,7 @@ import contextlib
 import hmac
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -29,10 +32,12 @@ from streamq.cluster.replication import ReplicationError
 from streamq.cluster.sync import check_relative, fd_sha1, list_tree
 from streamq.log.errors import ReplicationFenced
 from streamq.log.tap import FileTap, TapTrimmed
+from streamq.tls import serve_tls
 
 logger = logging.getLogger(__name__)
 
 STREAM_READ_BYTES_MAX: Final = 4 << 20
+STREAM_READER_LIMIT: Final = 1 << 16  # asyncio.start_server's default buffer limit
 FILE_CHUNK_BYTES: Final = 1 << 20
 ENTRIES_FRAME_BYTES: Final = 256 << 10
 # A syncing follower that sends nothing for this long is disconnected.
@@ -42,6 +47,15 @@ MAINTAIN_INTERVAL_S: Final = 0.1
 ISR_WRITE_TIMEOUT_S: Final = 5.0
 # A follower replaced by a new connection of the same node gets this long to go.
 REPLACE_TIMEOUT_S: Final = 5.0
+
+
+def _context_source(
+    tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None,
+) -> Callable[[], ssl.SSLContext] | None:
+    if isinstance(tls, ssl.SSLContext):
+        context = tls
+        return lambda: context
+    return tls
 
 
 class IsrStore(Protocol):
@@ -73,13 +87,17 @@ class ReplicationServer:
         *,
         lease_valid: Callable[[], bool],
         ack_timeout_s: float = 3.0,
+        tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
+        """`tls`: serve TLS with this context, or the one it returns at each accept (a
+        reload swaps it), on uvloop only; None: clear text."""
         self.tap = tap
         self.node_id = node_id
         self._secret = secret.encode()
         self._isr_store = isr_store
         self._lease_valid = lease_valid
         self.ack_timeout_s = ack_timeout_s
+        self._tls = _context_source(tls)
         self._state = IsrState(node_id, tap.position, time.monotonic())
         self._sessions: dict[str, _Session] = {}
         self._handlers: set[asyncio.Task[None]] = set()
@@ -93,11 +111,20 @@ class ReplicationServer:
     async def start(self, bind: str, port: int) -> int:
         """Listen on the clustering port; returns the bound port."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._handle, bind, port)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._handle, bind, port)
+        else:
+            self._server = await serve_tls(self._stream_protocol, bind, port, self._tls,
+                                           "clustering: replication port")  # fmt: skip
         self.tap.listener = self._on_record
         self._maintainer = asyncio.create_task(self._maintain())
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
+
+    def _stream_protocol(self) -> asyncio.BaseProtocol:
+        # What asyncio.start_server makes per connection, behind serve_tls's TLS.
+        reader = asyncio.StreamReader(limit=STREAM_READER_LIMIT)
+        return asyncio.StreamReaderProtocol(reader, self._handle)
 
     async def close(self) -> None:
         """Stop serving; held rounds fail (as after `fence`)."""
@@ -225,9 +252,14 @@ class ReplicationServer:
         self._handlers.add(task)
         session = None
         try:
-            node_id = await asyncio.wait_for(
-                self._handshake(reader, writer), wire.HANDSHAKE_TIMEOUT_S
-            )
+            try:
+                node_id = await asyncio.wait_for(
+                    self._handshake(reader, writer), wire.HANDSHAKE_TIMEOUT_S
+                )
+            except (ReplicationError, OSError, TimeoutError) as exc:
+                peer = writer.get_extra_info("peername")
+                logger.warning("clustering: refused replication peer %s: %s", peer, exc)
+                return
             session = await self._register(node_id, writer)
             await self._full_sync(session, reader, writer)
             await self._follow(session, reader, writer)
@@ -245,7 +277,9 @@ class ReplicationServer:
             writer.close()
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
-        secret = await wire.read_hello(reader)
+        await wire.read_hello(reader)
+        writer.write(wire.hello())
+        secret = await wire.read_secret(reader)
         if not hmac.compare_digest(secret, self._secret):
             writer.write(bytes([wire.REFUSED]))
             await writer.drain()

@@ -5,10 +5,18 @@ encoding of every frame body, as pure functions, plus one bounded frame reader o
 asyncio stream. It decides nothing: the leader's side is `leader`, the follower's
 `follower`, what a full sync compares is `sync`.
 
-Handshake (follower -> leader unless noted):
-    "SQREPL" | u8 version (1) | u8 secret length | secret (the etcd clustering_secret)
+Handshake (follower -> leader unless noted), over TLS when the nodes have clustering
+TLS settings (`link_tls`), else in clear text:
+    "SQREPL" | u8 version (2)
+    leader -> follower: "SQREPL" | u8 version (2): the greeting. The follower sends its
+                   secret only once it has it, so that a clear-text follower that reached
+                   a TLS leader (which answers its hello with a TLS alert, or closes)
+                   never sends the secret, and says so.
+    u8 secret length | secret (the etcd clustering_secret)
     leader -> follower: u8 0 (accepted) or 1 (refused; the leader then closes)
     u8 node id length | node id (utf-8)
+A hello that starts with a TLS record (TLS_HANDSHAKE_RECORD) reaching a clear-text leader
+is a TLS follower: refused, logged as such.
 
 Then frames both ways, little-endian: u8 type | u32 body length | body (at most
 FRAME_BODY_BYTES_MAX). Leader -> follower, in this order:
@@ -37,7 +45,7 @@ import struct
 from typing import Final
 
 MAGIC: Final = b"SQREPL"
-VERSION: Final = 1
+VERSION: Final = 2
 ACCEPTED: Final = 0
 REFUSED: Final = 1
 SHA1_BYTES: Final = 20
@@ -46,6 +54,9 @@ NO_SHA1: Final = bytes(SHA1_BYTES)
 # One frame's body: a stream read or a file chunk plus its small header.
 FRAME_BODY_BYTES_MAX: Final = (4 << 20) + 64
 HANDSHAKE_TIMEOUT_S: Final = 10.0
+# The first byte of a TLS record: a handshake (ClientHello) or an alert.
+TLS_HANDSHAKE_RECORD: Final = 0x16
+TLS_ALERT_RECORD: Final = 0x15
 
 FILE_ENTRIES: Final = 1
 FILE_LIST_END: Final = 2
@@ -102,20 +113,72 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         raise ReplicationError("connection closed by the peer") from None
 
 
-def hello(secret: str) -> bytes:
+def hello() -> bytes:
+    """The follower's first bytes, and the leader's greeting."""
+    return MAGIC + bytes([VERSION])
+
+
+async def read_hello(reader: asyncio.StreamReader) -> None:
+    """The leader reads a connecting follower's hello. Raises ReplicationError on a TLS
+    ClientHello (a TLS follower on a clear-text port), a bad magic or version, or a closed
+    connection."""
+    try:
+        head = await reader.readexactly(len(MAGIC) + 1)
+    except asyncio.IncompleteReadError:
+        raise ReplicationError("connection closed during the handshake") from None
+    if head[0] == TLS_HANDSHAKE_RECORD:
+        raise ReplicationError(
+            "the peer speaks TLS and this node's replication port is clear text: give "
+            "every node the clustering TLS settings (clustering_tls_cert, _key, _ca), or none"
+        )
+    if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] != VERSION:
+        raise ReplicationError("not a streamq replication client of this version")
+
+
+async def read_greeting(reader: asyncio.StreamReader, leader: str, *, tls: bool) -> None:
+    """The follower reads the leader's greeting (`tls`: over TLS). Raises ReplicationError
+    if the leader answered as a TLS server (an alert), closed, or is not of this version."""
+    try:
+        head = await reader.readexactly(len(MAGIC) + 1)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial[:1] in (bytes([TLS_ALERT_RECORD]), bytes([TLS_HANDSHAKE_RECORD])):
+            raise ReplicationError(_tls_leader(leader)) from None
+        if tls:
+            # TLS 1.3: the leader checks this node's certificate after our side of the
+            # handshake is done, and closes if it refuses it.
+            raise ReplicationError(
+                f"the leader at {leader} closed the TLS connection before its greeting: it "
+                "refused this node's certificate (not signed by its clustering_tls_ca?) or "
+                "is of another version; the secret was not sent"
+            ) from None
+        raise ReplicationError(
+            f"the leader at {leader} closed the connection before its greeting: its "
+            "replication port may require TLS (this node has no clustering TLS settings) or "
+            "be of another version; the secret was not sent"
+        ) from None
+    if head[0] in (TLS_ALERT_RECORD, TLS_HANDSHAKE_RECORD):
+        raise ReplicationError(_tls_leader(leader))
+    if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] != VERSION:
+        raise ReplicationError(f"the leader at {leader} is not a leader of this version")
+
+
+def _tls_leader(leader: str) -> str:
+    return (
+        f"the leader at {leader} speaks TLS and this node has no clustering TLS settings "
+        "(clustering_tls_cert, _key, _ca); the secret was not sent"
+    )
+
+
+def secret_bytes(secret: str) -> bytes:
     raw = secret.encode()
     assert len(raw) < 256
-    return MAGIC + bytes([VERSION, len(raw)]) + raw
+    return bytes([len(raw)]) + raw
 
 
-async def read_hello(reader: asyncio.StreamReader) -> bytes:
-    """The secret a connecting follower sent. Raises ReplicationError on a bad magic or
-    version, or a closed connection."""
+async def read_secret(reader: asyncio.StreamReader) -> bytes:
     try:
-        head = await reader.readexactly(len(MAGIC) + 2)
-        if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] != VERSION:
-            raise ReplicationError("not a streamq replication client of this version")
-        return await reader.readexactly(head[-1])
+        length = (await reader.readexactly(1))[0]
+        return await reader.readexactly(length)
     except asyncio.IncompleteReadError:
         raise ReplicationError("connection closed during the handshake") from None
 

@@ -233,6 +233,7 @@ typedef struct {
     const unsigned char *reference;
     size_t reference_len;
     uint64_t sequence;
+    int has_sequence; /* 0: the reference stored nothing yet, every id is new */
     uint64_t record_bytes_max;
     uint32_t count;
     uint64_t records;      /* native records to write */
@@ -254,6 +255,7 @@ plan_publish(PublishPlan *plan)
     const unsigned char *p = plan->payload + 4;
     size_t left = plan->payload_len - 4;
     uint64_t sequence = plan->sequence;
+    int seen = plan->has_sequence;
     int dedup = plan->reference_len > 0;
     uint64_t head = RECORD_HEADER_BYTES + plan->reference_len + NATIVE_PROPERTIES_BYTES;
     for (uint32_t i = 0; i < count; i++) {
@@ -266,10 +268,11 @@ plan_publish(PublishPlan *plan)
         p += size;
         left -= size;
         if (dedup) {
-            if (m.id <= sequence) {
+            if (seen && m.id <= sequence) {
                 continue; /* a duplicate: confirmed, not stored */
             }
             sequence = m.id;
+            seen = 1;
         }
         uint32_t n = m.batch_count ? m.batch_count : 1;
         /* A batch's messages each take a 4-byte size in its data and a record header here. */
@@ -294,6 +297,7 @@ write_publish(const PublishPlan *plan, unsigned char *out, unsigned char *ids,
     const unsigned char *p = plan->payload + 4;
     size_t left = plan->payload_len - 4;
     uint64_t sequence = plan->sequence;
+    int seen = plan->has_sequence;
     int dedup = plan->reference_len > 0;
     uint64_t offset = first_offset;
     for (uint32_t i = 0; i < plan->count; i++) {
@@ -304,10 +308,11 @@ write_publish(const PublishPlan *plan, unsigned char *out, unsigned char *ids,
         left -= size;
         store_be64(ids + 8 * (size_t)i, m.id);
         if (dedup) {
-            if (m.id <= sequence) {
+            if (seen && m.id <= sequence) {
                 continue;
             }
             sequence = m.id;
+            seen = 1;
         }
         if (m.batch_count == 0) {
             out += write_native(out, offset++, timestamp_ms, plan->reference, plan->reference_len,
@@ -331,9 +336,10 @@ PyDoc_STRVAR(encode_publish_doc,
 "Parse a Publish frame's messages (`payload`: from its message count on) and encode the\n"
 "ones to store as native records with offsets from `first_offset`, all with\n"
 "`timestamp_ms`. With a non-empty `reference`, a message whose publishing id is not above\n"
-"`sequence` (then the highest id seen so far) is a duplicate and not stored. Returns the\n"
-"records back to back, the frame's message count, the records written, the count\n"
-"publishing ids (u64 big-endian each, in frame order) and the new sequence. Raises\n"
+"`sequence` (then the highest id seen so far) is a duplicate and not stored; a `sequence`\n"
+"of -1 means none stored yet (every id is new, 0 included). Returns the records back to\n"
+"back, the frame's message count, the records written, the count publishing ids (u64\n"
+"big-endian each, in frame order) and the new sequence (-1 while still none). Raises\n"
 "ValueError, encoding nothing, for a malformed payload.");
 
 static PyObject *
@@ -346,7 +352,16 @@ encode_publish(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     long version = PyLong_AsLong(args[0]);
     unsigned long long first_offset = PyLong_AsUnsignedLongLong(args[2]);
     long long timestamp_ms = PyLong_AsLongLong(args[3]);
-    unsigned long long sequence = PyLong_AsUnsignedLongLong(args[5]);
+    /* -1: the reference stored nothing yet; else its highest publishing id (u64). */
+    int has_sequence = 1;
+    unsigned long long sequence = 0;
+    long long signed_sequence = PyLong_AsLongLong(args[5]);
+    if (signed_sequence == -1 && !PyErr_Occurred()) {
+        has_sequence = 0;
+    } else {
+        PyErr_Clear();
+        sequence = PyLong_AsUnsignedLongLong(args[5]);
+    }
     unsigned long long record_bytes_max = PyLong_AsUnsignedLongLong(args[6]);
     if (PyErr_Occurred()) {
         return NULL;
@@ -366,6 +381,7 @@ encode_publish(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
         .reference = (const unsigned char *)PyBytes_AS_STRING(args[4]),
         .reference_len = (size_t)PyBytes_GET_SIZE(args[4]),
         .sequence = sequence,
+        .has_sequence = has_sequence,
         .record_bytes_max = record_bytes_max,
     };
     PyObject *records = NULL, *ids = NULL, *result = NULL;
@@ -389,15 +405,23 @@ encode_publish(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
                   (unsigned char *)PyBytes_AS_STRING(ids), first_offset, timestamp_ms);
     /* The new sequence: the highest id stored (with a reference), else unchanged. */
     uint64_t new_sequence = sequence;
+    int new_has_sequence = has_sequence;
     if (plan.reference_len > 0) {
         const unsigned char *id = (const unsigned char *)PyBytes_AS_STRING(ids);
         for (uint32_t i = 0; i < plan.count; i++) {
             uint64_t value = load_be64(id + 8 * (size_t)i);
-            new_sequence = value > new_sequence ? value : new_sequence;
+            new_sequence = !new_has_sequence || value > new_sequence ? value : new_sequence;
+            new_has_sequence = 1;
         }
     }
-    result = Py_BuildValue("(OIKOK)", records, plan.count, (unsigned long long)plan.records,
-                           ids, (unsigned long long)new_sequence);
+    PyObject *sequence_object = new_has_sequence
+                                    ? PyLong_FromUnsignedLongLong(new_sequence)
+                                    : PyLong_FromLong(-1);
+    if (sequence_object == NULL) {
+        goto done;
+    }
+    result = Py_BuildValue("(OIKON)", records, plan.count, (unsigned long long)plan.records,
+                           ids, sequence_object);
 done:
     Py_XDECREF(records);
     Py_XDECREF(ids);

@@ -23,9 +23,10 @@ def encode_publish(
     1, or 2 with filter values) and encode the ones to store as native records with
     offsets from `first_offset`, all with `timestamp_ms`. With a non-empty `reference`, a
     message whose publishing id is not above `sequence` (then the highest id seen so far)
-    is a duplicate and not stored. Returns `(records, count, appended, ids, sequence)`:
-    the records back to back, the frame's message count, the records written, the count
-    publishing ids (u64 big-endian each, in frame order) and the new sequence.
+    is a duplicate and not stored; `sequence` -1 means none stored yet (every id is new,
+    0 included). Returns `(records, count, appended, ids, sequence)`: the records back
+    to back, the frame's message count, the records written, the count publishing ids
+    (u64 big-endian each, in frame order) and the new sequence (-1 while still none).
 
     Raises ValueError (encoding nothing) for a malformed payload, a filter value or
     reference over 255 bytes, a compressed sub-entry batch or a message over

@@ -2,7 +2,8 @@
 
 Owns the file `publishers` in the stream's log directory and the rule of deduplication:
 a stream-protocol publisher that declared a reference has each message stored only if its
-publishing id is above the highest one stored for that reference (RabbitMQ's rule; the
+publishing id is above the highest one stored for that reference, any id when it stored
+none yet (RabbitMQ's rule; the
 parsing and skipping is `StreamQueue.append_publish`'s, in C). The stored state must
 never run ahead of the log: an id counted here whose record was lost in a crash would
 make the publisher's retry be dropped as a duplicate.
@@ -49,6 +50,10 @@ COMPACT_RECORDS_MIN: Final = 4096  # rewrite when the file holds this many more 
 COVERED_LAG_MAX: Final = 65536
 SCAN_BATCH_RECORDS: Final = 4096
 _PUBLISHING_ID: Final = struct.Struct("<Q")
+# A reference that stored nothing yet (`encode_publish`'s convention). The file holds
+# only references that stored a message, so a record with sequence 0 means id 0 was
+# stored: it still deduplicates id 0 after a restart.
+NO_SEQUENCE: Final = -1
 NO_WORK: Final = CompanionWork(())
 
 
@@ -171,9 +176,11 @@ class PublisherSequences(CompanionFile):
         return cls(path, log, entries, records, fd)
 
     def sequence(self, reference: bytes) -> int:
-        """The highest publishing id stored for `reference`, 0 if none."""
+        """The highest publishing id stored for `reference`, NO_SEQUENCE if none: a new
+        reference's first publishing id, 0 included, is never a duplicate (RabbitMQ's
+        osiris knows no writer until it stored one of its messages)."""
         entry = self._entries.get(reference)
-        return 0 if entry is None else entry.sequence
+        return NO_SEQUENCE if entry is None else entry.sequence
 
     def references(self) -> dict[bytes, int]:
         return {ref: e.sequence for ref, e in self._entries.items()}

@@ -17,7 +17,7 @@ from streamq.log.log import RunMessage, SegmentLog
 from streamq.queues import chunks
 from streamq.queues.chunks import Chunk, ChunkFilter
 from streamq.queues.offsets import OffsetStore
-from streamq.queues.publishers import BadPublish, PublisherSequences
+from streamq.queues.publishers import NO_SEQUENCE, BadPublish, PublisherSequences
 
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
 # The newest appends stay in memory as records (the tail), so that consumers at the end
@@ -133,7 +133,7 @@ class StreamQueue:
         if timestamp_ms < log.last_timestamp_ms:  # noqa: PLR1730 (as append_one)
             timestamp_ms = log.last_timestamp_ms
         publishers = self.publishers
-        sequence = publishers.sequence(reference) if reference else 0
+        sequence = publishers.sequence(reference) if reference else NO_SEQUENCE
         try:
             records, count, appended, ids, sequence = _encode_publish(
                 version,

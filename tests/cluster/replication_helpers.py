@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,6 +132,7 @@ class Leader:
         *,
         ack_timeout_s: float = 3.0,
         retain_bytes_max: int = 256 << 20,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
@@ -143,6 +145,7 @@ class Leader:
             store,
             lease_valid=lambda: self.lease_ok,
             ack_timeout_s=ack_timeout_s,
+            tls=tls,
         )
         self.workload = Workload(root, self.tap)
         self.port = 0
@@ -175,10 +178,17 @@ def _settle(future: asyncio.Future[BaseException | None], exc: BaseException | N
 class Follower:
     """A ReplicationClient running as a task."""
 
-    def __init__(self, root: Path, node_id: str, uri: str, secret: str = SECRET) -> None:
+    def __init__(
+        self,
+        root: Path,
+        node_id: str,
+        uri: str,
+        secret: str = SECRET,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
-        self.client = ReplicationClient(str(root), node_id, secret, uri)
+        self.client = ReplicationClient(str(root), node_id, secret, uri, tls)
         self.task = asyncio.create_task(self.client.run())
 
     async def stop(self) -> None:

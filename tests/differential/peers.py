@@ -92,8 +92,13 @@ class RabbitMQServer:
     too. Raises RuntimeError, with the end of its log, if it does not start."""
 
     def __init__(
-        self, directory: Path, tls: TlsFiles | None = None, plugins: tuple[str, ...] = ()
+        self,
+        directory: Path,
+        tls: TlsFiles | None = None,
+        plugins: tuple[str, ...] = (),
+        extra_config: str = "",
     ) -> None:
+        """`extra_config`: more rabbitmq.conf lines (a plugin's listener, say)."""
         if not RABBITMQ_SERVER.exists():
             raise RuntimeError(
                 f"{RABBITMQ_SERVER} is missing: `make test` installs Debian's rabbitmq-server "
@@ -109,7 +114,9 @@ class RabbitMQServer:
             f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n"
             f"management.tcp.port = {self.http_port}\n"
             "management.tcp.ip = 127.0.0.1\n"
-            "log.console = false\n" + (tls_config(self.amqps_port, tls) if tls else "")
+            "log.console = false\n"
+            + (tls_config(self.amqps_port, tls) if tls else "")
+            + extra_config
         )
         enabled = ",".join(("rabbitmq_management", *plugins))
         (directory / "enabled_plugins").write_text(f"[{enabled}].\n")

@@ -49,6 +49,8 @@ class BrokerProcess:
                 "0",
                 "--stream-port",
                 "0",
+                "--stream-advertised-host",  # as RunningBroker: the tests dial 127.0.0.1
+                "127.0.0.1",
                 *options,
             ),
             stderr=subprocess.PIPE,

@@ -38,6 +38,9 @@ class RunningBroker:
         # Never RabbitMQ's 5552 in tests: the stream listener is off unless a test asks
         # for it (stream_port=0: a port from the OS).
         settings.setdefault("stream_port", -1)
+        # The tests' clients dial 127.0.0.1; the default (the host name, as RabbitMQ)
+        # need not resolve on a test machine, and rstream connects to what it names.
+        settings.setdefault("stream_advertised_host", "127.0.0.1")
         self.settings = settings
         self.listeners: list[tuple[str, str, int]] = []
         self.broker: Broker | None = None  # for tests that change limits at run time

@@ -40,14 +40,15 @@ def stream_port(broker: RunningBroker) -> int:
     return ports[0]
 
 
-def start_broker(data_dir: Path) -> RunningBroker:
-    return RunningBroker(data_dir, stream_port=0)
+def start_broker(data_dir: Path, **settings: object) -> RunningBroker:
+    return RunningBroker(data_dir, stream_port=0, **settings)
 
 
 @contextlib.contextmanager
-def stream_broker_on(data_dir: Path) -> Iterator[RunningBroker]:
-    """A broker with a stream listener on `data_dir` for the `with` block (a restart)."""
-    running = start_broker(data_dir)
+def stream_broker_on(data_dir: Path, **settings: object) -> Iterator[RunningBroker]:
+    """A broker with a stream listener on `data_dir` for the `with` block (a restart);
+    `settings`: more ServeConfig fields."""
+    running = start_broker(data_dir, **settings)
     try:
         yield running
     finally:

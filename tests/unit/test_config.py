@@ -272,6 +272,21 @@ def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
     assert sources["frame_max"] == "default"
 
 
+def test_stream_advertised_host_and_port_from_file_and_flags(tmp_path: Path) -> None:
+    """RabbitMQ's stream.advertised_host and stream.advertised_port: [stream] keys and
+    flags; empty and 0 by default (the gateway then advertises the host name, and the
+    listener's port)."""
+    path = write(tmp_path, "[stream]\nadvertised_host = file.example\nadvertised_port = 5600\n")
+    built = serve_config(resolve(serve_flags("--config", path), {}))
+    assert (built.stream_advertised_host, built.stream_advertised_port) == ("file.example", 5600)
+    host, port = ("--stream-advertised-host", "flag.example"), ("--stream-advertised-port", "7")
+    flags = serve_flags("--config", path, *host, *port)
+    built = serve_config(resolve(flags, {}))
+    assert (built.stream_advertised_host, built.stream_advertised_port) == ("flag.example", 7)
+    default = serve_config(resolve(serve_flags(), {}))
+    assert (default.stream_advertised_host, default.stream_advertised_port) == ("", 0)
+
+
 def test_a_flag_not_given_does_not_mask_the_layers_below(tmp_path: Path) -> None:
     flags = serve_flags("--data-dir", "d")
     assert set(flags) == {"data_dir"}
@@ -427,3 +442,29 @@ def test_clustering_flags_are_checked_by_the_parser(capsys: pytest.CaptureFixtur
         serve_flags("--clustering-advertised-uri", "http://x:1")
     assert "not a tcp:// URI" in capsys.readouterr().err
     assert serve_flags("--clustering-lease-ttl", "4")["clustering_lease_ttl"].text == "4"
+
+
+def test_clustering_tls_keys_come_from_flags_environment_and_file(tmp_path: Path) -> None:
+    """The replication link's TLS files: [clustering] tls_cert / tls_key / tls_ca, their
+    flags and STREAMQ_CLUSTERING_TLS_* variables, with the usual precedence; the main
+    section's tls_cert (the client listeners') is a different key."""
+    path = write(
+        tmp_path,
+        "[main]\ntls_cert = amqps.pem\n"
+        "[clustering]\ntls_cert = file-cert.pem\ntls_key = file-key.pem\ntls_ca = file-ca.pem\n",
+    )
+    flags = serve_flags("--config", path, "--clustering-tls-cert", "flag-cert.pem")
+    resolved = resolve(flags, {"STREAMQ_CLUSTERING_TLS_KEY": "env-key.pem"})
+    built = serve_config(resolved)
+    assert (built.clustering_tls_cert, built.clustering_tls_key, built.clustering_tls_ca) == (
+        "flag-cert.pem",
+        "env-key.pem",
+        "file-ca.pem",
+    )
+    assert built.tls_cert == "amqps.pem"
+    assert resolved.settings["clustering_tls_cert"].source == "flag --clustering-tls-cert"
+    assert resolved.settings["clustering_tls_key"].source == "env STREAMQ_CLUSTERING_TLS_KEY"
+    assert resolved.settings["clustering_tls_ca"].source == f"file {path}:6"
+    defaults = serve_config(resolve({}, {}))
+    assert (defaults.clustering_tls_cert, defaults.clustering_tls_key) == ("", "")
+    assert defaults.clustering_tls_ca == ""

@@ -18,7 +18,7 @@ from streamq.log.log import LogConfig, SegmentLog
 from streamq.queues import publishers as publishers_module
 from streamq.queues.chunks import CHUNK_HEADER, Chunk, ChunkFilter
 from streamq.queues.offsets import OffsetStore
-from streamq.queues.publishers import BadPublish, PublishersCorrupted
+from streamq.queues.publishers import NO_SEQUENCE, BadPublish, PublishersCorrupted
 from streamq.queues.stream import StreamQueue
 
 BODY = b"0123456789abcdef"
@@ -87,7 +87,7 @@ def test_publish_v1_and_v2_store_native_records(tmp_path: str) -> None:
     ]
     assert [r.properties for r in records] == [amqp10.native_properties(i) for i in (1, 2, 7, 7)]
     assert stream.publishers.sequence(b"p") == 2
-    assert stream.publishers.sequence(b"") == 0
+    assert stream.publishers.sequence(b"") == NO_SEQUENCE
     close(stream)
 
 
@@ -106,6 +106,39 @@ def test_duplicates_are_confirmed_not_stored_per_reference(tmp_path: str) -> Non
         (ref, amqp10.native_properties(i)) for ref, i in stored
     ]
     close(stream)
+
+
+def test_a_new_references_publishing_id_0_is_stored(tmp_path: str) -> None:
+    """RabbitMQ stores ids 0, 1, 2 of a new reference (issue 29): 0 is no duplicate
+    until the reference stored it; then it is, after a restart too."""
+    stream = open_stream(str(tmp_path))
+    assert stream.publishers.sequence(b"new") == NO_SEQUENCE
+    result = stream.append_publish(b"new", 1, payload(message(0)), 1000)
+    assert (result.count, result.appended) == (1, 1)
+    assert stream.publishers.sequence(b"new") == 0
+    again = stream.append_publish(b"new", 1, payload(message(0), message(1), message(2)), 1000)
+    assert (again.count, again.appended) == (3, 2)
+    stream.log.sync_blocking()
+    close(stream)
+    reopened = open_stream(str(tmp_path))
+    assert reopened.publishers.sequence(b"new") == 2
+    assert reopened.append_publish(b"new", 1, payload(message(0)), 1000).appended == 0
+    assert reopened.append_publish(b"other", 1, payload(message(0)), 1000).appended == 1
+    close(reopened)
+
+
+def test_a_reference_stored_with_sequence_0_still_dedups_0_after_restart(
+    tmp_path: str,
+) -> None:
+    stream = open_stream(str(tmp_path))
+    stream.append_publish(b"zero", 1, payload(message(0)), 1000)
+    stream.log.sync_blocking()
+    close(stream)
+    reopened = open_stream(str(tmp_path))
+    assert reopened.publishers.references() == {b"zero": 0}
+    assert reopened.append_publish(b"zero", 1, payload(message(0)), 1000).appended == 0
+    assert reopened.append_publish(b"zero", 1, payload(message(1)), 1000).appended == 1
+    close(reopened)
 
 
 def test_uncompressed_sub_entry_batch_is_one_record_per_message(tmp_path: str) -> None:
@@ -150,7 +183,7 @@ def test_malformed_publish_appends_nothing(
         reason == "truncated" and "truncated" in str(caught.value)
     )
     assert isinstance(caught.value, ValueError)
-    assert (log.next_offset, stream.publishers.sequence(b"r2")) == (1, 0)
+    assert (log.next_offset, stream.publishers.sequence(b"r2")) == (1, NO_SEQUENCE)
     close(stream)
 
 
