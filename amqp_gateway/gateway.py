@@ -175,6 +175,10 @@ class Gateway:
                     pass  # the log said so once, and says so again when it has room
                 except LogError as exc:
                     logger.error("vhost %s: housekeeping failed: %s", vhost.name, exc)
+                if vhost.dead_letters.held and self.broker.vhosts.get(vhost.name) is vhost:
+                    # At-least-once dead letters: released once their copies are durable
+                    # (the round above), sent again when due.
+                    vhost.dead_letters.tick(int(time.time() * 1000))
 
     def _check_consumer_timeouts(self) -> None:
         """RabbitMQ's consumer_timeout: close each channel whose oldest unacked delivery

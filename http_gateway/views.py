@@ -24,6 +24,7 @@ from streamq.broker.clients import ChannelInfo, Client, ConsumerInfo
 from streamq.broker.exchange import Binding, Exchange
 from streamq.broker.policies import choose
 from streamq.broker.queue import Queue
+from streamq.broker.queue_arguments import QUORUM
 from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.vhost import VHost
 from streamq.broker.vhost_store import PREDECLARED_NAMES
@@ -253,7 +254,8 @@ def queue_json(
     ready = cursor.message_count
     unacked = cursor.unacked_count
     out.update(
-        messages=ready + unacked,
+        # As RabbitMQ's quorum queues, the dead letters held count (see messages_dlx).
+        messages=ready + unacked + len(cursor.dead),
         messages_ready=ready,
         messages_unacknowledged=unacked,
         message_bytes=cursor.bytes_ready + cursor.bytes_unacked,
@@ -263,6 +265,10 @@ def queue_json(
         # cursor's runs and its messages in flight.
         memory=cursor.run_count * 16 + unacked * 100,
     )
+    if queue.arguments.get("x-queue-type") == QUORUM:
+        # As RabbitMQ's quorum queues: the dead letters held until their targets have
+        # them (at-least-once dead-lettering), apart from `messages`.
+        out.update(messages_dlx=len(cursor.dead), message_bytes_dlx=cursor.bytes_dead)
     return out
 
 

@@ -8,6 +8,9 @@ policy `dead-letter-exchange`, with the routing key `x-dead-letter-routing-key` 
 own and its `CC` keys), carrying the `x-death` header, or is dropped when there is none
 or it is missing.
 A message that would go round a cycle of queues without any rejection is dropped.
+Dead-lettering is at most once (the copy is published once, and the message leaves its
+queue whatever became of it), except on a queue that `at_least_once` names: those hold
+their dead letters until every target has them (`dead_letters.py`).
 
 The AMQP property encoding is not the broker core's business: the gateway provides a
 `PropertiesCodec` that reads `expiration` and writes `x-death`.
@@ -15,12 +18,13 @@ The AMQP property encoding is not the broker core's business: the gateway provid
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple, Protocol
 
 from streamq.broker.queue import Queue
-from streamq.broker.queue_arguments import OVERFLOW_MODES
+from streamq.broker.queue_arguments import OVERFLOW_MODES, QUORUM
+from streamq.log.format import Record
 
 EXPIRATION_FLAG_BYTE0: Final = 0x01  # basic properties flag word: bit 8, expiration
 
@@ -62,6 +66,62 @@ class PropertiesCodec(Protocol):
         """The properties with `death` recorded in `x-death` (and `x-first-death-*`), and
         without `expiration` (RabbitMQ drops it so the copy does not expire again), nor
         `CC` when `death.remove_cc`."""
+
+
+class DeadLetterCopy(NamedTuple):
+    """A dead letter as it is published: routing key, properties and target queues."""
+
+    routing_key: str  # the first of the keys it was routed with
+    properties: bytes  # x-death recorded
+    targets: list[Queue]  # cycles left out
+
+
+def dead_letter_copy(
+    codec: PropertiesCodec,
+    queue: Queue,
+    record: Record,
+    reason: str,
+    time_s: int,
+    route: Callable[[str, bytes], list[Queue]],
+) -> DeadLetterCopy:
+    """The copy of `record` that `queue` dead-letters for `reason` at `time_s`, routed by
+    `route(routing key, properties)` on the queue's dead-letter exchange."""
+    properties_raw = record.properties
+    exchange = record.exchange.decode("utf-8", "surrogateescape")
+    routing_key = record.routing_key.decode("utf-8", "surrogateescape")
+    # As RabbitMQ: x-death lists the routing key and the CC keys; without a
+    # dead-letter routing key the copy is routed with all of them (BCC keys are
+    # not stored, so they are not among them), with one the CC header goes.
+    keys = (routing_key, *codec.cc_keys(properties_raw))
+    own_key = queue.dead_letter_routing_key
+    death = Death(queue.name, reason, exchange, keys, time_s, own_key is not None)
+    properties = codec.with_death(properties_raw, death)
+    # A first death (no x-death yet: the common case) needs no decoding back.
+    deaths = codec.deaths(properties) if b"x-death" in properties_raw else [(queue.name, reason)]
+    route_keys = keys if own_key is None else (own_key,)
+    routed = route(route_keys[0], properties)
+    for key in route_keys[1:]:
+        routed += [q for q in route(key, properties) if q not in routed]
+    # deaths[0] is this one: a queue already on the way back is a cycle unless a
+    # rejection came in between.
+    targets = [q for q in routed if not cycles(deaths, q.name)]
+    return DeadLetterCopy(route_keys[0], properties, targets)
+
+
+def at_least_once(
+    arguments: Mapping[str, object], policy: Mapping[str, object], overflow: str
+) -> bool:
+    """Whether the queue dead-letters at least once. As RabbitMQ 3.10's quorum queues
+    (rabbit_quorum_queue:dead_letter_handler): its `x-dead-letter-strategy` (else the
+    policy's `dead-letter-strategy`) is `at-least-once`, its overflow `reject-publish`
+    and it has a dead-letter exchange; any other combination dead-letters at most once.
+    A classic queue refuses the argument at declare (`queue_arguments.py`) and ignores
+    the policy key, as RabbitMQ."""
+    if arguments.get("x-queue-type") != QUORUM or overflow != "reject-publish":
+        return False
+    strategy = arguments.get("x-dead-letter-strategy", policy.get("dead-letter-strategy"))
+    exchange, _ = dead_letter_target(arguments, policy)
+    return strategy == "at-least-once" and exchange is not None
 
 
 def may_expire(properties_raw: bytes) -> bool:
@@ -106,13 +166,17 @@ def length_limits(
     arguments: Mapping[str, object], policy: Mapping[str, object]
 ) -> tuple[int | None, int | None, str]:
     """(max messages, max bytes, overflow) of a classic queue: for each limit the smaller
-    of argument and policy; the overflow mode of the argument, else the policy's."""
+    of argument and policy; the overflow mode of the argument, else the policy's. A
+    quorum queue takes `reject-publish-dlx` and overflows with `drop-head`, as RabbitMQ
+    3.10 does (rabbit_quorum_queue:overflow/3 logs a warning and uses its default)."""
 
     def smaller(*values: object) -> int | None:
         numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
         return min(numbers) if numbers else None
 
     overflow = arguments.get("x-overflow", policy.get("overflow", "drop-head"))
+    if overflow == "reject-publish-dlx" and arguments.get("x-queue-type") == QUORUM:
+        overflow = "drop-head"
     return (
         smaller(arguments.get("x-max-length"), policy.get("max-length")),
         smaller(arguments.get("x-max-length-bytes"), policy.get("max-length-bytes")),

@@ -22,6 +22,7 @@ QUEUE_CHECKED_ARGUMENTS: Final = frozenset(
         "x-message-ttl",
         "x-dead-letter-exchange",
         "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
         "x-max-length",
         "x-max-length-bytes",
         "x-max-in-memory-length",

@@ -44,6 +44,7 @@ STRING_KEYS: Final = (
             "overflow",
             "dead-letter-exchange",
             "dead-letter-routing-key",
+            "dead-letter-strategy",
             "alternate-exchange",
         }
     )
@@ -54,6 +55,7 @@ OPERATOR_KEYS: Final = frozenset(
     {"max-length", "max-length-bytes", "message-ttl", "expires", "delivery-limit"}
 )
 OVERFLOW_VALUES: Final = ("drop-head", "reject-publish", "reject-publish-dlx")
+DEAD_LETTER_STRATEGIES: Final = ("at-most-once", "at-least-once")
 NAME_BYTES_MAX: Final = 255
 POLICIES_PER_VHOST_MAX: Final = 10_000
 
@@ -147,6 +149,9 @@ def _check_key(key: object, value: object, allowed: frozenset[str]) -> None:
         raise PolicyInvalid(f"'federation-upstream-pattern' is not a regular expression: {value!r}")
     elif key == "overflow" and value not in OVERFLOW_VALUES:
         raise PolicyInvalid(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
+    elif key == "dead-letter-strategy" and value not in DEAD_LETTER_STRATEGIES:
+        # rabbit_policies:validate_policy0's words.
+        raise PolicyInvalid(f'<<"{value}">> is not a valid dead letter strategy')
 
 
 def _compiles(pattern: str) -> bool:

@@ -90,6 +90,7 @@ class Consumer(Protocol):
 class Queue:
     __slots__ = (
         "arguments",
+        "at_least_once",
         "auto_delete",
         "consumers",
         "cursor",
@@ -161,6 +162,9 @@ class Queue:
         self.overflow = "drop-head"
         self.dead_letter_exchange: str | None = None
         self.dead_letter_routing_key: str | None = None
+        # At-least-once dead-lettering (`deadletter.at_least_once`): dead letters stay
+        # held in the cursor until every target has them (`dead_letters.py`).
+        self.at_least_once = False
         # x-expires: when the queue was last used (declared, consumed from, basic.get),
         # on the monotonic clock. A restart starts the lease again, as in RabbitMQ.
         self.last_used_s = time.monotonic()
@@ -237,6 +241,27 @@ class Queue:
         if expires is None or self.consumers:
             return False
         return (now_s - self.last_used_s) * 1000 >= expires
+
+    def over_limit(self, messages: int, size: int) -> bool:
+        """Whether the queue would exceed a length limit with `messages` more ready
+        messages of `size` bytes more; the dead letters it holds count, as RabbitMQ's
+        quorum queues count theirs (rabbit_fifo:is_over_limit)."""
+        cursor = self.cursor
+        max_length = self.max_length
+        if max_length is not None:
+            held = cursor.message_count + len(cursor.dead)
+            if held + messages > max_length:
+                return True
+        limit = self.max_length_bytes
+        if limit is None:
+            return False
+        held_bytes = cursor.bytes_ready + (cursor.bytes_dead if cursor.dead else 0)
+        return held_bytes + size > limit
+
+    def refuses(self, size: int) -> bool:
+        """Whether a publish of `size` bytes is refused here (full, and an overflow mode
+        other than drop-head)."""
+        return self.overflow != "drop-head" and self.over_limit(1, size)
 
     @property
     def persisted(self) -> bool:

@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from streamq.broker.dead_letters import DeadLetters
 from streamq.broker.deadletter import (
     EXPIRATION_FLAG_BYTE0,
     DeadLetterRun,
-    Death,
     PropertiesCodec,
-    cycles,
+    dead_letter_copy,
     may_expire,
 )
 from streamq.broker.dedup import deduper_for
@@ -183,6 +183,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         snapshot = self._snapshot()
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
+        self.dead_letters = DeadLetters(self)  # held by at-least-once queues
         self._restore_queues()
         self._open_publish_extras()
         self.apply_policies()
@@ -781,6 +782,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 break
             if not self._expired(queue, record, now_ms):
                 break
+            if queue.at_least_once:
+                self.dead_letters.hold(queue, ready.offset, "expired", now_ms, taken=record)
+                continue
             self._dead_letter_record(queue, record, "expired", now_ms)
             queue.cursor.dropped(ready.offset, len(record.body))
         self._expire_head(
@@ -873,7 +877,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         if queue.message_ttl_ms is None and not queue.holds_expiring:
             return 0
         expired_runs = 0
-        if not queue.holds_expiring and queue.max_priority is None:
+        if not queue.holds_expiring and queue.max_priority is None and not queue.at_least_once:
             try:
                 expired_runs = self._expire_head_runs(queue, now_ms, fresh_from)
             except MessageUnreadable as exc:
@@ -887,11 +891,17 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             # them with the same exchange, routing key and properties (say, one
             # publisher's) shares one x-death splice and one route (`DeadLetterRun`).
             assert isinstance(record, Record)
+            if queue.at_least_once:
+                self.dead_letters.hold(queue, offset, "expired", now_ms, taken=record)
+                return
             run[0] = self._dead_letter_record(queue, record, "expired", now_ms, run[0])
             cursor.dropped(offset, len(record.body))
 
+        expired = self._expiry_check(queue, now_ms, fresh_from)
+        if queue.at_least_once:
+            expired = self.dead_letters.bounded(expired)  # the rest at the next tick
         try:
-            taken = cursor.take_expired(self._expiry_check(queue, now_ms, fresh_from), dead_letter)
+            taken = cursor.take_expired(expired, dead_letter)
         except MessageUnreadable as exc:
             self.fail_queue(queue, str(exc))
             return 0
@@ -986,7 +996,10 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def dead_letter(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
         """Move the message in flight at `offset` out of `queue`: republish it to the
         dead-letter exchange with its death recorded, or drop it (no DLX, a missing one,
-        or a cycle)."""
+        or a cycle); an at-least-once queue holds it until its targets have it."""
+        if queue.at_least_once:
+            self.dead_letters.hold(queue, offset, reason, now_ms)
+            return
         if queue.dead_letter_exchange is not None:
             try:
                 record = read_message(self.log, offset)
@@ -1040,36 +1053,18 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 now_ms,
             )
             return run
-        # As RabbitMQ: x-death lists the routing key and the CC keys; without a
-        # dead-letter routing key the copy is routed with all of them (BCC keys are
-        # not stored, so they are not among them), with one the CC header goes.
-        keys = (routing_key, *codec.cc_keys(properties_raw))
-        own_key = queue.dead_letter_routing_key
-        death = Death(queue.name, reason, exchange, keys, now_ms // 1000, own_key is not None)
-        properties = codec.with_death(properties_raw, death)
-        # A first death (no x-death yet: the common case) needs no decoding back.
-        deaths = (
-            codec.deaths(properties) if b"x-death" in properties_raw else [(queue.name, reason)]
+        copy = dead_letter_copy(
+            codec, queue, record, reason, now_ms // 1000, self.dead_letter_route(exchange_name)
         )
-        route_keys = keys if own_key is None else (own_key,)
-        routed = self.route(exchange_name, route_keys[0], None, properties_raw=properties)
-        for key in route_keys[1:]:
-            routed += [
-                q
-                for q in self.route(exchange_name, key, None, properties_raw=properties)
-                if q not in routed
-            ]
-        # deaths[0] is this one: a queue already on the way back is a cycle unless a
-        # rejection came in between.
-        targets = [q for q in routed if not cycles(deaths, q.name)]
-        self.publish(exchange_name, route_keys[0], properties, body, targets, now_ms)
+        self.publish(exchange_name, copy.routing_key, copy.properties, body, copy.targets, now_ms)
         return DeadLetterRun(
-            properties_raw,
-            exchange,
-            routing_key,
-            route_keys[0],
-            properties,
-            targets,
+            properties_raw, exchange, routing_key, copy.routing_key, copy.properties, copy.targets
+        )
+
+    def dead_letter_route(self, exchange_name: str) -> Callable[[str, bytes], list[Queue]]:
+        """Routing on a dead-letter exchange by routing key and properties."""
+        return lambda key, properties: self.route(
+            exchange_name, key, None, properties_raw=properties
         )
 
     def fail_queue(self, queue: Queue, reason: str) -> None:
@@ -1219,12 +1214,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
 def _over_limit(queue: Queue, messages: int, size: int) -> bool:
     """Whether the queue would exceed a length limit with `messages` more ready messages
-    of `size` bytes more."""
-    cursor = queue.cursor
-    if queue.max_length is not None and cursor.message_count + messages > queue.max_length:
-        return True
-    limit = queue.max_length_bytes
-    return limit is not None and cursor.bytes_ready + size > limit
+    of `size` bytes more (the dead letters it holds count, as in RabbitMQ)."""
+    return queue.over_limit(messages, size)
 
 
 def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:

@@ -11,7 +11,8 @@ import time
 from collections.abc import Mapping
 
 from retention.rules import rules_from_arguments, rules_from_policy
-from streamq.broker.deadletter import dead_letter_target, length_limits, ttl_of
+from streamq.broker.dead_letters import DeadLetters
+from streamq.broker.deadletter import at_least_once, dead_letter_target, length_limits, ttl_of
 from streamq.broker.definitions import DefinitionsJournal
 from streamq.broker.errors import NotFound
 from streamq.broker.exchange import Exchange
@@ -36,6 +37,7 @@ class VHostPolicies:
     definitions: DefinitionsJournal
     policies: dict[str, Policy]
     operator_policies: dict[str, Policy]
+    dead_letters: DeadLetters
 
     def _policy_table(self, operator: bool) -> dict[str, Policy]:
         return self.operator_policies if operator else self.policies
@@ -86,6 +88,10 @@ class VHostPolicies:
         queue.dead_letter_exchange, queue.dead_letter_routing_key = dead_letter_target(
             queue.arguments, queue.policy
         )
+        queue.at_least_once = at_least_once(queue.arguments, queue.policy, queue.overflow)
+        if not queue.at_least_once and queue.cursor.dead:
+            # As RabbitMQ: a queue that leaves at-least-once drops what it held.
+            self.dead_letters.drop(queue)
         if queue.stream is not None:
             rules = rules_from_arguments(queue.arguments).stricter(rules_from_policy(queue.policy))
             queue.stream.retention = rules

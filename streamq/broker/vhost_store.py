@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
+from streamq.broker.dead_letters import DeadLetters
 from streamq.broker.deadletter import may_expire
 from streamq.broker.definitions import (
     DefinitionsCorrupted,
@@ -77,6 +78,7 @@ class VHostStore:
     policies: dict[str, Policy]
     operator_policies: dict[str, Policy]
     parameters: RuntimeParameters
+    dead_letters: DeadLetters
 
     def _drop_exchange(self, name: str) -> None:
         raise NotImplementedError  # VHost's
@@ -214,6 +216,8 @@ class VHostStore:
         for queue, (journal, replayed) in held.items():
             try:
                 self._restore_cursor(queue, journal, replayed)
+                if replayed.dead:
+                    self.dead_letters.restore(queue, replayed.dead)
             except (LogError, OSError) as exc:
                 logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, exc)
                 queue.failed = f"its messages cannot be read: {exc}"

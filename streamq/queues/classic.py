@@ -12,6 +12,9 @@ Memory is per run and per message in flight, not per queued message:
   delivery counts; in a classic queue they always precede the never-delivered ones,
   since delivery takes from the front;
 - messages in flight are a dict offset -> body size (bounded by the consumers' prefetch);
+- dead letters held for at-least-once dead-lettering (neither ready nor in flight, until
+  every target has them: `streamq.broker.dead_letters`) are a dict offset -> (body
+  size, the journal's mark of the death);
 - `bytes_ready` is a total, kept exact by the sizes that deliveries report.
 """
 
@@ -68,6 +71,7 @@ class ClassicQueue:
         "_redelivered_below",
         "_taken_from",
         "bytes_ready",
+        "dead",
         "journal",
         "unacked",
     )
@@ -82,6 +86,7 @@ class ClassicQueue:
         # (see `restore_runs`): one integer, not an entry per message.
         self._redelivered_below = 0
         self.unacked: dict[int, int] = {}  # in flight: offset -> body size
+        self.dead: dict[int, tuple[int, int]] = {}  # dead letters held: offset -> size, mark
         self._taken_from: Level = self._ready  # the level of the last take
         self.bytes_ready = 0
 
@@ -114,6 +119,10 @@ class ClassicQueue:
     @property
     def bytes_unacked(self) -> int:
         return sum(self.unacked.values())
+
+    @property
+    def bytes_dead(self) -> int:
+        return sum(size for size, _ in self.dead.values())
 
     @property
     def run_count(self) -> int:
@@ -303,6 +312,49 @@ class ClassicQueue:
         if self.journal is not None:
             self.journal.acked_run(first, count, size)
 
+    # -- dead letters held (at-least-once dead-lettering) ---------------------------------
+
+    def hold_dead(self, offset: int, size: int | None, mark: int) -> bool:
+        """The message left the queue's order as a dead letter but stays held until
+        `release_dead`: in flight (`size` None) or just taken by `take` (of `size`
+        bytes). `mark` is the journal's record of the death (`journal.dead_mark`).
+        Returns False if it was in flight no longer."""
+        if size is None:
+            size = self.unacked.pop(offset, None)
+            if size is None:
+                return False
+        else:
+            self.bytes_ready -= size
+        self.dead[offset] = (size, mark)
+        if self.journal is not None:
+            self.journal.dead_run(offset, 1, mark)
+        return True
+
+    def restore_dead(self, offset: int, size: int, mark: int) -> bool:
+        """Start-up: the journal says the ready message at `offset` (of `size` bytes) is
+        a dead letter held (`mark`); returns False if the queue does not hold it."""
+        for level in self._levels():
+            if level.fresh.remove_run(offset, 1):
+                break
+            if offset in level.requeued:
+                level.requeued.remove(offset)
+                break
+        else:
+            return False
+        self.bytes_ready -= size
+        self.dead[offset] = (size, mark)
+        return True
+
+    def release_dead(self, offset: int) -> None:
+        """The dead letter held at `offset` is gone for good (every target has it, or
+        the queue no longer holds dead letters)."""
+        held = self.dead.pop(offset, None)
+        if held is None:
+            return
+        self._counts.pop(offset, None)
+        if self.journal is not None:
+            self.journal.acked_run(offset, 1, held[0])
+
     # -- settlement ----------------------------------------------------------------------
 
     def ack(self, offset: int) -> int:
@@ -387,6 +439,8 @@ class ClassicQueue:
             held.append_run(first, count)
         for offset in self.unacked:
             held.add(offset)
+        for offset in self.dead:
+            held.add(offset)
         return held.runs()
 
     def live_snapshot(self, expiring: bool) -> LiveSnapshot:
@@ -396,18 +450,24 @@ class ClassicQueue:
         for offset in self.unacked:
             counts[offset] = counts.get(offset, 0) + 1
         return LiveSnapshot(
-            self.held_runs(), counts, self.bytes_ready + self.bytes_unacked, expiring
+            self.held_runs(),
+            counts,
+            self.bytes_ready + self.bytes_unacked + self.bytes_dead,
+            expiring,
+            {offset: mark for offset, (_, mark) in self.dead.items()},
         )
 
     def live_entries(self) -> int:
         """About how many journal entries `live_snapshot` takes (cheap)."""
-        return self.run_count + len(self.unacked) + len(self._counts)
+        return self.run_count + len(self.unacked) + len(self._counts) + len(self.dead)
 
     def low_water_offset(self) -> int | None:
         """The smallest offset the queue still needs, or None if it needs none."""
         candidates = [first for level in self._levels() if (first := level_min(level)) is not None]
         if self.unacked:
             candidates.append(min(self.unacked))
+        if self.dead:
+            candidates.append(min(self.dead))
         return min(candidates) if candidates else None
 
 

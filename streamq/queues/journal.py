@@ -10,7 +10,7 @@ order writes a few entries per read, and restarting it reads nothing from the lo
 
 File layout (little-endian): a 16-byte header, then blocks, one per sync round:
 
-    header: magic b"SQQJ" | u16 version (3) | u16 reserved | u64 reserved
+    header: magic b"SQQJ" | u16 version (4) | u16 reserved | u64 reserved
     block:  u32 entry count | u32 crc32c(entries) | entries, 24 bytes each
     entry:  u64 first offset (bits 0-47) | flags (bits 48-55) | kind (bits 56-63)
             u64 count | u64 value
@@ -18,13 +18,19 @@ File layout (little-endian): a 16-byte header, then blocks, one per sync round:
 kind 1 ENQUEUE: the queue holds `count` offsets from `first` on, whose bodies total
 `value` bytes (flag 1: some carry their own expiration); kind 2 ACK: the queue is done
 with them (acked, rejected, expired, purged), bodies totalling `value` bytes; kind 3
-DELIVER: they went out, `value` deliveries so far each. Consecutive entries of one kind
-that continue each other merge in memory before they are written. The bytes totals
+DELIVER: they went out, `value` deliveries so far each; kind 4 DEAD: they were
+dead-lettered by a queue with at-least-once dead-lettering and are held until every
+target has them (an ACK ends that), `value` being the death (`dead_mark`: the reason's
+code in bits 56-63, the time in seconds below). Consecutive entries of one kind that
+continue each other (and, for DELIVER and DEAD, carry the same value) merge in memory
+before they are written. The bytes totals
 make the queue's byte count exact after a restart without reading the messages (a
 purge may put its whole total on its first entry: only sums matter).
 
-Version 2 files (8-byte entries, one per message and event) are still read; their byte
-total is inexact, so the vhost counts it from the log and `rewrite`s them in version 3.
+Version 3 files (the same entries, without DEAD) are read as they are and rewritten in
+version 4 when loaded. Version 2 files (8-byte entries, one per message and event) are
+still read; their byte total is inexact, so the vhost counts it from the log and
+`rewrite`s them in version 4.
 
 Durability: entries are buffered in memory; `prepare_sync` writes them to the OS and the
 vhost log's sync round fdatasyncs the file (this object is one of the log's sync
@@ -45,7 +51,8 @@ import struct
 import sys
 import threading
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from streamq.log import files
@@ -55,7 +62,8 @@ from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.queues.runs import RunSet
 
 MAGIC: Final = b"SQQJ"
-VERSION: Final = 3
+VERSION: Final = 4
+VERSION_RUNS: Final = 3  # the same entries, before DEAD
 VERSION_ENTRIES: Final = 2  # the previous layout, one 8-byte entry per message and event
 HEADER: Final = struct.Struct("<4sHHQ")
 BLOCK: Final = struct.Struct("<II")
@@ -69,10 +77,16 @@ KIND_SHIFT: Final = 56
 ENQUEUE: Final = 1
 ACK: Final = 2
 DELIVER: Final = 3
+DEAD: Final = 4
 FLAG_EXPIRING: Final = 1  # on ENQUEUE: some of the messages carry their own expiration
 _ENQUEUE_WORD: Final = ENQUEUE << KIND_SHIFT
 _ACK_WORD: Final = ACK << KIND_SHIFT
 _DELIVER_WORD: Final = DELIVER << KIND_SHIFT
+_DEAD_WORD: Final = DEAD << KIND_SHIFT
+# DEAD's value: the reason of the death in the top byte, its time (epoch s) below.
+DEAD_REASONS: Final = ("expired", "rejected", "delivery_limit", "maxlen")
+_DEAD_REASON_SHIFT: Final = 56
+_DEAD_TIME_MASK: Final = (1 << _DEAD_REASON_SHIFT) - 1
 _HEAD_MASK: Final = ~OFFSET_MASK & ((1 << 64) - 1)  # kind and flags of a first word
 # Version 2 entries: u64 = offset (bits 0-47) | kind (bits 48-49) | count (bits 50-63),
 # kind 1 ENQUEUE, 2 DELIVER, 3 ACK.
@@ -107,12 +121,29 @@ def encode_block(words: array[int]) -> bytes:
     return BLOCK.pack(len(words) // WORDS, crc32c(payload)) + payload
 
 
+def dead_mark(reason: str, time_s: int) -> int:
+    """A DEAD entry's value for a death of `reason` (one of DEAD_REASONS) at `time_s`."""
+    return ((DEAD_REASONS.index(reason) + 1) << _DEAD_REASON_SHIFT) | (time_s & _DEAD_TIME_MASK)
+
+
+def dead_of(mark: int) -> tuple[str, int]:
+    """(reason, time_s) of a DEAD entry's value; an unknown reason code reads "rejected"."""
+    code = mark >> _DEAD_REASON_SHIFT
+    reason = DEAD_REASONS[code - 1] if 1 <= code <= len(DEAD_REASONS) else "rejected"
+    return reason, mark & _DEAD_TIME_MASK
+
+
 def encode_live(
-    runs: list[tuple[int, int]], counts: dict[int, int], size_bytes: int, expiring: bool
+    runs: list[tuple[int, int]],
+    counts: dict[int, int],
+    size_bytes: int,
+    expiring: bool,
+    dead: Mapping[int, int] | None = None,
 ) -> bytes:
     """The whole file for a queue holding `runs` (sorted) whose bodies total
-    `size_bytes`, `counts` giving the delivery count of those delivered before: header,
-    then one block of ENQUEUE (and DELIVER) entries."""
+    `size_bytes`, `counts` giving the delivery count of those delivered before and
+    `dead` the marks of those held as dead letters: header, then one block of ENQUEUE
+    (and DELIVER, DEAD) entries."""
     words = array("Q")
     head = _ENQUEUE_WORD | ((FLAG_EXPIRING if expiring else 0) << FLAGS_SHIFT)
     for first, count in runs:
@@ -121,6 +152,8 @@ def encode_live(
     for offset in sorted(counts):
         if counts[offset]:
             words.extend((_DELIVER_WORD | offset, 1, counts[offset]))
+    for offset in sorted(dead or ()):
+        words.extend((_DEAD_WORD | offset, 1, (dead or {})[offset]))
     return encode_header() + (encode_block(words) if words else b"")
 
 
@@ -132,6 +165,9 @@ class JournalWork(NamedTuple):
     data: bytes
 
 
+_NO_DEAD: Final[Mapping[int, int]] = MappingProxyType({})
+
+
 class LiveSnapshot(NamedTuple):
     """What a queue holds, for a compaction."""
 
@@ -139,6 +175,7 @@ class LiveSnapshot(NamedTuple):
     counts: dict[int, int]  # delivery counts of those delivered before
     size_bytes: int
     expiring: bool  # some may carry their own expiration
+    dead: Mapping[int, int]  # the marks of those held as dead letters (`dead_mark`)
 
 
 class Replay(NamedTuple):
@@ -151,6 +188,7 @@ class Replay(NamedTuple):
     valid_bytes: int  # the file up to the last valid entry
     discarded: int  # entries outside the log's range
     version: int
+    dead: Mapping[int, int] = _NO_DEAD  # held offsets dead-lettered and held, their marks
 
     @property
     def message_count(self) -> int:
@@ -164,10 +202,14 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
         # Created, header not yet durable: an empty queue.
         return Replay([], {}, 0, True, False, 0, 0, 0, VERSION)
     magic, version, _, _ = HEADER.unpack_from(data, 0)
-    if magic != MAGIC or version not in (VERSION, VERSION_ENTRIES):
+    if magic != MAGIC or version not in (VERSION, VERSION_RUNS, VERSION_ENTRIES):
         raise JournalCorrupted(path, 0, f"bad header {magic!r} version {version}")
-    state = _V3State(log_start, log_next) if version == VERSION else _V2State(log_start, log_next)
-    entry_bytes = ENTRY_BYTES if version == VERSION else 8
+    state: _V3State | _V2State
+    if version == VERSION_ENTRIES:
+        state = _V2State(log_start, log_next)
+    else:
+        state = _V3State(log_start, log_next, dead_allowed=version == VERSION)
+    entry_bytes = 8 if version == VERSION_ENTRIES else ENTRY_BYTES
     position = HEADER.size
     entries = 0
     while position + BLOCK.size <= len(data):
@@ -190,9 +232,11 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
 
 
 class _V3State:
-    """Replay of version 3 entries: runs in, runs out."""
+    """Replay of version 3 and 4 entries: runs in, runs out."""
 
-    def __init__(self, log_start: int, log_next: int) -> None:
+    def __init__(self, log_start: int, log_next: int, *, dead_allowed: bool) -> None:
+        self.dead_allowed = dead_allowed
+        self.dead: dict[int, int] = {}  # offsets held as dead letters: their marks
         self.log_start = log_start
         self.log_next = log_next
         self.live = RunSet()
@@ -225,6 +269,8 @@ class _V3State:
                     if counts:
                         for offset in range(start, end):
                             counts.pop(offset, None)
+                    if self.dead:
+                        _forget(self.dead, start, end)
                 self.size_bytes -= value
             elif kind == DELIVER:
                 if end <= start:
@@ -234,6 +280,9 @@ class _V3State:
                 else:
                     for offset in range(start, end):
                         counts[offset] = value
+            elif kind == DEAD and self.dead_allowed:
+                for offset in range(start, end):
+                    self.dead[offset] = value
             else:
                 return f"entry of unknown kind {kind}"
         return None
@@ -255,7 +304,18 @@ class _V3State:
             valid_bytes,
             self.discarded,
             version,
+            {o: mark for o, mark in self.dead.items() if o in live},
         )
+
+
+def _forget(dead: dict[int, int], start: int, end: int) -> None:
+    """Remove the offsets `start` .. `end - 1` from `dead`, walking the smaller side."""
+    if len(dead) < end - start:
+        for offset in [o for o in dead if start <= o < end]:
+            del dead[offset]
+    else:
+        for offset in range(start, end):
+            dead.pop(offset, None)
 
 
 class _V2State:
@@ -355,13 +415,17 @@ class QueueJournal:
         with open(path, "rb") as file:
             data = file.read()
         result = replay(path, data, log_start, log_next)
-        live_entries = len(result.runs) + len(result.counts)
+        live_entries = len(result.runs) + len(result.counts) + len(result.dead)
         if result.size_exact and (
-            result.valid_bytes != len(data) or result.entries > 2 * live_entries + 16
+            result.valid_bytes != len(data)
+            or result.entries > 2 * live_entries + 16
+            or result.version != VERSION
         ):
             write_file_atomic(
                 path,
-                encode_live(result.runs, result.counts, result.size_bytes, result.expiring),
+                encode_live(
+                    result.runs, result.counts, result.size_bytes, result.expiring, result.dead
+                ),
                 fsync_dir=True,
             )
             result = result._replace(entries=live_entries)
@@ -373,12 +437,12 @@ class QueueJournal:
         live entries and the byte total counted from the log (fsyncs file and dir)."""
         write_file_atomic(
             self.path,
-            encode_live(replayed.runs, replayed.counts, size_bytes, expiring),
+            encode_live(replayed.runs, replayed.counts, size_bytes, expiring, replayed.dead),
             fsync_dir=True,
         )
         files.close_fd(self._fd)
         self._fd = files.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
-        self._entries = len(replayed.runs) + len(replayed.counts)
+        self._entries = len(replayed.runs) + len(replayed.counts) + len(replayed.dead)
 
     def _append(self, word: int, count: int, value: int, merge: bool) -> None:
         """One entry; merged into the previous one when it continues it."""
@@ -389,10 +453,10 @@ class QueueJournal:
             merge
             and buffer[-3] & _HEAD_MASK == word & _HEAD_MASK
             and (buffer[-3] & OFFSET_MASK) + buffer[-2] == word & OFFSET_MASK
-            and (value == buffer[-1] if word >> KIND_SHIFT == DELIVER else True)
+            and (value == buffer[-1] if word >> KIND_SHIFT in (DELIVER, DEAD) else True)
         ):
             buffer[-2] += count
-            if word >> KIND_SHIFT != DELIVER:
+            if word >> KIND_SHIFT not in (DELIVER, DEAD):
                 buffer[-1] += value
             return
         buffer.extend((word, count, value))
@@ -406,6 +470,11 @@ class QueueJournal:
     def delivered_run(self, first: int, count: int, deliveries: int) -> None:
         """The `count` offsets from `first` on went out; `deliveries` so far each."""
         self._append(first | _DELIVER_WORD, count, deliveries, True)
+
+    def dead_run(self, first: int, count: int, mark: int) -> None:
+        """The `count` offsets from `first` on were dead-lettered (`dead_mark`) and are
+        held until an ACK releases them."""
+        self._append(first | _DEAD_WORD, count, mark, True)
 
     def acked_run(self, first: int, count: int, size_bytes: int) -> None:
         """The queue is done with the `count` offsets from `first` on (bodies of
@@ -441,7 +510,7 @@ class QueueJournal:
         # replaces the buffer too; encoding and writing it happen on the fsync thread.
         # Later entries go to the new file: they are written by the next round's
         # prepare, which cannot run before this round is over.
-        runs, counts, size_bytes, expiring = self.live_source()
+        runs, counts, size_bytes, expiring, dead = self.live_source()
         self._compact = False
         self._header = b""
         self._buffer = array("Q")
@@ -449,9 +518,9 @@ class QueueJournal:
         fd = files.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         files.close_fd(self._fd)
         self._fd = fd
-        self._entries = len(runs) + len(counts)
+        self._entries = len(runs) + len(counts) + len(dead)
         work = files.dup_fd(fd)
-        data = encode_live(runs, counts, size_bytes, expiring)
+        data = encode_live(runs, counts, size_bytes, expiring, dead)
         return JournalWork(None, lambda: self._replace(work, tmp, data), b"")
 
     def _replace(self, fd: int, tmp: str, data: bytes) -> None:

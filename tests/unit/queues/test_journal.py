@@ -18,6 +18,7 @@ from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import (
     ACK,
     BLOCK,
+    DEAD,
     DELIVER,
     ENQUEUE,
     ENTRY_BYTES,
@@ -26,6 +27,8 @@ from streamq.queues.journal import (
     MAGIC,
     JournalCorrupted,
     QueueJournal,
+    dead_mark,
+    dead_of,
     encode_block,
     encode_header,
     replay,
@@ -43,7 +46,7 @@ def words(*entries: Entry, flags: int = 0) -> array[int]:
 
 
 def blocks(*groups: list[Entry]) -> bytes:
-    """A version 3 file: the header, then one block per group of entries."""
+    """A version 4 file: the header, then one block per group of entries."""
     return encode_header() + b"".join(encode_block(words(*group)) for group in groups)
 
 
@@ -94,7 +97,7 @@ def test_replay_of_runs_keeps_what_is_held_with_delivery_counts_and_bytes() -> N
     assert result.size_bytes == 500 + 30 - 200 and result.size_exact
     assert result.message_count == 6 and not result.expiring
     assert result.entries == 7 and result.discarded == 0 and result.valid_bytes == len(data)
-    assert result.version == 3
+    assert result.version == 4
 
 
 def test_the_expiring_flag_survives_a_replay() -> None:
@@ -243,7 +246,7 @@ def test_an_entry_of_unknown_kind_is_corruption() -> None:
 
 @pytest.mark.parametrize(
     "header",
-    [b"XXXX" + bytes(12), struct.pack("<4sHHQ", MAGIC, 4, 0, 0)],
+    [b"XXXX" + bytes(12), struct.pack("<4sHHQ", MAGIC, 5, 0, 0)],
     ids=["magic", "version"],
 )
 def test_a_bad_header_is_corruption(tmp_path: Path, header: bytes) -> None:
@@ -251,6 +254,85 @@ def test_a_bad_header_is_corruption(tmp_path: Path, header: bytes) -> None:
     path.write_bytes(header)
     with pytest.raises(JournalCorrupted, match="bad header"):
         QueueJournal.load(str(path), 0, 10, set())
+
+
+# -- dead letters held (at-least-once dead-lettering) ----------------------------------
+
+
+def test_a_dead_mark_keeps_its_reason_and_time() -> None:
+    for reason in ("expired", "rejected", "delivery_limit", "maxlen"):
+        assert dead_of(dead_mark(reason, 1_790_000_000)) == (reason, 1_790_000_000)
+
+
+def test_dead_letters_held_replay_with_their_marks_until_acked() -> None:
+    mark = dead_mark("rejected", 1234)
+    data = blocks(
+        [(ENQUEUE, 1, 5, 50), (DELIVER, 2, 2, 1)],
+        [(DEAD, 2, 2, mark), (DEAD, 4, 1, dead_mark("expired", 99))],
+        [(ACK, 3, 1, 10)],  # the target has the copy of 3: released
+    )
+    result = replay("j", data, 0, 10)
+    assert result.runs == [(1, 2), (4, 2)] and result.size_bytes == 40
+    assert dict(result.dead) == {2: mark, 4: dead_mark("expired", 99)}
+
+
+def test_a_version_3_file_knows_no_dead_entries() -> None:
+    data = struct.pack("<4sHHQ", MAGIC, 3, 0, 0) + encode_block(
+        words((ENQUEUE, 1, 1, 1), (DEAD, 1, 1, 1))
+    )
+    with pytest.raises(JournalCorrupted, match="unknown kind 4"):
+        replay("j", data, 0, 10)
+
+
+def test_a_version_3_file_is_read_and_rewritten_in_version_4(tmp_path: Path) -> None:
+    path = tmp_path / "q.journal"
+    path.write_bytes(
+        struct.pack("<4sHHQ", MAGIC, 3, 0, 0) + encode_block(words((ENQUEUE, 1, 3, 30)))
+    )
+    journal, result = QueueJournal.load(str(path), 0, 10, set())
+    journal.close()
+    assert result.version == 3 and result.runs == [(1, 3)]
+    again = replay(str(path), path.read_bytes(), 0, 10)
+    assert again.version == 4 and again.runs == [(1, 3)] and again.size_bytes == 30
+
+
+def test_dead_letters_survive_compaction_and_restore_out_of_the_ready_order(
+    tmp_path: Path,
+) -> None:
+    """A cursor holds one message as a dead letter in flight and one taken from the
+    ready order; after a compaction and a load, both are marked, and restoring them
+    leaves only the others ready."""
+    path = str(tmp_path / "q.journal")
+    cursor, journal = durable_queue(path)
+    for offset in range(4):
+        cursor.enqueue(offset, 10)
+    ready = deliver(cursor, 10)  # 0 in flight
+    assert cursor.hold_dead(ready.offset, None, dead_mark("rejected", 5))
+    assert not cursor.hold_dead(ready.offset, None, dead_mark("rejected", 5))
+    taken = cursor.take()
+    assert taken is not None and taken.offset == 1
+    cursor.hold_dead(1, 10, dead_mark("expired", 6))
+    assert cursor.message_count == 2 and cursor.unacked_count == 0 and cursor.bytes_dead == 20
+    assert cursor.low_water_offset() == 0
+    journal.request_compaction()
+    flush(journal)
+    cursor.release_dead(0)
+    flush(journal)
+    journal.close()
+    loaded, result = QueueJournal.load(path, 0, 10, set())
+    loaded.close()
+    assert dict(result.dead) == {1: dead_mark("expired", 6)}
+    assert result.runs == [(1, 3)] and result.size_bytes == 30
+    restored = ClassicQueue()
+    restored.restore_runs(result.runs, dict(result.counts))
+    restored.bytes_ready = result.size_bytes
+    assert restored.restore_dead(1, 10, result.dead[1])
+    assert restored.message_count == 2 and restored.bytes_ready == 20
+    assert [restored.take(), restored.take(), restored.take()] == [
+        ReadyMessage(2, False, 0),
+        ReadyMessage(3, False, 0),
+        None,
+    ]
 
 
 # -- compaction -------------------------------------------------------------------------
@@ -337,7 +419,7 @@ def test_a_version_2_file_is_read_with_the_same_offsets_and_counts(tmp_path: Pat
     assert replay("j", data, 7, 100).runs == [(7, 3), (12, 1)]
 
 
-def test_a_version_2_file_rewritten_with_its_byte_total_reads_as_version_3(
+def test_a_version_2_file_rewritten_with_its_byte_total_reads_as_version_4(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "q.journal"
@@ -348,7 +430,7 @@ def test_a_version_2_file_rewritten_with_its_byte_total_reads_as_version_3(
     flush(journal)
     journal.close()
     again = replay(str(path), path.read_bytes(), 0, 100)
-    assert again.version == 3 and again.size_exact
+    assert again.version == 4 and again.size_exact
     assert (again.runs, again.counts, again.size_bytes) == ([(2, 1)], {2: 2}, 70)
 
 
