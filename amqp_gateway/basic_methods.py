@@ -37,7 +37,7 @@ def basic_qos(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None
     if method.prefetch_size != 0:
         raise errors.AMQPNotImplemented(f"prefetch_size!=0 ({method.prefetch_size})", 60, 10)
     if method.global_:
-        channel.channel_prefetch = method.prefetch_count
+        channel.set_channel_prefetch(method.prefetch_count)
     else:
         # Per-consumer prefetch applies to consumers started after it (RabbitMQ).
         channel.consumer_prefetch = method.prefetch_count
@@ -246,11 +246,12 @@ def apply_settle(
     if ack:
         _ack(vhost, settled)
         return
-    for entry in settled:
-        if not requeue:
+    if requeue:
+        vhost.requeue_many((entry.queue, entry.offset, entry.consumer) for entry in settled)
+    else:
+        for entry in settled:
             vhost.reject(entry.queue, entry.offset, entry.consumer)
-        else:
-            vhost.requeue(entry.queue, entry.offset, entry.consumer)
+    for entry in settled:
         vhost.kick(entry.queue)
 
 
@@ -349,8 +350,8 @@ def basic_recover(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
     if not getattr(method, "requeue", True):
         raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
     vhost = h.current_vhost()
-    for entry in channel.settle_tags(0, True):
-        vhost.requeue(entry.queue, entry.offset, entry.consumer)
+    entries = channel.settle_tags(0, True)
+    vhost.requeue_many((entry.queue, entry.offset, entry.consumer) for entry in entries)
     if isinstance(method, m.BasicRecover):
         h.conn.send_method(channel.id, m.BasicRecoverOk())
 

@@ -89,6 +89,5 @@ def release_channel(s: AmqpSession, channel: ChannelSession) -> None:
     # Unacked deliveries go back to their queues in their original order, with those
     # an uncommitted transaction acked.
     channel.restore_held()
-    for entry in channel.unacked.values():
-        vhost.requeue(entry.queue, entry.offset)
+    vhost.requeue_many((entry.queue, entry.offset, None) for entry in channel.unacked.values())
     channel.unacked.clear()

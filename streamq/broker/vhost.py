@@ -20,7 +20,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from streamq.broker.deadletter import (
@@ -677,7 +677,31 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """Back to the queue; on a stream, back to the consumer that had it, if it is
-        still there (nothing to do otherwise: the message stays in the stream)."""
+        still there (nothing to do otherwise: the message stays in the stream). A
+        drop-head length limit applies after it, as RabbitMQ applies it after a requeue."""
+        self._requeue(queue, offset, consumer)
+        self._drop_head_requeued(queue)
+
+    def requeue_many(self, entries: Iterable[tuple[Queue, int, Consumer | None]]) -> None:
+        """`requeue` of a batch (a nack with multiple, a recover, a closed channel): every
+        message back in its place first, then each queue's drop-head limit once, as
+        RabbitMQ's requeue_and_run drops from the head after the whole batch (dropping
+        per message would dead-letter in another order)."""
+        queues: dict[Queue, None] = {}
+        for queue, offset, consumer in entries:
+            self._requeue(queue, offset, consumer)
+            queues[queue] = None
+        for queue in queues:
+            self._drop_head_requeued(queue)
+
+    def _drop_head_requeued(self, queue: Queue) -> None:
+        if queue.stream is not None or queue.overflow != "drop-head":
+            return
+        limited = queue.max_length is not None or queue.max_length_bytes is not None
+        if limited and self.queues.get(queue.name) is queue:
+            self._drop_head(queue, int(time.time() * 1000))
+
+    def _requeue(self, queue: Queue, offset: int, consumer: Consumer | None) -> None:
         if queue.stream is not None:
             if consumer is not None and consumer in queue.consumers:
                 consumer.stream_redeliver.append(offset)
