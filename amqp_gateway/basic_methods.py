@@ -18,6 +18,7 @@ from amqp_gateway.channels import (
     GatewayConsumer,
     Unacked,
     monotonic_ms,
+    settle_groups,
     with_long_header,
 )
 from amqp_gateway.codec import methods as m
@@ -204,10 +205,39 @@ def settle(
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
         channel.tx_acks.append((held, ack, requeue))
         return
+    if not ack:
+        held = channel.hold_tags(tag, multiple)
+        if not held and not (multiple and tag == 0):
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
+        settle_in_groups(h, channel, held, requeue)
+        return
     settled = channel.settle_tags(tag, multiple)
     if not settled and not (multiple and tag == 0):
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
     apply_settle(h, channel, settled, ack, requeue)
+
+
+def settle_in_groups(
+    h: AmqpSession, channel: ChannelSession, held: dict[int, Unacked], requeue: bool
+) -> None:
+    """A nack, reject or recover as RabbitMQ's channel applies it: group by group
+    (`settle_groups`), each group's consumer gets its credit back, then its messages go
+    back (dropped from the head over a length limit) or are dead-lettered, and the queue
+    delivers, before the next group."""
+    vhost = h.current_vhost()
+    for group in settle_groups(held):
+        channel.release(group)
+        if requeue:
+            vhost.requeue_many(
+                [(entry.queue, entry.offset, entry.consumer) for entry in group], deliver=True
+            )
+        else:
+            for entry in group:
+                vhost.reject(entry.queue, entry.offset, entry.consumer)
+            vhost.deliver_now(group[0].queue)
+    if channel.channel_prefetch:
+        for consumer in channel.consumers.values():
+            vhost.kick(consumer.queue)
 
 
 def settle_plain_acks(
@@ -247,7 +277,9 @@ def apply_settle(
         _ack(vhost, settled)
         return
     if requeue:
-        vhost.requeue_many((entry.queue, entry.offset, entry.consumer) for entry in settled)
+        vhost.requeue_many(
+            [(entry.queue, entry.offset, entry.consumer) for entry in settled], deliver=False
+        )
     else:
         for entry in settled:
             vhost.reject(entry.queue, entry.offset, entry.consumer)
@@ -349,9 +381,7 @@ def basic_recover(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
     # it with 540 (a connection error); requeue=true requeues every unacked delivery.
     if not getattr(method, "requeue", True):
         raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
-    vhost = h.current_vhost()
-    entries = channel.settle_tags(0, True)
-    vhost.requeue_many((entry.queue, entry.offset, entry.consumer) for entry in entries)
+    settle_in_groups(h, channel, channel.hold_tags(0, True), True)
     if isinstance(method, m.BasicRecover):
         h.conn.send_method(channel.id, m.BasicRecoverOk())
 

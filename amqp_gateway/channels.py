@@ -246,6 +246,23 @@ class ChannelSession:
         self.unacked = dict(sorted(restored.items()))
 
 
+def settle_groups(held: dict[int, Unacked]) -> list[list[Unacked]]:
+    """The deliveries of one nack, reject or recover in the groups RabbitMQ's channel
+    settles them by (rabbit_channel:foreach_per_queue, keyed {queue, consumer tag}): by
+    queue name, then each basic.get delivery alone in tag order (its key is its delivery
+    tag, an integer, which Erlang orders before any binary), then each consumer's
+    deliveries together, by consumer tag."""
+    groups: dict[tuple[str, int, int, bytes], list[Unacked]] = {}
+    for tag, entry in held.items():
+        consumer = entry.consumer
+        if consumer is None:
+            key = (entry.queue.name, 0, tag, b"")
+        else:
+            key = (entry.queue.name, 1, 0, consumer.tag_raw)
+        groups.setdefault(key, []).append(entry)
+    return [groups[key] for key in sorted(groups)]
+
+
 class GatewayConsumer:
     """A basic.consume on a channel, as the broker core's Consumer protocol wants it."""
 

@@ -565,6 +565,12 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 dirty.add(queue)
         rejected = self.publish_rejected
         for queue in limited:
+            if queue.consumers:
+                # A consumer with credit takes the message before it counts against the
+                # limit, as RabbitMQ hands it over on arrival: without this, a burst of
+                # publishes read at once would overflow (drop or refuse) what consumers
+                # were about to take.
+                self._drain_queue(queue)
             if queue.overflow == "drop-head":
                 self._drop_head(queue, timestamp_ms)  # its dead letters publish too
         self.publish_rejected = rejected
@@ -682,17 +688,29 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self._requeue(queue, offset, consumer)
         self._drop_head_requeued(queue)
 
-    def requeue_many(self, entries: Iterable[tuple[Queue, int, Consumer | None]]) -> None:
-        """`requeue` of a batch (a nack with multiple, a recover, a closed channel): every
-        message back in its place first, then each queue's drop-head limit once, as
-        RabbitMQ's requeue_and_run drops from the head after the whole batch (dropping
-        per message would dead-letter in another order)."""
+    def requeue_many(
+        self, entries: Iterable[tuple[Queue, int, Consumer | None]], *, deliver: bool
+    ) -> None:
+        """`requeue` of a batch (a group of a nack, a reject or a recover, or what a
+        closed channel held): every message back in its place first, then each queue's
+        drop-head limit once, as RabbitMQ's requeue_and_run drops from the head after the
+        whole batch (dropping per message would dead-letter in another order); with
+        `deliver`, the queue then delivers at once, as requeue_and_run does, before the
+        caller's next batch."""
         queues: dict[Queue, None] = {}
         for queue, offset, consumer in entries:
             self._requeue(queue, offset, consumer)
             queues[queue] = None
         for queue in queues:
             self._drop_head_requeued(queue)
+            if deliver:
+                self.deliver_now(queue)
+
+    def deliver_now(self, queue: Queue) -> None:
+        """Hand `queue`'s ready messages to its consumers with credit now, not at the end
+        of the loop turn (where RabbitMQ's queue process delivers within one event)."""
+        if queue.consumers and self.queues.get(queue.name) is queue:
+            self._drain_queue(queue)
 
     def _drop_head_requeued(self, queue: Queue) -> None:
         if queue.stream is not None or queue.overflow != "drop-head":
