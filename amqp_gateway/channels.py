@@ -222,6 +222,11 @@ class ChannelSession:
         if multiple:
             if delivery_tag == 0:
                 return list(unacked)
+            if delivery_tag not in unacked:
+                # RabbitMQ's collect_acks looks for the tag itself, multiple or not: one
+                # that is not unacked (settled already, or never handed out) is a 406,
+                # and nothing before it is settled.
+                return []
             # Tags are inserted in increasing order: stop at the first one past it.
             return list(takewhile(delivery_tag.__ge__, unacked))
         return [delivery_tag] if delivery_tag in unacked else []

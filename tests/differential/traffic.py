@@ -112,6 +112,16 @@ class Traffic:
             conn.open(number)
         return conn
 
+    def _holding(self, slot: int) -> int:
+        """`slot`, or the next slot after it that holds unacked deliveries if it holds
+        none (a settle, recover or close names a channel that way: the same one on both
+        brokers, and one that has something to give back more often than not)."""
+        for step in range(CHANNEL_SLOTS):
+            candidate = (slot + step) % CHANNEL_SLOTS
+            if self.channels[candidate].unacked:
+                return candidate
+        return slot
+
     def _channel(self, slot: int) -> tuple[Conn, int, ChannelState]:
         conn = self.conns[slot // CHANNELS_PER_CONNECTION]
         return conn, slot % CHANNELS_PER_CONNECTION + 1, self.channels[slot]
@@ -268,7 +278,7 @@ class Traffic:
     ) -> None:
         """Settle the delivery `pick` names (traffic_ops.py); nothing when it names an
         unacked delivery and the channel has none."""
-        conn, number, state = self._channel(slot)
+        conn, number, state = self._channel(self._holding(slot))
         tags = sorted(state.unacked)
         if pick >= 0 and not tags:
             self.s.record("nothing to settle")
@@ -284,7 +294,7 @@ class Traffic:
         state.settled_last = tag if tag in tags else state.settled_last
 
     def _recover(self, slot: int) -> None:
-        conn, number, state = self._channel(slot)
+        conn, number, state = self._channel(self._holding(slot))
         if state.unacked:
             self.stats["recover with unacked messages"] += 1
         state.unacked.clear()  # back in their queues; what comes again comes with new tags
@@ -294,6 +304,7 @@ class Traffic:
         self._ctl().call(CONTROL, m.QueuePurge(queue=self.s.name(queue)))
 
     def _close_channel(self, slot: int) -> None:
+        slot = self._holding(slot)
         conn, number, _ = self._channel(slot)
         conn.call(number, m.ChannelClose(reply_code=200, reply_text="bye"))
         self._forget(slot)

@@ -8,7 +8,8 @@ fanout exchange `x0` bound to both, and `q1` dead-letters (through the fanout `d
 has slots 0 and 1, connection slot 1 has slots 2 and 3). An operation names a delivery
 it settles by its place among the channel's unacked deliveries (`pick`), never by a
 delivery tag, so it means the same message on both brokers; a negative pick names a
-tag that is wrong on purpose (`PICK_*`).
+tag that is wrong on purpose (`PICK_*`). A settle, recover or channel close that names
+a channel slot without unacked deliveries acts on the next slot that has some.
 """
 
 from __future__ import annotations
@@ -131,12 +132,13 @@ def _arguments() -> dict[str, st.SearchStrategy[tuple[object, ...]]]:
     channel = st.integers(min_value=0, max_value=CHANNEL_SLOTS - 1)
     queue, flag, pick = st.sampled_from(QUEUES), st.booleans(), _picks()
     source = st.sampled_from(("q0", "q1", "q0", "q1", "dead"))  # where gets look
+    mostly_not = st.sampled_from((False, False, True))  # no_ack: most deliveries need acks
     return {
         "publish": st.tuples(
             st.sampled_from(TARGETS), st.integers(min_value=1, max_value=PUBLISH_COUNT_MAX)
         ),
-        "get": st.tuples(channel, source, flag),
-        "consume": st.tuples(channel, queue, flag),
+        "get": st.tuples(channel, source, mostly_not),
+        "consume": st.tuples(channel, queue, mostly_not),
         "cancel": st.tuples(channel, st.integers(min_value=0, max_value=2)),
         "qos": st.tuples(channel, st.integers(min_value=0, max_value=PREFETCH_MAX), flag),
         "ack": st.tuples(channel, pick, flag),

@@ -213,3 +213,14 @@ traffic(
     get(0, "q1"),
     nack(0, 1, multiple=True, requeue=False),
 )
+traffic(
+    "deliveries: an ack multiple of a tag that is not unacked is a 406 that settles nothing",
+    World(preload=3),
+    get(0, "q0"),
+    ack(0, PICK_UNKNOWN, multiple=True),  # the tag after the last one handed out
+    get(1, "q0"),
+    get(1, "q0"),
+    get(1, "q0"),
+    ack(1, 1),
+    nack(1, PICK_SETTLED, multiple=True),  # the tag just acked, with one unacked before it
+)
