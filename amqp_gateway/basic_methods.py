@@ -223,18 +223,23 @@ def settle_in_groups(
     """A nack, reject or recover as RabbitMQ's channel applies it: group by group
     (`settle_groups`), each group's consumer gets its credit back, then its messages go
     back (dropped from the head over a length limit) or are dead-lettered, and the queue
-    delivers, before the next group."""
+    delivers before the next group. The last group's deliveries wait for the end of the
+    loop turn, as all deliveries do, so that replies the client asked for before them
+    come first (RabbitMQ's come from another process)."""
     vhost = h.current_vhost()
-    for group in settle_groups(held):
+    groups = settle_groups(held)
+    for index, group in enumerate(groups):
         channel.release(group)
+        queue, more = group[0].queue, index + 1 < len(groups)
         if requeue:
-            vhost.requeue_many(
-                [(entry.queue, entry.offset, entry.consumer) for entry in group], deliver=True
-            )
+            entries = [(entry.queue, entry.offset, entry.consumer) for entry in group]
+            vhost.requeue_many(entries, deliver=more)
         else:
             for entry in group:
                 vhost.reject(entry.queue, entry.offset, entry.consumer)
-            vhost.deliver_now(group[0].queue)
+            if more:
+                vhost.deliver_now(queue)
+        vhost.kick(queue)
     if channel.channel_prefetch:
         for consumer in channel.consumers.values():
             vhost.kick(consumer.queue)
@@ -381,9 +386,9 @@ def basic_recover(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
     # it with 540 (a connection error); requeue=true requeues every unacked delivery.
     if not getattr(method, "requeue", True):
         raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
-    settle_in_groups(h, channel, channel.hold_tags(0, True), True)
     if isinstance(method, m.BasicRecover):
-        h.conn.send_method(channel.id, m.BasicRecoverOk())
+        h.conn.send_method(channel.id, m.BasicRecoverOk())  # before the redeliveries
+    settle_in_groups(h, channel, channel.hold_tags(0, True), True)
 
 
 def channel_flow(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
