@@ -290,8 +290,8 @@ ALLOWED["confirm: a publish to a missing exchange closes the channel"] = Differe
 # Delivery traffic (traffic.py) redelivers all the time (its drain closes connections
 # that hold unacked messages), and redeliveries carry x-delivery-count: the same
 # difference for every scenario of scenarios/deliveries.py,
-# and the one mask the random delivery test (test_random_deliveries.py) applies.
-RANDOM_DELIVERIES: Mask = _without_delivery_count
+# and the one mask the random tests (test_random.py, test_random_deliveries.py) apply.
+RANDOM_MASK: Mask = _without_delivery_count
 for _name in (
     "deliveries: a burst of publishes to a limited queue goes to its consumer first",
     "deliveries: a cancelled consumer's deliveries stay unacked until settled",

@@ -35,7 +35,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.differential.allowlist import RANDOM_DELIVERIES
+from tests.differential.allowlist import RANDOM_MASK
 from tests.differential.harness import Scenario, Session, explain, run_scenario
 from tests.differential.peers import Endpoint
 from tests.differential.traffic import Traffic
@@ -85,7 +85,7 @@ def unprefixed(value: Any, prefix: str) -> Any:
 
 
 def observe(spec: Scenario, endpoint: Endpoint, prefix: str) -> list[Observation]:
-    return unprefixed(RANDOM_DELIVERIES(run_scenario(spec, endpoint, prefix)), prefix)
+    return unprefixed(RANDOM_MASK(run_scenario(spec, endpoint, prefix)), prefix)
 
 
 def test_random_deliveries_match_rabbitmq(rabbitmq: Endpoint, streamq: Endpoint) -> None:
