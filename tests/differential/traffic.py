@@ -288,7 +288,9 @@ class Traffic:
         conn.sync(number)
         settled = [t for t in tags if t == tag or (multiple and (tag == 0 or t < tag))]
         if settled:
-            self.stats[f"{how}{' multiple' if multiple else ''} of real tags"] += 1
+            self.stats[f"{how} of real tags"] += 1
+            if multiple:
+                self.stats[f"{how} multiple of real tags"] += 1
         for t in settled:
             del state.unacked[t]
         state.settled_last = tag if tag in tags else state.settled_last
