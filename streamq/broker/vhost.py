@@ -1108,6 +1108,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.in_flow = False
         queue.window.release()
         consumers, queue.consumers = list(queue.consumers), []
+        queue.turns.clear()
+        queue.parked.clear()
         for consumer in consumers:
             consumer.cancel_by_broker()
         self.dirty.discard(queue)
@@ -1122,6 +1124,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             # What came while nobody consumed was not offered on arrival: its TTL counts.
             queue.fresh_offset_min = self.log.next_offset
         queue.consumers.append(consumer)
+        queue.turns.append(consumer)
         queue.had_consumers = True
         self.kick(queue)
         self._queue_changed(queue)
@@ -1129,6 +1132,10 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
+            if consumer in queue.turns:
+                queue.turns.remove(consumer)
+            elif consumer in queue.parked:
+                queue.parked.remove(consumer)
             queue.last_used_s = time.monotonic()  # the x-expires lease starts again
         if not queue.consumers:
             queue.in_flow = False

@@ -224,3 +224,15 @@ traffic(
     ack(1, 1),
     nack(1, PICK_SETTLED, multiple=True),  # the tag just acked, with one unacked before it
 )
+traffic(
+    "deliveries: a consumer out of credit rejoins the round robin at its end",
+    World(),
+    qos(0, 1),
+    consume(0, "q0"),
+    consume(1, "q0", no_ack=True),
+    consume(2, "q0", no_ack=True),
+    publish("q0", 3),
+    publish("q0", 3),  # c0 has no credit: it leaves the turns
+    ack(0, 0),  # and comes back after c2 and c1, in the order RabbitMQ serves them
+    publish("q0", 3),
+)
