@@ -40,8 +40,10 @@ def basic_qos(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None
     if method.global_:
         channel.set_channel_prefetch(method.prefetch_count)
     else:
-        # Per-consumer prefetch applies to consumers started after it (RabbitMQ).
+        # Per-consumer prefetch applies to consumers started after it, and lifts the
+        # channel's global one (RabbitMQ's unlimit_prefetch): one mode at a time.
         channel.consumer_prefetch = method.prefetch_count
+        channel.set_channel_prefetch(0)
     h.conn.send_method(channel.id, m.BasicQosOk())
     for consumer in channel.consumers.values():
         h.current_vhost().kick(consumer.queue)

@@ -306,6 +306,7 @@ for _name in (
     "deliveries: a reject with requeue over a drop-head max-length",
     "deliveries: acks single and multiple from gets and consumers",
     "deliveries: an ack multiple of a tag that is not unacked is a 406 that settles nothing",
+    "deliveries: basic.qos global=false lifts the channel's global prefetch",
     "deliveries: global prefetch shared by two consumers of the channel",
     "deliveries: nack and reject without requeue dead-letter to a consumer of dead",
     "deliveries: nack multiple with requeue goes to the other connection's consumer in order",

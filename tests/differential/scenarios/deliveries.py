@@ -236,3 +236,11 @@ traffic(
     ack(0, 0),  # and comes back after c2 and c1, in the order RabbitMQ serves them
     publish("q0", 3),
 )
+traffic(
+    "deliveries: basic.qos global=false lifts the channel's global prefetch",
+    World(preload=6),
+    qos(1, 2, global_=True),
+    consume(1, "q1"),
+    qos(1, 3),  # for consumers to come; c0 had no prefetch of its own: it takes the rest
+    consume(1, "q1"),
+)
