@@ -287,7 +287,7 @@ ALLOWED["confirm: a publish to a missing exchange closes the channel"] = Differe
 )
 
 
-# Delivery traffic (traffic.py) redelivers all the time (its drain closes connections
+# Delivery traffic (traffic.py) redelivers all the time (its drain closes channels
 # that hold unacked messages), and redeliveries carry x-delivery-count: the same
 # difference for every scenario of scenarios/deliveries.py,
 # and the one mask the random tests (test_random.py, test_random_deliveries.py) apply.

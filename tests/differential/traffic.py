@@ -318,13 +318,19 @@ class Traffic:
 
     # The end of a run.
     def drain(self) -> None:
-        """Cancel every consumer, close the connections, and read every queue to its end;
-        then delete what the run declared."""
+        """Cancel every consumer, close the channels and connections, and read every
+        queue to its end; then delete what the run declared."""
         self.s.record("drain")
         for slot in range(CHANNEL_SLOTS):
             conn, number, state = self._channel(slot)
             for tag in sorted(state.consumers):
                 conn.call(number, m.BasicCancel(consumer_tag=tag))
+        # Channel by channel: a connection.close ends its channels at once, and RabbitMQ
+        # gives back what each held in the order they happen to end (which shows in the
+        # order a full queue dead-letters them).
+        for slot in range(CHANNEL_SLOTS):
+            conn, number, _ = self._channel(slot)
+            conn.call(number, m.ChannelClose(reply_code=200, reply_text="bye"))
         for conn in self.conns:
             conn.close()
         self.seen = len(self.s.log)
