@@ -184,6 +184,11 @@ def _rotate(
             (turns if consumer.credit() > 0 else queue.parked).append(consumer)
     empty, budget_given, no_ack = False, budget, 0
     while turns and budget > 0:
+        if not cursor.message_count:
+            # Nothing to hand out: no consumer is tried, so none is parked (RabbitMQ's
+            # run_message_queue looks at the queue before its consumers).
+            empty = True
+            break
         consumer = turns[0]
         if consumer.credit() <= 0:
             queue.parked.append(turns.popleft())

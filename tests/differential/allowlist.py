@@ -297,6 +297,7 @@ for _name in (
     "deliveries: a cancelled consumer's deliveries stay unacked until settled",
     "deliveries: a close requeues over a drop-head max-length, the head is dead-lettered",
     "deliveries: a closed channel and a closed connection requeue what they held",
+    "deliveries: a consumer is not passed over when there is nothing to deliver",
     "deliveries: a consumer out of credit rejoins the round robin at its end",
     "deliveries: a global prefetch at its limit holds no_ack consumers too",
     "deliveries: a global prefetch counts the gets unacked when it was set",

@@ -244,3 +244,15 @@ traffic(
     qos(1, 3),  # for consumers to come; c0 had no prefetch of its own: it takes the rest
     consume(1, "q1"),
 )
+traffic(
+    "deliveries: a consumer is not passed over when there is nothing to deliver",
+    World(q1_max_length=3),
+    consume(3, "q0", no_ack=True),
+    consume(2, "q0"),
+    publish("q0", 3),
+    consume(2, "q0"),
+    qos(2, 1, global_=True),  # the channel of c1 and c2 is at its limit
+    publish("q0", 1),  # to c0; c2 is next but not tried: the queue is empty
+    nack(2, 0, requeue=False),  # c1 back at the end
+    publish("both", 1),  # so c2 takes it
+)
