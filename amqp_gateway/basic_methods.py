@@ -18,6 +18,7 @@ from amqp_gateway.channels import (
     GatewayConsumer,
     Unacked,
     monotonic_ms,
+    settle_groups,
     with_long_header,
 )
 from amqp_gateway.codec import methods as m
@@ -37,10 +38,12 @@ def basic_qos(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None
     if method.prefetch_size != 0:
         raise errors.AMQPNotImplemented(f"prefetch_size!=0 ({method.prefetch_size})", 60, 10)
     if method.global_:
-        channel.channel_prefetch = method.prefetch_count
+        channel.set_channel_prefetch(method.prefetch_count)
     else:
-        # Per-consumer prefetch applies to consumers started after it (RabbitMQ).
+        # Per-consumer prefetch applies to consumers started after it, and lifts the
+        # channel's global one (RabbitMQ's unlimit_prefetch): one mode at a time.
         channel.consumer_prefetch = method.prefetch_count
+        channel.set_channel_prefetch(0)
     h.conn.send_method(channel.id, m.BasicQosOk())
     for consumer in channel.consumers.values():
         h.current_vhost().kick(consumer.queue)
@@ -204,10 +207,44 @@ def settle(
             raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
         channel.tx_acks.append((held, ack, requeue))
         return
+    if not ack:
+        held = channel.hold_tags(tag, multiple)
+        if not held and not (multiple and tag == 0):
+            raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
+        settle_in_groups(h, channel, held, requeue)
+        return
     settled = channel.settle_tags(tag, multiple)
     if not settled and not (multiple and tag == 0):
         raise errors.PreconditionFailed(f"unknown delivery tag {tag}", *ids)
     apply_settle(h, channel, settled, ack, requeue)
+
+
+def settle_in_groups(
+    h: AmqpSession, channel: ChannelSession, held: dict[int, Unacked], requeue: bool
+) -> None:
+    """A nack, reject or recover as RabbitMQ's channel applies it: group by group
+    (`settle_groups`), each group's consumer gets its credit back, then its messages go
+    back (dropped from the head over a length limit) or are dead-lettered, and the queue
+    delivers before the next group. The last group's deliveries wait for the end of the
+    loop turn, as all deliveries do, so that replies the client asked for before them
+    come first (RabbitMQ's come from another process)."""
+    vhost = h.current_vhost()
+    groups = settle_groups(held)
+    for index, group in enumerate(groups):
+        channel.release(group)
+        queue, more = group[0].queue, index + 1 < len(groups)
+        if requeue:
+            entries = [(entry.queue, entry.offset, entry.consumer) for entry in group]
+            vhost.requeue_many(entries, deliver=more)
+        else:
+            for entry in group:
+                vhost.reject(entry.queue, entry.offset, entry.consumer)
+            if more:
+                vhost.deliver_now(queue)
+        vhost.kick(queue)
+    if channel.channel_prefetch:
+        for consumer in channel.consumers.values():
+            vhost.kick(consumer.queue)
 
 
 def settle_plain_acks(
@@ -246,11 +283,14 @@ def apply_settle(
     if ack:
         _ack(vhost, settled)
         return
-    for entry in settled:
-        if not requeue:
+    if requeue:
+        vhost.requeue_many(
+            [(entry.queue, entry.offset, entry.consumer) for entry in settled], deliver=False
+        )
+    else:
+        for entry in settled:
             vhost.reject(entry.queue, entry.offset, entry.consumer)
-        else:
-            vhost.requeue(entry.queue, entry.offset, entry.consumer)
+    for entry in settled:
         vhost.kick(entry.queue)
 
 
@@ -348,11 +388,9 @@ def basic_recover(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
     # it with 540 (a connection error); requeue=true requeues every unacked delivery.
     if not getattr(method, "requeue", True):
         raise errors.AMQPNotImplemented("requeue=false", method.CLASS_ID, method.METHOD_ID)
-    vhost = h.current_vhost()
-    for entry in channel.settle_tags(0, True):
-        vhost.requeue(entry.queue, entry.offset, entry.consumer)
     if isinstance(method, m.BasicRecover):
-        h.conn.send_method(channel.id, m.BasicRecoverOk())
+        h.conn.send_method(channel.id, m.BasicRecoverOk())  # before the redeliveries
+    settle_in_groups(h, channel, channel.hold_tags(0, True), True)
 
 
 def channel_flow(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:

@@ -89,6 +89,6 @@ def release_channel(s: AmqpSession, channel: ChannelSession) -> None:
     # Unacked deliveries go back to their queues in their original order, with those
     # an uncommitted transaction acked.
     channel.restore_held()
-    for entry in channel.unacked.values():
-        vhost.requeue(entry.queue, entry.offset)
+    entries = [(entry.queue, entry.offset, None) for entry in channel.unacked.values()]
+    vhost.requeue_many(entries, deliver=False)
     channel.unacked.clear()

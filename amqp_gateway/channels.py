@@ -102,6 +102,11 @@ class ChannelSession:
         self.consumer_unacked = 0
         self.consumer_prefetch = 0  # basic.qos global=false: applies to new consumers
         self.channel_prefetch = 0  # basic.qos global=true: all consumers together
+        # basic.get deliveries unacked when the global prefetch went from 0 to a limit:
+        # RabbitMQ's limiter starts from the length of the channel's unacked queue, gets
+        # included, and never takes them off (their acks are no consumer's), so they use
+        # the channel's credit until the limit goes back to 0 (rabbit_channel, basic.qos).
+        self.prefetch_gets = 0
         self.consumers: dict[str, GatewayConsumer] = {}
         self.last_queue: str | None = None  # what an empty queue name means
         self.flow_active = True
@@ -146,9 +151,20 @@ class ChannelSession:
         return None
 
     def can_deliver(self) -> bool:
+        """Flow is on and the global prefetch (if any) has credit: RabbitMQ's limiter
+        stops every consumer of the channel at the limit, no_ack ones included."""
         return self.flow_active and (
-            self.channel_prefetch == 0 or self.consumer_unacked < self.channel_prefetch
+            self.channel_prefetch == 0
+            or self.consumer_unacked + self.prefetch_gets < self.channel_prefetch
         )
+
+    def set_channel_prefetch(self, prefetch_count: int) -> None:
+        """basic.qos global=true (see `prefetch_gets`)."""
+        if prefetch_count == 0:
+            self.prefetch_gets = 0
+        elif self.channel_prefetch == 0:
+            self.prefetch_gets = sum(1 for entry in self.unacked.values() if entry.consumer is None)
+        self.channel_prefetch = prefetch_count
 
     def take_tag(self) -> int:
         tag = self.next_delivery_tag
@@ -206,6 +222,11 @@ class ChannelSession:
         if multiple:
             if delivery_tag == 0:
                 return list(unacked)
+            if delivery_tag not in unacked:
+                # RabbitMQ's collect_acks looks for the tag itself, multiple or not: one
+                # that is not unacked (settled already, or never handed out) is a 406,
+                # and nothing before it is settled.
+                return []
             # Tags are inserted in increasing order: stop at the first one past it.
             return list(takewhile(delivery_tag.__ge__, unacked))
         return [delivery_tag] if delivery_tag in unacked else []
@@ -228,6 +249,23 @@ class ChannelSession:
         for deliveries, _, _ in held:
             restored.update(deliveries)
         self.unacked = dict(sorted(restored.items()))
+
+
+def settle_groups(held: dict[int, Unacked]) -> list[list[Unacked]]:
+    """The deliveries of one nack, reject or recover in the groups RabbitMQ's channel
+    settles them by (rabbit_channel:foreach_per_queue, keyed {queue, consumer tag}): by
+    queue name, then each basic.get delivery alone in tag order (its key is its delivery
+    tag, an integer, which Erlang orders before any binary), then each consumer's
+    deliveries together, by consumer tag."""
+    groups: dict[tuple[str, int, int, bytes], list[Unacked]] = {}
+    for tag, entry in held.items():
+        consumer = entry.consumer
+        if consumer is None:
+            key = (entry.queue.name, 0, tag, b"")
+        else:
+            key = (entry.queue.name, 1, 0, consumer.tag_raw)
+        groups.setdefault(key, []).append(entry)
+    return [groups[key] for key in sorted(groups)]
 
 
 class GatewayConsumer:
@@ -298,7 +336,7 @@ class GatewayConsumer:
 
     def can_take(self) -> bool:
         if self.no_ack:
-            return self.channel.flow_active and not self.channel.owner.paused
+            return self.channel.can_deliver() and not self.channel.owner.paused
         return (
             (self.prefetch == 0 or self.unacked < self.prefetch)
             and self.channel.can_deliver()
@@ -310,10 +348,11 @@ class GatewayConsumer:
         if not channel.flow_active or channel.owner.paused:
             return 0
         if self.no_ack:
-            return _UNLIMITED
+            return _UNLIMITED if channel.can_deliver() else 0
         credit = self.prefetch - self.unacked if self.prefetch else _UNLIMITED
         if channel.channel_prefetch:
-            credit = min(credit, channel.channel_prefetch - channel.consumer_unacked)
+            held = channel.consumer_unacked + channel.prefetch_gets
+            credit = min(credit, channel.channel_prefetch - held)
         return credit
 
     def deliver(self, queue: Queue, message: ReadyMessage, record: Record) -> None:

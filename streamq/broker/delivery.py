@@ -111,6 +111,8 @@ def round_robin(
     whole (nothing in it expired: a queue TTL with the head not expired, since
     timestamps never decrease along the log). Raises MessageUnreadable."""
     count = len(consumers)
+    if count > 1 and consumers is queue.consumers:
+        return _rotate(log, queue, take, budget)
     cursor = queue.cursor
     index = queue.next_consumer
     idle = 0
@@ -158,6 +160,55 @@ def round_robin(
         budget -= 1
     queue.next_consumer = index % count
     # Counted once per batch, not per message (the hot path).
+    stats = queue.stats
+    stats.deliver += budget_given - budget - no_ack
+    stats.deliver_no_ack += no_ack
+    return budget, empty
+
+
+def _rotate(
+    log: SegmentLog,
+    queue: Queue,
+    take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
+    budget: int,
+) -> tuple[int, bool]:
+    """`round_robin` over all of a queue's consumers (one priority, not single active)
+    in RabbitMQ's order (`Queue.turns`): one message each, the head of the turns first,
+    which then goes to their tail; a consumer without credit is parked, and comes back
+    at the tail once it has credit again (RabbitMQ's unblock). An index that skips the
+    consumers without credit served them in another order once one came back."""
+    turns, cursor = queue.turns, queue.cursor
+    if queue.parked:
+        parked, queue.parked = queue.parked, []
+        for consumer in parked:
+            (turns if consumer.credit() > 0 else queue.parked).append(consumer)
+    empty, budget_given, no_ack = False, budget, 0
+    while turns and budget > 0:
+        if not cursor.message_count:
+            # Nothing to hand out: no consumer is tried, so none is parked (RabbitMQ's
+            # run_message_queue looks at the queue before its consumers).
+            empty = True
+            break
+        consumer = turns[0]
+        if consumer.credit() <= 0:
+            queue.parked.append(turns.popleft())
+            continue
+        if take is not None:
+            taken = take()
+        else:
+            ready = cursor.take()
+            taken = None if ready is None else (ready, _read_taken(log, queue, ready))
+        if taken is None:
+            empty = True  # the head keeps its turn for the next message, as in RabbitMQ
+            break
+        turns.rotate(-1)
+        ready, record = taken
+        consumer.deliver(queue, ready, record)
+        cursor.delivered(ready.offset, len(record.body))
+        if consumer.no_ack:
+            cursor.ack(ready.offset)
+            no_ack += 1
+        budget -= 1
     stats = queue.stats
     stats.deliver += budget_given - budget - no_ack
     stats.deliver_no_ack += no_ack

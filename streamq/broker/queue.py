@@ -110,9 +110,11 @@ class Queue:
         "name",
         "next_consumer",
         "overflow",
+        "parked",
         "policy",
         "stats",
         "stream",
+        "turns",
         "window",
     )
 
@@ -133,6 +135,12 @@ class Queue:
         self.cursor = ClassicQueue() if priorities is None else PriorityQueue(priorities)
         self.consumers: list[Consumer] = []
         self.next_consumer = 0
+        # RabbitMQ's round robin (rabbit_queue_consumers), for several consumers of one
+        # priority: `turns` is the active queue, whose head gets the next message and
+        # goes to its tail; one found without credit is `parked` until it has credit
+        # again, and then rejoins at the tail. The vhost adds and removes consumers.
+        self.turns: deque[Consumer] = deque()
+        self.parked: list[Consumer] = []
         self.had_consumers = False
         # Publisher flow control (classic queues): set by a delivery round that left every
         # consumer out of credit with a ready backlog past FLOW_READY_HIGH; cleared below

@@ -20,7 +20,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from streamq.broker.dead_letters import DeadLetters
@@ -580,6 +580,12 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 dirty.add(queue)
         rejected = self.publish_rejected
         for queue in limited:
+            if queue.consumers:
+                # A consumer with credit takes the message before it counts against the
+                # limit, as RabbitMQ hands it over on arrival: without this, a burst of
+                # publishes read at once would overflow (drop or refuse) what consumers
+                # were about to take.
+                self._drain_queue(queue)
             if queue.overflow == "drop-head":
                 self._drop_head(queue, timestamp_ms)  # its dead letters publish too
         self.publish_rejected = rejected
@@ -692,7 +698,43 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """Back to the queue; on a stream, back to the consumer that had it, if it is
-        still there (nothing to do otherwise: the message stays in the stream)."""
+        still there (nothing to do otherwise: the message stays in the stream). A
+        drop-head length limit applies after it, as RabbitMQ applies it after a requeue."""
+        self._requeue(queue, offset, consumer)
+        self._drop_head_requeued(queue)
+
+    def requeue_many(
+        self, entries: Iterable[tuple[Queue, int, Consumer | None]], *, deliver: bool
+    ) -> None:
+        """`requeue` of a batch (a group of a nack, a reject or a recover, or what a
+        closed channel held): every message back in its place first, then each queue's
+        drop-head limit once, as RabbitMQ's requeue_and_run drops from the head after the
+        whole batch (dropping per message would dead-letter in another order); with
+        `deliver`, the queue then delivers at once, as requeue_and_run does, before the
+        caller's next batch."""
+        queues: dict[Queue, None] = {}
+        for queue, offset, consumer in entries:
+            self._requeue(queue, offset, consumer)
+            queues[queue] = None
+        for queue in queues:
+            self._drop_head_requeued(queue)
+            if deliver:
+                self.deliver_now(queue)
+
+    def deliver_now(self, queue: Queue) -> None:
+        """Hand `queue`'s ready messages to its consumers with credit now, not at the end
+        of the loop turn (where RabbitMQ's queue process delivers within one event)."""
+        if queue.consumers and self.queues.get(queue.name) is queue:
+            self._drain_queue(queue)
+
+    def _drop_head_requeued(self, queue: Queue) -> None:
+        if queue.stream is not None or queue.overflow != "drop-head":
+            return
+        limited = queue.max_length is not None or queue.max_length_bytes is not None
+        if limited and self.queues.get(queue.name) is queue:
+            self._drop_head(queue, int(time.time() * 1000))
+
+    def _requeue(self, queue: Queue, offset: int, consumer: Consumer | None) -> None:
         if queue.stream is not None:
             if consumer is not None and consumer in queue.consumers:
                 consumer.stream_redeliver.append(offset)
@@ -1075,6 +1117,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.in_flow = False
         queue.window.release()
         consumers, queue.consumers = list(queue.consumers), []
+        queue.turns.clear()
+        queue.parked.clear()
         for consumer in consumers:
             consumer.cancel_by_broker()
         self.dirty.discard(queue)
@@ -1089,6 +1133,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             # What came while nobody consumed was not offered on arrival: its TTL counts.
             queue.fresh_offset_min = self.log.next_offset
         queue.consumers.append(consumer)
+        queue.turns.append(consumer)
         queue.had_consumers = True
         self.kick(queue)
         self._queue_changed(queue)
@@ -1096,6 +1141,10 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
+            if consumer in queue.turns:
+                queue.turns.remove(consumer)
+            elif consumer in queue.parked:
+                queue.parked.remove(consumer)
             queue.last_used_s = time.monotonic()  # the x-expires lease starts again
         if not queue.consumers:
             queue.in_flow = False

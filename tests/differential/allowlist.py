@@ -316,3 +316,33 @@ ALLOWED["vhosts: deleting a vhost closes its connections"] = Difference(
     'streamq always says "is deleted" (both wordings are compared as one, the code too)',
     mask=_vhost_gone_text,
 )
+
+
+# Delivery traffic (traffic.py) redelivers all the time (its drain closes channels
+# that hold unacked messages), and redeliveries carry x-delivery-count: the same
+# difference for every scenario of scenarios/deliveries.py,
+# and the one mask the random tests (test_random.py, test_random_deliveries.py) apply.
+RANDOM_MASK: Mask = _without_delivery_count
+for _name in (
+    "deliveries: a burst of publishes to a limited queue goes to its consumer first",
+    "deliveries: a cancelled consumer's deliveries stay unacked until settled",
+    "deliveries: a close requeues over a drop-head max-length, the head is dead-lettered",
+    "deliveries: a closed channel and a closed connection requeue what they held",
+    "deliveries: a consumer is not passed over when there is nothing to deliver",
+    "deliveries: a consumer out of credit rejoins the round robin at its end",
+    "deliveries: a global prefetch at its limit holds no_ack consumers too",
+    "deliveries: a global prefetch counts the gets unacked when it was set",
+    "deliveries: a nack multiple requeues each get alone over a drop-head max-length",
+    "deliveries: a nack multiple without requeue dead-letters gets before consumers",
+    "deliveries: a recover requeues and delivers consumer by consumer",
+    "deliveries: a reject with requeue over a drop-head max-length",
+    "deliveries: acks single and multiple from gets and consumers",
+    "deliveries: an ack multiple of a tag that is not unacked is a 406 that settles nothing",
+    "deliveries: basic.qos global=false lifts the channel's global prefetch",
+    "deliveries: global prefetch shared by two consumers of the channel",
+    "deliveries: nack and reject without requeue dead-letter to a consumer of dead",
+    "deliveries: nack multiple with requeue goes to the other connection's consumer in order",
+    "deliveries: recover requeues gets and consumer deliveries to consumers with prefetch",
+    "deliveries: wrong tags close the channel and requeue its deliveries",
+):
+    ALLOWED[_name] = _DELIVERY_COUNT
