@@ -226,9 +226,17 @@ def http_requests(port: int) -> list[tuple[str, str, bytes]]:
 
 
 @contextlib.contextmanager
-def broker() -> Iterator[RunningBroker]:
+def broker(stream_proxy: RecordingProxy) -> Iterator[RunningBroker]:
+    """The broker; its stream protocol advertises `stream_proxy`, so that rstream's
+    connections to a stream's leader go through it too."""
     with tempfile.TemporaryDirectory(prefix="streamq-capture-") as data_dir:
-        running = RunningBroker(Path(data_dir), stream_port=0)
+        running = RunningBroker(
+            Path(data_dir),
+            stream_port=0,
+            stream_advertised_host="127.0.0.1",
+            stream_advertised_port=stream_proxy.port,
+        )
+        stream_proxy.target = running.stream_port
         try:
             yield running
         finally:
@@ -258,15 +266,38 @@ def write_amqp(sent: list[bytes]) -> None:
             write("amqp", f"pika-{number}-state{state}-reads.bin", bytes([state, 200]) + rest)
 
 
+def stream_frames(sent: bytes) -> list[bytes]:
+    """A client's stream-protocol bytes, frame by frame (each with its size)."""
+    frames = []
+    position = 0
+    while position + 4 <= len(sent):
+        size = int.from_bytes(sent[position : position + 4])
+        frames.append(sent[position : position + 4 + size])
+        position += 4 + size
+    return frames
+
+
+def write_stream(sent: list[bytes]) -> None:
+    """Per connection and handshake state k (test_stream_protocol: `state | split |
+    bytes`), the frames after the client's first k: its PeerProperties, SaslHandshake,
+    SaslAuthenticate, Tune and Open, which the fuzz module plays itself."""
+    for number, connection in enumerate(sent):
+        frames = stream_frames(connection)
+        for state in range(6):
+            rest = b"".join(frames[state:])
+            write("stream", f"rstream-{number}-state{state}.bin", bytes([state, 0]) + rest)
+        write("stream", f"rstream-{number}-reads.bin", bytes([5, 61]) + b"".join(frames[5:]))
+
+
 def main() -> None:
     which = set(sys.argv[1:]) or {"amqp", "stream", "websocket", "http"}
-    with broker() as running:
+    stream = RecordingProxy(0)
+    with broker(stream) as running:
         if "amqp" in which:
             amqp = RecordingProxy(running.amqp_port)
             pika_session(amqp.port)
             write_amqp(amqp.take())
         if "stream" in which:
-            stream = RecordingProxy(running.stream_port)
             asyncio.run(rstream_session(stream.port))
             write_stream(stream.take())
         if "websocket" in which:

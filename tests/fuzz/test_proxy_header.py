@@ -34,7 +34,7 @@ HEADER_BYTES_MAX: Final = V2_FIXED_BYTES + V2_BLOCK_BYTES_MAX
 STEP_BYTES: Final = 7  # prefixes grow by this much: every length would be O(n^2) per input
 
 
-def parse(data: bytes) -> tuple[ProxyHeader, int] | None | ProxyHeaderError:
+def parse(data: bytes) -> tuple[ProxyHeader, int] | ProxyHeaderError | None:
     try:
         result = parse_header(data)
     except ProxyHeaderError as exc:
