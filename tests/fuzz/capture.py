@@ -289,6 +289,27 @@ def write_stream(sent: list[bytes]) -> None:
         write("stream", f"rstream-{number}-reads.bin", bytes([5, 61]) + b"".join(frames[5:]))
 
 
+def write_http(sent: list[tuple[str, str, bytes]]) -> None:
+    """Per request of test_http_api.REQUESTS (`request | mode | bytes`): its body as
+    sent (mode 0), no edits (mode 1), its query string (mode 2); and the bodies and
+    queries `http_requests` sent to the broker, under the template of the same route."""
+    from tests.fuzz.test_http_api import REQUESTS  # noqa: PLC0415
+
+    for index, (_method, _path, query, body) in enumerate(REQUESTS):
+        raw = b"" if body is None else json.dumps(body).encode()
+        write("http", f"request-{index:02}-body.bin", bytes([index, 0]) + raw)
+        write("http", f"request-{index:02}-json.bin", bytes([index, 1]))
+        write("http", f"request-{index:02}-query.bin", bytes([index, 2]) + query.encode())
+    routes = {(method, path): index for index, (method, path, _q, _b) in enumerate(REQUESTS)}
+    for number, (method, target, payload) in enumerate(sent):
+        path, _, query = target.partition("?")
+        index = routes.get((method, path))
+        if index is not None and payload:
+            write("http", f"sent-{number:02}-body.bin", bytes([index, 0]) + payload[:4096])
+        elif index is not None and query:
+            write("http", f"sent-{number:02}-query.bin", bytes([index, 2]) + query.encode())
+
+
 def main() -> None:
     which = set(sys.argv[1:]) or {"amqp", "stream", "websocket", "http"}
     stream = RecordingProxy(0)
