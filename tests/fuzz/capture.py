@@ -310,6 +310,26 @@ def write_http(sent: list[tuple[str, str, bytes]]) -> None:
             write("http", f"sent-{number:02}-query.bin", bytes([index, 2]) + query.encode())
 
 
+def write_websocket(sent: list[bytes], amqp_bytes: bytes) -> None:
+    """test_websocket's `mode | bytes`: what websocket-client wrote after its upgrade
+    request (mode 0), and pika's AMQP bytes cut into binary frames of at most 255 bytes
+    (mode 1: `control | length | bytes` pieces)."""
+    for number, connection in enumerate(sent):
+        _request, _, frames = connection.partition(b"\r\n\r\n")
+        write("websocket", f"websocket-client-{number}.bin", b"\x00" + frames)
+    pieces = bytearray(b"\x01")
+    for position in range(0, len(amqp_bytes), 255):
+        piece = amqp_bytes[position : position + 255]
+        pieces += bytes([0, len(piece)]) + piece
+    write("websocket", "websocket-client-amqp.bin", bytes(pieces))
+    pika_bytes = (CORPUS_ROOT / "amqp" / "pika-0-state0.bin").read_bytes()[2:2000]
+    pieces = bytearray(b"\x01")
+    for position in range(0, len(pika_bytes), 200):
+        piece = pika_bytes[position : position + 200]
+        pieces += bytes([0, len(piece)]) + piece
+    write("websocket", "pika-amqp.bin", bytes(pieces))
+
+
 def main() -> None:
     which = set(sys.argv[1:]) or {"amqp", "stream", "websocket", "http"}
     stream = RecordingProxy(0)

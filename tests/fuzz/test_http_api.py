@@ -215,5 +215,7 @@ def test_http_api_bounded() -> None:
 def test_every_request_template_is_served() -> None:
     fuzzed = api()
     for method, path, query, body in REQUESTS:
-        status, answer = fuzzed.send(method, path, query, json.dumps(body).encode() if body else b"")
+        status, answer = fuzzed.send(
+            method, path, query, json.dumps(body).encode() if body else b""
+        )
         assert status < 500, (method, path, status, answer)
