@@ -330,8 +330,36 @@ def write_websocket(sent: list[bytes], amqp_bytes: bytes) -> None:
     write("websocket", "pika-amqp.bin", bytes(pieces))
 
 
+def write_tap() -> None:
+    """The replication stream a leader records (streamq/log/tap.py) while a broker opens
+    a fresh data directory and imports the HTTP fuzz module's definitions document (a
+    vhost, a user, queues, an exchange, a binding, a policy): test_tap_actions'
+    `split | bytes`, in one read and in reads of 100 bytes."""
+    from streamq.broker.definitions_import import Importer  # noqa: PLC0415
+    from streamq.broker.broker import Broker  # noqa: PLC0415
+    from streamq.log.tap import FileTap, set_tap  # noqa: PLC0415
+    from tests.fuzz.test_http_api import REQUESTS  # noqa: PLC0415
+
+    document = next(body for _m, path, _q, body in REQUESTS if path == "/api/definitions")
+    assert isinstance(document, dict)
+    with tempfile.TemporaryDirectory(prefix="streamq-capture-tap-") as data_dir:
+        tap = FileTap(data_dir)
+        set_tap(tap)
+        try:
+            broker = Broker(data_dir, direct_io=False)
+            asyncio.run(Importer(broker, document, None).run())
+            broker.close()
+        finally:
+            set_tap(None)
+        stream = tap.read(0, 1 << 20)
+    write("tap", "broker-start-import.bin", b"\x00" + stream[:6000])
+    write("tap", "broker-start-import-reads.bin", b"\x64" + stream[:6000])
+
+
 def main() -> None:
-    which = set(sys.argv[1:]) or {"amqp", "stream", "websocket", "http"}
+    which = set(sys.argv[1:]) or {"amqp", "stream", "websocket", "http", "tap"}
+    if "tap" in which:
+        write_tap()
     stream = RecordingProxy(0)
     with broker(stream) as running:
         if "amqp" in which:
