@@ -4,8 +4,8 @@ broker (tests/fuzz/broker_host.py).
 
 An input is `mode | bytes`. With mode < 128 the bytes are the file; else they are
 edits (tests/fuzz/json_shapes.py) to one of the seed documents, which is written out as
-JSON: byte mutations alone rarely get past the JSON syntax. The file is read as `load_definitions` reads it
-(`read_definitions_file`) and imported into the broker. The property: the only errors are
+JSON: byte mutations alone rarely get past the JSON syntax. The file is read as
+`load_definitions` reads it (`read_definitions_file`) and imported into the broker. The property: the only errors are
 DefinitionsInvalid and the broker's other domain errors (BrokerError: a queue declared
 twice with other arguments, a bad policy...), which `load_definitions` and the HTTP API
 report; no other exception, and nothing logged with a traceback.
@@ -28,7 +28,7 @@ from tests.fuzz.harness import bounded_run, seeds
 from tests.fuzz.json_shapes import JSON, edited
 
 CORPUS: Final = "definitions"
-EXAMPLES: Final = 300
+EXAMPLES: Final = 600
 INPUTS_PER_BROKER: Final = 500
 _PATH: Final = os.path.join(tempfile.mkdtemp(prefix="streamq-fuzz-definitions-"), "d.json")
 STRUCTURED: Final = 128
@@ -57,12 +57,10 @@ def host() -> BrokerHost:
 def fuzz_one(data: bytes) -> None:
     if not data:
         return
-    if data[0] >= STRUCTURED:
-        data = json.dumps(edited(data[1:], documents())).encode()
-    else:
-        data = data[1:]
+    structured = data[0] >= STRUCTURED
+    text = json.dumps(edited(data[1:], documents())).encode() if structured else data[1:]
     with open(_PATH, "wb") as file:
-        file.write(data)
+        file.write(text)
     broker_host = host()
     broker = broker_host.next_input()
     try:

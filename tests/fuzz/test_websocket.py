@@ -36,12 +36,14 @@ from tests.fuzz.broker_host import BrokerHost
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "websocket"
-EXAMPLES: Final = 150
+EXAMPLES: Final = 300
 INPUTS_PER_BROKER: Final = 3000
 CLOSE_WAIT_S: Final = 3.0
 SERVER_TURNS: Final = 8  # loop turns for the server between the input and the close
 MASK: Final = b"\x01\x02\x03\x04"
-CLOSE_FRAME: Final = b"\x88\x82" + MASK + bytes(a ^ b for a, b in zip(b"\x03\xe8", MASK))
+CLOSE_FRAME: Final = (
+    b"\x88\x82" + MASK + bytes(a ^ b for a, b in zip(b"\x03\xe8", MASK[:2], strict=True))
+)
 OPCODES: Final = (0x2, 0x2, 0x2, 0x0, 0x1, 0x9, 0xA, 0x8)  # mostly binary
 UPGRADE: Final = (
     b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
