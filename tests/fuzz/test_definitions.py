@@ -2,13 +2,14 @@
 loaded at boot (`load_definitions`) or posted to `POST /api/definitions`, into a real
 broker (tests/fuzz/broker_host.py).
 
-An input is `mode | bytes`. With mode < 128 the bytes are the file; else they are
-edits (tests/fuzz/json_shapes.py) to one of the seed documents, which is written out as
-JSON: byte mutations alone rarely get past the JSON syntax. The file is read as
-`load_definitions` reads it (`read_definitions_file`) and imported into the broker.
-The property: the only errors are DefinitionsInvalid and the broker's other domain errors (BrokerError: a queue declared
-twice with other arguments, a bad policy...), which `load_definitions` and the HTTP API
-report; no other exception, and nothing logged with a traceback.
+An input is `mode | bytes`. With mode < 128 the bytes are the file; else they are edits
+(tests/fuzz/json_shapes.py) to one of the seed documents, which is written out as JSON:
+byte mutations alone rarely get past the JSON syntax. The file is read as
+`load_definitions` reads it (`read_definitions_file`) and imported into the broker. The
+property: the only errors are DefinitionsInvalid and the broker's other domain errors
+(BrokerError: a queue declared twice with other arguments, a bad policy...), which
+`load_definitions` and the HTTP API report; no other exception, and nothing logged with
+a traceback.
 
 Run: pytest tests/fuzz/test_definitions.py (bounded), or
 python -m tests.fuzz.soak definitions -runs=1000000 (atheris soak, tools/fuzz.sh).
