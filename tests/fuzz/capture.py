@@ -356,6 +356,46 @@ def write_tap() -> None:
     write("tap", "broker-start-import-reads.bin", b"\x64" + stream[:6000])
 
 
+def write_stream_commands() -> None:
+    """Every command a client may send, which rstream's session above does not all use
+    (super streams, single active consumer, stats, publisher sequence, unsubscribe...):
+    one session after Open (state 5), encoded with our codec; and a few of them in each
+    earlier state, where they must be refused."""
+    from stream_gateway.codec import commands as c  # noqa: PLC0415
+    from stream_gateway.codec import encode  # noqa: PLC0415
+    from stream_gateway.codec.constants import OffsetType as StreamOffsetType  # noqa: PLC0415
+
+    first = c.OffsetSpec(StreamOffsetType.FIRST)
+    session = [
+        c.ExchangeCommandVersions(1, (c.CommandVersion(1, 1, 2),)),
+        c.Create(2, "fs", {"max-length-bytes": "1000000", "max-age": "1h"}),
+        c.CreateSuperStream(3, "ss", ("ss-0", "ss-1"), ("0", "1"), {}),
+        c.Route(4, "0", "ss"),
+        c.Partitions(5, "ss"),
+        c.DeclarePublisher(6, 1, "ref", "fs"),
+        c.Publish(1, (c.PublishedMessage(0, b"\x00Sw\xa1\x01a"), c.PublishedMessage(1, b"b"))),
+        c.Publish(1, (c.PublishedMessage(2, b"c", "filter"),), version=2),
+        c.QueryPublisherSequence(7, "ref", "fs"),
+        c.Subscribe(8, 1, "fs", first, 10, {"single-active-consumer": "true", "name": "n"}),
+        c.ConsumerUpdateResponse(9, 1, first),
+        c.Credit(1, 5),
+        c.StoreOffset("n", "fs", 1),
+        c.QueryOffset(10, "n", "fs"),
+        c.StreamStats(11, "fs"),
+        c.Metadata(12, ("fs", "missing")),
+        c.Unsubscribe(13, 1),
+        c.DeletePublisher(14, 1),
+        c.DeleteSuperStream(15, "ss"),
+        c.Delete(16, "fs"),
+        c.Heartbeat(),
+        c.Close(17, 0, "bye"),
+    ]
+    body = b"".join(encode(command) for command in session)
+    write("stream", "commands-state5.bin", b"\x05\x00" + body)
+    for state in range(5):
+        write("stream", f"commands-state{state}.bin", bytes([state, 0]) + body[:400])
+
+
 def main() -> None:
     which = set(sys.argv[1:]) or {"amqp", "stream", "websocket", "http", "tap"}
     if "tap" in which:
@@ -367,6 +407,7 @@ def main() -> None:
             pika_session(amqp.port)
             write_amqp(amqp.take())
         if "stream" in which:
+            write_stream_commands()
             asyncio.run(rstream_session(stream.port))
             write_stream(stream.take())
         if "websocket" in which:
