@@ -43,7 +43,7 @@ class RecordingProxy:
     """Forwards loopback connections to `port`; keeps what each client sent."""
 
     def __init__(self, port: int) -> None:
-        self.target = port
+        self.target = port  # 0 until known when the broker starts after its proxy
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.sent: list[bytearray] = []
@@ -147,7 +147,7 @@ async def rstream_session(port: int) -> None:
         await consumer.start()
         await consumer.subscribe(
             "fs",
-            on_message,  # type: ignore[arg-type]
+            on_message,
             offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
             subscriber_name="fsub",
         )
@@ -303,11 +303,11 @@ def write_http(sent: list[tuple[str, str, bytes]]) -> None:
     routes = {(method, path): index for index, (method, path, _q, _b) in enumerate(REQUESTS)}
     for number, (method, target, payload) in enumerate(sent):
         path, _, query = target.partition("?")
-        index = routes.get((method, path))
-        if index is not None and payload:
-            write("http", f"sent-{number:02}-body.bin", bytes([index, 0]) + payload[:4096])
-        elif index is not None and query:
-            write("http", f"sent-{number:02}-query.bin", bytes([index, 2]) + query.encode())
+        found = routes.get((method, path))
+        if found is not None and payload:
+            write("http", f"sent-{number:02}-body.bin", bytes([found, 0]) + payload[:4096])
+        elif found is not None and query:
+            write("http", f"sent-{number:02}-query.bin", bytes([found, 2]) + query.encode())
 
 
 def write_websocket(sent: list[bytes], amqp_bytes: bytes) -> None:

@@ -122,7 +122,7 @@ def soak(fuzz_one: FuzzOne, corpus: str, argv: list[str]) -> None:
     finds into its first corpus directory; the repository's seeds stay as they are).
     `argv`: libFuzzer's arguments. tests/fuzz/soak.py imports the code under test with
     atheris' coverage instrumentation first."""
-    import atheris  # noqa: PLC0415 - only the soak needs it (tools/fuzz.sh)
+    import atheris  # type: ignore[import-untyped]  # noqa: PLC0415  # no stubs; only the soak needs it
 
     work = Path(tempfile.mkdtemp(prefix=f"streamq-fuzz-{corpus}-"))
     artifacts = Path(os.environ.get("FUZZ_ARTIFACTS", ARTIFACTS_DEFAULT))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-import atheris
+import atheris  # type: ignore[import-untyped]  # atheris ships no type stubs
 
 from tests.fuzz.harness import soak
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.fuzz.harness import Hang, bounded_run, seeds, time_limit
-from tests.fuzz.json_shapes import VALUES, edited
+from tests.fuzz.json_shapes import JSON, VALUES, edited
 
 
 def test_a_bug_reached_by_mutating_a_seed_fails_the_bounded_run() -> None:
@@ -38,7 +38,7 @@ def test_every_corpus_has_seeds() -> None:
 
 
 def test_edits_replace_delete_and_add() -> None:
-    document = {"queues": [{"name": "q", "durable": True}]}
+    document: JSON = {"queues": [{"name": "q", "durable": True}]}
     assert edited(b"\x00", [document]) == document
     replaced = edited(b"\x00\x00\x00\x02", [document])  # the first slot, the third value
     assert replaced == {"queues": VALUES[2]}

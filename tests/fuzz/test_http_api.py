@@ -25,6 +25,7 @@ import json
 import urllib.parse
 from typing import Final
 
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from amqp_gateway.gateway import Gateway
@@ -143,11 +144,11 @@ class Api:
             if request[0] in ("PUT", "POST"):
                 self.send(request[0], request[1], request[2], json.dumps(request[3]).encode())
 
-    async def _client(self, broker: Broker) -> TestClient[object, object]:
+    async def _client(self, broker: Broker) -> TestClient[web.Request, web.Application]:
         # The AMQP gateway as the broker runs it: the API publishes through its codec.
         self.gateway = Gateway(broker)
         self.gateway.attach(asyncio.get_running_loop())
-        client: TestClient[object, object] = TestClient(TestServer(build_app(broker)))
+        client: TestClient[web.Request, web.Application] = TestClient(TestServer(build_app(broker)))
         await client.start_server()
         return client
 
