@@ -56,7 +56,9 @@ class BrokerHost:
         return Broker(self._directory, direct_io=False)
 
     def next_input(self) -> Broker:
-        """The broker for the next input: a fresh one every `inputs_per_broker`."""
+        """The broker for the next input: a fresh one every `inputs_per_broker`. What was
+        logged before (by other tests in the same process) is not this input's."""
+        self.errors.records.clear()
         self._inputs += 1
         if self._inputs % self.inputs_per_broker == 0:
             self.close()
