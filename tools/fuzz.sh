@@ -17,7 +17,15 @@ python=${PYTHON:-$root/.venv/bin/python}
 runs=${RUNS:-1000000}
 time_limit=${FUZZ_SECONDS:+-max_total_time=$FUZZ_SECONDS}
 work=$(mktemp -d "${TMPDIR:-/tmp}/streamq-fuzz.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+# The inputs' brokers and directories (tests/fuzz/broker_host.py): in memory if we can.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    scratch=$(mktemp -d /dev/shm/streamq-fuzz.XXXXXX)
+else
+    scratch="$work/scratch"
+    mkdir "$scratch"
+fi
+export STREAMQ_FUZZ_SCRATCH="$scratch"
+trap 'rm -rf "$work" "$scratch"' EXIT INT TERM
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
     | tar -xf - -C "$work"
 cd "$work"

@@ -12,6 +12,7 @@ exception info, and each module asserts it stays empty.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import shutil
@@ -23,6 +24,17 @@ from streamq.broker.broker import Broker
 
 T = TypeVar("T")
 SHM: Final = "/dev/shm"
+# tools/fuzz.sh makes a scratch directory for a soak and removes it after: libFuzzer ends
+# the process without running Python's cleanups.
+SCRATCH_ENV: Final = "STREAMQ_FUZZ_SCRATCH"
+
+
+def scratch() -> str | None:
+    """Where inputs' directories go: the soak's scratch directory, else /dev/shm (the
+    brokers fsync), else the default temporary directory (None)."""
+    if os.environ.get(SCRATCH_ENV):
+        return os.environ[SCRATCH_ENV]
+    return SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
 
 
 class ErrorRecords(logging.Handler):
@@ -51,8 +63,8 @@ class BrokerHost:
         self.on_new_broker: list[Callable[[Broker], None]] = []
 
     def _open(self) -> Broker:
-        parent = SHM if os.path.isdir(SHM) and os.access(SHM, os.W_OK) else None
-        self._directory = tempfile.mkdtemp(prefix="streamq-fuzz-broker-", dir=parent)
+        self._directory = tempfile.mkdtemp(prefix="streamq-fuzz-broker-", dir=scratch())
+        atexit.register(shutil.rmtree, self._directory, ignore_errors=True)
         return Broker(self._directory, direct_io=False)
 
     def next_input(self) -> Broker:

@@ -13,7 +13,9 @@ python -m tests.fuzz.soak config_ini -runs=1000000 (atheris soak, tools/fuzz.sh)
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from typing import Final
 
@@ -24,7 +26,9 @@ from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "config_ini"
 EXAMPLES: Final = 600
-_PATH: Final = os.path.join(tempfile.mkdtemp(prefix="streamq-fuzz-ini-"), "streamq.ini")
+_DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-ini-")
+atexit.register(shutil.rmtree, _DIRECTORY, ignore_errors=True)
+_PATH: Final = os.path.join(_DIRECTORY, "streamq.ini")
 
 
 def fuzz_one(data: bytes) -> None:

@@ -17,8 +17,10 @@ python -m tests.fuzz.soak definitions -runs=1000000 (atheris soak, tools/fuzz.sh
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from typing import Final
 
@@ -31,7 +33,9 @@ from tests.fuzz.json_shapes import JSON, edited
 CORPUS: Final = "definitions"
 EXAMPLES: Final = 600
 INPUTS_PER_BROKER: Final = 500
-_PATH: Final = os.path.join(tempfile.mkdtemp(prefix="streamq-fuzz-definitions-"), "d.json")
+_DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-definitions-")
+atexit.register(shutil.rmtree, _DIRECTORY, ignore_errors=True)
+_PATH: Final = os.path.join(_DIRECTORY, "d.json")
 STRUCTURED: Final = 128
 _host: BrokerHost | None = None
 _documents: list[JSON] = []

@@ -16,23 +16,23 @@ python -m tests.fuzz.soak tap_actions -runs=1000000 (atheris soak, tools/fuzz.sh
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
 from typing import Final
 
 from streamq.log.tap import ACTION_DATA_BYTES_MAX, PATH_BYTES_MAX, ActionApplier, ActionError
+from tests.fuzz.broker_host import scratch
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "tap"
 EXAMPLES: Final = 600
-SHM: Final = "/dev/shm"
 # The head (kind, path length), the path, a WRITE's position and length or a RENAME's
 # target, and a WRITE's data: the most an incomplete action may hold.
 PENDING_BYTES_MAX: Final = 3 + PATH_BYTES_MAX + 12 + PATH_BYTES_MAX + ACTION_DATA_BYTES_MAX
-_PARENT: Final = tempfile.mkdtemp(
-    prefix="streamq-fuzz-tap-", dir=SHM if os.access(SHM, os.W_OK) else None
-)
+_PARENT: Final = tempfile.mkdtemp(prefix="streamq-fuzz-tap-", dir=scratch())
+atexit.register(shutil.rmtree, _PARENT, ignore_errors=True)
 _ROOT: Final = os.path.join(_PARENT, "root")
 
 
