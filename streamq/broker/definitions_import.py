@@ -14,11 +14,11 @@ neither HTTP nor status codes.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Final
 
+from streamq.broker import json_text
 from streamq.broker.accounts import PERMISSION_KINDS, Permission, check_tags
 from streamq.broker.broker import Broker
 from streamq.broker.errors import BrokerError
@@ -59,7 +59,7 @@ def read_definitions_file(path: str) -> dict[str, object]:
     if len(data) > FILE_BYTES_MAX:
         raise DefinitionsInvalid(f"larger than {FILE_BYTES_MAX} bytes")
     try:
-        document = json.loads(data)
+        document = json_text.loads(data)
     except ValueError as exc:
         raise DefinitionsInvalid(f"not JSON: {exc}") from None
     if not isinstance(document, dict):

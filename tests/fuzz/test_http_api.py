@@ -220,3 +220,16 @@ def test_every_request_template_is_served() -> None:
             method, path, query, json.dumps(body).encode() if body else b""
         )
         assert status < 500, (method, path, status, answer)
+
+
+def test_a_lone_surrogate_in_a_redeclared_queue_argument_is_a_400() -> None:
+    """Regression of a fuzz finding (docs/fuzzing.md): this answered 500."""
+    fuzzed = api()
+    assert fuzzed.send("PUT", "/api/queues/%2F/lq", "", b'{"arguments": {"x-max-length": 5}}')[
+        0
+    ] in (201, 204)
+    status, answer = fuzzed.send(
+        "PUT", "/api/queues/%2F/lq", "", b'{"arguments": {"x-max-length": "\\ud800"}}'
+    )
+    assert (status, json.loads(answer)["error"]) == (400, "bad_request"), answer
+    assert b"lone surrogate" in answer
