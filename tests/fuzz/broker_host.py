@@ -87,7 +87,11 @@ class BrokerHost:
         self.loop.run_until_complete(asyncio.sleep(0))
 
     def logged_errors(self) -> list[str]:
-        found = [f"{r.name}: {r.getMessage()}" for r in self.errors.records]
+        found = [
+            f"{r.name}: {r.getMessage()}\n{logging.Formatter().formatException(r.exc_info)}"
+            for r in self.errors.records
+            if r.exc_info is not None
+        ]
         self.errors.records.clear()
         return found
 

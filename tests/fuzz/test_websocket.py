@@ -146,7 +146,8 @@ def fuzz_one(data: bytes) -> None:
     web.host.next_input()
     answer = web.host.run(web.converse(sent))
     assert answer.startswith(b"HTTP/1.1 101"), answer[:200]
-    assert not web.host.logged_errors()
+    errors = web.host.logged_errors()
+    assert not errors, "\n".join(errors)
 
 
 def test_websocket_bounded() -> None:
