@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # The C accelerators (setup.py) build in place at install: a changed source reinstalls.
 C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/log/*.h)
 
-.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize
+.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize fuzz
 
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
@@ -36,6 +36,18 @@ contracts: $(TEST_STAMP)
 # suite: tests/integration/test_c_sanitizers.py).
 sanitize: $(TEST_STAMP)
 	tools/sanitize.sh
+
+# The fuzz soak (docs/fuzzing.md): every parser a peer reaches, 1,000,000 inputs each
+# (RUNS=...; FUZZ_SECONDS=... stops each after that long), atheris with the C modules
+# under ASan and UBSan, one parser at a time at nice 19. `make test` runs a bounded,
+# deterministic pass of the same modules (tests/fuzz/).
+FUZZ_STAMP := $(VENV)/.installed-fuzz
+fuzz: $(FUZZ_STAMP)
+	PYTHON=$(BIN)/python tools/fuzz.sh
+
+$(FUZZ_STAMP): $(TEST_STAMP)
+	$(BIN)/pip install --quiet -e '.[test,fuzz]'
+	touch $@
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/log_bench.py

@@ -8,13 +8,13 @@ body (`read_json`). Handlers raise `HttpError`; they never build error responses
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
 
 from http_gateway.errors import HttpError
+from streamq.broker import json_text
 from streamq.broker.broker import Broker
 from streamq.broker.users import User
 from streamq.broker.vhost import VHost
@@ -89,7 +89,7 @@ async def read_json(request: web.Request) -> object:
     if not data:
         return None
     try:
-        return json.loads(data)
+        return json_text.loads(data)
     except ValueError as exc:
         raise HttpError(400, f"the body is not JSON: {exc}") from None
 

@@ -50,7 +50,14 @@ class DefinitionsCorrupted(BrokerError):
 
 
 def encode_record(op: Op) -> bytes:
-    payload = json.dumps(op, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(op, separators=(",", ":"), ensure_ascii=False)
+    try:
+        payload = text.encode()
+    except UnicodeEncodeError:
+        # A name, key or argument from AMQP with octets that are not UTF-8 (kept as
+        # surrogateescape, as RabbitMQ keeps any binary): escaped as \udcXX, which
+        # json.loads reads back to the same string. Found by fuzzing (docs/fuzzing.md).
+        payload = json.dumps(op, separators=(",", ":")).encode()
     return RECORD_HEADER.pack(len(payload), crc32c(payload)) + payload
 
 

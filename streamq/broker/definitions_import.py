@@ -18,11 +18,11 @@ domain errors (PreconditionFailed...). It knows neither HTTP nor status codes.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Final
 
+from streamq.broker import json_text
 from streamq.broker.account_values import AccountValueInvalid, check_vhost_metadata
 from streamq.broker.accounts import PERMISSION_KINDS, Permission, VHostMetadata, check_tags
 from streamq.broker.broker import Broker
@@ -66,7 +66,7 @@ def read_definitions_file(path: str) -> dict[str, object]:
     if len(data) > FILE_BYTES_MAX:
         raise DefinitionsInvalid(f"larger than {FILE_BYTES_MAX} bytes")
     try:
-        document = json.loads(data)
+        document = json_text.loads(data)
     except ValueError as exc:
         raise DefinitionsInvalid(f"not JSON: {exc}") from None
     if not isinstance(document, dict):

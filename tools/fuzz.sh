@@ -1,0 +1,70 @@
+#!/bin/sh
+# The `make fuzz` soak (docs/fuzzing.md): build the C modules with AddressSanitizer and
+# UndefinedBehaviorSanitizer in a copy of the working tree (as tools/sanitize.sh does),
+# then run each fuzz module of tests/fuzz under atheris for RUNS inputs, one at a time and
+# at the lowest CPU priority. The runtime is atheris' own ASan build with libFuzzer
+# inside (asan_with_fuzzer.so, preloaded; it has the UBSan handlers too): gcc's libasan
+# would take over libFuzzer's coverage hooks and blind the fuzzer, so the modules are
+# compiled with gcc's sanitizer instrumentation but linked without its runtime. Usage:
+#   tools/fuzz.sh [NAME...]      NAME: amqp_frames, stream_protocol, ... (default: all)
+# RUNS (default 1000000) is the inputs per module; FUZZ_SECONDS, if set, stops a module
+# after that many seconds instead (libFuzzer's -max_total_time; the count is reported); FUZZ_ARTIFACTS where failing inputs
+# are written (default $TMPDIR/streamq-fuzz-artifacts); FUZZ_LOG a file that gets each
+# module's count and time. Exit status: 0 if every module ran its inputs clean.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$root/.venv/bin/python}
+runs=${RUNS:-1000000}
+time_limit=${FUZZ_SECONDS:+-max_total_time=$FUZZ_SECONDS}
+work=$(mktemp -d "${TMPDIR:-/tmp}/streamq-fuzz.XXXXXX")
+# The inputs' brokers and directories (tests/fuzz/broker_host.py): in memory if we can.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    scratch=$(mktemp -d /dev/shm/streamq-fuzz.XXXXXX)
+else
+    scratch="$work/scratch"
+    mkdir "$scratch"
+fi
+export STREAMQ_FUZZ_SCRATCH="$scratch"
+trap 'rm -rf "$work" "$scratch"' EXIT INT TERM
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
+    | tar -xf - -C "$work"
+cd "$work"
+flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1"
+find amqp_gateway streamq -name '*.so' -delete
+if ! CC="gcc $flags" LDSHARED="gcc -shared" "$python" setup.py build_ext --inplace \
+    >build.log 2>&1; then
+    cat build.log >&2
+    exit 1
+fi
+if [ $# -eq 0 ]; then
+    set -- $(cd tests/fuzz && ls test_*.py | sed 's/^test_//; s/\.py$//')
+fi
+preload="$("$python" -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so"
+status=0
+for name in "$@"; do
+    start=$(date +%s)
+    # Leak checking is off: CPython keeps its interned objects and arenas to the end.
+    # No allocation stacks and a small quarantine: with them the interpreter's mallocs
+    # make the runtime's stack depot grow past a GB and run 7 times slower; an error is
+    # still caught, and a failing input is rerun with full stacks (docs/fuzzing.md).
+    asan=detect_leaks=0:abort_on_error=1:malloc_context_size=0:quarantine_size_mb=16
+    if LD_PRELOAD="$preload" ASAN_OPTIONS="${FUZZ_ASAN_OPTIONS:-$asan}" \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH="$work" TMPDIR="$work" \
+        nice -n 19 "$python" -m tests.fuzz.soak "$name" -runs="$runs" $time_limit -print_final_stats=1 \
+        >"$work/$name.log" 2>&1; then
+        result=ok
+    else
+        result=FAILED
+        status=1
+    fi
+    done_runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$work/$name.log" | tail -1)
+    line="$name: $result, ${done_runs:-?} inputs in $(($(date +%s) - start)) s"
+    echo "$line"
+    if [ -n "${FUZZ_LOG:-}" ]; then
+        echo "$(date -u +%FT%TZ) $line" >>"$FUZZ_LOG"
+    fi
+    if [ "$result" = FAILED ]; then
+        tail -40 "$work/$name.log" >&2
+    fi
+done
+exit $status
