@@ -34,7 +34,7 @@ from amqp_gateway.states import State
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "amqp"
-EXAMPLES: Final = 1500
+EXAMPLES: Final = 6000
 SHARED_READ_BYTES: Final = 64 * 1024  # as the server's shared read buffer
 HEADER: Final = b"AMQP\x00\x00\x09\x01"
 STATES: Final = 5

@@ -25,7 +25,7 @@ from streamq.config_keys import Flag
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "config_ini"
-EXAMPLES: Final = 600
+EXAMPLES: Final = 2400
 _DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-ini-")
 atexit.register(shutil.rmtree, _DIRECTORY, ignore_errors=True)
 _PATH: Final = os.path.join(_DIRECTORY, "streamq.ini")

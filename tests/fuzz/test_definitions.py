@@ -31,7 +31,7 @@ from tests.fuzz.harness import bounded_run, seeds
 from tests.fuzz.json_shapes import JSON, edited
 
 CORPUS: Final = "definitions"
-EXAMPLES: Final = 600
+EXAMPLES: Final = 2400
 INPUTS_PER_BROKER: Final = 500
 _DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-definitions-")
 atexit.register(shutil.rmtree, _DIRECTORY, ignore_errors=True)

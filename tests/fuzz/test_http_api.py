@@ -36,7 +36,7 @@ from tests.fuzz.harness import bounded_run
 from tests.fuzz.json_shapes import JSON, edited
 
 CORPUS: Final = "http"
-EXAMPLES: Final = 400
+EXAMPLES: Final = 1600
 INPUTS_PER_BROKER: Final = 3000
 MODES: Final = 4
 AUTHORIZATION: Final = "Basic " + base64.b64encode(b"guest:guest").decode()

@@ -29,7 +29,7 @@ from amqp_gateway.proxy_protocol import (
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "proxy"
-EXAMPLES: Final = 1500
+EXAMPLES: Final = 6000
 HEADER_BYTES_MAX: Final = V2_FIXED_BYTES + V2_BLOCK_BYTES_MAX
 STEP_BYTES: Final = 7  # prefixes grow by this much: every length would be O(n^2) per input
 

@@ -32,7 +32,7 @@ from tests.fuzz.broker_host import BrokerHost
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "stream"
-EXAMPLES: Final = 800
+EXAMPLES: Final = 3200
 INPUTS_PER_BROKER: Final = 2000
 STATES: Final = 6
 FRAME_MAX: Final = 1 << 20

@@ -27,7 +27,7 @@ from tests.fuzz.broker_host import scratch
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "tap"
-EXAMPLES: Final = 600
+EXAMPLES: Final = 2400
 # The head (kind, path length), the path, a WRITE's position and length or a RENAME's
 # target, and a WRITE's data: the most an incomplete action may hold.
 PENDING_BYTES_MAX: Final = 3 + PATH_BYTES_MAX + 12 + PATH_BYTES_MAX + ACTION_DATA_BYTES_MAX

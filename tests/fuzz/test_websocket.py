@@ -36,7 +36,7 @@ from tests.fuzz.broker_host import BrokerHost
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "websocket"
-EXAMPLES: Final = 300
+EXAMPLES: Final = 1200
 INPUTS_PER_BROKER: Final = 3000
 CLOSE_WAIT_S: Final = 3.0
 SERVER_TURNS: Final = 8  # loop turns for the server between the input and the close
