@@ -108,10 +108,15 @@ def test_transaction_counts(mgmt_broker: RunningBroker) -> None:
         for _ in range(3):
             plain.basic_publish("", "txq", b"before")
         tx = conn.channel()
-        tx.basic_qos(prefetch_count=11, global_qos=True)
+        # In this order: a basic.qos with global=false lifts the channel's global limit,
+        # as RabbitMQ's does (tests/differential/scenarios/deliveries.py).
         tx.basic_qos(prefetch_count=4)
+        tx.basic_qos(prefetch_count=11, global_qos=True)
         found = _channel(b, 2)
         assert (found["global_prefetch_count"], found["prefetch_count"]) == (11, 4)
+        tx.basic_qos(prefetch_count=4)
+        found = _channel(b, 2)
+        assert (found["global_prefetch_count"], found["prefetch_count"]) == (0, 4)
         tx.tx_select()
         tags = []
         for _ in range(3):
