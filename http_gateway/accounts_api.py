@@ -18,10 +18,10 @@ from aiohttp import web
 
 from http_gateway.context import (
     Caller,
+    administrator,
     caller,
     read_json,
     read_json_object,
-    require_tags,
     vhost_for,
     visible_vhosts,
 )
@@ -40,7 +40,6 @@ from streamq.broker.sampler import Sampler
 from streamq.broker.users import HASHING_ALGORITHM, NO_PASSWORD, User, hash_password
 from streamq.broker.vhost import VHost
 
-ADMIN_TAGS: Final = frozenset({"administrator"})
 CLASSIC: Final = "classic"  # the queue type of a vhost without a default_queue_type
 TRACING_REFUSED: Final = (
     "tracing: streamq has no firehose tracer (amq.rabbitmq.trace); "
@@ -49,12 +48,6 @@ TRACING_REFUSED: Final = (
 BULK_DELETE_USERS_MAX: Final = 10_000
 
 routes = web.RouteTableDef()
-
-
-def _admin(request: web.Request) -> Caller:
-    who = caller(request)
-    require_tags(who, ADMIN_TAGS)
-    return who
 
 
 def user_json(user: User) -> dict[str, object]:
@@ -119,21 +112,21 @@ async def whoami(request: web.Request) -> web.Response:
 
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     users = [user_json(u) for u in who.broker.accounts.list_users()]
     return list_response(request, users, pageable=False)  # RabbitMQ sorts users, pages not
 
 
 @routes.get("/api/users/without-permissions")
 async def users_without_permissions(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    accounts = administrator(request).broker.accounts
     granted = {p.user for p in accounts.list_permissions()}
     return web.json_response([user_json(u) for u in accounts.list_users() if u.name not in granted])
 
 
 @routes.post("/api/users/bulk-delete")
 async def bulk_delete_users(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     accounts = who.broker.accounts
     names = (await read_json_object(request)).get("users")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -163,7 +156,7 @@ def _user(who: Caller, name: str) -> User:
 
 @routes.get("/api/users/{name}")
 async def get_user(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     return web.json_response(user_json(_user(who, request.match_info["name"])))
 
 
@@ -201,7 +194,7 @@ def password_hash_of(body: dict[str, object]) -> str:
 
 @routes.put("/api/users/{name}")
 async def put_user(request: web.Request) -> web.Response:
-    broker = _admin(request).broker
+    broker = administrator(request).broker
     accounts = broker.accounts
     body = await read_json_object(request)
     password_hash = password_hash_of(body)
@@ -214,7 +207,7 @@ async def put_user(request: web.Request) -> web.Response:
 
 @routes.delete("/api/users/{name}")
 async def delete_user(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     name = request.match_info["name"]
     _user(who, name)
     missing = await who.broker.change_durably(who.broker.accounts.delete_users, [name])
@@ -226,7 +219,7 @@ async def delete_user(request: web.Request) -> web.Response:
 
 @routes.get("/api/users/{name}/permissions")
 async def user_permissions(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     name = request.match_info["name"]
     _user(who, name)
     found = who.broker.accounts.list_permissions(user=name)
@@ -279,7 +272,7 @@ def vhost_metadata_of(body: dict[str, object]) -> VHostMetadata:
 
 @routes.put("/api/vhosts/{name}")
 async def put_vhost(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     broker = who.broker
     name = request.match_info["name"]
     body = await read_json(request)
@@ -304,7 +297,7 @@ async def put_vhost(request: web.Request) -> web.Response:
 
 @routes.delete("/api/vhosts/{name}")
 async def delete_vhost(request: web.Request) -> web.Response:
-    broker = _admin(request).broker
+    broker = administrator(request).broker
     name = request.match_info["name"]
     if not broker.accounts.has_vhost(name):
         raise HttpError(404, "Not Found")
@@ -314,7 +307,7 @@ async def delete_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{name}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    accounts = administrator(request).broker.accounts
     name = request.match_info["name"]
     if not accounts.has_vhost(name):
         raise HttpError(404, "Not Found")
@@ -326,13 +319,13 @@ async def vhost_permissions(request: web.Request) -> web.Response:
 
 @routes.get("/api/permissions")
 async def list_permissions(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    accounts = administrator(request).broker.accounts
     found = [permission_json(p) for p in accounts.list_permissions()]
     return list_response(request, found, pageable=False)
 
 
 def _permission(request: web.Request) -> tuple[Caller, str, str]:
-    return _admin(request), request.match_info["vhost"], request.match_info["user"]
+    return administrator(request), request.match_info["vhost"], request.match_info["user"]
 
 
 @routes.get("/api/permissions/{vhost}/{user}")

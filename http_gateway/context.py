@@ -25,6 +25,7 @@ BROKER_KEY: Final = web.AppKey("broker", Broker)
 # RabbitMQ's management tags: each grants what the ones before it do, and more.
 MANAGEMENT_TAGS: Final = frozenset({"management", "policymaker", "monitoring", "administrator"})
 SEES_ALL_VHOSTS_TAGS: Final = frozenset({"monitoring", "administrator"})
+ADMIN_TAGS: Final = frozenset({"administrator"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,13 @@ def require_tags(who: Caller, tags: frozenset[str]) -> None:
     """Raises HttpError 403 unless the user has one of `tags`."""
     if not who.has_any_tag(tags):
         raise HttpError(403, "Not_Authorized: needs the tag " + " or ".join(sorted(tags)))
+
+
+def administrator(request: web.Request) -> Caller:
+    """The caller of a route for administrators only (403 for anyone else)."""
+    who = caller(request)
+    require_tags(who, ADMIN_TAGS)
+    return who
 
 
 def may_see(who: Caller, vhost: str) -> bool:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Final
 
 from aiohttp import web
 
-from http_gateway.context import Caller, caller, read_json_object, require_tags
+from http_gateway.context import Caller, administrator, read_json_object
 from http_gateway.errors import HttpError
 from http_gateway.parameters_api import vhost_parameters
 from http_gateway.topic_permissions_api import topic_permission_json
@@ -33,17 +32,9 @@ from streamq.broker.users import HASHING_ALGORITHM
 from streamq.broker.vhost import VHost
 from streamq.broker.vhost_store import PREDECLARED_NAMES
 
-ADMIN_TAGS: Final = frozenset({"administrator"})
-
 routes = web.RouteTableDef()
 
 Entry = dict[str, object]
-
-
-def _admin(request: web.Request) -> Caller:
-    who = caller(request)
-    require_tags(who, ADMIN_TAGS)
-    return who
 
 
 # -- export --------------------------------------------------------------------------------
@@ -190,7 +181,7 @@ def export_broker(broker: Broker) -> dict[str, object]:
 
 @routes.get("/api/definitions")
 async def export_all(request: web.Request) -> web.Response:
-    return web.json_response(export_broker(_admin(request).broker))
+    return web.json_response(export_broker(administrator(request).broker))
 
 
 def _vhost(who: Caller, name: str) -> VHost:
@@ -204,7 +195,7 @@ def _vhost(who: Caller, name: str) -> VHost:
 
 @routes.get("/api/definitions/{vhost}")
 async def export_vhost(request: web.Request) -> web.Response:
-    vhost = _vhost(_admin(request), request.match_info["vhost"])
+    vhost = _vhost(administrator(request), request.match_info["vhost"])
     return web.json_response({"rabbit_version": __version__, **vhost_entities(vhost, False)})
 
 
@@ -213,14 +204,14 @@ async def export_vhost(request: web.Request) -> web.Response:
 
 @routes.post("/api/definitions")
 async def import_all(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     await Importer(who.broker, await read_json_object(request), None, user=who.user.name).run()
     return web.Response(status=204)
 
 
 @routes.post("/api/definitions/{vhost}")
 async def import_vhost(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     vhost = _vhost(who, request.match_info["vhost"])
     await Importer(
         who.broker, await read_json_object(request), vhost.name, user=who.user.name

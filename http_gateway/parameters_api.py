@@ -20,7 +20,9 @@ from typing import Final
 from aiohttp import web
 
 from http_gateway.context import (
+    ADMIN_TAGS,
     Caller,
+    administrator,
     caller,
     read_json_object,
     require_tags,
@@ -36,7 +38,6 @@ from streamq.broker.policies import Policy, PolicyInvalid
 from streamq.broker.vhost import VHost
 
 PARAMETER_TAGS: Final = frozenset({"policymaker", "administrator"})  # as RabbitMQ's
-ADMIN_TAGS: Final = frozenset({"administrator"})
 KNOWN_COMPONENTS: Final = (OPERATOR_POLICY_COMPONENT, *COMPONENTS)
 
 routes = web.RouteTableDef()
@@ -176,8 +177,7 @@ async def vhost_limits(request: web.Request) -> web.Response:
 
 @routes.put("/api/vhost-limits/{vhost}/{name}")
 async def put_limit(request: web.Request) -> web.Response:
-    who = caller(request)
-    require_tags(who, ADMIN_TAGS)
+    who = administrator(request)
     vhost_for(who, request.match_info["vhost"])
     raise HttpError(400, f"streamq has no vhost limits: {request.match_info['name']} not set")
 
@@ -185,7 +185,6 @@ async def put_limit(request: web.Request) -> web.Response:
 @routes.delete("/api/vhost-limits/{vhost}/{name}")
 async def delete_limit(request: web.Request) -> web.Response:
     """As RabbitMQ's clearing of a limit that is not set: 204, nothing changes."""
-    who = caller(request)
-    require_tags(who, ADMIN_TAGS)
+    who = administrator(request)
     vhost_for(who, request.match_info["vhost"])
     return web.Response(status=204)

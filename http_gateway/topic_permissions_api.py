@@ -12,20 +12,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from http_gateway.accounts_api import ADMIN_TAGS
-from http_gateway.context import Caller, caller, read_json_object, require_tags
+from http_gateway.context import Caller, administrator, read_json_object
 from http_gateway.errors import HttpError
 from http_gateway.listing import list_response
 from streamq.broker.topic_permissions import TopicPermission
 
 routes = web.RouteTableDef()
 BODY_KEYS = ("exchange", "write", "read")
-
-
-def _admin(request: web.Request) -> Caller:
-    who = caller(request)
-    require_tags(who, ADMIN_TAGS)
-    return who
 
 
 def topic_permission_json(topic: TopicPermission) -> dict[str, object]:
@@ -40,14 +33,14 @@ def topic_permission_json(topic: TopicPermission) -> dict[str, object]:
 
 @routes.get("/api/topic-permissions")
 async def list_all(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    accounts = administrator(request).broker.accounts
     found = [topic_permission_json(t) for t in accounts.list_topic_permissions()]
     return list_response(request, found, pageable=False)
 
 
 @routes.get("/api/users/{user}/topic-permissions")
 async def of_user(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    accounts = administrator(request).broker.accounts
     user = request.match_info["user"]
     if accounts.user(user) is None:
         raise HttpError(404, "Not Found")
@@ -57,7 +50,7 @@ async def of_user(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}/topic-permissions")
 async def on_vhost(request: web.Request) -> web.Response:
-    accounts = _admin(request).broker.accounts
+    accounts = administrator(request).broker.accounts
     vhost = request.match_info["vhost"]
     if not accounts.has_vhost(vhost):
         raise HttpError(404, "Not Found")
@@ -80,7 +73,7 @@ def _pair(who: Caller, request: web.Request) -> tuple[str, str, list[TopicPermis
 
 @routes.get(PAIR)
 async def get_pair(request: web.Request) -> web.Response:
-    _, _, found = _pair(_admin(request), request)
+    _, _, found = _pair(administrator(request), request)
     if not found:
         raise HttpError(404, "Not Found")
     return web.json_response([topic_permission_json(t) for t in found])
@@ -100,7 +93,7 @@ def parse_topic_permission(body: dict[str, object]) -> tuple[str, str, str]:
 
 @routes.put(PAIR)
 async def put_pair(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     vhost, user, found = _pair(who, request)
     body = await read_json_object(request)
     if found is None:
@@ -115,7 +108,7 @@ async def put_pair(request: web.Request) -> web.Response:
 
 @routes.delete(PAIR)
 async def delete_pair(request: web.Request) -> web.Response:
-    who = _admin(request)
+    who = administrator(request)
     vhost, user, found = _pair(who, request)
     if not found:
         raise HttpError(404, "Not Found")

@@ -25,7 +25,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, TypeVar
 
 from streamq.broker import accounts_file
 from streamq.broker.account_values import (
@@ -349,15 +349,7 @@ class AccountStore:
         Raises VHostNotFound, UserNotFound for a name given that does not exist.
         """
         state = self._state
-        if vhost is not None:
-            _require_vhost(state, vhost)
-        if user is not None:
-            _require_user(state, user)
-        found = [
-            permission
-            for permission in state.permissions.values()
-            if vhost in (None, permission.vhost) and user in (None, permission.user)
-        ]
+        found = _scoped(state, state.permissions.values(), vhost, user)
         return sorted(found, key=lambda permission: (permission.vhost, permission.user))
 
     def set_permissions(
@@ -426,15 +418,7 @@ class AccountStore:
         by vhost, user and exchange. Raises UserNotFound, VHostNotFound for a name given
         that does not exist."""
         state = self._state
-        if vhost is not None:
-            _require_vhost(state, vhost)
-        if user is not None:
-            _require_user(state, user)
-        found = [
-            topic
-            for topic in state.topic_permissions.values()
-            if vhost in (None, topic.vhost) and user in (None, topic.user)
-        ]
+        found = _scoped(state, state.topic_permissions.values(), vhost, user)
         return sorted(found, key=lambda topic: (topic.vhost, topic.user, topic.exchange))
 
     def set_topic_permissions(
@@ -513,6 +497,23 @@ def _require_user(state: _State, name: str) -> User:
 def _require_vhost(state: _State, name: str) -> None:
     if name not in state.vhosts:
         raise VHostNotFound(name)
+
+
+_Scoped = TypeVar("_Scoped", Permission, TopicPermission)
+
+
+def _scoped(
+    state: _State, entries: Iterable[_Scoped], vhost: str | None, user: str | None
+) -> list[_Scoped]:
+    """Those of `entries` on `vhost` and/or of `user` (all without either). Raises
+    VHostNotFound, UserNotFound for a name given that does not exist."""
+    if vhost is not None:
+        _require_vhost(state, vhost)
+    if user is not None:
+        _require_user(state, user)
+    return [
+        entry for entry in entries if vhost in (None, entry.vhost) and user in (None, entry.user)
+    ]
 
 
 def _with_metadata(state: _State, name: str, metadata: VHostMetadata) -> _State:

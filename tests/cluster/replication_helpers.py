@@ -13,6 +13,7 @@ import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
 from streamq.cluster.follower import ReplicationClient
 from streamq.cluster.leader import ReplicationServer
@@ -209,7 +210,7 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> Relay:
+    async def start(self) -> Self:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -221,8 +222,8 @@ class Relay:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         pumps = [
-            asyncio.create_task(self._pump(reader, up_writer)),
-            asyncio.create_task(self._pump(up_reader, writer)),
+            asyncio.create_task(self._pump(reader, up_writer, upstream=True)),
+            asyncio.create_task(self._pump(up_reader, writer, upstream=False)),
         ]
         self._tasks.update(pumps)
         await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
@@ -231,11 +232,19 @@ class Relay:
         writer.close()
         up_writer.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(1 << 16):
-            await self.flowing.wait()
-            writer.write(data)
-            await writer.drain()
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upstream: bool
+    ) -> None:
+        with contextlib.suppress(OSError):  # a side hung up: the other pump ends too
+            while data := await reader.read(1 << 16):
+                await self.flowing.wait()
+                self.carried(data, upstream=upstream)
+                writer.write(data)
+                await writer.drain()
+
+    def carried(self, data: bytes, *, upstream: bool) -> None:
+        """Each chunk the relay passes on (`upstream`: follower to leader); a subclass
+        that records the traffic overrides it."""
 
     async def close(self) -> None:
         if self._server is not None:

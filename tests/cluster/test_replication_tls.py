@@ -8,7 +8,6 @@ sides and no hang; only some of the three settings, or a bad file, is refused at
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,7 @@ from tests.cluster.replication_helpers import (
     Follower,
     Leader,
     MemoryIsrStore,
+    Relay,
     eventually,
     tree,
 )
@@ -57,55 +57,17 @@ def tls_of(files: NodeFiles) -> LinkTls:
     return made
 
 
-class RecordingRelay:
-    """A loopback TCP relay that keeps every byte each way (what a capture on the
-    loopback interface between the two nodes would show)."""
+class RecordingRelay(Relay):
+    """A loopback relay that keeps every byte each way (what a capture on the loopback
+    interface between the two nodes would show)."""
 
     def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
+        super().__init__(target_port)
         self.upstream = bytearray()  # follower -> leader
         self.downstream = bytearray()  # leader -> follower
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> RecordingRelay:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    @property
-    def uri(self) -> str:
-        return f"tcp://127.0.0.1:{self.port}"
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        pumps = [
-            asyncio.create_task(self._pump(reader, up_writer, self.upstream)),
-            asyncio.create_task(self._pump(up_reader, writer, self.downstream)),
-        ]
-        self._tasks.update(pumps)
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        for task in pumps:
-            task.cancel()
-        writer.close()
-        up_writer.close()
-
-    async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: bytearray
-    ) -> None:
-        with contextlib.suppress(OSError):
-            while data := await reader.read(1 << 16):
-                record += data
-                writer.write(data)
-                await writer.drain()
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    def carried(self, data: bytes, *, upstream: bool) -> None:
+        (self.upstream if upstream else self.downstream).extend(data)
 
 
 async def refusal(follower: Follower) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import socket
 import subprocess
 import time
@@ -34,6 +33,7 @@ from rstream import OffsetType, OnClosedErrorInfo, Producer
 from streamq.broker.streams import SEGMENT_BYTES_MIN
 from streamq.log.format import SEGMENT_SUFFIX
 from tests.integration.conftest import RunningBroker
+from tests.node_clients import installed, run_script
 from tests.stream.conftest import (
     CREDENTIALS,
     HOST,
@@ -49,7 +49,6 @@ from tests.stream.test_rstream_publish import query_sequence, with_id
 
 NODE_DIR = Path(__file__).parent / "node"
 NODE_TIMEOUT_S = 60
-NPM_TIMEOUT_S = 180
 # A client must see the management API's close well before the broker's own bound
 # (stream_gateway.session.CLOSE_TIMEOUT_S, 3 s), which ended the connection of a client
 # that could not answer a server's Close.
@@ -59,27 +58,11 @@ LIST_TIMEOUT_S = 5.0
 
 @pytest.fixture(scope="module")
 def node_client() -> Path:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "Node.js and npm are part of the development machine (docs: env)"
-    if not (NODE_DIR / "node_modules" / "rabbitmq-stream-js-client").is_dir():
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=NPM_TIMEOUT_S,
-            capture_output=True,
-        )
-    return NODE_DIR / "stream_client.js"
+    return installed(NODE_DIR, "rabbitmq-stream-js-client") / "stream_client.js"
 
 
 def run_node(script: Path, *args: str) -> dict[str, object]:
-    done = subprocess.run(
-        ["node", str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=NODE_TIMEOUT_S,
-        check=False,
-    )
+    done = run_script(script, *args, timeout=NODE_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
     return result

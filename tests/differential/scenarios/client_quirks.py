@@ -10,8 +10,6 @@ session's RabbitMQ runs no stream plugin)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -21,10 +19,10 @@ import pika.exceptions
 from amqp_gateway.codec import methods as m
 from tests.differential.harness import REPLY_TIMEOUT_S, Session, scenario
 from tests.differential.wire import Closed, Silence, WireClient
+from tests.node_clients import installed, run_script
 
 AMQPLIB_DIR = Path(__file__).parents[2] / "integration" / "amqplib"
 NODE_TIMEOUT_S = 60
-NPM_TIMEOUT_S = 120
 PUBLISHES_BEHIND_CLOSE = 200
 SEGMENT_SIZES = (1000, 0, 4095, 4096, -1, "1000", 3_000_000_000, 3_000_000_001, 4_000_000_000)
 # How long the socket must stay open after close-ok while the client sends on: well under
@@ -82,17 +80,7 @@ def publishes_behind_close(s: Session) -> None:
 
 
 def amqplib_installed() -> Path:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "Node.js and npm are part of the development machine (docs: env)"
-    if not (AMQPLIB_DIR / "node_modules" / "amqplib").is_dir():
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=AMQPLIB_DIR,
-            check=True,
-            timeout=NPM_TIMEOUT_S,
-            capture_output=True,
-        )
-    return AMQPLIB_DIR / "close_queued.js"
+    return installed(AMQPLIB_DIR, "amqplib") / "close_queued.js"
 
 
 @scenario("client_quirks.amqplib_close_with_publishes_queued")
@@ -100,13 +88,7 @@ def amqplib_close_with_publishes_queued(s: Session) -> None:
     """amqplib: a few thousand 64 KiB publishes buffered, then connection.close(): it
     returns, with no socket error."""
     script = amqplib_installed()
-    done = subprocess.run(
-        ["node", str(script), str(s.endpoint.amqp_port), s.name()],
-        capture_output=True,
-        text=True,
-        timeout=NODE_TIMEOUT_S,
-        check=False,
-    )
+    done = run_script(script, str(s.endpoint.amqp_port), s.name(), timeout=NODE_TIMEOUT_S)
     s.record("exit", done.returncode, done.stderr[-300:] if done.returncode else "")
     if done.returncode == 0:
         result = json.loads(done.stdout)
