@@ -23,8 +23,10 @@ from amqp_gateway.external_auth import authenticate_login, certificate_login
 from amqp_gateway.handshake import SERVER_CAPABILITIES
 from streamq import __version__
 from streamq.broker.accounts import AccountStore, PermissionKind
+from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import INTERNAL_USER
 from streamq.broker.errors import BrokerError
+from streamq.broker.node_names import this_node_name
 from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.users import login_allowed
 
@@ -42,13 +44,17 @@ _HAS_TOPIC_GRANTS: Final = ("topic", "", "")
 TOPIC_TYPE: Final = "topic"
 
 
-def server_properties() -> codec.FieldTable:
+def server_properties(broker: Broker) -> codec.FieldTable:
+    """connection.start's server properties (RabbitMQ's), and `node`: the name of the
+    node that serves the connection (in a cluster the leader, also for a connection
+    that a follower forwards), as the management API names it."""
     return {
         "product": "streamq",
         "version": __version__,
         "platform": "Python",
         "information": "A streaming-first AMQP 0-9-1 broker",
         "capabilities": dict(SERVER_CAPABILITIES),
+        "node": this_node_name(broker),
     }
 
 

@@ -94,7 +94,9 @@ class AmqpSession(asyncio.BufferedProtocol):
     def __init__(self, gateway: Gateway, endpoints: Endpoints | None = None) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
-        self.conn = Connection(access.server_properties(), time.monotonic(), gateway.tuning)
+        self.conn = Connection(
+            access.server_properties(gateway.broker), time.monotonic(), gateway.tuning
+        )
         self.channels: dict[int, ChannelSession] = {}
         self.vhost: VHost | None = None
         self.paused = False

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import time
 from typing import Final
 
@@ -33,31 +32,17 @@ from streamq import __version__
 from streamq.broker import process_figures
 from streamq.broker.broker import Broker
 from streamq.broker.cluster_view import NodeRow
+from streamq.broker.node_names import PRODUCT_NAME, cluster_node_name, node_name, this_node_name
 from streamq.broker.resources import disk_free_bytes, process_memory_bytes
 from streamq.broker.stats import message_stats_json
 from streamq.broker.vhost import VHost
 
-PRODUCT_NAME: Final = "streamq"
 ALIVENESS_QUEUE: Final = "aliveness-test"
 ALIVENESS_BODY: Final = b"test_message"
 EMPTY_PROPERTIES: Final = b"\x00\x00"  # AMQP basic properties: no flags set
 LISTEN_BACKLOG: Final = 100  # asyncio's (and uvloop's) create_server default
 
 routes = web.RouteTableDef()
-
-
-def node_name() -> str:
-    """The node's name, RabbitMQ style (`rabbit@host`)."""
-    return f"{PRODUCT_NAME}@{socket.gethostname()}"
-
-
-def cluster_node_name(node_id: str) -> str:
-    """A cluster node's name: its node id, which is unique where host names may not be."""
-    return f"{PRODUCT_NAME}@{node_id}"
-
-
-def this_node_name(broker: Broker) -> str:
-    return node_name() if broker.cluster is None else cluster_node_name(broker.cluster.node_id)
 
 
 def queue_totals(vhosts: list[VHost]) -> dict[str, int]:

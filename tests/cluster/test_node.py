@@ -79,6 +79,8 @@ def test_two_nodes_leader_and_follower(etcd: EtcdServer, tmp_path: Path) -> None
         connection = pika.BlockingConnection(
             pika.ConnectionParameters("127.0.0.1", follower.amqp_port, socket_timeout=TIMEOUT_S)
         )
+        # The server properties name the node that serves it: the leader.
+        assert connection._impl.server_properties["node"] == f"streamq@{leader.node_id}"
         channel = connection.channel()
         channel.confirm_delivery()
         channel.queue_declare("through", durable=True)

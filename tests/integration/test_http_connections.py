@@ -108,3 +108,12 @@ def test_a_channel_is_listed_as_soon_as_it_is_open(mgmt_broker: RunningBroker) -
         listed = call(b, "GET", "/api/channels")[1]
         assert sorted(c["number"] for c in listed) == [1, 2]
         assert call(b, "GET", "/api/connections")[1][0]["channels"] == 2
+
+
+def test_the_server_properties_name_the_node_as_the_api_does(mgmt_broker: RunningBroker) -> None:
+    b = mgmt_broker
+    with connect(b) as conn:
+        properties = conn._impl.server_properties
+        assert properties["node"] == call(b, "GET", "/api/overview")[1]["node"]
+        assert properties["node"].startswith("streamq@")
+        assert properties["product"] == "streamq"

@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import logging
 import re
-import socket
 from collections.abc import Iterator, Mapping
 from typing import Final
 
 from streamq.broker.broker import Broker
 from streamq.broker.link_definitions import UpstreamDefinition, UpstreamSetMember
 from streamq.broker.links import FEDERATION, link_key
+from streamq.broker.node_names import node_name
 from streamq.broker.vhost import VHost
 from streamq.links.amqp.client import DirectConnector
 from streamq.links.federation.exchange_link import ExchangeLink
@@ -43,12 +43,6 @@ ALL_UPSTREAMS: Final = "all"
 INTERNAL_ARGUMENT: Final = "x-internal-purpose"
 
 SpecKey = tuple[str, str, str, str]  # vhost, "exchange" or "queue", its name, upstream
-
-
-def node_name() -> str:
-    """This broker's name in upstream queue names and `x-bound-from` (RabbitMQ's
-    cluster name is `rabbit@host`)."""
-    return f"streamq@{socket.gethostname()}"
 
 
 class Federation:
