@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # The C accelerators (setup.py) build in place at install: a changed source reinstalls.
 C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/log/*.h)
 
-.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize fuzz
+.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize fuzz chaos
 
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
@@ -48,6 +48,13 @@ fuzz: $(FUZZ_STAMP)
 $(FUZZ_STAMP): $(TEST_STAMP)
 	$(BIN)/pip install --quiet -e '.[test,fuzz]'
 	touch $@
+
+# The fault suite's soak (docs/durability.md#faults): random partitions, pauses and kills
+# of a three-node cluster and etcd on test hosts (network namespaces: as root) for
+# CHAOS_MINUTES, then the checker on the whole history. `make test` runs every kind once.
+CHAOS_MINUTES ?= 30
+chaos: $(TEST_STAMP) system-packages
+	$(BIN)/python -m tests.faults.chaos --minutes $(CHAOS_MINUTES)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/log_bench.py

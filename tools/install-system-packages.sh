@@ -5,11 +5,12 @@
 # web UI's browser tests; nodejs and npm for the JavaScript clients (amqplib,
 # rabbitmq-stream-js-client, and @cloudamqp/amqp-client in the browser), which the tests
 # install with `npm ci`; etcd-server
-# for the clustering tests, which start their own etcd on free loopback ports. As root it
+# for the clustering tests, which start their own etcd on free loopback ports; iproute2
+# for the fault suite's test hosts (`ip netns`, tests/faults/netns.py). As root it
 # installs them with apt-get; otherwise through
 # `sudo -n` when that needs no password; else it prints the one command to run and stops.
 set -eu
-PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server"
+PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server iproute2"
 missing=""
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$missing rabbitmq-server"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
@@ -17,6 +18,7 @@ command -v chromedriver >/dev/null 2>&1 || missing="$missing chromium-driver"
 command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
 command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     run=""

@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -57,8 +58,17 @@ class ClusterNode:
         prefix: str = PREFIX,
         lease_ttl_s: int = LEASE_TTL_S,
         extra: tuple[str, ...] = (),
+        address: str = "127.0.0.1",
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        user: tuple[str, str] = ("guest", "guest"),
     ) -> None:
+        """`address`: the one the node binds and advertises; `wrap` turns the command
+        into the one to run (e.g. inside a network namespace: tests/faults/netns.py);
+        `user` the API's (guest only from loopback)."""
         self.name = name
+        self.address = address
+        self.user = user
+        self.wrap = wrap
         self.directory = directory
         self.data_dir = directory / "data"
         self.log_path = directory / "serve.log"
@@ -74,12 +84,12 @@ class ClusterNode:
     def argv(self) -> list[str]:
         return [
             sys.executable, "-m", "streamq", "serve",
-            "--data-dir", str(self.data_dir), "--bind", "127.0.0.1",
+            "--data-dir", str(self.data_dir), "--bind", self.address,
             "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
             "--stream-port", "-1",
-            "--clustering", "--clustering-bind", "127.0.0.1",
+            "--clustering", "--clustering-bind", self.address,
             "--clustering-port", str(self.clustering_port),
-            "--clustering-advertised-uri", f"tcp://127.0.0.1:{self.clustering_port}",
+            "--clustering-advertised-uri", f"tcp://{self.address}:{self.clustering_port}",
             "--clustering-etcd-endpoints", self.etcd_endpoint,
             "--clustering-etcd-prefix", self.prefix,
             "--clustering-lease-ttl", str(self.lease_ttl_s),
@@ -92,8 +102,9 @@ class ClusterNode:
         with self.log_path.open("ab") as log:
             log.write(START_MARK)
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            argv = self.argv() if self.wrap is None else self.wrap(self.argv())
             self.process = subprocess.Popen(
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.directory
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.directory
             )
         self.paused = False
 
@@ -168,18 +179,27 @@ class ClusterNode:
 
     @property
     def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/"
+        return f"amqp://guest:guest@{self.address}:{self.amqp_port}/"
 
     def api(self, path: str, method: str = "GET", body: object = None) -> Any:
         """The management API of this node (a follower forwards it to the leader): the
         decoded JSON answer. Raises OSError (urllib's errors) on failure."""
-        return http_json(self.http_port, path, method, body)
+        return http_json(self.http_port, path, method, body, host=self.address, user=self.user)
 
 
-def http_json(port: int, path: str, method: str = "GET", body: object = None) -> Any:
+def http_json(
+    port: int,
+    path: str,
+    method: str = "GET",
+    body: object = None,
+    *,
+    host: str = "127.0.0.1",
+    user: tuple[str, str] = ("guest", "guest"),
+) -> Any:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
-    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    request = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method=method)
+    token = base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()
+    request.add_header("Authorization", "Basic " + token)
     request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
         text = response.read()

@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -36,7 +37,15 @@ class EtcdServer:
     """One single-member etcd in `directory`, on loopback ports chosen here; `.endpoint` is
     "127.0.0.1:PORT". Raises RuntimeError, with the end of its log, if it does not start."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        address: str = "127.0.0.1",
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ) -> None:
+        """`address`: where it listens; `wrap` turns its command into the one to run
+        (e.g. inside a network namespace: tests/faults/netns.py)."""
         if not ETCD.exists():
             raise RuntimeError(
                 f"{ETCD} is missing: `make test` installs Debian's etcd-server "
@@ -45,32 +54,35 @@ class EtcdServer:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.client_port, self.peer_port = free_port(), free_port()
-        self.endpoint = f"127.0.0.1:{self.client_port}"
+        self.address = address
+        self.wrap = wrap
+        self.endpoint = f"{address}:{self.client_port}"
         self._start()
 
     def _start(self) -> None:
         client_url = f"http://{self.endpoint}"
-        peer_url = f"http://127.0.0.1:{self.peer_port}"
+        peer_url = f"http://{self.address}:{self.peer_port}"
         name = "streamq-test"
         self.output = open(self.directory / "etcd.out", "ab")  # noqa: SIM115 (closed in stop)
+        argv = [
+            str(ETCD),
+            "--name",
+            name,
+            "--data-dir",
+            str(self.directory / "data"),
+            "--listen-client-urls",
+            client_url,
+            "--advertise-client-urls",
+            client_url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            f"{name}={peer_url}",
+        ]
         self.process = subprocess.Popen(
-            [
-                str(ETCD),
-                "--name",
-                name,
-                "--data-dir",
-                str(self.directory / "data"),
-                "--listen-client-urls",
-                client_url,
-                "--advertise-client-urls",
-                client_url,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"{name}={peer_url}",
-            ],
+            argv if self.wrap is None else self.wrap(argv),
             stdout=self.output,
             stderr=subprocess.STDOUT,
         )
@@ -110,10 +122,11 @@ class EtcdServer:
                 self.process.wait(STOP_TIMEOUT_S)
         self.output.close()
 
-    def restart(self) -> None:
-        """Stops etcd and starts it again on the same ports and data (its keys and leases
-        survive; clients see their connections break)."""
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stops etcd and starts it again `down_s` later on the same ports and data (its
+        keys and leases survive; clients see their connections break)."""
         self.stop()
+        time.sleep(down_s)
         self._start()
 
     def __enter__(self) -> EtcdServer:
