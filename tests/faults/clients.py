@@ -190,6 +190,77 @@ class Consumer(Client):
             connection.process_data_events(time_limit=CONSUME_POLL_S)
 
 
+class StreamReader(Client):
+    """Reads a stream over AMQP from its first offset, acking each delivery (credit), and
+    after a reconnect from the offset after the last one it read."""
+
+    def __init__(
+        self, name: str, endpoints: list[Endpoint], queue: str, recorder: Recorder
+    ) -> None:
+        super().__init__(name, endpoints, queue, recorder)
+        self.next_offset: int | str = "first"
+
+    def session(self, connection: pika.BlockingConnection) -> None:
+        node = serving_node(connection)
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=PREFETCH)
+        add, queue, name = self.recorder.add, self.queue, self.client_name
+
+        def on_message(
+            ch: pika.adapters.blocking_connection.BlockingChannel,
+            method: pika.spec.Basic.Deliver,
+            properties: pika.BasicProperties,
+            body: bytes,
+        ) -> None:
+            offset = stream_offset(properties)
+            add(Delivery(queue, body.decode(), name, node, time.time(), offset=offset))
+            self.next_offset = offset + 1
+            ch.basic_ack(method.delivery_tag)
+
+        arguments = {"x-stream-offset": self.next_offset}
+        channel.basic_consume(self.queue, on_message, arguments=arguments)
+        while not self.stop.is_set():
+            connection.process_data_events(time_limit=CONSUME_POLL_S)
+
+
+def stream_offset(properties: pika.BasicProperties) -> int:
+    """The `x-stream-offset` header of a delivery from a stream."""
+    offset = (properties.headers or {}).get("x-stream-offset")
+    assert isinstance(offset, int), f"a stream delivery without x-stream-offset: {properties}"
+    return offset
+
+
+def read_stream(
+    endpoints: list[Endpoint], stream: str, *, timeout_s: float = DRAIN_TIMEOUT_S
+) -> Remaining:
+    """Every record of `stream` from its first offset, with the offsets, read until none
+    comes for DRAIN_IDLE_S; through whichever endpoint answers, bounded by `timeout_s`."""
+    recorder = Recorder()
+    reader = StreamReader("final", endpoints, stream, recorder)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < DRAIN_IDLE_S or reader.connections == 0:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(CONSUME_POLL_S)
+        if len(recorder.events) != seen:
+            seen, idle_since = len(recorder.events), time.monotonic()
+    stop_all([reader], timeout_s)
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"{stream} could not be read to its end within {timeout_s} s")
+    read: dict[int, str] = {}
+    for event in recorder.events:
+        assert isinstance(event, Delivery) and event.offset is not None
+        earlier = read.setdefault(event.offset, event.message)  # reread after a reconnect
+        assert earlier == event.message, (
+            f"{stream} offset {event.offset} read as {earlier}, then as {event.message}"
+        )
+    offsets = tuple(sorted(read))
+    return Remaining(stream, "stream", tuple(read[o] for o in offsets), offsets)
+
+
 def drain(
     endpoints: list[Endpoint], queue: str, *, timeout_s: float = DRAIN_TIMEOUT_S
 ) -> Remaining:

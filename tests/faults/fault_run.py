@@ -24,8 +24,10 @@ from tests.faults.clients import (
     Endpoint,
     Publisher,
     Recorder,
+    StreamReader,
     drain,
     parameters,
+    read_stream,
     stop_all,
 )
 from tests.faults.fault_cluster import Fault, FaultCluster
@@ -33,6 +35,7 @@ from tests.faults.history import Event, Publish, write_history
 from tests.faults.nemesis import SETTLE_TIMEOUT_S, Step, run_schedule
 
 QUEUE: Final = "faults"
+STREAM: Final = "faults-stream"
 IN_SYNC_TIMEOUT_S: Final = 90.0
 CLIENT_STOP_TIMEOUT_S: Final = 30.0
 TAIL_S: Final = 2.0  # traffic after the heal, before the clients stop
@@ -84,8 +87,14 @@ def fault_run(
         declare(endpoints)
         recorder = Recorder()
         clients: list[Client] = [
-            Publisher(f"p{i}", turned(endpoints, i), QUEUE, recorder) for i in range(publishers)
-        ] + [Consumer(f"c{i}", turned(endpoints, i + 1), QUEUE, recorder) for i in range(consumers)]
+            *(Publisher(f"p{i}", turned(endpoints, i), QUEUE, recorder) for i in range(publishers)),
+            *(
+                Consumer(f"c{i}", turned(endpoints, i + 1), QUEUE, recorder)
+                for i in range(consumers)
+            ),
+            Publisher("sp", turned(endpoints, 2), STREAM, recorder),
+            StreamReader("sr", turned(endpoints, 1), STREAM, recorder),
+        ]
         for client in clients:
             client.start()
         try:
@@ -96,8 +105,8 @@ def fault_run(
             time.sleep(TAIL_S)
         finally:
             stop_all(clients, CLIENT_STOP_TIMEOUT_S)
-        remaining = drain(endpoints, QUEUE)
-        events = [*recorder.events, remaining, *fc.tenures()]
+        remaining = [drain(endpoints, QUEUE), read_stream(endpoints, STREAM)]
+        events = [*recorder.events, *remaining, *fc.tenures()]
         history = base / "history.jsonl"
         write_history(history, events)
         seconds = time.monotonic() - started
@@ -111,7 +120,8 @@ def turned(endpoints: list[Endpoint], by: int) -> list[Endpoint]:
 
 
 def declare(endpoints: list[Endpoint]) -> None:
-    """The durable queue, declared through whichever node answers (bounded)."""
+    """The durable queue and the stream, declared through whichever node answers
+    (bounded)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
         for endpoint in endpoints:
@@ -120,7 +130,9 @@ def declare(endpoints: list[Endpoint]) -> None:
             except CONNECTION_ERRORS:
                 continue
             try:
-                connection.channel().queue_declare(QUEUE, durable=True)
+                channel = connection.channel()
+                channel.queue_declare(QUEUE, durable=True)
+                channel.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
                 return
             finally:
                 connection.close()
