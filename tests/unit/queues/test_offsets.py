@@ -138,13 +138,19 @@ def test_a_file_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_round_compacts_a_file_with_many_more_records_than_tags(tmp_path: Path) -> None:
+    """64 tags move in every round (one fdatasync each): past COMPACT_RECORDS_MIN records
+    more than tags, a round replaces the file with one record per tag."""
     path = tmp_path / "s.offsets"
     store = OffsetStore.open(str(path))
-    for n in range(COMPACT_RECORDS_MIN + 2):
-        store.store("busy", n)
+    tags = [f"busy-{n}" for n in range(64)]
+    rounds = COMPACT_RECORDS_MIN // len(tags) + 2
+    for n in range(rounds):
+        for tag in tags:
+            store.store(tag, n)
         apply(store)
     store.close()
-    assert path.stat().st_size < 100  # one record left
+    record = len(encode_record(tags[0], 0))
+    assert path.stat().st_size <= HEADER.size + 2 * len(tags) * record
     again = OffsetStore.open(str(path))
-    assert again.get("busy") == COMPACT_RECORDS_MIN + 1
+    assert {again.get(tag) for tag in tags} == {rounds - 1}
     again.close()
