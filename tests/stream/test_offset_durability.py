@@ -89,13 +89,12 @@ def amqp_ack_first(broker: BrokerProcess, count: int) -> None:
     channel = connection.channel()
     channel.basic_qos(prefetch_count=count)
     tracking = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
-    got = 0
-    for method, _, _ in channel.consume(
+    deliveries = channel.consume(
         STREAM, arguments=tracking, consumer_tag="reader", inactivity_timeout=TIMEOUT_S
-    ):
+    )
+    for got, (method, _, _) in enumerate(deliveries, 1):
         assert method is not None, "no delivery"
         channel.basic_ack(method.delivery_tag)
-        got += 1
         if got == count:
             break
     # Cancelling the consumer sends nothing that would write the offset file.
