@@ -222,27 +222,35 @@ class OffsetStore:
 
     async def _sync(self) -> None:
         """A sync round of the log with this store's writes; then, unless they are all
-        durable, another after a while (backing off up to RETRY_S_MAX while writes fail).
-        Catches everything it expects: nothing is left for "Task exception was never
-        retrieved"."""
+        durable, another: STORE_SYNC_DELAY_S after this one for offsets stored meanwhile,
+        backing off up to RETRY_S_MAX while writes fail. Nothing it raises is left for
+        "Task exception was never retrieved": what it does not expect is logged."""
         log = self._log
         assert log is not None
+        failed = False
         try:
             await log.sync_companions()
         except OutOfSpace:
-            pass  # held: the log says so, blocks publishers and retries on its own
+            failed = True  # held: the log says so, blocks publishers and retries too
         except LogClosed:
             return
         except LogError as exc:
             logger.error("offsets %s: not written, the stream's log failed: %s", self.path, exc)
             return
+        except Exception:
+            logger.exception("offsets %s: sync round failed", self.path)
+            failed = True
         finally:
             self._flush = None
         if self._closed or self.settled():
             self._retry_s = STORE_SYNC_DELAY_S
             return
-        self._schedule_flush(self._retry_s)
-        self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
+        if failed or self._file.retry_due:
+            self._schedule_flush(self._retry_s)
+            self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
+        else:
+            self._retry_s = STORE_SYNC_DELAY_S
+            self._schedule_flush(STORE_SYNC_DELAY_S)
 
 
 def _open_for_appends(path: str, decoded: Decoded, data: bytes | None) -> tuple[int, bool]:

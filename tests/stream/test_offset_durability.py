@@ -8,24 +8,28 @@ offsets stored after that are durable within `STORE_SYNC_DELAY_S` all the same (
 they were written only with the stream's next appends, and a SIGKILL lost them). On an
 40 MB tmpfs filled to the last byte (tests/small_fs.py), offsets stored are held and
 retried, never dropped and never written in part, and land once space returns, with no
-restart. A record cut short or damaged on disk gives back the previous valid offset, with
-a log line.
+restart. EIO on the file's writes or syncs (an LD_PRELOAD shim, tests/eio_shim.c) holds
+them the same way, and the stream goes on. A record cut short or damaged on disk gives
+back the previous valid offset, with a log line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
 import signal
 import time
 from pathlib import Path
 
 import pika
+import pytest
 from rstream import Consumer, OffsetNotFound, Producer
 
 from streamq.queues.offset_file import decode_file, encode_record
 from streamq.queues.offsets import STORE_SYNC_DELAY_S
+from tests.eio_shim import EioShim
 from tests.integration.broker_process import BrokerProcess
 from tests.small_fs import fill, small_filesystem
 
@@ -58,6 +62,21 @@ def log_of(broker: BrokerProcess) -> str:
     return broker.stderr.decode(errors="replace")
 
 
+async def until_logged(broker: BrokerProcess, text: str) -> None:
+    """Read the running broker's log (stderr) until it says `text`, for TIMEOUT_S at most."""
+    pipe = broker.process.stderr
+    assert pipe is not None
+    deadline = time.monotonic() + TIMEOUT_S
+    os.set_blocking(pipe.fileno(), False)
+    try:
+        while text.encode() not in broker.stderr:
+            assert time.monotonic() < deadline, f"never logged {text!r}: {log_of(broker)}"
+            broker.stderr += pipe.read() or b""
+            await asyncio.sleep(0.05)
+    finally:
+        os.set_blocking(pipe.fileno(), True)
+
+
 async def reader(broker: BrokerProcess) -> Consumer:
     consumer = Consumer(HOST, stream_port(broker), **CREDENTIALS)
     await consumer.start()
@@ -65,11 +84,11 @@ async def reader(broker: BrokerProcess) -> Consumer:
 
 
 async def create_with_messages(broker: BrokerProcess, count: int) -> None:
-    """The stream with `count` messages, then a quiet one: nothing is published after."""
+    """The stream (created if missing) and `count` messages more in it."""
     producer = Producer(HOST, stream_port(broker), **CREDENTIALS)
     await producer.start()
     try:
-        await producer.create_stream(STREAM)
+        await producer.create_stream(STREAM, exists_ok=True)
         for n in range(count):
             await producer.send_wait(STREAM, b"m%d" % n)
     finally:
@@ -187,6 +206,7 @@ def test_offsets_stored_on_a_full_disk_are_held_then_written_when_space_returns(
                     assert await stored(consumer, tag) == newest[tag]
                 filler.unlink()
                 await until_on_disk(path, newest)
+                await until_logged(broker, "written again after")
             finally:
                 await consumer.close()
 
@@ -216,6 +236,65 @@ def test_offsets_stored_on_a_full_disk_are_held_then_written_when_space_returns(
         finally:
             again.stop()
         assert restored == [n * 10 + 2 for n in range(REFERENCES)]
+
+
+@pytest.mark.parametrize("fault", ["writes", "syncs"])
+def test_offsets_meeting_eio_are_held_then_written_when_the_disk_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """EIO on every write (or every fsync and fdatasync) of the offsets file, and of its
+    replacement's temp file: stores are held, QueryOffset answers the newest, the stream
+    still takes confirmed publishes (only the offsets' writes failed), and once the disk
+    recovers the newest offsets are written without a restart and survive SIGKILL."""
+    shim = EioShim(tmp_path / "shim", ".offsets")
+    for name, value in shim.environment().items():
+        monkeypatch.setenv(name, value)  # the broker process inherits them
+    data_dir = tmp_path / "data"
+    newest = {f"ref-{n}": 100 + n for n in range(20)}
+
+    async def failing(broker: BrokerProcess) -> None:
+        await create_with_messages(broker, 3)
+        path = offsets_file(broker)
+        consumer = await reader(broker)
+        try:
+            await consumer.store_offset(STREAM, "early", 1)
+            await until_on_disk(path, {"early": 1})
+            shim.fail(writes=fault == "writes", syncs=fault == "syncs")
+            for tag, value in newest.items():
+                await consumer.store_offset(STREAM, tag, value - 50)
+                await consumer.store_offset(STREAM, tag, value)
+            await asyncio.sleep(DURABLE_WAIT_S)
+            assert await stored(consumer, "ref-7") == newest["ref-7"]
+            await create_with_messages(broker, 2)  # confirmed: the stream did not fail
+            shim.fail()
+            await until_on_disk(path, newest)
+            await until_logged(broker, "written again after")  # and synced
+        finally:
+            await consumer.close()
+
+    broker = BrokerProcess(data_dir)
+    try:
+        asyncio.run(asyncio.wait_for(failing(broker), 4 * TIMEOUT_S))
+    finally:
+        broker.kill()
+    log = log_of(broker)
+    assert "Input/output error" in log and "write failed" in log, log
+    assert "written again after" in log, log
+    assert "Task exception was never retrieved" not in log and "Traceback" not in log, log
+    monkeypatch.delenv("LD_PRELOAD")
+
+    async def after(broker: BrokerProcess) -> dict[str, int | None]:
+        consumer = await reader(broker)
+        try:
+            return {tag: await stored(consumer, tag) for tag in newest}
+        finally:
+            await consumer.close()
+
+    again = BrokerProcess(data_dir)
+    try:
+        assert asyncio.run(asyncio.wait_for(after(again), TIMEOUT_S)) == newest
+    finally:
+        again.stop()
 
 
 def test_a_torn_or_damaged_record_at_restart_gives_the_previous_offset(tmp_path: Path) -> None:
