@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from typing import Final
 
 from streamq.log import files
@@ -142,6 +143,7 @@ class OffsetStore:
         self.path = path
         self._offsets = offsets
         self._pending: dict[str, int] = {}  # stored since the last round took them
+        self._pending_since_s = 0.0  # time.monotonic() of the oldest of them
         self._file = file
         self._log: SegmentLog | None = None
         self._flush: asyncio.TimerHandle | asyncio.Task[None] | None = None
@@ -178,7 +180,11 @@ class OffsetStore:
         """Buffered: durable after the stream log's next sync round, which starts at most
         STORE_SYNC_DELAY_S from now."""
         self._offsets[tag] = offset
-        self._pending[tag] = offset
+        pending = self._pending
+        if not pending:
+            # The oldest store no round has taken: one clock read per round at most.
+            self._pending_since_s = time.monotonic()
+        pending[tag] = offset
         if self._flush is None and self._log is not None:
             self._schedule_flush(STORE_SYNC_DELAY_S)
 
@@ -212,18 +218,30 @@ class OffsetStore:
         self._flush = loop.call_later(delay_s, self._start_flush)
 
     def _start_flush(self) -> None:
-        """The delay is over: unless a round (of the stream's appends) took the offsets
-        meanwhile and made them durable, start one."""
+        """A delay is over. Start a round if some store is STORE_SYNC_DELAY_S old and no
+        round took it (the stream's appends start rounds that take them: a busy stream
+        needs none of its own), or a failed write waits; else look again when one can
+        be due."""
         self._flush = None
-        if self._closed or self.settled():
-            self._retry_s = STORE_SYNC_DELAY_S
+        if self._closed:
+            return
+        if self._pending:
+            age_s = time.monotonic() - self._pending_since_s
+            if age_s < STORE_SYNC_DELAY_S:
+                self._schedule_flush(STORE_SYNC_DELAY_S - age_s)
+                return
+        elif not self._file.retry_due:
+            if not self._file.settled():
+                self._schedule_flush(STORE_SYNC_DELAY_S)  # a round has them in hand
+            else:
+                self._retry_s = STORE_SYNC_DELAY_S
             return
         self._flush = asyncio.get_running_loop().create_task(self._sync())
 
     async def _sync(self) -> None:
         """A sync round of the log with this store's writes; then, unless they are all
-        durable, another: STORE_SYNC_DELAY_S after this one for offsets stored meanwhile,
-        backing off up to RETRY_S_MAX while writes fail. Nothing it raises is left for
+        durable, another: when the offsets stored meanwhile are due, or backing off up to
+        RETRY_S_MAX while writes fail. Nothing it raises is left for
         "Task exception was never retrieved": what it does not expect is logged."""
         log = self._log
         assert log is not None
@@ -244,13 +262,12 @@ class OffsetStore:
             self._flush = None
         if self._closed or self.settled():
             self._retry_s = STORE_SYNC_DELAY_S
-            return
-        if failed or self._file.retry_due:
+        elif failed or self._file.retry_due:
             self._schedule_flush(self._retry_s)
             self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
         else:
             self._retry_s = STORE_SYNC_DELAY_S
-            self._schedule_flush(STORE_SYNC_DELAY_S)
+            self._start_flush()  # offsets stored during the round: due when they are
 
 
 def _open_for_appends(path: str, decoded: Decoded, data: bytes | None) -> tuple[int, bool]:
