@@ -169,12 +169,18 @@ class OffsetFile:
         self._records = records
         self._queued = False  # the action is in a round, or left for the next one
         self._closed = False
-        # Set by a failed write (not for want of room: the log retries that): the next
-        # round must be handed the action again. Read by the event loop.
-        self.retry_due = False
+        # Held offsets with no action queued: a write failed (not for want of room: the
+        # log runs that action again), or newer ones came while one was written. The
+        # next round must be handed the action again. Read by the event loop.
+        self.action_due = False
         self._replace_whole = replace_whole or fd < 0
         self._failing_since_s: float | None = None
         self._failing_logged_s = 0.0
+
+    @property
+    def failing(self) -> bool:
+        """The last write failed (read by the event loop for its backoff)."""
+        return self._failing_since_s is not None
 
     def settled(self) -> bool:
         """Everything handed over is durable."""
@@ -189,7 +195,7 @@ class OffsetFile:
             if self._queued or self._closed or not self._held:
                 return None
             self._queued = True
-            self.retry_due = False
+            self.action_due = False
         return self._write
 
     def close(self) -> None:
@@ -221,13 +227,14 @@ class OffsetFile:
                 self._failed(exc, held)
                 with self._state:
                     self._queued = False
-                    self.retry_due = True
+                    self.action_due = True
                 return
             with self._state:
                 for tag, offset in held.items():
                     if self._held.get(tag) == offset:
                         del self._held[tag]
                 self._queued = False
+                self.action_due = bool(self._held)  # stored while this one was written
         self._recovered()
 
     def _land(self, held: dict[str, int]) -> None:

@@ -191,7 +191,7 @@ class OffsetStore:
     def prepare_sync(self) -> CompanionWork:
         """The stream log's sync companion: hand what was stored since the last round,
         and what a failed write holds, to the round's action."""
-        if not self._pending and not self._file.retry_due:
+        if not self._pending and not self._file.action_due:
             return NO_WORK
         pending, self._pending = self._pending, {}
         action = self._file.hand_over(pending)
@@ -230,7 +230,7 @@ class OffsetStore:
             if age_s < STORE_SYNC_DELAY_S:
                 self._schedule_flush(STORE_SYNC_DELAY_S - age_s)
                 return
-        elif not self._file.retry_due:
+        elif not self._file.action_due:
             if not self._file.settled():
                 self._schedule_flush(STORE_SYNC_DELAY_S)  # a round has them in hand
             else:
@@ -262,7 +262,7 @@ class OffsetStore:
             self._flush = None
         if self._closed or self.settled():
             self._retry_s = STORE_SYNC_DELAY_S
-        elif failed or self._file.retry_due:
+        elif failed or self._file.failing:
             self._schedule_flush(self._retry_s)
             self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
         else:
