@@ -9,7 +9,10 @@ file's last block may still have free, so the append really finds no room.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,11 @@ from streamq.queues.offsets import OffsetStore
 from tests.small_fs import fill, small_filesystem
 
 TAGS = [f"consumer-{n:03}" for n in range(300)]
+TRIES = 40
+# A moment after handing an action over: inside its append and fdatasync, which take
+# longer (the window a store must hit to test what happens to it).
+INTO_THE_WRITE_S = 0.0002
+THREAD_TIMEOUT_S = 60
 
 
 @pytest.fixture
@@ -95,3 +103,42 @@ def test_a_store_opened_on_a_full_disk_creates_its_file_with_its_first_write(
     action()
     store.close()
     assert on_disk(path) == {"a": 5}
+
+
+def test_offsets_stored_while_a_write_runs_are_written_by_a_later_round(
+    tmp_path: Path,
+) -> None:
+    """A store that lands while a write is under way (after the write took its copy of
+    the held offsets) must get an action from a later round: none may stay held with no
+    action to write it. The actions run on another thread, as on the Syncer; each try
+    stores again a moment after handing one over, while its append and fdatasync run."""
+    path = tmp_path / "s.offsets"
+    store = OffsetStore.open(str(path))
+    actions: queue.Queue[Callable[[], None] | None] = queue.Queue()
+
+    def syncer() -> None:
+        while (action := actions.get()) is not None:
+            action()
+            actions.task_done()
+
+    thread = threading.Thread(target=syncer, daemon=True)
+    thread.start()
+    try:
+        for n in range(0, 2 * TRIES, 2):
+            store.store("c", n)
+            (action,) = store.prepare_sync().actions
+            actions.put(action)
+            time.sleep(INTO_THE_WRITE_S)
+            store.store("c", n + 1)
+            for action in store.prepare_sync().actions:  # none if still under way
+                actions.put(action)
+            actions.join()
+            for _ in range(2):  # the rounds that follow write what it left
+                for later in store.prepare_sync().actions:
+                    later()
+            assert store.settled(), f"try {n // 2}: an offset held with no action"
+            assert on_disk(path) == {"c": n + 1}
+    finally:
+        actions.put(None)
+        thread.join(timeout=THREAD_TIMEOUT_S)
+    store.close()
