@@ -130,6 +130,20 @@ def test_a_damaged_length_field_is_passed_over_to_the_next_valid_record(
     assert f"damaged record at byte {HEADER.size}" in caplog.text
 
 
+def test_a_damaged_header_is_reported_and_the_records_after_it_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "s.offsets"
+    damaged = bytearray(encode_file({"a": 1, "b": 2}))
+    damaged[1] ^= 0x01  # the magic
+    path.write_bytes(bytes(damaged))
+    store = OffsetStore.open(str(path))
+    assert (store.get("a"), store.get("b")) == (1, 2)
+    store.close()
+    assert "damaged header" in caplog.text
+    assert path.read_bytes() == encode_file({"a": 1, "b": 2})  # replaced at open
+
+
 def test_a_file_of_an_unknown_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.offsets"
     path.write_bytes(HEADER.pack(b"SQOF", 2, 0) + encode_record("a", 1))
