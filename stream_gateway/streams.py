@@ -129,9 +129,10 @@ def stream_stats(s: StreamSession, m: c.StreamStats) -> None:
 
 def store_offset(s: StreamSession, m: c.StoreOffset) -> None:
     """Store `offset` for the reference (fire and forget, as RabbitMQ: a refused store
-    is dropped). Durable with the stream's next sync round, which this asks for."""
+    is dropped). Durable with the stream's next sync round, which the store starts
+    within `offsets.STORE_SYNC_DELAY_S` if the stream's appends do not start one first."""
     try:
-        queue, stream = stream_queue(s, m.stream)
+        _queue, stream = stream_queue(s, m.stream)
         s.check("read", m.stream)
     except StreamError as exc:
         logger.info("stream %s: StoreOffset on %s refused: %s", s.peer, m.stream, exc)
@@ -139,7 +140,6 @@ def store_offset(s: StreamSession, m: c.StoreOffset) -> None:
     if not m.reference or len(m.reference.encode()) > 255:
         return
     stream.offsets.store(m.reference, m.offset)
-    s.current_vhost().stream_appended(queue)
 
 
 def query_offset(s: StreamSession, m: c.QueryOffset) -> None:

@@ -1,48 +1,54 @@
 """Broker-side offset tracking of a stream: the stored offset of each named consumer.
 
-Owns one file per stream, `<stream>.offsets`, and the rule of what is stored: the highest
-offset that the consumer acked together with every offset before it (`AckWatermark`),
-not its read position, so that a crash never skips a message the consumer had not acked
-(LavinMQ stores the read position and does). A consumer that reconnects with the same
-tag resumes after it.
+Owns the rule of what is stored: the highest offset that the consumer acked together
+with every offset before it (`AckWatermark`), not its read position, so that a crash never
+skips a message the consumer had not acked (LavinMQ stores the read position and does). A
+consumer that reconnects with the same tag resumes after it. Owns, too, when a stored
+offset is written: the file itself, its format, recovery and failed writes, is
+`offset_file`'s.
 
-File layout (little-endian): header magic b"SQOF" | u16 version (1) | u16 reserved, then
-records `u32 length | u32 crc32c(payload) | payload`, the payload `u64 offset` followed
-by the consumer tag in UTF-8. The newest record of a tag wins. A torn last record is cut
-off; a bad record before the last raises OffsetsCorrupted.
-
-Durability: `store` is buffered; `prepare_sync` writes the newest offset of each changed
-tag, once per sync round (it is a sync companion of the stream's log), so stored offsets
-are durable after the round that follows the ack. When the file holds many more records
-than tags, a round replaces it with one record per tag (temp file, fdatasync, rename,
-directory fsync).
+Durability: `store` is buffered. The stream log's sync rounds write the offsets stored
+before them (this store is a sync companion of the log); and a store starts such a round
+itself at most STORE_SYNC_DELAY_S after it, so that an offset is durable within that
+delay plus the rounds it waits for, whether or not the stream receives messages. A write
+that fails is held and retried (see `offset_file`), the newest offset of each tag winning.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
-import struct
 import threading
+import time
 from typing import Final
 
 from streamq.log import files
-from streamq.log._records import crc32c
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
-from streamq.log.log import CompanionWork
+from streamq.log.errors import LogClosed, LogError, OutOfSpace
+from streamq.log.files import fsync_directory
+from streamq.log.log import CompanionWork, SegmentLog
+from streamq.queues.offset_file import (
+    COMPACT_RECORDS_MIN,
+    HEADER,
+    Decoded,
+    OffsetFile,
+    OffsetsCorrupted,
+    decode_file,
+    encode_file,
+)
 
-MAGIC: Final = b"SQOF"
-VERSION: Final = 1
-HEADER: Final = struct.Struct("<4sHH")
-RECORD: Final = struct.Struct("<II")
-OFFSET: Final = struct.Struct("<Q")
-TAG_BYTES_MAX: Final = 255  # an AMQP consumer tag is a shortstr
-COMPACT_RECORDS_MIN: Final = 4096  # rewrite when the file holds this many more than tags
+# OffsetsCorrupted is offset_file's, named here too for the stream's other files.
+__all__ = ["AckWatermark", "CompanionFile", "OffsetStore", "OffsetsCorrupted"]
+
+logger = logging.getLogger(__name__)
+
+# A stored offset's sync round starts at most this long after the store (docs/streams.md):
+# soon enough that a quiet stream loses no ack to a crash, late enough that a consumer
+# acking all the time costs a stream at most 1 / STORE_SYNC_DELAY_S rounds a second.
+STORE_SYNC_DELAY_S: Final = 0.2
+# Retries of a write that failed (the log retries one that found no room on its own).
+RETRY_S_MAX: Final = 1.0
 NO_WORK: Final = CompanionWork(())
-
-
-class OffsetsCorrupted(Exception):
-    def __init__(self, path: str, position: int, reason: str) -> None:
-        super().__init__(f"offsets file {path} is corrupt at byte {position}: {reason}")
 
 
 class AckWatermark:
@@ -97,46 +103,10 @@ class AckWatermark:
         return True
 
 
-def encode_record(tag: str, offset: int) -> bytes:
-    payload = OFFSET.pack(offset) + tag.encode("utf-8", "surrogateescape")
-    return RECORD.pack(len(payload), crc32c(payload)) + payload
-
-
-def encode_file(offsets: dict[str, int]) -> bytes:
-    return HEADER.pack(MAGIC, VERSION, 0) + b"".join(
-        encode_record(tag, offset) for tag, offset in offsets.items()
-    )
-
-
-def decode_file(path: str, data: bytes) -> tuple[dict[str, int], int, int]:
-    """The stored offsets, how many records held them and the length of the valid part."""
-    if len(data) < HEADER.size:
-        return {}, 0, 0
-    magic, version, _ = HEADER.unpack_from(data, 0)
-    if magic != MAGIC or version != VERSION:
-        raise OffsetsCorrupted(path, 0, f"bad header {magic!r} version {version}")
-    offsets: dict[str, int] = {}
-    position, records = HEADER.size, 0
-    while position + RECORD.size <= len(data):
-        length, crc = RECORD.unpack_from(data, position)
-        start = position + RECORD.size
-        payload = data[start : start + length]
-        valid = OFFSET.size <= length <= OFFSET.size + TAG_BYTES_MAX
-        if not valid or len(payload) < length or crc32c(payload) != crc:
-            if valid and start + length < len(data):
-                raise OffsetsCorrupted(path, position, "record fails its checksum")
-            break  # torn last record
-        tag = payload[OFFSET.size :].decode("utf-8", "surrogateescape")
-        offsets[tag] = OFFSET.unpack_from(payload, 0)[0]
-        records += 1
-        position = start + length
-    return offsets, records, position
-
-
 class CompanionFile:
     """An append-only file that a stream log's sync companion writes, replaced whole when
-    compacted (a temp file, fdatasynced by the round, then renamed into place). Shared by
-    the offsets and the publishers files."""
+    compacted (a temp file, fdatasynced by the round, then renamed into place): the
+    publishers file (`publishers`)."""
 
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
@@ -165,50 +135,158 @@ class CompanionFile:
                 self._fd = -1
 
 
-class OffsetStore(CompanionFile):
-    """The stored offsets of one stream; the event-loop thread only (but `_replace`)."""
+class OffsetStore:
+    """The stored offsets of one stream; the event-loop thread only (its file's writes
+    run on the Syncer thread). Open with `open`, then `attach` to the stream's log."""
 
-    def __init__(self, path: str, offsets: dict[str, int], records: int, fd: int) -> None:
-        super().__init__(path, fd)
+    def __init__(self, path: str, offsets: dict[str, int], file: OffsetFile) -> None:
+        self.path = path
         self._offsets = offsets
-        self._records = records
-        self._pending: dict[str, int] = {}
+        self._pending: dict[str, int] = {}  # stored since the last round took them
+        self._pending_since_s = 0.0  # time.monotonic() of the oldest of them
+        self._file = file
+        self._log: SegmentLog | None = None
+        self._flush: asyncio.TimerHandle | asyncio.Task[None] | None = None
+        self._retry_s = STORE_SYNC_DELAY_S
+        self._closed = False
 
     @classmethod
     def open(cls, path: str) -> OffsetStore:
-        """Open or create; a torn tail is cut and a bloated file compacted first (fsyncs
-        file and directory before returning). Raises OffsetsCorrupted and OSError."""
+        """Open or create. A torn tail is cut off, damage skipped (both logged, see
+        `offset_file.decode_file`), and a damaged or bloated file replaced (fsyncs file
+        and directory before returning). Needs no free space: on a full disk the file is
+        repaired, or created, by its first write. Raises OffsetsCorrupted (a version this
+        code does not know) and OSError."""
         try:
             with open(path, "rb") as file:
-                data = file.read()
+                data: bytes | None = file.read()
         except FileNotFoundError:
-            data = b""
-        offsets, records, valid = decode_file(path, data)
-        if not data or valid != len(data) or records > len(offsets) + COMPACT_RECORDS_MIN:
-            write_file_atomic(path, encode_file(offsets), fsync_dir=True)
-            records = len(offsets)
-        return cls(path, offsets, records, files.open_fd(path, os.O_WRONLY | os.O_APPEND))
+            data = None
+        decoded = decode_file(path, data or b"")
+        offsets = decoded.offsets
+        fd, replace_whole = _open_for_appends(path, decoded, data)
+        records = len(offsets) if replace_whole else decoded.records
+        return cls(path, offsets, OffsetFile(path, fd, offsets, records, replace_whole))
+
+    def attach(self, log: SegmentLog) -> None:
+        """Write with `log`'s sync rounds, and start rounds of it for stores."""
+        self._log = log
+        log.add_sync_companion(self.prepare_sync)
 
     def get(self, tag: str) -> int | None:
         return self._offsets.get(tag)
 
     def store(self, tag: str, offset: int) -> None:
-        """Buffered: durable after the stream log's next sync round."""
+        """Buffered: durable after the stream log's next sync round, which starts at most
+        STORE_SYNC_DELAY_S from now."""
         self._offsets[tag] = offset
-        self._pending[tag] = offset
+        pending = self._pending
+        if not pending:
+            # The oldest store no round has taken: one clock read per round at most.
+            self._pending_since_s = time.monotonic()
+        pending[tag] = offset
+        if self._flush is None and self._log is not None:
+            self._schedule_flush(STORE_SYNC_DELAY_S)
 
     def prepare_sync(self) -> CompanionWork:
-        """The stream log's sync companion: write what changed since the last round."""
-        if not self._pending or self._fd < 0:
+        """The stream log's sync companion: hand what was stored since the last round,
+        and what a failed write holds, to the round's action."""
+        if not self._pending and not self._file.action_due:
             return NO_WORK
         pending, self._pending = self._pending, {}
-        if self._records + len(pending) <= len(self._offsets) + COMPACT_RECORDS_MIN:
-            write_all(self._fd, b"".join(encode_record(t, o) for t, o in pending.items()))
-            self._records += len(pending)
-            return CompanionWork((self._fd,))
-        # Compaction: the new file holds every offset, the pending ones included; the
-        # round fdatasyncs it, then renames it into place.
-        tmp, fd = self._start_replacement()
-        write_all(fd, encode_file(self._offsets))
-        self._records = len(self._offsets)
-        return CompanionWork((fd,), (lambda: self._replace(tmp),))
+        action = self._file.hand_over(pending)
+        return NO_WORK if action is None else CompanionWork((), (action,))
+
+    def settled(self) -> bool:
+        """Every stored offset is durable."""
+        return not self._pending and self._file.settled()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        self._file.close()
+
+    # -- the rounds a store starts ---------------------------------------------------
+
+    def _schedule_flush(self, delay_s: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (offline tools): the next round writes them
+        self._flush = loop.call_later(delay_s, self._start_flush)
+
+    def _start_flush(self) -> None:
+        """A delay is over. Start a round if some store is STORE_SYNC_DELAY_S old and no
+        round took it (the stream's appends start rounds that take them: a busy stream
+        needs none of its own), or a failed write waits; else look again when one can
+        be due."""
+        self._flush = None
+        if self._closed:
+            return
+        if self._pending:
+            age_s = time.monotonic() - self._pending_since_s
+            if age_s < STORE_SYNC_DELAY_S:
+                self._schedule_flush(STORE_SYNC_DELAY_S - age_s)
+                return
+        elif not self._file.action_due:
+            if not self._file.settled():
+                self._schedule_flush(STORE_SYNC_DELAY_S)  # a round has them in hand
+            else:
+                self._retry_s = STORE_SYNC_DELAY_S
+            return
+        self._flush = asyncio.get_running_loop().create_task(self._sync())
+
+    async def _sync(self) -> None:
+        """A sync round of the log with this store's writes; then, unless they are all
+        durable, another: when the offsets stored meanwhile are due, or backing off up to
+        RETRY_S_MAX while writes fail. Nothing it raises is left for
+        "Task exception was never retrieved": what it does not expect is logged."""
+        log = self._log
+        assert log is not None
+        failed = False
+        try:
+            await log.sync_companions()
+        except OutOfSpace:
+            failed = True  # held: the log says so, blocks publishers and retries too
+        except LogClosed:
+            return
+        except LogError as exc:
+            logger.error("offsets %s: not written, the stream's log failed: %s", self.path, exc)
+            return
+        except Exception:
+            logger.exception("offsets %s: sync round failed", self.path)
+            failed = True
+        finally:
+            self._flush = None
+        if self._closed or self.settled():
+            self._retry_s = STORE_SYNC_DELAY_S
+        elif failed or self._file.failing:
+            self._schedule_flush(self._retry_s)
+            self._retry_s = min(self._retry_s * 2, RETRY_S_MAX)
+        else:
+            self._retry_s = STORE_SYNC_DELAY_S
+            self._start_flush()  # offsets stored during the round: due when they are
+
+
+def _open_for_appends(path: str, decoded: Decoded, data: bytes | None) -> tuple[int, bool]:
+    """The descriptor to append to the file `path` with, or -1 when the first write must
+    create it; and whether that write must replace the whole file first.
+
+    A torn tail is cut off (which needs no room). A missing, damaged or bloated file is
+    replaced now (fsyncs file and directory); on a full disk, by the first write."""
+    if data is not None and not decoded.damaged and decoded.valid_bytes >= HEADER.size:
+        fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
+        if decoded.valid_bytes < len(data):
+            files.ftruncate(fd, decoded.valid_bytes)
+            os.fsync(fd)
+        return fd, decoded.records > len(decoded.offsets) + COMPACT_RECORDS_MIN
+    try:
+        files.write_file_atomic(path, encode_file(decoded.offsets), fsync_dir=True)
+    except OutOfSpace as exc:
+        logger.error("offsets file %s: not written at open (%s); its first write will", path, exc)
+        if data is None:
+            return -1, True
+        return files.open_fd(path, os.O_WRONLY | os.O_APPEND), True
+    return files.open_fd(path, os.O_WRONLY | os.O_APPEND), False

@@ -78,7 +78,7 @@ class StreamQueue:
         self.log = log
         self.retention = retention
         self.offsets = offsets  # broker-side offset tracking
-        log.add_sync_companion(offsets.prepare_sync)
+        offsets.attach(log)  # its writes go with the log's sync rounds
         self.publishers = publishers or PublisherSequences.open(log)
         log.add_sync_companion(self.publishers.prepare_sync)
         self._checked_segments = -1  # segment count at the last retention check
