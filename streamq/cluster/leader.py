@@ -27,9 +27,10 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 from streamq.cluster import replication as wire
+from streamq.cluster.checksums import fd_sha1
 from streamq.cluster.isr import Done, Follower, FollowerStatus, IsrState
 from streamq.cluster.replication import ReplicationError
-from streamq.cluster.sync import check_relative, fd_sha1, list_tree
+from streamq.cluster.sync import check_relative, list_tree
 from streamq.log.errors import ReplicationFenced
 from streamq.log.tap import FileTap, TapTrimmed
 from streamq.tls import serve_tls

@@ -1,7 +1,8 @@
 """The full sync's file comparison: what a data directory holds, and what a follower lacks.
 
-Owns listing a data directory (relative path, size, SHA-1 of every regular file, and every
-directory), hashing a file's prefix, and the follower's plan: which of its files and
+Owns listing a data directory (relative path, size, SHA-1 of every regular file, from the
+node's checksum cache where a file has not changed: `streamq.cluster.checksums`, and every
+directory), and the follower's plan: which of its files and
 directories to remove, which to truncate (its copy has a tail the leader's lacks), which to
 ask for. Blocking file I/O only: callers run it in a worker thread. It never touches a
 node's own files (`LOCAL_FILES`) and refuses paths that leave the data directory.
@@ -10,16 +11,15 @@ node's own files (`LOCAL_FILES`) and refuses paths that leave the data directory
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
+from streamq.cluster.checksums import cache_for, file_sha1
 from streamq.cluster.replication import NO_SHA1, ReplicationError
 from streamq.log.tap import LOCAL_FILES, is_local, is_plain_relative
 
-HASH_CHUNK_BYTES: Final = 1 << 20
 # The marker a follower keeps in its data directory while its copy is not consistent.
 SYNCING_MARKER: Final = ".clustering_syncing"
 
@@ -58,28 +58,6 @@ def check_relative(path: str) -> str:
     return path
 
 
-def file_sha1(path: str, size: int | None = None) -> bytes:
-    """SHA-1 of the first `size` bytes of the file (all of it with None)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return fd_sha1(fd, os.fstat(fd).st_size if size is None else size)
-    finally:
-        os.close(fd)
-
-
-def fd_sha1(fd: int, size: int) -> bytes:
-    """SHA-1 of the first `size` bytes of an open file (fewer if it is shorter)."""
-    digest = hashlib.sha1(usedforsecurity=False)
-    position = 0
-    while position < size:
-        chunk = os.pread(fd, min(size - position, HASH_CHUNK_BYTES), position)
-        if not chunk:
-            break
-        digest.update(chunk)
-        position += len(chunk)
-    return digest.digest()
-
-
 def _walk(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
     """os.walk of `root` without LOCAL_FILES, sorted: (relative prefix ending in '/' or
     "", directory, its subdirectories (prunable), its files)."""
@@ -93,7 +71,9 @@ def _walk(root: str) -> Iterator[tuple[str, str, list[str], list[str]]]:
 
 def list_tree(root: str) -> list[Entry]:
     """Every directory and regular file under `root` but LOCAL_FILES, parents first, with
-    sizes and SHA-1s. A file removed while listing is left out."""
+    sizes and SHA-1s (from the checksum cache where a file has not changed). A file
+    removed while listing is left out."""
+    cache = cache_for(root)
     entries: list[Entry] = []
     for prefix, directory, dirnames, filenames in _walk(root):
         for name in dirnames:
@@ -103,10 +83,12 @@ def list_tree(root: str) -> list[Entry]:
             try:
                 if not os.path.isfile(full) or os.path.islink(full):
                     continue
-                size = os.path.getsize(full)
-                entries.append(Entry(prefix + name, False, size, file_sha1(full)))
+                size, sha1 = cache.sha1(prefix + name)
+                entries.append(Entry(prefix + name, False, size, sha1))
             except FileNotFoundError:
                 continue
+    cache.keep_only({entry.path for entry in entries if not entry.is_directory})
+    cache.save()
     return entries
 
 
@@ -132,6 +114,9 @@ def plan_sync(root: str, leader: list[Entry]) -> SyncPlan:
                 plan.make_directories.append(path)
             continue
         _plan_file(root, entry, mine if mine is not None and not mine.is_directory else None, plan)
+    cache = cache_for(root)
+    cache.keep_only({path for path, entry in ours.items() if not entry.is_directory})
+    cache.save()
     return plan
 
 
@@ -144,9 +129,12 @@ def _plan_file(root: str, leader: Entry, mine: Entry | None, plan: SyncPlan) -> 
         # Our copy is the leader's plus a tail it never confirmed (a former leader's).
         plan.truncate.append((leader.path, leader.size))
         return
-    sha1 = file_sha1(full)
-    if mine.size != leader.size or sha1 != leader.sha1:
-        plan.request.append(Entry(leader.path, False, mine.size, sha1))
+    if mine.size != leader.size:
+        plan.request.append(Entry(leader.path, False, mine.size, file_sha1(full)))
+        return
+    size, sha1 = cache_for(root).sha1(leader.path)  # equal sizes: most often the same file
+    if size != leader.size or sha1 != leader.sha1:
+        plan.request.append(Entry(leader.path, False, size, sha1))
 
 
 def _list_shallow(root: str) -> list[Entry]:

@@ -36,7 +36,9 @@ from typing import Final
 
 # Files that belong to one node, matched on a path's first component: never recorded,
 # never replicated, and refused by the applier.
-LOCAL_FILES: Final = frozenset({".lock", ".clustering_id", ".clustering_syncing", "checksums.sha1"})
+LOCAL_FILES: Final = frozenset(
+    {".lock", ".clustering_id", ".clustering_syncing", "checksums.sha1", "checksums.sha1.tmp"}
+)
 
 WRITE: Final = 1
 TRUNCATE: Final = 2
