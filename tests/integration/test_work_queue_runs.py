@@ -7,6 +7,7 @@ it reaches the queue at once (one delivery round sees all of it)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 
@@ -110,7 +111,7 @@ def total(workers: list[Worker]) -> Callable[[], int]:
 def longest_run(indexes: list[int]) -> int:
     """The longest stretch of consecutive numbers in `indexes`."""
     longest = current = 1
-    for before, after in zip(indexes, indexes[1:], strict=False):
+    for before, after in itertools.pairwise(indexes):
         current = current + 1 if after == before + 1 else 1
         longest = max(longest, current)
     return longest
@@ -118,7 +119,7 @@ def longest_run(indexes: list[int]) -> int:
 
 @pytest.fixture
 def queue(broker: RunningBroker) -> BlockingChannel:
-    connection, channel = publisher(broker)
+    _, channel = publisher(broker)
     channel.queue_declare(QUEUE)
     return channel
 
