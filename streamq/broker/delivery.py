@@ -11,9 +11,9 @@ the log's buffers while they are recent), so memory does not grow with a queue's
   straight from the window's bytes.
 - One consumer (the common case for throughput) takes runs as long as its prefetch
   allows. Several share a queue round robin in RabbitMQ's order (`Queue.turns`), a
-  turn each: one message each while the backlog is small (RUN_BACKLOG_MIN,
-  RUN_SHARE_MIN), as RabbitMQ hands them out; past that a run each, its share of the
-  backlog up to RUN_MAX and its credit (`run_size`). A run of one still goes out
+  turn each: one message each while the backlog is small (RUN_BACKLOG_MIN), as
+  RabbitMQ hands them out; past that a run each, its share of the backlog (at least
+  RUN_TURN_MIN) up to RUN_MAX and its credit (`run_size`). A run of one still goes out
   through the run path.
 - A queue with TTLs delivers runs up to the first message that has expired
   (`unexpired_runs`); that one is dead-lettered by the vhost's `take`.
@@ -43,8 +43,9 @@ RUN_MAX: Final = 128
 """Messages one consumer takes per turn when several share a queue (`run_size`)."""
 RUN_BACKLOG_MIN: Final = 64
 """Ready messages under which several consumers of a queue take one message each."""
-RUN_SHARE_MIN: Final = 4
-"""Ready messages per consumer taking turns under which they take one message each."""
+RUN_TURN_MIN: Final = 32
+"""Messages a turn hands over at least once runs apply (its credit allowing): with many
+consumers, a share of a few messages each would cost a socket write per few messages."""
 
 
 class MessageUnreadable(Exception):
@@ -171,14 +172,14 @@ def round_robin(
 def run_size(ready: int, turns: int, credit: int, budget: int) -> int:
     """How many messages the consumer at the head of the turns takes this turn, with
     `ready` messages in the queue and `turns` consumers taking turns: one (RabbitMQ's
-    order, message by message) while the backlog is under RUN_BACKLOG_MIN or under
-    RUN_SHARE_MIN per consumer; past that a run of its share of the backlog, at most
-    RUN_MAX and its credit."""
+    order, message by message) while the backlog is under RUN_BACKLOG_MIN; past that a
+    run of its share of the backlog, at least RUN_TURN_MIN, at most RUN_MAX and its
+    credit. A consumer alone in the turns takes what its credit allows."""
     if turns == 1:
         return max(1, min(credit, budget))  # nobody to be fair to: as one consumer
-    share = ready // turns
-    if ready < RUN_BACKLOG_MIN or share < RUN_SHARE_MIN:
+    if ready < RUN_BACKLOG_MIN:
         return 1
+    share = max(ready // turns, RUN_TURN_MIN)
     return max(1, min(share, RUN_MAX, credit, budget))
 
 

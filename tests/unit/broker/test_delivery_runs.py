@@ -12,7 +12,7 @@ import pytest
 
 from amqp_gateway.codec import BasicProperties, encode_properties
 from amqp_gateway.deaths import AmqpPropertiesCodec
-from streamq.broker.delivery import RUN_BACKLOG_MIN, RUN_MAX, RUN_SHARE_MIN, run_size
+from streamq.broker.delivery import RUN_BACKLOG_MIN, RUN_MAX, RUN_TURN_MIN, run_size
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
 from streamq.log.syncer import Syncer
@@ -27,9 +27,9 @@ def test_one_each_under_the_backlog_minimum() -> None:
     assert run_size(RUN_BACKLOG_MIN - 1, 2, 1000, 4096) == 1
 
 
-def test_one_each_under_the_share_minimum() -> None:
-    turns = 64
-    assert run_size(turns * RUN_SHARE_MIN - 1, turns, 1000, 4096) == 1
+def test_a_turn_takes_at_least_the_turn_minimum_past_the_backlog_minimum() -> None:
+    assert run_size(RUN_BACKLOG_MIN, 64, 1000, 4096) == RUN_TURN_MIN
+    assert run_size(RUN_BACKLOG_MIN, 64, 5, 4096) == 5  # credit still bounds it
 
 
 def test_a_run_is_the_share_of_the_backlog() -> None:
