@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
+from operator import sub
 from typing import NamedTuple, cast
 
 from sortedcontainers import SortedList
@@ -390,8 +391,12 @@ class ClassicQueue:
             if len(offsets) == offsets[-1] - first + 1 and offsets == sorted(offsets):
                 journal.acked_run(first, len(offsets), sum(sizes))  # in order: one run
             else:
-                for offset, size in zip(offsets, sizes, strict=True):
-                    journal.acked_run(offset, 1, size)
+                # One entry per stretch of consecutive offsets: a consumer among several
+                # acks the runs it was given, with the other consumers' runs between.
+                start = 0
+                for end in _run_ends(offsets):
+                    journal.acked_run(offsets[start], end - start, sum(sizes[start:end]))
+                    start = end
 
     def requeue(self, offset: int) -> None:
         """Back to ready, ahead of new messages and in original publish order."""
@@ -480,3 +485,12 @@ def level_min(level: Level) -> int | None:
     if first is not None:
         values.append(first)
     return min(values) if values else None
+
+
+def _run_ends(offsets: list[int]) -> list[int]:
+    """Where each stretch of consecutive offsets in `offsets` ends (an index past it),
+    the last one being len(offsets)."""
+    steps = map(sub, offsets[1:], offsets[:-1])  # C-level: offsets[i + 1] - offsets[i]
+    ends = [index for index, step in enumerate(steps, 1) if step != 1]
+    ends.append(len(offsets))
+    return ends
