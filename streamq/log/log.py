@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import logging
 import mmap
@@ -39,6 +40,7 @@ from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
 from streamq.log._records import scan_records as _scan_records
 from streamq.log._streamwire import span_indexed as _span_indexed
+from streamq.log.damage import DamagedSpan, DamageMap, resolve
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -197,6 +199,7 @@ class SegmentLog:
         # belong at and their write: `read_at` reads from them until they are written
         # and, up to `recent_bytes_max`, a while longer.
         self._recent = RecentWrites()
+        self.damage = DamageMap()  # records lost to bit rot, skipped by every reader
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
@@ -214,7 +217,10 @@ class SegmentLog:
         """
         config = config or LogConfig()
         recovered = recover(directory, config.index_interval_bytes)
-        return cls(directory, config, syncer or Syncer(), recovered.segments)
+        log = cls(directory, config, syncer or Syncer(), recovered.segments)
+        for span in recovered.damaged:
+            log.damage.add(span, "at recovery")
+        return log
 
     # -- state ---------------------------------------------------------------------------
 
@@ -914,6 +920,7 @@ class SegmentLog:
                     offset,
                     self.config.read_chunk_bytes,
                     out,
+                    lambda at, lost: self.resolve_damage(segment.base_offset, at, lost),
                 )
             except SegmentCorrupted as exc:
                 if segment.sealed and segment is not self._active:
@@ -924,6 +931,17 @@ class SegmentLog:
             except (LogError, OSError) as exc:
                 raise self._fail(exc) from exc
         return out
+
+    def resolve_damage(self, base_offset: int, position: int, offset: int) -> DamagedSpan:
+        """The damaged span at `position` (a bad record that should hold `offset`) of the
+        segment at `base_offset`: readers pass over it (`damage.resolve`). LogFailed for
+        an I/O error."""
+        segment = self._segments[bisect_right(self._bases, base_offset) - 1]
+        try:
+            fd = self._read_fd(segment)
+            return resolve(self.damage, segment, fd, os.fstat(fd).st_size, position, offset)
+        except OSError as exc:
+            raise self._fail(exc) from exc
 
     def locate(self, offset: int) -> tuple[int, int, int]:
         """Where to read on from for the record at `offset`, durable or not: (the base
@@ -1009,8 +1027,10 @@ class SegmentLog:
     def read_record(self, offset: int) -> fmt.Record:
         """The record at `offset`, durable or not, its CRC checked (and those read on the
         way from the index entry before it, in C). Raises OffsetOutOfRange,
-        SegmentCorrupted and LogFailed."""
+        RecordDamaged (lost to bit rot), SegmentCorrupted and LogFailed."""
         base, position, first_offset = self.locate(offset)
+        if (lost := self.damage.covering(offset)) is not None:
+            raise lost.error()
         segment = self._segments[bisect_right(self._bases, base) - 1]
         # The index entry is at most an interval before it: read about that much (a
         # read here is a copy, and callers read one record at a time).
@@ -1032,12 +1052,17 @@ class SegmentLog:
                     continue
                 # Nothing passed over: the next record is damaged or missing, and the
                 # Python decoder below says which, with the position.
-            fmt.decode_records(
-                bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
-            )
+            with contextlib.suppress(SegmentCorrupted):  # the record at `position`: below
+                fmt.decode_records(
+                    bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
+                )
             if out:
                 return out[0]
-            raise SegmentCorrupted(segment.path, position, f"record {offset} is missing")
+            # Damaged (or missing) here: pass over the span, unless it holds `offset`.
+            lost = self.resolve_damage(base, position, first_offset)
+            if lost.end_offset > offset:
+                raise lost.error()
+            position, first_offset = lost.end_position, lost.end_offset
 
     def seek_timestamp(self, timestamp_ms: int) -> int:
         """The first durable offset whose timestamp is `timestamp_ms` or later, or
