@@ -52,7 +52,8 @@ class DamagedSpan(NamedTuple):
     body_bytes: int  # the lost bodies' size, as well as the bad bytes tell it
 
     @property
-    def count(self) -> int:
+    def records(self) -> int:
+        """How many offsets were lost."""
         return self.end_offset - self.first_offset
 
     def error(self) -> RecordDamaged:
@@ -129,7 +130,7 @@ class DamageMap:
         i = bisect_right(self._starts, span.first_offset)
         self._starts.insert(i, span.first_offset)
         self.spans.insert(i, span)
-        self.records += span.count
+        self.records += span.records
         logger.error(
             "damaged records in %s at position %d (to %d): offsets %d to %d lost "
             "(%d record%s, found %s); the records after them are kept",
@@ -138,8 +139,8 @@ class DamageMap:
             span.end_position,
             span.first_offset,
             span.end_offset - 1,
-            span.count,
-            "" if span.count == 1 else "s",
+            span.records,
+            "" if span.records == 1 else "s",
             found_by,
         )
         return True
@@ -163,7 +164,6 @@ class DamageMap:
         keep = [s for s in self.spans if s.end_offset > offset]
         self.spans = keep
         self._starts = [s.first_offset for s in keep]
-
 
 
 def span_at(

@@ -26,9 +26,7 @@ class RecordDamaged(SegmentCorrupted):
     def __init__(
         self, path: str, position: int, first_offset: int, end_offset: int, body_bytes: int
     ) -> None:
-        super().__init__(
-            path, position, f"records {first_offset} to {end_offset - 1} are damaged"
-        )
+        super().__init__(path, position, f"records {first_offset} to {end_offset - 1} are damaged")
         self.first_offset = first_offset
         self.end_offset = end_offset
         self.body_bytes = body_bytes

@@ -33,6 +33,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, NamedTuple
 
 from streamq.log import files
@@ -920,7 +921,7 @@ class SegmentLog:
                     offset,
                     self.config.read_chunk_bytes,
                     out,
-                    lambda at, lost: self.resolve_damage(segment.base_offset, at, lost),
+                    partial(self.resolve_damage, segment.base_offset),
                 )
             except SegmentCorrupted as exc:
                 if segment.sealed and segment is not self._active:

@@ -31,12 +31,11 @@ from typing import NamedTuple
 
 from streamq.log import files
 from streamq.log import format as fmt
-from streamq.log.damage import DamagedSpan
+from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.index import SparseIndex
 from streamq.log.segment import Segment, scan_segment
-from streamq.log.damage import span_at
 
 logger = logging.getLogger(__name__)
 
