@@ -73,7 +73,7 @@ def find_resync(
     start = position + 1
     chunk_at = start
     while chunk_at + fmt.RECORD_HEADER_BYTES <= file_bytes:
-        data = os.pread(fd, RESYNC_CHUNK_BYTES, chunk_at)
+        data = os.pread(fd, min(RESYNC_CHUNK_BYTES, file_bytes - chunk_at), chunk_at)
         if len(data) < fmt.RECORD_HEADER_BYTES:
             return None  # the file shrank under us
         bound = expected_offset + 1 + (chunk_at - start) // _RECORD_BYTES_MIN

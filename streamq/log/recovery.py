@@ -202,6 +202,10 @@ def _open_segment(
         damaged.append(span)
         segment.next_offset = durable_to
         segment.size_bytes = scan.file_bytes
+        if not len(segment.index):  # no record is left: the first (damaged) keeps its entry
+            floor_ms = max(floor_ms, 0)
+            segment.index.add(0, fmt.SEGMENT_HEADER_BYTES, floor_ms)
+            segment.first_timestamp_ms = segment.last_timestamp_ms = floor_ms
         cut = 0
     # The records that survived may have been in the page cache only (a killed process
     # leaves it intact): fsync them before anyone reads them as durable, or a power loss

@@ -113,6 +113,8 @@ def scan_segment(path: str, base_offset: int, interval_bytes: int, limit_offset:
             if resumed_ts < 0 or span.end_offset >= limit_offset:
                 break  # nothing valid after the bad bytes: a torn tail
             damaged.append(span)
+            if not len(index):  # the first record is damaged: it keeps its entry
+                index.add(0, fmt.SEGMENT_HEADER_BYTES, resumed_ts)
             index.insert(span.end_offset - base_offset, span.end_position, resumed_ts)
             position, offset = span.end_position, span.end_offset
     return ScanResult(position, file_bytes, offset, first_ts, last_ts, index, damaged)
