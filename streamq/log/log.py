@@ -14,15 +14,14 @@ every later call raises LogFailed. A full disk is not such an error: a write tha
 room before anything of it was fsynced is cut back and retried, in order, until there is
 room (see `space`); meanwhile `out_of_space` is true, the Syncer lists the log among those
 waiting for room, and `sync` waits, so that nothing is reported durable early. A failed
-fsync still fails the log. Corrupt data in a sealed segment (which never changes
-again) fails only the reads of it, with SegmentCorrupted. Other logs are not affected.
+fsync still fails the log. A damaged record (bit rot) is lost alone: readers pass over
+it (`damage`, `resolve_damage`) and `damage` reports it. Other logs are not affected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import errno
 import logging
 import mmap
@@ -39,7 +38,6 @@ from typing import Final, NamedTuple
 from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
-from streamq.log._records import scan_records as _scan_records
 from streamq.log._streamwire import span_indexed as _span_indexed
 from streamq.log.damage import DamagedSpan, DamageMap, resolve
 from streamq.log.errors import (
@@ -55,7 +53,7 @@ from streamq.log.errors import (
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.log.recent import RecentWrites
 from streamq.log.recovery import create_segment, recover
-from streamq.log.segment import Segment, read_records
+from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.space import (
     CompanionBatch,
     SpaceWait,
@@ -897,10 +895,10 @@ class SegmentLog:
     def read(self, offset: int, records_max: int) -> list[fmt.Record]:
         """Durable records from `offset` on, at most `records_max`, possibly fewer.
 
-        Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`,
-        SegmentCorrupted if a record of a sealed segment is damaged (the log goes on: the
-        segment never changes again), and LogFailed (failing the log) for damage in the
-        segment still being written or an I/O error.
+        Returns [] at the durable end. Damaged records are passed over, never returned
+        (`resolve_damage`): the offsets of those returned may have gaps. Raises
+        OffsetOutOfRange below `start_offset`, and LogFailed (failing the log) for an
+        I/O error.
         """
         self._check_usable()
         if offset < self.start_offset:
@@ -1027,43 +1025,16 @@ class SegmentLog:
 
     def read_record(self, offset: int) -> fmt.Record:
         """The record at `offset`, durable or not, its CRC checked (and those read on the
-        way from the index entry before it, in C). Raises OffsetOutOfRange,
-        RecordDamaged (lost to bit rot), SegmentCorrupted and LogFailed."""
+        way from the index entry before it, in C): `segment.find_record`. Raises
+        OffsetOutOfRange, RecordDamaged (lost to bit rot), SegmentCorrupted, LogFailed."""
         base, position, first_offset = self.locate(offset)
         if (lost := self.damage.covering(offset)) is not None:
             raise lost.error()
-        segment = self._segments[bisect_right(self._bases, base) - 1]
-        # The index entry is at most an interval before it: read about that much (a
-        # read here is a copy, and callers read one record at a time).
+        path = self._segments[bisect_right(self._bases, base) - 1].path
+        read, resolve = partial(self.read_at, base), partial(self.resolve_damage, base)
+        # The index entry is at most an interval before it: read about that much.
         size = self.config.index_interval_bytes + 1024
-        out: list[fmt.Record] = []
-        while True:
-            data = self.read_at(base, position, size)
-            if len(data) >= 4:
-                need = 4 + int.from_bytes(data[:4], "little")
-                if need > len(data):
-                    data = self.read_at(base, position, need)
-            if first_offset < offset:
-                # Pass over the records before it: one C call per chunk, not a decode each.
-                end, first_offset, _, _, _, _ = _scan_records(
-                    data, 0, first_offset, offset, 0, 0, 1 << 62, -(1 << 62)
-                )
-                if end > 0:
-                    position += end
-                    continue
-                # Nothing passed over: the next record is damaged or missing, and the
-                # Python decoder below says which, with the position.
-            with contextlib.suppress(SegmentCorrupted):  # the record at `position`: below
-                fmt.decode_records(
-                    bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
-                )
-            if out:
-                return out[0]
-            # Damaged (or missing) here: pass over the span, unless it holds `offset`.
-            lost = self.resolve_damage(base, position, first_offset)
-            if lost.end_offset > offset:
-                raise lost.error()
-            position, first_offset = lost.end_position, lost.end_offset
+        return find_record(read, resolve, path, position, first_offset, offset, size)
 
     def seek_timestamp(self, timestamp_ms: int) -> int:
         """The first durable offset whose timestamp is `timestamp_ms` or later, or

@@ -8,6 +8,7 @@ never decides what to do about a torn tail or another segment; `recovery` and `l
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from typing import BinaryIO, NamedTuple
@@ -222,3 +223,47 @@ def read_records(
         position += result.position
         offset = result.next_offset
     return position, offset
+
+
+def find_record(
+    read_at: Callable[[int, int], bytes],
+    resolve: Callable[[int, int], DamagedSpan],
+    path: str,
+    position: int,
+    first_offset: int,
+    offset: int,
+    size: int,
+) -> fmt.Record:
+    """The record `offset` of a segment, read with `read_at(position, size)` from
+    `position`, which holds record `first_offset` (a sparse index entry at or before it),
+    `size` bytes at a time (a read is a copy, and callers read one record at a time).
+    Damaged records on the way are passed over with `resolve(position, offset)`.
+
+    Raises RecordDamaged when `offset` was lost to damage, and what `read_at` raises."""
+    out: list[fmt.Record] = []
+    while True:
+        data = read_at(position, size)
+        if len(data) >= 4:
+            need = 4 + int.from_bytes(data[:4], "little")
+            if need > len(data):
+                data = read_at(position, need)
+        if first_offset < offset:
+            # Pass over the records before it: one C call per chunk, not a decode each.
+            end, first_offset, _, _, _, _ = scan_records(
+                data, 0, first_offset, offset, 0, 0, 1 << 62, -(1 << 62)
+            )
+            if end > 0:
+                position += end
+                continue
+            # Nothing passed over: the next record is damaged or missing (below).
+        with contextlib.suppress(SegmentCorrupted):  # the record at `position`: below
+            fmt.decode_records(
+                bytes(data), position, 0, first_offset, offset + 1, out, 1, path, offset
+            )
+        if out:
+            return out[0]
+        # Damaged (or missing) here: pass over the span, unless it holds `offset`.
+        lost = resolve(position, first_offset)
+        if lost.end_offset > offset:
+            raise lost.error()
+        position, first_offset = lost.end_position, lost.end_offset
