@@ -149,3 +149,45 @@ def test_a_torn_tail_is_still_cut_and_is_no_damage(tmp_path: Path) -> None:
         assert consume(restarted, "jobs", 50) == [body(n) for n in range(50)]
         assert damaged_messages(restarted, "jobs") == 0
         assert damaged_metric(restarted) == 0
+
+
+def test_a_tracked_stream_offset_moves_past_a_damaged_record(tmp_path: Path) -> None:
+    """A consumer with automatic offset tracking that acks everything it gets: the
+    damaged record, never delivered, counts as passed over (as a filtered-out one), so
+    the offset stored reaches the last message, and a reconnect resumes after it."""
+    running = RunningBroker(tmp_path / "data")
+    publish(running, "events", 300, SMALL_STREAM)
+    running.stop()
+    spans = record_spans(stream_dir(tmp_path / "data"))
+    sealed = [s for s in spans if s.path == spans[0].path]
+    flip_in_body(sealed[len(sealed) // 2])
+    with broker_on(tmp_path / "data") as restarted:
+        conn = connect(restarted)
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=20)
+        received: list[bytes] = []
+
+        def on_message(
+            _ch: object, method: pika.spec.Basic.Deliver, _p: object, data: bytes
+        ) -> None:
+            received.append(data)
+            channel.basic_ack(method.delivery_tag)
+
+        tracking = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
+        channel.basic_consume("events", on_message, consumer_tag="reader", arguments=tracking)
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(received) < 299 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.05)
+        conn.close()
+        assert len(received) == 299
+        assert restarted.broker is not None
+        vhost = restarted.broker.vhosts["/"]
+
+        def stored() -> int | None:
+            stream = vhost.queues["events"].stream
+            return None if stream is None else stream.offsets.get("reader")
+
+        deadline = time.monotonic() + TIMEOUT_S
+        while restarted.ask(stored) != 299 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert restarted.ask(stored) == 299
