@@ -191,3 +191,20 @@ def test_a_tracked_stream_offset_moves_past_a_damaged_record(tmp_path: Path) -> 
         while restarted.ask(stored) != 299 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert restarted.ask(stored) == 299
+
+
+def test_the_scrub_reports_damage_in_a_sealed_segment_nobody_reads(tmp_path: Path) -> None:
+    """Start-up trusts sealed segments; the background scrub reads them and reports the
+    damage (the API and the metric) without any consumer."""
+    running = RunningBroker(tmp_path / "data")
+    publish(running, "events", 500, SMALL_STREAM)
+    running.stop()
+    spans = record_spans(stream_dir(tmp_path / "data"))
+    sealed = [s for s in spans if s.path == spans[0].path]
+    flip_in_body(sealed[len(sealed) // 2])
+    with broker_on(tmp_path / "data") as restarted:
+        deadline = time.monotonic() + TIMEOUT_S
+        while damaged_messages(restarted, "events") == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert damaged_messages(restarted, "events") == 1
+        assert damaged_metric(restarted) == 1

@@ -18,6 +18,7 @@ from streamq.log._records import resync_records
 from streamq.log.damage import find_resync
 from streamq.log.errors import RecordDamaged
 from streamq.log.log import LogConfig, SegmentLog
+from streamq.log.scrub import Scrub, Scrubber
 from tests.unit.log.conftest import message
 
 CONFIG = LogConfig(segment_bytes_max=4096, index_interval_bytes=256)
@@ -193,5 +194,35 @@ def test_random_flips_lose_only_the_records_hit(tmp_path: Path, seed: int) -> No
         for offset in lost:
             with pytest.raises(RecordDamaged):
                 log.read_record(offset)
+    finally:
+        log.close_blocking()
+
+
+def test_a_scrub_finds_damage_in_sealed_segments_before_any_read(tmp_path: Path) -> None:
+    """The scrub reads every sealed segment (never the active one) in bounded steps and
+    reports damage there; a reader then passes over it without a search."""
+    records = build(tmp_path, 90)
+    layout = spans(tmp_path)
+    sealed = [s for s in layout if s[0] == sorted({p for p, *_ in layout})[1]]
+    path, position, end, lost = sealed[len(sealed) // 3]
+    flip(path, (position + end) // 2)
+    log = SegmentLog.open(str(tmp_path), CONFIG)
+    try:
+        assert log.damage.records == 0  # start-up trusts the sealed segment
+        scrub = Scrub()
+        steps = 0
+        while scrub.passes == 0:
+            assert scrub.step(log, 1000) <= 1000 + 4096
+            steps += 1
+        assert steps > 3  # bounded steps, not one read of everything
+        assert log.damage.records == 1 and log.damage.spans[0].first_offset == lost
+        scrub.step(log, 1 << 20)  # a second pass finds nothing new
+        assert log.damage.records == 1
+        assert log.read(0, 200) == [r for r in records if r.offset != lost]
+        scrubber = Scrubber()
+        other = SegmentLog.open(str(tmp_path / "other"), CONFIG)
+        for _ in range(10):
+            scrubber.step([log, other], 1 << 20)
+        other.close_blocking()
     finally:
         log.close_blocking()
