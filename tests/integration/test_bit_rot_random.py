@@ -62,10 +62,14 @@ def published(rng: random.Random, cycle: int) -> dict[str, list[bytes]]:
     }
 
 
-def publish(broker: RunningBroker, bodies: dict[str, list[bytes]]) -> None:
+def publish(broker: RunningBroker, bodies: dict[str, list[bytes]], ttl: bool) -> None:
+    """With `ttl`, the classic queue has a (long) message TTL: its deliveries then take
+    the paths that read messages one at a time."""
     conn = connect(broker)
     channel = conn.channel()
-    channel.queue_declare("jobs", durable=True)
+    channel.queue_declare(
+        "jobs", durable=True, arguments={"x-message-ttl": 3_600_000} if ttl else {}
+    )
     channel.queue_declare("events", durable=True, arguments=SMALL_STREAM)
     channel.confirm_delivery()  # each publish waits for its confirm
     for queue, sent in bodies.items():
@@ -102,9 +106,12 @@ def hit(spans: list[RecordSpan], flips: list[tuple[Path, int]]) -> set[bytes]:
     }
 
 
-def consume(broker: RunningBroker, queue: str, count: int, by_get: bool) -> list[bytes]:
-    """Everything `queue` delivers (a stream from `first`): by basic.get, or by a
-    consumer with acks until `count` came and then nothing more for a moment."""
+def consume(
+    broker: RunningBroker, queue: str, count: int, by_get: bool, consumers: int = 1
+) -> list[bytes]:
+    """Everything `queue` delivers (a stream from `first`): by basic.get, or by
+    `consumers` consumers with acks on one channel (round robin: the channel still
+    receives in offset order) until `count` came and then nothing more for a moment."""
     conn = connect(broker)
     channel = conn.channel()
     received: list[bytes] = []
@@ -122,7 +129,8 @@ def consume(broker: RunningBroker, queue: str, count: int, by_get: bool) -> list
         channel.basic_ack(method.delivery_tag)
 
     arguments = {"x-stream-offset": "first"} if queue == "events" else None
-    channel.basic_consume(queue, on_message, arguments=arguments)
+    for _ in range(consumers):
+        channel.basic_consume(queue, on_message, arguments=arguments)
     deadline = time.monotonic() + TIMEOUT_S
     while len(received) < count and not cancelled and time.monotonic() < deadline:
         conn.process_data_events(time_limit=0.05)
@@ -142,8 +150,9 @@ def test_random_flips_lose_only_the_records_hit(tmp_path: Path, cycle: int) -> N
     context = f"seed {SEED} cycle {cycle} (STREAMQ_BIT_ROT_SEED={SEED} to repeat)"
     bodies = published(rng, cycle)
     data_dir = tmp_path / "data"
+    ttl = rng.random() < 0.3
     running = RunningBroker(data_dir)
-    publish(running, bodies)
+    publish(running, bodies, ttl)
     running.stop()
     spans = {
         "jobs": record_spans(messages_dir(data_dir)),
@@ -159,8 +168,9 @@ def test_random_flips_lose_only_the_records_hit(tmp_path: Path, cycle: int) -> N
         for queue, sent in bodies.items():
             lost = hit(spans[queue], flips)
             expected = [body for body in sent if body not in lost]
-            by_get = queue == "jobs" and rng.random() < 0.5
-            received = consume(restarted, queue, len(expected), by_get)
+            by_get = queue == "jobs" and rng.random() < 0.4
+            consumers = rng.choice((1, 2)) if queue == "jobs" else 1
+            received = consume(restarted, queue, len(expected), by_get, consumers)
             assert received == expected, f"{queue}: {context}, lost {len(lost)}"
             assert damaged_messages(restarted, queue) == len(lost), f"{queue}: {context}"
             total += len(lost)
