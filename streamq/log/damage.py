@@ -159,12 +159,6 @@ class DamageMap:
             return self.spans[i]
         return None
 
-    def forget_before(self, offset: int) -> None:
-        """Retention dropped the segments below `offset`: their spans go (not the count)."""
-        keep = [s for s in self.spans if s.end_offset > offset]
-        self.spans = keep
-        self._starts = [s.first_offset for s in keep]
-
 
 def span_at(
     path: str,
@@ -217,5 +211,5 @@ def resolve(
     )
     if resumed_ms >= 0:
         index.insert(span.end_offset - segment.base_offset, span.end_position, resumed_ms)
-    damage.add(span, "on read")
+    damage.add(span, "while running, by a read or the scrub")
     return span
