@@ -31,7 +31,7 @@ from typing import Final
 
 from streamq.broker.queue import Consumer, Queue
 from streamq.log import format as fmt
-from streamq.log.errors import LogError, OffsetOutOfRange, SegmentCorrupted
+from streamq.log.errors import LogError, OffsetOutOfRange, RecordDamaged, SegmentCorrupted
 from streamq.log.log import SegmentLog
 from streamq.queues.classic import ReadyMessage
 
@@ -72,6 +72,8 @@ def deliver_run(log: SegmentLog, queue: Queue, consumer: Consumer, first: int, c
                 done += delivered
             elif not window.read_on(log):
                 raise MessageUnreadable(f"message at offset {target} is missing from the log")
+    except RecordDamaged as exc:  # bit rot: the run ends before it, the cursor drops it
+        cursor.note_damage(exc, failed_read=False)
     except (LogError, ValueError) as exc:
         window.release()
         raise MessageUnreadable(unreadable_text(first + done, exc)) from exc
@@ -102,6 +104,8 @@ def read_queued(log: SegmentLog, queue: Queue, offset: int) -> fmt.Record:
         raise MessageUnreadable(f"message at offset {offset} is missing from the log") from exc
     except LogError as exc:
         queue.window.release()
+        if isinstance(exc, RecordDamaged):  # not the queue's failure (VHost.fail_queue)
+            queue.cursor.note_damage(exc)
         raise MessageUnreadable(unreadable_text(offset, exc)) from exc
 
 
@@ -323,6 +327,8 @@ def unexpired_runs(
 def _read_taken(log: SegmentLog, queue: Queue, ready: ReadyMessage) -> fmt.Record:
     try:
         return read_message(log, ready.offset)
-    except MessageUnreadable:
+    except MessageUnreadable as exc:
         queue.cursor.untake(ready.offset)
+        if isinstance(exc.__cause__, RecordDamaged):  # not the queue's failure
+            queue.cursor.note_damage(exc.__cause__)
         raise

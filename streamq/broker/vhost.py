@@ -826,6 +826,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 record = read_queued(self.log, queue, ready.offset)
             except MessageUnreadable:
                 queue.cursor.untake(ready.offset)
+                if queue.cursor.damage_noted():
+                    continue  # lost to bit rot: the cursor drops it (log/damage.py)
                 raise
             if fresh_from is not None and ready.offset >= fresh_from and not ready.redelivered:
                 break
@@ -1101,6 +1103,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def fail_queue(self, queue: Queue, reason: str) -> None:
         """The queue's data cannot be read: it refuses everything but deletion from now
         on, its consumers are cancelled, and the rest of the broker goes on."""
+        if queue.cursor.damage_noted():  # records lost to bit rot: dropped, not a failure
+            self.kick(queue)
+            return
         logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
         queue.failed = reason
         queue.in_flow = False

@@ -14,8 +14,8 @@ every later call raises LogFailed. A full disk is not such an error: a write tha
 room before anything of it was fsynced is cut back and retried, in order, until there is
 room (see `space`); meanwhile `out_of_space` is true, the Syncer lists the log among those
 waiting for room, and `sync` waits, so that nothing is reported durable early. A failed
-fsync still fails the log. Corrupt data in a sealed segment (which never changes
-again) fails only the reads of it, with SegmentCorrupted. Other logs are not affected.
+fsync still fails the log. A damaged record (bit rot) is lost alone: readers pass over
+it (`damage`, `resolve_damage`) and `damage` reports it. Other logs are not affected.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, NamedTuple
 
 from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
-from streamq.log._records import scan_records as _scan_records
 from streamq.log._streamwire import span_indexed as _span_indexed
+from streamq.log.damage import DamagedSpan, DamageMap, resolve
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -52,7 +53,7 @@ from streamq.log.errors import (
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.log.recent import RecentWrites
 from streamq.log.recovery import create_segment, recover
-from streamq.log.segment import Segment, read_records
+from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.space import (
     CompanionBatch,
     SpaceWait,
@@ -197,6 +198,7 @@ class SegmentLog:
         # belong at and their write: `read_at` reads from them until they are written
         # and, up to `recent_bytes_max`, a while longer.
         self._recent = RecentWrites()
+        self.damage = DamageMap()  # records lost to bit rot, skipped by every reader
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
@@ -214,7 +216,10 @@ class SegmentLog:
         """
         config = config or LogConfig()
         recovered = recover(directory, config.index_interval_bytes)
-        return cls(directory, config, syncer or Syncer(), recovered.segments)
+        log = cls(directory, config, syncer or Syncer(), recovered.segments)
+        for span in recovered.damaged:
+            log.damage.add(span, "at recovery")
+        return log
 
     # -- state ---------------------------------------------------------------------------
 
@@ -890,10 +895,10 @@ class SegmentLog:
     def read(self, offset: int, records_max: int) -> list[fmt.Record]:
         """Durable records from `offset` on, at most `records_max`, possibly fewer.
 
-        Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`,
-        SegmentCorrupted if a record of a sealed segment is damaged (the log goes on: the
-        segment never changes again), and LogFailed (failing the log) for damage in the
-        segment still being written or an I/O error.
+        Returns [] at the durable end. Damaged records are passed over, never returned
+        (`resolve_damage`): the offsets of those returned may have gaps. Raises
+        OffsetOutOfRange below `start_offset`, and LogFailed (failing the log) for an
+        I/O error.
         """
         self._check_usable()
         if offset < self.start_offset:
@@ -914,6 +919,7 @@ class SegmentLog:
                     offset,
                     self.config.read_chunk_bytes,
                     out,
+                    partial(self.resolve_damage, segment.base_offset),
                 )
             except SegmentCorrupted as exc:
                 if segment.sealed and segment is not self._active:
@@ -924,6 +930,17 @@ class SegmentLog:
             except (LogError, OSError) as exc:
                 raise self._fail(exc) from exc
         return out
+
+    def resolve_damage(self, base_offset: int, position: int, offset: int) -> DamagedSpan:
+        """The damaged span at `position` (a bad record that should hold `offset`) of the
+        segment at `base_offset`: readers pass over it (`damage.resolve`). LogFailed for
+        an I/O error."""
+        segment = self._segments[bisect_right(self._bases, base_offset) - 1]
+        try:
+            fd = self._read_fd(segment)
+            return resolve(self.damage, segment, fd, os.fstat(fd).st_size, position, offset)
+        except OSError as exc:
+            raise self._fail(exc) from exc
 
     def locate(self, offset: int) -> tuple[int, int, int]:
         """Where to read on from for the record at `offset`, durable or not: (the base
@@ -1008,36 +1025,16 @@ class SegmentLog:
 
     def read_record(self, offset: int) -> fmt.Record:
         """The record at `offset`, durable or not, its CRC checked (and those read on the
-        way from the index entry before it, in C). Raises OffsetOutOfRange,
-        SegmentCorrupted and LogFailed."""
+        way from the index entry before it, in C): `segment.find_record`. Raises
+        OffsetOutOfRange, RecordDamaged (lost to bit rot), SegmentCorrupted, LogFailed."""
         base, position, first_offset = self.locate(offset)
-        segment = self._segments[bisect_right(self._bases, base) - 1]
-        # The index entry is at most an interval before it: read about that much (a
-        # read here is a copy, and callers read one record at a time).
+        if (lost := self.damage.covering(offset)) is not None:
+            raise lost.error()
+        path = self._segments[bisect_right(self._bases, base) - 1].path
+        read, resolve = partial(self.read_at, base), partial(self.resolve_damage, base)
+        # The index entry is at most an interval before it: read about that much.
         size = self.config.index_interval_bytes + 1024
-        out: list[fmt.Record] = []
-        while True:
-            data = self.read_at(base, position, size)
-            if len(data) >= 4:
-                need = 4 + int.from_bytes(data[:4], "little")
-                if need > len(data):
-                    data = self.read_at(base, position, need)
-            if first_offset < offset:
-                # Pass over the records before it: one C call per chunk, not a decode each.
-                end, first_offset, _, _, _, _ = _scan_records(
-                    data, 0, first_offset, offset, 0, 0, 1 << 62, -(1 << 62)
-                )
-                if end > 0:
-                    position += end
-                    continue
-                # Nothing passed over: the next record is damaged or missing, and the
-                # Python decoder below says which, with the position.
-            fmt.decode_records(
-                bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
-            )
-            if out:
-                return out[0]
-            raise SegmentCorrupted(segment.path, position, f"record {offset} is missing")
+        return find_record(read, resolve, path, position, first_offset, offset, size)
 
     def seek_timestamp(self, timestamp_ms: int) -> int:
         """The first durable offset whose timestamp is `timestamp_ms` or later, or
