@@ -50,7 +50,7 @@ from streamq.log.errors import (
     fenced,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
-from streamq.log.recent import RecentWrites
+from streamq.log.recent import IDLE_RELEASE_S, RecentWrites
 from streamq.log.recovery import create_segment, recover
 from streamq.log.segment import Segment, read_records
 from streamq.log.space import (
@@ -195,8 +195,10 @@ class SegmentLog:
         self._maps: dict[int, mmap.mmap] = {}  # sealed segments mapped by `view_at`
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
-        # and, up to `recent_bytes_max`, a while longer.
-        self._recent = RecentWrites()
+        # and, up to `recent_bytes_max`, a while longer: while reads use them (see
+        # `_release_recent`, on a timer armed while any is kept).
+        self._recent = RecentWrites(config.recent_bytes_max)
+        self._recent_timer: asyncio.TimerHandle | None = None
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
@@ -526,10 +528,13 @@ class SegmentLog:
         self._buffer = bytearray()
         writes = self._writes
         written = self._submit_write(writer, position, buffer)
-        self._recent.add(segment, position, buffer, written)
+        recent = self._recent
+        recent.add(segment, position, buffer, written)
         # A write parked by a full disk is done but not on disk: nothing goes then (its
         # future completes after it is parked, so no parked bytes means it was written).
-        self._recent.trim(self.config.recent_bytes_max, writes_parked=self._stalled.bytes != 0)
+        recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
+        if self._recent_timer is None:
+            self._arm_recent_release()
         writes.append((written, len(buffer)))
         self._writes_bytes += len(buffer)
         while writes and (
@@ -538,6 +543,38 @@ class SegmentLog:
             future, size = writes.popleft()
             future.result()  # waits if not done; a write's error is in `_write_error`
             self._writes_bytes -= size
+
+    def limit_recent(self, bytes_max: int) -> None:
+        """Keep at most `bytes_max` bytes of written buffers in memory (never more than
+        `LogConfig.recent_bytes_max`); the broker sizes it from its memory watermark."""
+        recent = self._recent
+        recent.bytes_max = max(0, min(bytes_max, self.config.recent_bytes_max))
+        recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
+
+    @property
+    def recent_bytes(self) -> int:
+        """The bytes of the buffers kept in memory, written or not."""
+        return self._recent.bytes
+
+    def _arm_recent_release(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (a tool, a blocking caller): kept up to the limit
+        self._recent_timer = loop.call_later(IDLE_RELEASE_S, self._release_recent)
+
+    def _release_recent(self) -> int:
+        """Drop the written buffers if no read used them for `IDLE_RELEASE_S` (no reader
+        near the tail); check again later while any buffer is kept. Returns the bytes
+        dropped."""
+        self._recent_timer = None
+        if self._closed or self._failed is not None:
+            return 0
+        recent = self._recent
+        released = recent.release_if_unread(writes_parked=self._stalled.bytes != 0)
+        if len(recent):
+            self._arm_recent_release()
+        return released
 
     def _submit_write(
         self, writer: SegmentWriter, position: int, data: bytearray
@@ -1179,6 +1216,9 @@ class SegmentLog:
         queued there; with `wait`, this returns once it has. With `cut_padding` the active
         segment loses its padding (a clean close); without, it keeps it, as after a kill."""
         self._closed = True
+        if self._recent_timer is not None:
+            self._recent_timer.cancel()
+            self._recent_timer = None
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()

@@ -1,9 +1,17 @@
 """The write buffers a segment log keeps in memory after handing them to the Syncer: the
-ones not yet written, and up to `LogConfig.recent_bytes_max` of written ones, so that
-readers right behind the appenders read from memory rather than from the disk.
+ones not yet written, and up to `bytes_max` of written ones, so that readers right behind
+the appenders read from memory rather than from the disk.
 
-Owns the buffers and the lookup of the one holding a position. It does no I/O, and it
-never drops a buffer whose write is not done (its bytes are nowhere else yet).
+Owns the buffers, the lookup of the one holding a position, and their release when no
+reader uses them. It does no I/O, and it never drops a buffer whose write is not done (its
+bytes are nowhere else yet).
+
+Memory at rest: the written buffers are worth their memory only while a reader is near
+the tail. `release_if_unread`, which the log calls every `IDLE_RELEASE_S`, drops them all
+when no read found its bytes in them since the last call (readers far behind, or none),
+and then hands the freed memory back to the kernel: glibc keeps freed blocks of the
+heap's middle for the process, so a released 32 MiB tail would stay in its RSS otherwise
+(docs/perf.md, "Memory at rest").
 
 Every lookup costs O(log n) in the number of kept buffers: traffic made of small
 publishes, each flushed as its own write, keeps tens of thousands of small buffers, and a
@@ -16,7 +24,9 @@ sorted and a bisection finds the one that holds a position.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from typing import Final
 
 from streamq.log.segment import Segment
@@ -24,15 +34,32 @@ from streamq.log.segment import Segment
 # Dropped entries at the head of the lists are cut off in one step once there are this
 # many and they are at least half of the lists: amortized O(1) per drop.
 COMPACT_ENTRIES_MIN: Final = 1024
+# The written buffers go when no read has found its bytes in them for this long (between
+# one and two of these after the last such read, as the log checks once per period).
+IDLE_RELEASE_S: Final = 1.0
+# Freed memory is handed back to the kernel (malloc_trim) after a release of at least this
+# much: below it, the walk over the heap costs more than it gives back.
+TRIM_AFTER_BYTES_MIN: Final = 1 << 20
 
 
 class RecentWrites:
     """The buffers handed to the Syncer, oldest first, each with the segment and position
     it belongs at and its write's future."""
 
-    __slots__ = ("_buffers", "_head", "_keys", "_segments", "_writes", "bytes")
+    __slots__ = (
+        "_buffers",
+        "_head",
+        "_hits_seen",
+        "_keys",
+        "_segments",
+        "_writes",
+        "bytes",
+        "bytes_max",
+        "hits",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, bytes_max: int = 0) -> None:
+        """`bytes_max`: written buffers kept, at most (0: none once written)."""
         # Parallel lists; entries before `_head` are dropped and cut off later.
         self._keys: list[tuple[int, int]] = []  # (segment base offset, position)
         self._segments: list[Segment] = []
@@ -40,6 +67,10 @@ class RecentWrites:
         self._writes: list[concurrent.futures.Future[None]] = []
         self._head = 0
         self.bytes = 0
+        self.bytes_max = bytes_max
+        # Reads served from the buffers, and their number at the last `release_if_unread`.
+        self.hits = 0
+        self._hits_seen = 0
 
     def __len__(self) -> int:
         return len(self._keys) - self._head
@@ -62,9 +93,9 @@ class RecentWrites:
         self.bytes += len(buffer)
 
     def trim(self, keep_bytes: int, *, writes_parked: bool) -> None:
-        """Drop the oldest written buffers while the others hold at least `keep_bytes`.
-        Nothing goes while `writes_parked` (a write parked by a full disk completes its
-        future without being on disk)."""
+        """Drop the oldest written buffers while the others hold at least `keep_bytes`
+        (`bytes_max`, unless releasing). Nothing goes while `writes_parked` (a write
+        parked by a full disk completes its future without being on disk)."""
         if writes_parked:
             return
         buffers, writes = self._buffers, self._writes
@@ -79,6 +110,20 @@ class RecentWrites:
                 del entries[:head]
             self._head = 0
 
+    def release_if_unread(self, *, writes_parked: bool) -> int:
+        """Drop every written buffer if no read was served from the buffers since the
+        last call, and give the memory back to the kernel when that was much; returns the
+        bytes dropped. Buffers being written stay (see `trim`)."""
+        seen, self._hits_seen = self._hits_seen, self.hits
+        if self.hits != seen or self.bytes == 0:
+            return 0
+        before = self.bytes
+        self.trim(0, writes_parked=writes_parked)
+        released = before - self.bytes
+        if released >= TRIM_AFTER_BYTES_MIN:
+            return_freed_memory()
+        return released
+
     def find(self, segment: Segment, position: int) -> tuple[bytearray | None, int]:
         """The buffer of `segment` holding `position`, and where that buffer starts; or
         (None, where the first kept buffer of `segment` starts, or -1 if none is kept).
@@ -90,6 +135,7 @@ class RecentWrites:
         if i >= head and self._segments[i] is segment:
             start = keys[i][1]
             if position < start + len(self._buffers[i]):
+                self.hits += 1
                 return self._buffers[i], start
         first = bisect_left(keys, (base, -1), head)
         if first < len(keys) and self._segments[first] is segment:
@@ -104,3 +150,23 @@ class RecentWrites:
 
 
 _EMPTY: Final = bytearray()
+_malloc_trim: list[Callable[[int], int] | None] = []  # looked up on first use
+
+
+def return_freed_memory() -> bool:
+    """Ask the C allocator to hand the free pages of its heaps back to the kernel
+    (glibc's `malloc_trim(0)`, which also returns free pages amid the heap, not only at
+    its top); False where the C library has no such call."""
+    if not _malloc_trim:
+        try:
+            function = ctypes.CDLL(None).malloc_trim
+        except (AttributeError, OSError):  # not glibc
+            _malloc_trim.append(None)
+        else:
+            function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
+            _malloc_trim.append(function)
+    trim = _malloc_trim[0]
+    if trim is None:
+        return False
+    trim(0)
+    return True
