@@ -9,9 +9,9 @@ bytes are nowhere else yet).
 Memory at rest: the written buffers are worth their memory only while a reader is near
 the tail. `release_if_unread`, which the log calls every `IDLE_RELEASE_S`, drops them all
 when no read found its bytes in them since the last call (readers far behind, or none),
-and then hands the freed memory back to the kernel: glibc keeps freed blocks of the
-heap's middle for the process, so a released 32 MiB tail would stay in its RSS otherwise
-(docs/perf.md, "Memory at rest").
+and then hands the freed memory back to the kernel (`streamq.heap`): glibc keeps freed
+blocks amid its heap for the process, so a released 32 MiB tail would otherwise stay in
+the RSS (docs/perf.md, "Memory at rest").
 
 Every lookup costs O(log n) in the number of kept buffers: traffic made of small
 publishes, each flushed as its own write, keeps tens of thousands of small buffers, and a
@@ -24,11 +24,10 @@ sorted and a bisection finds the one that holds a position.
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
 from typing import Final
 
+from streamq.heap import return_freed_memory
 from streamq.log.segment import Segment
 
 # Dropped entries at the head of the lists are cut off in one step once there are this
@@ -106,19 +105,24 @@ class RecentWrites:
             head += 1
         self._head = head
         if head >= COMPACT_ENTRIES_MIN and head * 2 >= end:
-            for entries in (self._keys, self._segments, self._buffers, self._writes):
-                del entries[:head]
-            self._head = 0
+            self._cut_dropped()
+
+    def _cut_dropped(self) -> None:
+        head = self._head
+        for entries in (self._keys, self._segments, self._buffers, self._writes):
+            del entries[:head]
+        self._head = 0
 
     def release_if_unread(self, *, writes_parked: bool) -> int:
         """Drop every written buffer if no read was served from the buffers since the
         last call, and give the memory back to the kernel when that was much; returns the
         bytes dropped. Buffers being written stay (see `trim`)."""
         seen, self._hits_seen = self._hits_seen, self.hits
-        if self.hits != seen or self.bytes == 0:
+        if self.hits != seen:
             return 0
         before = self.bytes
         self.trim(0, writes_parked=writes_parked)
+        self._cut_dropped()  # their entries (and writes' futures) too: it may stay idle
         released = before - self.bytes
         if released >= TRIM_AFTER_BYTES_MIN:
             return_freed_memory()
@@ -150,23 +154,3 @@ class RecentWrites:
 
 
 _EMPTY: Final = bytearray()
-_malloc_trim: list[Callable[[int], int] | None] = []  # looked up on first use
-
-
-def return_freed_memory() -> bool:
-    """Ask the C allocator to hand the free pages of its heaps back to the kernel
-    (glibc's `malloc_trim(0)`, which also returns free pages amid the heap, not only at
-    its top); False where the C library has no such call."""
-    if not _malloc_trim:
-        try:
-            function = ctypes.CDLL(None).malloc_trim
-        except (AttributeError, OSError):  # not glibc
-            _malloc_trim.append(None)
-        else:
-            function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
-            _malloc_trim.append(function)
-    trim = _malloc_trim[0]
-    if trim is None:
-        return False
-    trim(0)
-    return True
