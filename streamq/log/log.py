@@ -196,7 +196,7 @@ class SegmentLog:
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
         # and, up to `recent_bytes_max`, a while longer: while reads use them (see
-        # `_release_recent`, on a timer armed while any is kept).
+        # `release_recent_if_unread`, on a timer armed while any is kept).
         self._recent = RecentWrites(config.recent_bytes_max)
         self._recent_timer: asyncio.TimerHandle | None = None
         self._durable_fd = files.open_fd(
@@ -552,29 +552,40 @@ class SegmentLog:
         recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
 
     @property
+    def recent_bytes_max(self) -> int:
+        """Written buffers kept in memory, at most (see `limit_recent`)."""
+        return self._recent.bytes_max
+
+    @property
     def recent_bytes(self) -> int:
         """The bytes of the buffers kept in memory, written or not."""
         return self._recent.bytes
+
+    @property
+    def recent_reads(self) -> int:
+        """Reads served from the buffers kept in memory since the log was opened."""
+        return self._recent.hits
+
+    def release_recent_if_unread(self) -> int:
+        """Drop the written buffers if no read used them since the last call (no reader
+        near the tail); returns the bytes dropped. A timer calls it every
+        `IDLE_RELEASE_S` while any buffer is kept."""
+        if self._closed or self._failed is not None:
+            return 0
+        return self._recent.release_if_unread(writes_parked=self._stalled.bytes != 0)
 
     def _arm_recent_release(self) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no event loop (a tool, a blocking caller): kept up to the limit
-        self._recent_timer = loop.call_later(IDLE_RELEASE_S, self._release_recent)
+        self._recent_timer = loop.call_later(IDLE_RELEASE_S, self._recent_release_due)
 
-    def _release_recent(self) -> int:
-        """Drop the written buffers if no read used them for `IDLE_RELEASE_S` (no reader
-        near the tail); check again later while any buffer is kept. Returns the bytes
-        dropped."""
+    def _recent_release_due(self) -> None:
         self._recent_timer = None
-        if self._closed or self._failed is not None:
-            return 0
-        recent = self._recent
-        released = recent.release_if_unread(writes_parked=self._stalled.bytes != 0)
-        if len(recent):
+        self.release_recent_if_unread()
+        if len(self._recent) and not self._closed:
             self._arm_recent_release()
-        return released
 
     def _submit_write(
         self, writer: SegmentWriter, position: int, data: bytearray
