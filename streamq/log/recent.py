@@ -46,12 +46,14 @@ class RecentWrites:
     it belongs at and its write's future."""
 
     __slots__ = (
+        "_added_seen",
         "_buffers",
         "_head",
         "_hits_seen",
         "_keys",
         "_segments",
         "_writes",
+        "added",
         "bytes",
         "bytes_max",
         "hits",
@@ -67,9 +69,12 @@ class RecentWrites:
         self._head = 0
         self.bytes = 0
         self.bytes_max = bytes_max
-        # Reads served from the buffers, and their number at the last `release_if_unread`.
+        # Reads served from the buffers and buffers added, and their numbers at the last
+        # `release_if_unread`.
         self.hits = 0
         self._hits_seen = 0
+        self.added = 0
+        self._added_seen = 0
 
     def __len__(self) -> int:
         return len(self._keys) - self._head
@@ -90,6 +95,7 @@ class RecentWrites:
         self._buffers.append(buffer)
         self._writes.append(written)
         self.bytes += len(buffer)
+        self.added += 1
 
     def trim(self, keep_bytes: int, *, writes_parked: bool) -> None:
         """Drop the oldest written buffers while the others hold at least `keep_bytes`
@@ -115,16 +121,18 @@ class RecentWrites:
 
     def release_if_unread(self, *, writes_parked: bool) -> int:
         """Drop every written buffer if no read was served from the buffers since the
-        last call, and give the memory back to the kernel when that was much; returns the
-        bytes dropped. Buffers being written stay (see `trim`)."""
+        last call; returns the bytes dropped. Buffers being written stay (see `trim`).
+        When that was much and nothing was added meanwhile (the appends stopped too), the
+        memory goes back to the kernel: appends going on would only fault it back in."""
         seen, self._hits_seen = self._hits_seen, self.hits
+        added, self._added_seen = self._added_seen, self.added
         if self.hits != seen:
             return 0
         before = self.bytes
         self.trim(0, writes_parked=writes_parked)
         self._cut_dropped()  # their entries (and writes' futures) too: it may stay idle
         released = before - self.bytes
-        if released >= TRIM_AFTER_BYTES_MIN:
+        if released >= TRIM_AFTER_BYTES_MIN and self.added == added:
             return_freed_memory()
         return released
 

@@ -210,3 +210,10 @@ def test_release_if_unread_counts_reads_between_calls(monkeypatch: pytest.Monkey
     assert writes.release_if_unread(writes_parked=False) == 0  # that read counted
     assert writes.release_if_unread(writes_parked=False) == 10
     assert trims == [1]  # 10 bytes are not worth a trim
+    writes.add(segment, 84 + big, bytearray(big), _done())
+    assert writes.release_if_unread(writes_parked=False) == big
+    assert trims == [1]  # added since the last call: appends go on, no trim
+    writes.add(segment, 84 + 2 * big, bytearray(big), _done())
+    assert writes.release_if_unread(writes_parked=False) == big
+    assert writes.release_if_unread(writes_parked=False) == 0
+    assert trims == [1]  # nothing was added in the last period, but nothing was freed
