@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
+from streamq.heap import return_freed_memory
 from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
@@ -197,7 +198,7 @@ class SegmentLog:
         # belong at and their write: `read_at` reads from them until they are written
         # and, up to `recent_bytes_max`, a while longer: while reads use them (see
         # `release_recent_if_unread`, on a timer armed while any is kept).
-        self._recent = RecentWrites(config.recent_bytes_max)
+        self._recent = RecentWrites(config.recent_bytes_max, self._at_rest)
         self._recent_timer: asyncio.TimerHandle | None = None
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
@@ -573,6 +574,13 @@ class SegmentLog:
         if self._closed or self._failed is not None:
             return 0
         return self._recent.release_if_unread(writes_parked=self._stalled.bytes != 0)
+
+    def _at_rest(self) -> None:
+        """Neither appends nor reads near the tail for an idle period, and much was
+        released: hand the freed memory back to the kernel (docs/perf.md, "Memory at
+        rest")."""
+        return_freed_memory()
+        self._syncer.release_staging()
 
     def _arm_recent_release(self) -> None:
         try:

@@ -9,9 +9,9 @@ bytes are nowhere else yet).
 Memory at rest: the written buffers are worth their memory only while a reader is near
 the tail. `release_if_unread`, which the log calls every `IDLE_RELEASE_S`, drops them all
 when no read found its bytes in them since the last call (readers far behind, or none),
-and then hands the freed memory back to the kernel (`streamq.heap`): glibc keeps freed
-blocks amid its heap for the process, so a released 32 MiB tail would otherwise stay in
-the RSS (docs/perf.md, "Memory at rest").
+and, when the appends stopped too, tells its owner, which hands the freed memory back to
+the kernel: glibc keeps freed blocks amid its heap for the process, so a released 32 MiB
+tail would otherwise stay in the RSS (docs/perf.md, "Memory at rest").
 
 Every lookup costs O(log n) in the number of kept buffers: traffic made of small
 publishes, each flushed as its own write, keeps tens of thousands of small buffers, and a
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import concurrent.futures
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from typing import Final
 
-from streamq.heap import return_freed_memory
 from streamq.log.segment import Segment
 
 # Dropped entries at the head of the lists are cut off in one step once there are this
@@ -36,8 +36,8 @@ COMPACT_ENTRIES_MIN: Final = 1024
 # The written buffers go when no read has found its bytes in them for this long (between
 # one and two of these after the last such read, as the log checks once per period).
 IDLE_RELEASE_S: Final = 1.0
-# Freed memory is handed back to the kernel (malloc_trim) after a release of at least this
-# much: below it, the walk over the heap costs more than it gives back.
+# `at_rest` is called (to hand freed memory back to the kernel) after a release of at
+# least this much: below it, the walk over the heap costs more than it gives back.
 TRIM_AFTER_BYTES_MIN: Final = 1 << 20
 
 
@@ -47,6 +47,7 @@ class RecentWrites:
 
     __slots__ = (
         "_added_seen",
+        "_at_rest",
         "_buffers",
         "_head",
         "_hits_seen",
@@ -59,8 +60,9 @@ class RecentWrites:
         "hits",
     )
 
-    def __init__(self, bytes_max: int = 0) -> None:
-        """`bytes_max`: written buffers kept, at most (0: none once written)."""
+    def __init__(self, bytes_max: int = 0, at_rest: Callable[[], object] = lambda: None) -> None:
+        """`bytes_max`: written buffers kept, at most (0: none once written). `at_rest`:
+        called after a release of much memory with no buffer added since the last one."""
         # Parallel lists; entries before `_head` are dropped and cut off later.
         self._keys: list[tuple[int, int]] = []  # (segment base offset, position)
         self._segments: list[Segment] = []
@@ -75,6 +77,7 @@ class RecentWrites:
         self._hits_seen = 0
         self.added = 0
         self._added_seen = 0
+        self._at_rest = at_rest
 
     def __len__(self) -> int:
         return len(self._keys) - self._head
@@ -122,8 +125,8 @@ class RecentWrites:
     def release_if_unread(self, *, writes_parked: bool) -> int:
         """Drop every written buffer if no read was served from the buffers since the
         last call; returns the bytes dropped. Buffers being written stay (see `trim`).
-        When that was much and nothing was added meanwhile (the appends stopped too), the
-        memory goes back to the kernel: appends going on would only fault it back in."""
+        When that was much and nothing was added meanwhile (the appends stopped too),
+        calls `at_rest`: appends going on would only fault given-back memory in again."""
         seen, self._hits_seen = self._hits_seen, self.hits
         added, self._added_seen = self._added_seen, self.added
         if self.hits != seen:
@@ -133,7 +136,7 @@ class RecentWrites:
         self._cut_dropped()  # their entries (and writes' futures) too: it may stay idle
         released = before - self.bytes
         if released >= TRIM_AFTER_BYTES_MIN and self.added == added:
-            return_freed_memory()
+            self._at_rest()
         return released
 
     def find(self, segment: Segment, position: int) -> tuple[bytearray | None, int]:

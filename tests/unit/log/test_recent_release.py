@@ -190,10 +190,9 @@ def _done() -> concurrent.futures.Future[None]:
     return future
 
 
-def test_release_if_unread_counts_reads_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_release_if_unread_counts_reads_between_calls() -> None:
     trims: list[int] = []
-    monkeypatch.setattr(recent, "return_freed_memory", lambda: trims.append(1) or True)
-    writes = RecentWrites(bytes_max=1 << 30)
+    writes = RecentWrites(bytes_max=1 << 30, at_rest=lambda: trims.append(1))
     segment = Segment("/nonexistent/0", 0, SparseIndex(4096))
     big = recent.TRIM_AFTER_BYTES_MIN
     writes.add(segment, 64, bytearray(big), _done())
@@ -217,3 +216,33 @@ def test_release_if_unread_counts_reads_between_calls(monkeypatch: pytest.Monkey
     assert writes.release_if_unread(writes_parked=False) == big
     assert writes.release_if_unread(writes_parked=False) == 0
     assert trims == [1]  # nothing was added in the last period, but nothing was freed
+
+
+def _shmem_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1]) * KIB
+    raise AssertionError("no RssShmem in /proc/self/status")
+
+
+async def test_a_log_at_rest_gives_back_the_syncers_staging_buffer(
+    tmp_path: Path, no_timer: None
+) -> None:
+    config = LogConfig(write_buffer_bytes_max=256 * KIB, recent_bytes_max=8 << 20)
+    log = SegmentLog.open(str(tmp_path / "log"), config)
+    syncer = log._syncer
+    try:
+        await _append_and_sync(log, [message(i, size=4000) for i in range(1000)])  # 4 MB
+        syncer.staging[: 4 << 20] = b"x" * (4 << 20)  # as a 4 MiB direct write leaves it
+        await asyncio.wrap_future(syncer.submit_write(lambda: None))
+        resident = _shmem_bytes()
+        assert _body(log, 999) == message(999, size=4000).body  # a reader near the tail
+        assert log.release_recent_if_unread() == 0
+        assert log.release_recent_if_unread() > recent.TRIM_AFTER_BYTES_MIN  # none since
+        await asyncio.wrap_future(syncer.submit_write(lambda: None))
+        assert _shmem_bytes() <= resident - (3 << 20)
+        assert syncer.staging[:4096] == bytes(4096)  # (a read maps its pages again)
+        assert [r.offset for r in log.read(990, 100)] == list(range(990, 1000))
+    finally:
+        await log.close()
