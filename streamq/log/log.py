@@ -592,7 +592,7 @@ class SegmentLog:
     def _recent_release_due(self) -> None:
         self._recent_timer = None
         self.release_recent_if_unread()
-        if len(self._recent) and not self._closed:
+        if (len(self._recent) or self._recent.rest_owed) and not self._closed:
             self._arm_recent_release()
 
     def _submit_write(

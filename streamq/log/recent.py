@@ -35,7 +35,7 @@ from streamq.log.segment import Segment
 COMPACT_ENTRIES_MIN: Final = 1024
 # The written buffers go when no read has found its bytes in them for this long (between
 # one and two of these after the last such read, as the log checks once per period).
-IDLE_RELEASE_S: Final = 1.0
+IDLE_RELEASE_S: Final = 0.5
 # `at_rest` is called (to hand freed memory back to the kernel) after a release of at
 # least this much: below it, the walk over the heap costs more than it gives back.
 TRIM_AFTER_BYTES_MIN: Final = 1 << 20
@@ -58,6 +58,7 @@ class RecentWrites:
         "bytes",
         "bytes_max",
         "hits",
+        "rest_owed",
     )
 
     def __init__(self, bytes_max: int = 0, at_rest: Callable[[], object] = lambda: None) -> None:
@@ -78,6 +79,7 @@ class RecentWrites:
         self.added = 0
         self._added_seen = 0
         self._at_rest = at_rest
+        self.rest_owed = False  # much was released since `at_rest` was last called
 
     def __len__(self) -> int:
         return len(self._keys) - self._head
@@ -125,8 +127,9 @@ class RecentWrites:
     def release_if_unread(self, *, writes_parked: bool) -> int:
         """Drop every written buffer if no read was served from the buffers since the
         last call; returns the bytes dropped. Buffers being written stay (see `trim`).
-        When that was much and nothing was added meanwhile (the appends stopped too),
-        calls `at_rest`: appends going on would only fault given-back memory in again."""
+        Once much was released (now or at an earlier call) and nothing was added since
+        the last call (the appends stopped too), calls `at_rest`: appends going on would
+        only fault given-back memory in again."""
         seen, self._hits_seen = self._hits_seen, self.hits
         added, self._added_seen = self._added_seen, self.added
         if self.hits != seen:
@@ -135,7 +138,10 @@ class RecentWrites:
         self.trim(0, writes_parked=writes_parked)
         self._cut_dropped()  # their entries (and writes' futures) too: it may stay idle
         released = before - self.bytes
-        if released >= TRIM_AFTER_BYTES_MIN and self.added == added:
+        if released >= TRIM_AFTER_BYTES_MIN:
+            self.rest_owed = True
+        if self.rest_owed and self.added == added:
+            self.rest_owed = False
             self._at_rest()
         return released
 

@@ -104,17 +104,26 @@ async def test_the_tail_goes_when_unread_and_serves_again_after_appends(
         await log.close()
 
 
-async def test_the_timer_releases_an_unread_tail(
+async def test_the_timer_releases_an_unread_tail_and_gives_its_memory_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(log_module, "IDLE_RELEASE_S", IDLE_S)
-    log = SegmentLog.open(str(tmp_path / "log"), CONFIG)
+    trims: list[bool] = []
+    trim = log_module.return_freed_memory
+    monkeypatch.setattr(log_module, "return_freed_memory", lambda: trims.append(trim()))
+    config = LogConfig(write_buffer_bytes_max=64 * KIB, recent_bytes_max=8 << 20)
+    log = SegmentLog.open(str(tmp_path / "log"), config)
     try:
         for round_ in range(2):  # released, then filled and released again
-            batch = [message(i, size=500) for i in range(100 * round_, 100 * round_ + 100)]
+            offsets = range(100 * round_, 100 * round_ + 100)
+            batch = [message(i, size=20_000) for i in offsets]  # 2 MB, 30 buffers
             await _append_and_sync(log, batch)
             await _wait_until_released(log)
-            assert log._recent_timer is None  # nothing kept: no timer either
+            deadline = time.monotonic() + WAIT_TIMEOUT_S
+            while log._recent_timer is not None:  # until the memory is given back
+                assert time.monotonic() < deadline, "the timer never stopped"
+                await asyncio.sleep(POLL_S)
+            assert trims == [True] * (round_ + 1)
             assert [r.body for r in log.read(100 * round_, 100)] == [m.body for m in batch]
     finally:
         await log.close()
@@ -209,13 +218,18 @@ def test_release_if_unread_counts_reads_between_calls() -> None:
     assert writes.release_if_unread(writes_parked=False) == 0  # that read counted
     assert writes.release_if_unread(writes_parked=False) == 10
     assert trims == [1]  # 10 bytes are not worth a trim
+    assert writes.release_if_unread(writes_parked=False) == 0
+    assert trims == [1]  # nothing owed
     writes.add(segment, 84 + big, bytearray(big), _done())
     assert writes.release_if_unread(writes_parked=False) == big
-    assert trims == [1]  # added since the last call: appends go on, no trim
+    assert trims == [1] and writes.rest_owed  # added since the last call: appends go on
     writes.add(segment, 84 + 2 * big, bytearray(big), _done())
     assert writes.release_if_unread(writes_parked=False) == big
+    assert trims == [1]  # still appending
     assert writes.release_if_unread(writes_parked=False) == 0
-    assert trims == [1]  # nothing was added in the last period, but nothing was freed
+    assert trims == [1, 1] and not writes.rest_owed  # the appends stopped: paid now
+    assert writes.release_if_unread(writes_parked=False) == 0
+    assert trims == [1, 1]
 
 
 def _shmem_bytes() -> int:
