@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final, NamedTuple
 
+from streamq.heap import return_freed_memory
 from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
@@ -51,7 +52,7 @@ from streamq.log.errors import (
     fenced,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
-from streamq.log.recent import RecentWrites
+from streamq.log.recent import IDLE_RELEASE_S, RecentWrites
 from streamq.log.recovery import create_segment, recover
 from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.space import (
@@ -196,8 +197,10 @@ class SegmentLog:
         self._maps: dict[int, mmap.mmap] = {}  # sealed segments mapped by `view_at`
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
-        # and, up to `recent_bytes_max`, a while longer.
-        self._recent = RecentWrites()
+        # and, up to `recent_bytes_max`, a while longer: while reads use them (see
+        # `release_recent_if_unread`, on a timer armed while any is kept).
+        self._recent = RecentWrites(config.recent_bytes_max, self._at_rest)
+        self._recent_timer: asyncio.TimerHandle | None = None
         self.damage = DamageMap()  # records lost to bit rot, skipped by every reader
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
@@ -531,10 +534,13 @@ class SegmentLog:
         self._buffer = bytearray()
         writes = self._writes
         written = self._submit_write(writer, position, buffer)
-        self._recent.add(segment, position, buffer, written)
+        recent = self._recent
+        recent.add(segment, position, buffer, written)
         # A write parked by a full disk is done but not on disk: nothing goes then (its
         # future completes after it is parked, so no parked bytes means it was written).
-        self._recent.trim(self.config.recent_bytes_max, writes_parked=self._stalled.bytes != 0)
+        recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
+        if self._recent_timer is None:
+            self._arm_recent_release()
         writes.append((written, len(buffer)))
         self._writes_bytes += len(buffer)
         while writes and (
@@ -543,6 +549,56 @@ class SegmentLog:
             future, size = writes.popleft()
             future.result()  # waits if not done; a write's error is in `_write_error`
             self._writes_bytes -= size
+
+    def limit_recent(self, bytes_max: int) -> None:
+        """Keep at most `bytes_max` bytes of written buffers in memory (never more than
+        `LogConfig.recent_bytes_max`); the broker sizes it from its memory watermark."""
+        recent = self._recent
+        recent.bytes_max = max(0, min(bytes_max, self.config.recent_bytes_max))
+        recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
+
+    @property
+    def recent_bytes_max(self) -> int:
+        """Written buffers kept in memory, at most (see `limit_recent`)."""
+        return self._recent.bytes_max
+
+    @property
+    def recent_bytes(self) -> int:
+        """The bytes of the buffers kept in memory, written or not."""
+        return self._recent.bytes
+
+    @property
+    def recent_reads(self) -> int:
+        """Reads served from the buffers kept in memory since the log was opened."""
+        return self._recent.hits
+
+    def release_recent_if_unread(self) -> int:
+        """Drop the written buffers if no read used them since the last call (no reader
+        near the tail); returns the bytes dropped. A timer calls it every
+        `IDLE_RELEASE_S` while any buffer is kept."""
+        if self._closed or self._failed is not None:
+            return 0
+        return self._recent.release_if_unread(writes_parked=self._stalled.bytes != 0)
+
+    def _at_rest(self) -> None:
+        """Neither appends nor reads near the tail for an idle period, and much was
+        released: hand the freed memory back to the kernel (docs/perf.md, "Memory at
+        rest")."""
+        return_freed_memory()
+        self._syncer.release_staging()
+
+    def _arm_recent_release(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (a tool, a blocking caller): kept up to the limit
+        self._recent_timer = loop.call_later(IDLE_RELEASE_S, self._recent_release_due)
+
+    def _recent_release_due(self) -> None:
+        self._recent_timer = None
+        self.release_recent_if_unread()
+        if (len(self._recent) or self._recent.rest_owed) and not self._closed:
+            self._arm_recent_release()
 
     def _submit_write(
         self, writer: SegmentWriter, position: int, data: bytearray
@@ -1176,6 +1232,9 @@ class SegmentLog:
         queued there; with `wait`, this returns once it has. With `cut_padding` the active
         segment loses its padding (a clean close); without, it keeps it, as after a kill."""
         self._closed = True
+        if self._recent_timer is not None:
+            self._recent_timer.cancel()
+            self._recent_timer = None
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
