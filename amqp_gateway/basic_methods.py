@@ -248,19 +248,20 @@ def settle_in_groups(
 
 
 def settle_plain_acks(
-    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int
+    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int, end: int
 ) -> int:
-    """Hot path: the plain acks (multiple=false) of a run from `start` on, settled in one
-    step (one pop per tag, one release, one `settle_classic` per queue); returns the
-    index of the first entry it did not settle, which the caller hands to the per-method
-    path: a nack, a reject, an ack with `multiple`, an unknown tag (406 there, with the
-    acks before it applied and those after it untouched, as one ack after another).
-    A transactional channel settles nothing here: `settle` holds its acks for the commit.
+    """Hot path: the plain acks (multiple=false) of a run from `start` on, before `end`,
+    settled in one step (one pop per tag, one release, one `settle_classic` per queue);
+    returns the index of the first entry it did not settle. Below `end`, the caller hands
+    that entry to the per-method path: a nack, a reject, an ack with `multiple`, an
+    unknown tag (406 there, with the acks before it applied and those after it
+    untouched, as one ack after another). A transactional channel settles nothing here:
+    `settle` holds its acks for the commit.
     """
     if channel.transactional:
         return start
     # The entries up to the first nonzero kind byte are plain acks (C-level strip).
-    stop = len(kinds) - len(kinds[start:].lstrip(b"\x00"))
+    stop = end - len(kinds[start:end].lstrip(b"\x00"))
     if stop == start:
         return start
     plain = tags if start == 0 and stop == len(tags) else tags[start:stop]
