@@ -145,17 +145,18 @@ def start_brokers(args: argparse.Namespace, base: Path) -> list[Broker]:
         brokers.append(Broker("LavinMQ", url, lavin.process.pid, lavin.stop))
     if args.rabbitmq:
         rabbit = RabbitMQServer(base / "rabbitmq")
-        beam = rabbit._beam_pid()  # noqa: SLF001  # the VM's pid, for its CPU
+        beam = rabbit._beam_pid()  # the VM's pid, for its CPU
         url = f"amqp://guest:guest@127.0.0.1:{rabbit.amqp_port}/%2f"
         brokers.append(Broker("RabbitMQ", url, beam or rabbit.process.pid, rabbit.stop))
     return brokers
 
 
 def report(brokers: list[Broker], keys: list[str]) -> list[str]:
-    """A markdown table: per shape each broker's median rate and CPU, and its ratio to
-    the last broker."""
+    """A markdown table: per shape each broker's median rate, CPU share and CPU per
+    message (the steadier figure on a shared machine), and its ratio to the last
+    broker."""
     names = [b.name for b in brokers]
-    head = "| shape | " + " | ".join(f"{n} msgs/s (CPU)" for n in names)
+    head = "| shape | " + " | ".join(f"{n} msgs/s (CPU, µs/msg; runs)" for n in names)
     head += " | " + " | ".join(f"{n}/{names[-1]}" for n in names[:-1]) + " |"
     lines = [head, "|" + "---|" * (1 + 2 * len(names) - 1)]
     for key in keys:
@@ -169,15 +170,41 @@ def report(brokers: list[Broker], keys: list[str]) -> list[str]:
                 continue
             rate = statistics.median(r["rate"] for r in runs)
             cpu = statistics.median(r["cpu_share"] for r in runs)
+            us = statistics.median(r["cpu_share"] / r["rate"] * 1e6 for r in runs)
             each = ", ".join(f"{r['rate'] / 1000:.0f}k" for r in runs)
             medians.append(rate)
-            cells.append(f"{rate / 1000:.0f}k ({cpu:.0%}; {each})")
+            cells.append(f"{rate / 1000:.0f}k ({cpu:.0%}, {us:.2f}; {each})")
         last = medians[-1]
-        ratios = [
-            f"{m / last:.2f}" if m is not None and last else "n/a" for m in medians[:-1]
-        ]
+        ratios = [f"{m / last:.2f}" if m is not None and last else "n/a" for m in medians[:-1]]
         lines.append(f"| {key} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     return lines
+
+
+FAILURES: Final = (ScenarioError, RuntimeError, OSError, subprocess.SubprocessError)
+
+
+def run_all(
+    args: argparse.Namespace, brokers: list[Broker], drains: list[str], requeues: list[str]
+) -> None:
+    """Every shape on every broker in turn, `args.rounds` times."""
+    for key in drains + requeues:
+        for _ in range(args.rounds):
+            for broker in brokers:
+                try:
+                    if key in drains:
+                        result = drain(broker, key, args.prefetch)
+                    else:
+                        result = requeue(broker, key, args.prefetch, args.requeue_count)
+                except FAILURES as exc:
+                    print(f"{key} {broker.name}: failed: {exc}", flush=True)
+                    continue
+                broker.results.setdefault(key, []).append(result)
+                us = result["cpu_share"] / result["rate"] * 1e6
+                print(
+                    f"{key} {broker.name}: {result['rate']:,.0f} msgs/s, broker CPU "
+                    f"{result['cpu_share']:.0%} ({us:.2f} µs/msg), load {result['load']:.1f}",
+                    flush=True,
+                )
 
 
 def main() -> None:
@@ -198,23 +225,7 @@ def main() -> None:
         brokers = start_brokers(args, Path(base))
         try:
             print(f"started: {', '.join(f'{b.name} pid {b.pid}' for b in brokers)}", flush=True)
-            for key in drains + requeues:
-                for _ in range(args.rounds):
-                    for broker in brokers:
-                        try:
-                            if key in drains:
-                                result = drain(broker, key, args.prefetch)
-                            else:
-                                result = requeue(broker, key, args.prefetch, args.requeue_count)
-                        except (ScenarioError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                            print(f"{key} {broker.name}: failed: {exc}", flush=True)
-                            continue
-                        broker.results.setdefault(key, []).append(result)
-                        print(
-                            f"{key} {broker.name}: {result['rate']:,.0f} msgs/s, broker CPU "
-                            f"{result['cpu_share']:.0%}, load {result['load']:.1f}",
-                            flush=True,
-                        )
+            run_all(args, brokers, drains, requeues)
         finally:
             for broker in brokers:
                 broker.stop()
