@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from amqp_gateway import codec, errors, publishing, reply_to
 from amqp_gateway.channels import (
@@ -269,6 +269,42 @@ def settle_plain_acks(
     if settled:
         apply_settle(h, channel, settled, True, False)
     return start + len(settled)
+
+
+# The kind bytes of a single nack or reject with requeue (multiple=false), as
+# `codec.scan_acks` sets them: the entries `requeue_stretch` gives back together.
+_REQUEUE_ONE: Final = frozenset(
+    (codec.ACK_NACK | codec.ACK_REQUEUE, codec.ACK_REJECT | codec.ACK_REQUEUE)
+)
+
+
+def requeue_stretch(
+    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int, end: int
+) -> int:
+    """Hot path of requeue-heavy consumers: the single nacks and rejects with requeue of
+    a run from `start` on, before `end`, while they name deliveries of one queue and one
+    consumer, given back as one group (`settle_in_groups`), which leaves the queue as
+    one method after another does: each goes back to its place by offset, and the
+    deliveries wait for the drain either way. Returns the index of the first entry not
+    given back: an unknown tag (406 on the per-method path), another group, an ack. A
+    transactional channel gives back nothing here (`settle` holds them for the commit).
+    """
+    if channel.transactional:
+        return start
+    unacked = channel.unacked
+    group: tuple[object, object] | None = None
+    stop = start
+    while stop < end and kinds[stop] in _REQUEUE_ONE:
+        entry = unacked.get(tags[stop])
+        if entry is None or (group is not None and group != (entry.queue, entry.consumer)):
+            break
+        group = (entry.queue, entry.consumer)
+        stop += 1
+    if stop == start or len(set(tags[start:stop])) < stop - start:
+        return start  # none, or a tag named twice: one at a time decides
+    held = {tag: unacked.pop(tag) for tag in tags[start:stop]}
+    settle_in_groups(h, channel, held, True)
+    return stop
 
 
 def apply_settle(

@@ -367,6 +367,8 @@ class GatewayConsumer:
         return self.stream_filter is None or self.stream_filter.accepts(properties_raw)
 
     def can_take(self) -> bool:
+        if not self.channel.connection.is_channel_open(self.channel.id):
+            return False  # see `credit`
         if self.no_ack:
             return self.channel.can_deliver() and not self.channel.owner.paused
         return (
@@ -378,6 +380,10 @@ class GatewayConsumer:
     def credit(self) -> int:
         channel = self.channel
         if not channel.flow_active or channel.owner.paused:
+            return 0
+        if not channel.connection.is_channel_open(channel.id):
+            # Closed by an error, waiting for the client's close-ok: nothing more goes
+            # out after channel.close (the consumer leaves at the close-ok).
             return 0
         if self.no_ack:
             return _UNLIMITED if channel.can_deliver() else 0

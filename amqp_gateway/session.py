@@ -597,6 +597,14 @@ class AmqpSession(asyncio.BufferedProtocol):
             self._acks_since_drain += settled - start
             start = settled
             if start < end:
+                channel = self.channel(channel_id)
+                try:
+                    given = basic_methods.requeue_stretch(self, channel, tags, kinds, start, end)
+                except (BrokerError, LogError) as exc:
+                    raise to_amqp(exc, 60, 120) from exc  # as _method maps basic.nack's
+                if given > start:
+                    start = given
+                    continue
                 method = basic_methods.ack_method(tags[start], kinds[start])
                 self._handle_events([MethodReceived(channel_id, method)])
                 start += 1

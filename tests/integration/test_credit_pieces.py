@@ -28,7 +28,7 @@ from tests.integration.test_ack_runs import ack, close_raw, fill, frame
 from tests.integration.test_publish_runs import Reader, open_raw, received
 
 TIMEOUT_S = 10
-PREFETCH = 1000
+PREFETCH = 400  # a piece of acks and a half fit one TCP segment
 
 
 @pytest.fixture
@@ -62,23 +62,26 @@ def hold_window(broker: RunningBroker, queue: str) -> Reader:
 def test_the_credit_of_a_first_piece_of_acks_goes_out_before_the_rest_is_settled(
     broker: RunningBroker, channel: BlockingChannel
 ) -> None:
-    # 400 acks and an unknown tag in one read. Settled all at once (as before pieces),
-    # the 406 came before any delivery; in pieces of a quarter of the prefetch, the first
-    # piece's credit is delivered, then the rest is settled and the unknown tag closes
-    # the channel.
+    # A piece and a half of acks and an unknown tag in one read (3 KiB: one segment).
+    # Settled all at once (as before pieces), the 406 came before any delivery; in
+    # pieces of a quarter of the prefetch, the first piece's credit is delivered, then
+    # the rest is settled and the unknown tag closes the channel, after which nothing
+    # is delivered on it.
     piece = piece_of(PREFETCH)
+    acked = piece + piece // 2
     fill(channel, "q", 2 * PREFETCH)
     raw = hold_window(broker, "q")
-    raw.sock.sendall(b"".join(ack(tag) for tag in range(1, 401)) + ack(5000))
+    raw.sock.sendall(b"".join(ack(tag) for tag in range(1, acked + 1)) + ack(5000))
     methods = raw.until(received(m.ChannelClose))
     close = methods[-1]
     assert isinstance(close, m.ChannelClose) and close.reply_code == 406
     sent = deliveries(methods)
     assert [d.delivery_tag for d in sent] == list(range(PREFETCH + 1, PREFETCH + 1 + piece))
     close_raw(raw)
-    # The 400 acks applied; what the channel held went back before the rest.
+    assert not deliveries(raw.methods[raw.methods.index(close) :])
+    # The acks applied; what the channel held went back before the rest.
     bodies = drain_bodies(channel, "q")
-    assert bodies == [f"m{i}".encode() for i in range(401, 2 * PREFETCH + 1)]
+    assert bodies == [f"m{i}".encode() for i in range(acked + 1, 2 * PREFETCH + 1)]
 
 
 @pytest.mark.parametrize("ack_each", [True, False], ids=["per-message", "multiple"])
