@@ -265,6 +265,13 @@ class ChannelSession:
 
     def release(self, settled: list[Unacked]) -> None:
         """The consumers of `settled` deliveries may take as many more (prefetch)."""
+        consumers = set(map(_CONSUMER_OF, settled))
+        if len(consumers) == 1:  # the common case: a set in C, no Counter's Python frames
+            [only] = consumers
+            if only is not None:
+                only.unacked -= len(settled)
+                self.consumer_unacked -= len(settled)
+            return
         for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
             if consumer is not None:
                 consumer.unacked -= count
