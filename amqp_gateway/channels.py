@@ -99,6 +99,9 @@ DELIVER_OUT_BYTES_MAX: Final = 1 << 20
 PIECES_PER_WINDOW: Final = 4
 PIECE_MIN: Final = 64  # below this a piece's write and drain cost more than the overlap
 PIECE_MAX: Final = 4096  # a drain delivers at most this many per queue anyway
+# Acks settled between two drains at most, whatever the prefetch (none included): a read
+# of acks gives deliveries a turn at least this often, as its slices of 512 events did.
+ACK_PIECE_MAX: Final = 512
 
 
 def piece_of(prefetch: int) -> int:
@@ -190,13 +193,15 @@ class ChannelSession:
 
     def ack_piece(self) -> int:
         """How many acks of a run are settled before the deliveries they allow go out
-        (`piece_of` the largest credit limit of the channel's consumers)."""
+        (`piece_of` the largest credit limit of the channel's consumers, at most
+        ACK_PIECE_MAX)."""
         prefetch = self.channel_prefetch
         for consumer in self.consumers.values():
             if not consumer.prefetch:
-                return piece_of(prefetch)
+                prefetch = 0
+                break
             prefetch = max(prefetch, consumer.prefetch)
-        return piece_of(prefetch)
+        return min(piece_of(prefetch), ACK_PIECE_MAX)
 
     def take_tag(self) -> int:
         tag = self.next_delivery_tag

@@ -13,6 +13,7 @@ from typing import Any
 
 from amqp_gateway import codec
 from amqp_gateway.channels import (
+    ACK_PIECE_MAX,
     PIECE_MAX,
     PIECE_MIN,
     ChannelSession,
@@ -93,3 +94,16 @@ def test_a_piece_is_a_quarter_of_the_prefetch_within_bounds() -> None:
     assert piece_of(10) == PIECE_MIN
     assert piece_of(1_000_000) == PIECE_MAX
     assert piece_of(0) > 1 << 20  # no prefetch: no pieces, credit is not the limit
+
+
+def test_acks_are_settled_in_pieces_of_a_quarter_of_the_prefetch_at_most_512() -> None:
+    client = Client()
+    client.open()
+    channel = ChannelSession(1, client.server, RecordingOwner(client.server))
+    queue: Any = object()
+    channel.consumers["a"] = GatewayConsumer(channel, queue, "a", False, False, 400)
+    assert channel.ack_piece() == 100
+    channel.consumers["b"] = GatewayConsumer(channel, queue, "b", False, False, 1000)
+    assert channel.ack_piece() == 250  # the largest window of the channel
+    channel.consumers["c"] = GatewayConsumer(channel, queue, "c", False, False, 0)
+    assert channel.ack_piece() == ACK_PIECE_MAX  # no limit: drains as often as slices did
