@@ -45,7 +45,7 @@ from benchmarks.perf_process import ScenarioError, StreamqServe, default_streamq
 from benchmarks.requeue_consumer import consume as requeue_consume
 from tests.differential.peers import LavinMQServer, RabbitMQServer
 
-FILL_RATE_MIN: Final = 20_000  # msgs/s a fill's timeout allows
+FILL_RATE_MIN: Final = 5_000  # msgs/s a fill's timeout allows (RabbitMQ under load: 10-20k)
 DRAIN_RATE_MIN: Final = 10_000
 MARGIN_S: Final = 60.0
 PAUSE_S: Final = 1.0
