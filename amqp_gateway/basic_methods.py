@@ -296,7 +296,9 @@ def requeue_stretch(
     stop = start
     while stop < end and kinds[stop] in _REQUEUE_ONE:
         entry = unacked.get(tags[stop])
-        if entry is None or (group is not None and group != (entry.queue, entry.consumer)):
+        if entry is None or entry.consumer is None:
+            break  # unknown, or a basic.get delivery: a group of its own (settle_groups)
+        if group is not None and group != (entry.queue, entry.consumer):
             break
         group = (entry.queue, entry.consumer)
         stop += 1
