@@ -24,7 +24,15 @@ from pika.adapters.blocking_connection import BlockingChannel
 from amqp_gateway.channels import piece_of
 from amqp_gateway.codec import methods as m
 from tests.integration.conftest import RunningBroker, drain_bodies
-from tests.integration.test_ack_runs import ack, close_raw, fill, frame
+from tests.integration.test_ack_runs import (
+    ack,
+    close_raw,
+    consume_raw,
+    fill,
+    frame,
+    nack,
+    reject,
+)
 from tests.integration.test_publish_runs import Reader, open_raw, received
 
 TIMEOUT_S = 10
@@ -149,3 +157,22 @@ def test_a_crashed_consumer_gives_its_window_back_in_one_step(
     assert bodies == expected  # back in their place, ahead of the ones never delivered
     assert redelivered == [True] * PREFETCH + [False] * 5
     assert steps == [("requeue_many", PREFETCH)]
+
+
+def test_a_stretch_of_nacks_and_rejects_goes_back_in_place_and_a_repeated_tag_is_406(
+    broker: RunningBroker, channel: BlockingChannel
+) -> None:
+    # Consecutive nacks and rejects with requeue are given back as one group
+    # (basic_methods.requeue_stretch): the queue must hold what one method after another
+    # leaves. A tag named twice in a stretch is unknown the second time, as then.
+    fill(channel, "q", 8)
+    raw = consume_raw(broker, "q", 8)
+    raw.sock.sendall(
+        ack(1) + nack(3) + reject(2) + nack(5) + ack(4) + reject(6) + nack(7) + nack(6)
+    )
+    [close] = raw.until(received(m.ChannelClose))
+    assert isinstance(close, m.ChannelClose)
+    assert close.reply_text == "PRECONDITION_FAILED - unknown delivery tag 6"
+    assert not deliveries(raw.methods)  # the consumer was cancelled: nothing redelivered
+    close_raw(raw)
+    assert drain_bodies(channel, "q") == [b"m2", b"m3", b"m5", b"m6", b"m7", b"m8"]
