@@ -246,6 +246,16 @@ class Gateway:
         if self.flow_held:
             self._release_flow(self.clock.now_ms)
 
+    def drain_early(self) -> None:
+        """The deliveries of the pending drain, now, from within a connection's events (a
+        piece of acks settled: `AmqpSession._ack_run`), and their writes. The drain stays
+        scheduled for the rest of its work (held readers, flow, stream syncs)."""
+        self.clock.now_ms = monotonic_ms()
+        for vhost in self.broker.vhosts.values():
+            if vhost.dirty:
+                vhost.drain()
+        self.flush_all()
+
     def _release_flow(self, now_ms: int) -> None:
         """Let publishers held by flow control read again once their queue left flow
         or FLOW_HOLD_MS_MAX passed."""
