@@ -70,6 +70,7 @@ from streamq.broker.streams import (
 from streamq.broker.vhost_policies import VHostPolicies
 from streamq.broker.vhost_publish import VHostPublish
 from streamq.broker.vhost_runs import VHostRuns
+from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_store import (
     PREDECLARED,
     VHostStore,
@@ -133,17 +134,17 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.log = SegmentLog.open(
             os.path.join(directory, "messages"), MESSAGE_LOG_CONFIG, syncer=syncer
         )
-        self.dirty: set[Queue] = set()
-        self.wakeup: Callable[[], None] = lambda: None
+        self.schedule = Schedule(name)
+        self.kick = self.schedule.kick
+        self.fail_queue = self.schedule.fail_queue
+        self.stream_appended = self.schedule.stream_appended
+        self.streams_to_sync = self.schedule.streams_to_sync
+        self.sync_stream = self.schedule.sync_stream
         self._syncer = syncer
         self._streams_dir = os.path.join(directory, "streams")
-        self.streams_unsynced: set[Queue] = set()  # streams with appends not yet durable
-        self._streams_syncing: set[Queue] = set()
         self._stream_count = 0
         # Followers of streams outside the AMQP gateway (stream_gateway): called with the
-        # queue after each sync round of a stream (its appends became durable: confirms
-        # and deliveries are due) and after a stream is removed.
-        self.stream_synced_listeners: list[Callable[[Queue], None]] = []
+        # queue after a stream is removed.
         self.stream_removed_listeners: list[Callable[[Queue], None]] = []
         self._queues_dir = os.path.join(directory, "queues")
         self._queues_dir_dirty = False
@@ -402,7 +403,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         del self.queues[queue.name]
         queue.in_flow = False
         self._queue_dedup(queue, None)
-        self.dirty.discard(queue)
+        self.schedule.dirty.discard(queue)
         queue.window.release()
         if queue.persisted:
             self.definitions.record({"op": "queue.delete", "name": queue.name})
@@ -414,8 +415,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             self._stream_count -= 1
         if queue.stream is not None or queue.arguments.get("x-queue-type") == STREAM:
             delete_stream_files(self._stream_dir(queue.name))  # also a failed stream's
-            self.streams_unsynced.discard(queue)
-            self._streams_syncing.discard(queue)
+            self.schedule.stream_removed(queue)
             for listener in tuple(self.stream_removed_listeners):
                 listener(queue)
         journal = queue.cursor.journal
@@ -561,7 +561,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
         )
         size = len(body)
-        dirty = self.dirty
+        dirty = self.schedule.dirty
         was_idle = not dirty
         expiring = bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG_BYTE0)
         if expiring:
@@ -590,7 +590,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 self._drop_head(queue, timestamp_ms)  # its dead letters publish too
         self.publish_rejected = rejected
         if was_idle and dirty:
-            self.wakeup()
+            self.schedule.wakeup()
         return offset
 
     def _refuse_when_full(
@@ -650,33 +650,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 )
                 self.stream_appended(queue)
         return offset
-
-    def stream_appended(self, queue: Queue) -> None:
-        """The stream `queue` has unsynced appends: the gateway starts a sync round."""
-        if queue not in self.streams_unsynced:
-            self.streams_unsynced.add(queue)
-            self.wakeup()
-
-    def streams_to_sync(self) -> list[Queue]:
-        """Streams with appends and no sync round in flight; they are now in flight."""
-        due = [q for q in self.streams_unsynced if q not in self._streams_syncing]
-        self._streams_syncing.update(due)
-        return due
-
-    async def sync_stream(self, queue: Queue) -> None:
-        """Make a stream's appends durable, hence readable: then wake its consumers."""
-        assert queue.stream is not None
-        log = queue.stream.log
-        try:
-            await log.sync()
-        finally:
-            self._streams_syncing.discard(queue)
-        if log.durable_next >= log.next_offset:
-            self.streams_unsynced.discard(queue)
-        queue.stream.apply_retention(int(time.time() * 1000), force=False)
-        self.kick(queue)
-        for listener in tuple(self.stream_synced_listeners):
-            listener(queue)
 
     def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""
@@ -753,14 +726,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue.stats.redeliver += 1
         self.kick(queue)
 
-    def kick(self, queue: Queue) -> None:
-        """Ask for a drain of `queue` (it has new messages or its consumers new credit)."""
-        if queue.consumers and (queue.stream is not None or queue.cursor.message_count):
-            was_idle = not self.dirty
-            self.dirty.add(queue)
-            if was_idle:
-                self.wakeup()
-
     def collect_segments(self) -> int:
         """Delete log segments that no queue needs any more; returns how many.
 
@@ -788,7 +753,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         streams included."""
         # A delayed message touches no log record: wait for a round of the companions.
         durable = await self.log.sync(companions=self.delayed.unsynced)
-        for queue in list(self.streams_unsynced):
+        for queue in list(self.schedule.streams_unsynced):
             if queue.stream is not None:
                 await queue.stream.log.sync()
         return durable
@@ -898,7 +863,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         """Where the messages of `queue` that wait for their first delivery round start,
         None if none wait: a round is due after each enqueue to a queue with consumers
         (the queue is dirty until the gateway's next drain, in the next loop turn)."""
-        return queue.fresh_offset_min if queue in self.dirty else None
+        return queue.fresh_offset_min if queue in self.schedule.dirty else None
 
     def expire_heads(self, now_ms: int) -> int:
         """Dead-letter what has expired at the head of each queue, consumers or not (as
@@ -1109,21 +1074,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             exchange_name, key, None, properties_raw=properties
         )
 
-    def fail_queue(self, queue: Queue, reason: str) -> None:
-        """The queue's data cannot be read: it refuses everything but deletion from now
-        on, its consumers are cancelled, and the rest of the broker goes on."""
-        logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
-        queue.failed = reason
-        queue.in_flow = False
-        queue.window.release()
-        consumers, queue.consumers = list(queue.consumers), []
-        queue.turns.clear()
-        queue.parked.clear()
-        for consumer in consumers:
-            consumer.cancel_by_broker()
-        self.dirty.discard(queue)
-        self.streams_unsynced.discard(queue)
-
     def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if any(c.exclusive for c in queue.consumers):
             raise AccessRefused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
@@ -1158,8 +1108,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
 
     def drain(self) -> None:
         """Hand ready messages to consumers with credit, round robin per queue."""
-        dirty = self.dirty
-        self.dirty = set()
+        dirty = self.schedule.dirty
+        self.schedule.dirty = set()
         for queue in dirty:
             self._drain_queue(queue)
             if self.queue_listeners:
@@ -1229,6 +1179,28 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.in_flow = True
         elif ready < FLOW_READY_LOW:
             queue.in_flow = False
+
+    # -- the schedule's state, as the gateways read and set it -------------------------------
+
+    @property
+    def dirty(self) -> set[Queue]:
+        return self.schedule.dirty
+
+    @property
+    def wakeup(self) -> Callable[[], None]:
+        return self.schedule.wakeup
+
+    @wakeup.setter
+    def wakeup(self, wakeup: Callable[[], None]) -> None:
+        self.schedule.wakeup = wakeup
+
+    @property
+    def streams_unsynced(self) -> set[Queue]:
+        return self.schedule.streams_unsynced
+
+    @property
+    def stream_synced_listeners(self) -> list[Callable[[Queue], None]]:
+        return self.schedule.stream_synced_listeners
 
     async def aclose(self) -> None:
         """Write and fsync everything buffered (after any round in flight), then close."""

@@ -19,6 +19,7 @@ from operator import itemgetter
 from streamq.broker.deadletter import EXPIRATION_FLAG_BYTE0
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Queue
+from streamq.broker.vhost_schedule import Schedule
 from streamq.log.log import RunMessage, SegmentLog
 
 
@@ -26,8 +27,7 @@ class VHostRuns:
     """Mixed into `VHost`; the attributes below are the vhost's."""
 
     log: SegmentLog
-    dirty: set[Queue]
-    wakeup: Callable[[], None]
+    schedule: Schedule
     stream_appended: Callable[[Queue], None]
 
     def publish_run(
@@ -70,7 +70,7 @@ class VHostRuns:
         )
         expiring = bool(flags & EXPIRATION_FLAG_BYTE0)
         count = len(messages)
-        dirty = self.dirty
+        dirty = self.schedule.dirty
         was_idle = not dirty
         for queue in queues:
             if expiring:
@@ -80,7 +80,7 @@ class VHostRuns:
             if queue.consumers:
                 dirty.add(queue)
         if was_idle and dirty:
-            self.wakeup()
+            self.schedule.wakeup()
         return True
 
 
