@@ -17,7 +17,6 @@ vhost restores all of it before it returns: nothing is served before that.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,11 +33,14 @@ from streamq.broker.deadletter import (
 from streamq.broker.dedup import deduper_for
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
-    DefinitionsJournal,
+    DefinitionsCorrupted,
+    Op,
+    arguments_from_json,
 )
 from streamq.broker.delivery import MessageUnreadable, read_message, read_queued, round_robin
 from streamq.broker.errors import (
     AccessRefused,
+    BrokerError,
     NotFound,
     PreconditionFailed,
     QueueUnavailable,
@@ -48,8 +50,11 @@ from streamq.broker.exchange import Binding, Destination, Exchange, freeze_argum
 from streamq.broker.parameters import RuntimeParameters
 from streamq.broker.policies import (
     Policy,
+    PolicyInvalid,
     choose,
     effective,
+    policy_from_op,
+    policy_op,
 )
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Consumer, Queue, locked_text
@@ -62,9 +67,7 @@ from streamq.broker.queue_arguments import (
 from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
     check_stream_arguments,
-    delete_stream_files,
     drain_stream,
-    open_stream,
     track,
 )
 from streamq.broker.vhost_policies import VHostPolicies
@@ -73,19 +76,17 @@ from streamq.broker.vhost_runs import VHostRuns
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_store import (
     PREDECLARED,
-    VHostStore,
+    PREDECLARED_NAMES,
+    Storage,
     binding_op,
     exchange_op,
     queue_op,
 )
-from streamq.log import files
 from streamq.log.errors import LogError
-from streamq.log.files import fsync_directory
 from streamq.log.format import Record
-from streamq.log.log import MIB, LogConfig, RunMessage, SegmentLog
+from streamq.log.log import RunMessage
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
-from streamq.queues.journal import QueueJournal
 
 logger = logging.getLogger(__name__)
 
@@ -96,27 +97,12 @@ EXPIRE_RUN_MAX: Final = 4096  # expired messages read, dead-lettered and settled
 # it are held briefly) until the backlog falls below the low mark.
 FLOW_READY_HIGH: Final = 10_000
 FLOW_READY_LOW: Final = FLOW_READY_HIGH // 2
-# The log of the vhost's classic-queue messages rolls every 64 MiB: each roll costs about
-# a millisecond on the event loop and as much on the Syncer thread (a file created, an
-# index written and fsynced, the directory fsynced), which at 8 MiB segments was 8 us of
-# every 64 KiB publish (docs/perf.md, "Direct I/O segment writes"). The price: disk comes
-# back in 64 MiB steps as queues move on. Its writes go to the disk 4 MiB at a time,
-# which halved the Syncer's time per MiB against 1 MiB writes (one log per vhost: the
-# larger buffer is not multiplied by the number of queues).
-# The newest 32 MiB stay in memory after their write, so that consumers keeping up with
-# publishers read from memory rather than from the disk past the page cache.
-MESSAGE_LOG_CONFIG: Final = LogConfig(
-    segment_bytes_max=64 * MIB,
-    write_buffer_bytes_max=4 * MIB,
-    writes_pending_bytes_max=16 * MIB,
-    recent_bytes_max=32 * MIB,
-)
 ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
 DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
 _DEFAULT_EXCHANGE: Final = Destination("exchange", "")
 
 
-class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
+class VHost(VHostPolicies, VHostPublish, VHostRuns):
     def __init__(
         self, name: str, directory: str, syncer: Syncer, *, failover: bool = False
     ) -> None:
@@ -128,27 +114,20 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         """
         self.name = name
         self.directory = directory
-        self.failover = failover
+        self.storage = Storage(name, directory, syncer, failover=failover)
+        self.log = self.storage.log
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
-        self.log = SegmentLog.open(
-            os.path.join(directory, "messages"), MESSAGE_LOG_CONFIG, syncer=syncer
-        )
         self.schedule = Schedule(name)
         self.kick = self.schedule.kick
         self.fail_queue = self.schedule.fail_queue
         self.stream_appended = self.schedule.stream_appended
         self.streams_to_sync = self.schedule.streams_to_sync
         self.sync_stream = self.schedule.sync_stream
-        self._syncer = syncer
-        self._streams_dir = os.path.join(directory, "streams")
         self._stream_count = 0
         # Followers of streams outside the AMQP gateway (stream_gateway): called with the
         # queue after a stream is removed.
         self.stream_removed_listeners: list[Callable[[Queue], None]] = []
-        self._queues_dir = os.path.join(directory, "queues")
-        self._queues_dir_dirty = False
-        self._dirty_journals: set[QueueJournal] = set()
         # The gateway's reader and writer of AMQP properties, for TTL and dead letters.
         self.properties_codec: PropertiesCodec | None = None
         self.publish_rejected = False  # the last publish was refused by a full queue
@@ -175,20 +154,20 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             self.exchanges[exchange_name] = Exchange(
                 exchange_name, exchange_type, True, False, False, {}
             )
-        files.makedirs(self._queues_dir)
-        files.makedirs(self._streams_dir)
-        fsync_directory(directory)
-        self.definitions, ops = DefinitionsJournal.open(os.path.join(directory, "definitions"))
+        ops = self.storage.open_definitions()
+        self.definitions = self.storage.definitions
         for op in ops:
             self._apply(op)
         snapshot = self._snapshot()
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
         self.dead_letters = DeadLetters(self)  # held by at-least-once queues
-        self._restore_queues()
+        self._stream_count = self.storage.restore_queues(
+            self.queues.values(), self.dead_letters.restore
+        )
         self._open_publish_extras()
         self.apply_policies()
-        self.log.add_sync_companion(self._prepare_sync)
+        self.log.add_sync_companion(self.storage.prepare_sync)
 
     def _drop_exchange(self, name: str) -> None:
         exchange = self.exchanges.pop(name, None)
@@ -375,17 +354,14 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
         self._queue_dedup(queue, deduper)
         if kind == STREAM:
-            queue.stream = open_stream(self._stream_dir(name), queue, self._syncer)
+            queue.stream = self.storage.open_stream(queue)
             self._stream_count += 1
         self.queues[name] = queue
         self._apply_policy(queue)
         if queue.persisted:
             self.definitions.record(queue_op(queue))
             if queue.stream is None:
-                queue.attach_journal(
-                    QueueJournal.create(self._journal_path(name), self._dirty_journals)
-                )
-                self._queues_dir_dirty = True
+                queue.attach_journal(self.storage.create_journal(name))
         return queue
 
     def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: object) -> int:
@@ -414,19 +390,11 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.stream.publishers.close()
             self._stream_count -= 1
         if queue.stream is not None or queue.arguments.get("x-queue-type") == STREAM:
-            delete_stream_files(self._stream_dir(queue.name))  # also a failed stream's
+            self.storage.delete_stream_files(queue)  # also a failed stream's
             self.schedule.stream_removed(queue)
             for listener in tuple(self.stream_removed_listeners):
                 listener(queue)
-        journal = queue.cursor.journal
-        if journal is not None:
-            # The journal's removal is made durable by the directory fsync of the round
-            # that writes the queue.delete record.
-            queue.cursor.journal = None
-            self._dirty_journals.discard(journal)
-            journal.close()
-            files.remove(journal.path)
-            self._queues_dir_dirty = True
+        self.storage.remove_journal(queue)
         for exchange in self._unbind_everywhere(Destination("queue", queue.name)):
             self._auto_delete_exchange(exchange)
         return count
@@ -727,26 +695,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
         self.kick(queue)
 
     def collect_segments(self) -> int:
-        """Delete log segments that no queue needs any more; returns how many.
-
-        A segment goes when every offset in it is below the lowest offset any queue still
-        holds (ready or unacked). The deletion is durable after the next sync round.
-        """
-        now_ms = int(time.time() * 1000)
-        for queue in self.queues.values():
-            if queue.stream is not None:
-                queue.stream.apply_retention(now_ms, force=True)  # max-age moves with time
-        if any(
-            q.failed is not None and q.arguments.get("x-queue-type") != STREAM
-            for q in self.queues.values()
-        ):
-            return 0  # a failed classic queue's messages stay for inspection
-        low = self.log.next_offset
-        for queue in self.queues.values():
-            needed = queue.cursor.low_water_offset()
-            if needed is not None and needed < low:
-                low = needed
-        return self.log.drop_segments_before(low)
+        """Delete log segments that no queue needs any more (`Storage.collect_segments`)."""
+        return self.storage.collect_segments(self.queues.values())
 
     async def sync(self) -> int:
         """Make every published message durable (group commit with all other callers),
@@ -1202,35 +1152,123 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def stream_synced_listeners(self) -> list[Callable[[Queue], None]]:
         return self.schedule.stream_synced_listeners
 
+    def needs_sync(self) -> bool:
+        """Whether definitions, queue journals or delayed messages hold changes not yet
+        written."""
+        return self.storage.needs_sync() or self.delayed.dirty
+
+    async def sync_all(self) -> None:
+        """Make every change so far durable: messages, queue journals, definitions."""
+        await self.storage.sync_all()
+
     async def aclose(self) -> None:
         """Write and fsync everything buffered (after any round in flight), then close."""
         try:
-            await self.log.close()
-            for queue in self.queues.values():
-                if queue.stream is not None:
-                    await queue.stream.log.close()
+            await self.storage.close(self.queues.values())
         finally:
             self._close_journals()
 
     def close(self) -> None:
         """Write and fsync everything buffered, then close (blocking: shutdown only)."""
         try:
-            self.log.close_blocking()
-            for queue in self.queues.values():
-                if queue.stream is not None:
-                    queue.stream.log.close_blocking()
+            self.storage.close_blocking(self.queues.values())
         finally:
             self._close_journals()
 
     def _close_journals(self) -> None:
-        self.definitions.close()
+        self.storage.close_journals(self.queues.values())
         self.delayed.close()
-        for queue in self.queues.values():
-            if queue.stream is not None:
-                queue.stream.offsets.close()
-                queue.stream.publishers.close()
-            if queue.cursor.journal is not None:
-                queue.cursor.journal.close()
+
+    # -- replaying and snapshotting the definitions journal -------------------------------
+
+    def _apply(self, op: Op) -> None:
+        """Replay one definitions record: a change, applied without side effects."""
+        kind = op["op"]
+        name = str(op.get("name", ""))
+        if kind == "exchange":
+            try:
+                exchange = Exchange(
+                    name,
+                    str(op["type"]),
+                    True,
+                    bool(op.get("auto_delete")),
+                    bool(op.get("internal")),
+                    arguments_from_json(op.get("arguments")),
+                )
+                exchange.user = str(op.get("user", ""))  # absent from older journals
+                self.exchanges[name] = exchange
+            except BrokerError as exc:
+                logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
+        elif kind == "exchange.delete":
+            self._drop_exchange(name)
+        elif kind == "queue":
+            self.queues[name] = Queue(
+                name,
+                True,
+                None,
+                bool(op.get("auto_delete")),
+                arguments_from_json(op.get("arguments")),
+            )
+        elif kind == "queue.delete":
+            if self.queues.pop(name, None) is not None:
+                self._unbind_everywhere(Destination("queue", name))
+        elif kind in ("policy", "operator_policy"):
+            try:
+                policy = policy_from_op(op)
+            except PolicyInvalid as exc:
+                logger.error("vhost %s: policy %r not restored: %s", self.name, name, exc)
+                return
+            self._policy_table(kind == "operator_policy")[name] = policy
+        elif kind in ("policy.delete", "operator_policy.delete"):
+            self._policy_table(kind == "operator_policy.delete").pop(name, None)
+        elif kind in ("parameter", "parameter.delete"):
+            self.parameters.restore(op)
+        elif kind in ("bind", "unbind"):
+            source = self.exchanges.get(str(op.get("source")))
+            destination = Destination(str(op.get("kind")), str(op.get("destination")))
+            if source is None or not self._exists(destination):
+                return
+            arguments = arguments_from_json(op.get("arguments"))
+            if kind == "bind":
+                source.bind(destination, str(op.get("routing_key")), arguments)
+            else:
+                source.unbind(destination, str(op.get("routing_key")), arguments)
+        else:
+            raise DefinitionsCorrupted(self.definitions.path, 0, f"unknown op {kind!r}")
+
+    def _snapshot(self) -> list[Op]:
+        """The definitions records that recreate every durable entity as it is now."""
+        ops: list[Op] = [
+            exchange_op(e)
+            for e in self.exchanges.values()
+            if e.durable and e.name not in PREDECLARED_NAMES
+        ]
+        ops += [queue_op(q) for q in self.queues.values() if q.persisted]
+        for exchange in self.exchanges.values():
+            if exchange.durable:
+                ops += [
+                    binding_op(
+                        "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
+                    )
+                    for b in exchange.bindings_in_order()
+                    if self._persisted(b.destination)
+                ]
+        ops += [policy_op(p, operator=False) for p in self.policies.values()]
+        ops += [policy_op(p, operator=True) for p in self.operator_policies.values()]
+        ops += self.parameters.ops()
+        return ops
+
+    def _persisted(self, destination: Destination) -> bool:
+        if destination.kind == "queue":
+            queue = self.queues.get(destination.name)
+            return queue is not None and queue.persisted
+        exchange = self.exchanges.get(destination.name)
+        return exchange is not None and exchange.durable
+
+    def _exists(self, destination: Destination) -> bool:
+        if destination.kind == "queue":
+            return destination.name in self.queues
+        return destination.name in self.exchanges
 
 
 def _over_limit(queue: Queue, messages: int, size: int) -> bool:
