@@ -20,11 +20,10 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from typing import Final, TypeAlias
 
 from streamq.broker.dead_letters import DeadLetters
 from streamq.broker.deadletter import (
-    EXPIRATION_FLAG_BYTE0,
     DeadLetterRun,
     PropertiesCodec,
     dead_letter_copy,
@@ -56,7 +55,6 @@ from streamq.broker.policies import (
     policy_from_op,
     policy_op,
 )
-from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Consumer, Queue, locked_text
 from streamq.broker.queue_arguments import (
     STREAM,
@@ -71,8 +69,7 @@ from streamq.broker.streams import (
     track,
 )
 from streamq.broker.vhost_policies import VHostPolicies
-from streamq.broker.vhost_publish import VHostPublish
-from streamq.broker.vhost_runs import VHostRuns
+from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_store import (
     PREDECLARED,
@@ -90,6 +87,9 @@ from streamq.queues.classic import ReadyMessage
 
 logger = logging.getLogger(__name__)
 
+# A message's headers and the properties `hash-property` reads (None: unknown or absent).
+RouteFields: TypeAlias = tuple[Mapping[str, object] | None, Mapping[str, object] | None]
+
 DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
 EXPIRE_RUN_MAX: Final = 4096  # expired messages read, dead-lettered and settled per run
 # Publisher flow control: a classic queue whose consumers are all out of credit after a
@@ -102,7 +102,7 @@ DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchan
 _DEFAULT_EXCHANGE: Final = Destination("exchange", "")
 
 
-class VHost(VHostPolicies, VHostPublish, VHostRuns):
+class VHost(VHostPolicies):
     def __init__(
         self, name: str, directory: str, syncer: Syncer, *, failover: bool = False
     ) -> None:
@@ -124,13 +124,22 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         self.stream_appended = self.schedule.stream_appended
         self.streams_to_sync = self.schedule.streams_to_sync
         self.sync_stream = self.schedule.sync_stream
-        self._stream_count = 0
         # Followers of streams outside the AMQP gateway (stream_gateway): called with the
         # queue after a stream is removed.
         self.stream_removed_listeners: list[Callable[[Queue], None]] = []
+        self.publisher = Publisher(name, directory, self.log, self.schedule)
+        self.publish = self.publisher.publish
+        self.publish_run = self.publisher.publish_run
+        self.delay = self.publisher.delay
+        self.due_delayed = self.publisher.due_delayed
+        self.duplicate_free = self.publisher.duplicate_free
+        self.delayed = self.publisher.delayed
+        self.queue_dedupers = self.publisher.queue_dedupers
+        # The gateway's decoder of (headers, properties) from raw properties, for a route
+        # that reaches an exchange reading them (the broker core does not parse AMQP).
+        self.decode_for_route: Callable[[bytes], RouteFields] = _no_fields
         # The gateway's reader and writer of AMQP properties, for TTL and dead letters.
         self.properties_codec: PropertiesCodec | None = None
-        self.publish_rejected = False  # the last publish was refused by a full queue
         # The type of a new queue declared without `x-queue-type` (the broker sets it from
         # the vhost's metadata); None: classic.
         self.default_queue_type: str | None = None
@@ -162,10 +171,13 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
         self.dead_letters = DeadLetters(self)  # held by at-least-once queues
-        self._stream_count = self.storage.restore_queues(
+        self.publisher.stream_count = self.storage.restore_queues(
             self.queues.values(), self.dead_letters.restore
         )
-        self._open_publish_extras()
+        self.publisher.restore(self.exchanges, self.queues.values())
+        self.publisher.drain_queue = self._drain_queue
+        self.publisher.drop_head = self._drop_head
+        self.publisher.dead_letter_record = self._dead_letter_record
         self.apply_policies()
         self.log.add_sync_companion(self.storage.prepare_sync)
 
@@ -352,10 +364,10 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         check_queue_properties(kind, name, self.name, durable, exclusive, auto_delete)
         deduper = deduper_for(arguments)
         queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
-        self._queue_dedup(queue, deduper)
+        self.publisher.set_deduper(queue, deduper)
         if kind == STREAM:
             queue.stream = self.storage.open_stream(queue)
-            self._stream_count += 1
+            self.publisher.stream_count += 1
         self.queues[name] = queue
         self._apply_policy(queue)
         if queue.persisted:
@@ -378,7 +390,7 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         self.retired_stats.add(queue.stats.counts())
         del self.queues[queue.name]
         queue.in_flow = False
-        self._queue_dedup(queue, None)
+        self.publisher.set_deduper(queue, None)
         self.schedule.dirty.discard(queue)
         queue.window.release()
         if queue.persisted:
@@ -388,7 +400,7 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
             queue.stream.log.discard()
             queue.stream.offsets.close()
             queue.stream.publishers.close()
-            self._stream_count -= 1
+            self.publisher.stream_count -= 1
         if queue.stream is not None or queue.arguments.get("x-queue-type") == STREAM:
             self.storage.delete_stream_files(queue)  # also a failed stream's
             self.schedule.stream_removed(queue)
@@ -477,147 +489,13 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         queues = self.queues
         return [queues[d.name] for d in found if d.name in queues and queues[d.name].failed is None]
 
-    def publish(
-        self,
-        exchange_name: str,
-        routing_key: str,
-        properties_raw: bytes,
-        body: bytes,
-        queues: list[Queue],
-        timestamp_ms: int | None = None,
-    ) -> int | None:
-        """Append a routed message once and give its offset to every queue; None if it
-        went nowhere. Buffered: durable after `sync()`. The gateway passes one
-        `timestamp_ms` for all the messages of one read. Sets `publish_rejected` for
-        this publish alone: the gateway nacks it when a full queue refused it."""
-        # First of all: a publish that goes nowhere, or only to streams, returns early,
-        # and must not inherit the refusal of the publish before it (any channel's).
-        self.publish_rejected = False
-        if not queues:
-            return None
-        if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        if self._stream_count:
-            # A loop, not any() over a generator: this test runs for every publish while
-            # the vhost has a stream (the generator cost about 1 us per message).
-            for queue in queues:
-                if queue.stream is not None:
-                    stream_offset = self._append_to_streams(
-                        queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
-                    )
-                    if len(queues) == 1:
-                        return stream_offset
-                    queues = [q for q in queues if q.stream is None]
-                    if not queues:
-                        return stream_offset
-                    break
-        limited: list[Queue] = []
-        # A loop finds that no queue has a length limit (the common case) without the
-        # list comprehension, a function call per publish.
-        for queue in queues:
-            if queue.max_length is not None or queue.max_length_bytes is not None:
-                limited = [
-                    q for q in queues if q.max_length is not None or q.max_length_bytes is not None
-                ]
-                queues = self._refuse_when_full(
-                    limited, queues, exchange_name, routing_key, properties_raw, body, timestamp_ms
-                )
-                if not queues:
-                    return -1  # routed, but every queue refused it (not a mandatory return)
-                break
-        offset = self.log.append_one(
-            exchange_name.encode(), routing_key.encode(), properties_raw, body, timestamp_ms
-        )
-        size = len(body)
-        dirty = self.schedule.dirty
-        was_idle = not dirty
-        expiring = bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG_BYTE0)
-        if expiring:
-            for queue in queues:
-                queue.holds_expiring = True
-        # Only a message with a priority pays for reading it (priority queues use it).
-        priority = (
-            message_priority(properties_raw)
-            if properties_raw and properties_raw[0] & PRIORITY_FLAG_BYTE0
-            else 0
-        )
-        for queue in queues:
-            queue.cursor.enqueue(offset, size, priority, expiring)
-            queue.stats.publish += 1
-            if queue.consumers:
-                dirty.add(queue)
-        rejected = self.publish_rejected
-        for queue in limited:
-            if queue.consumers:
-                # A consumer with credit takes the message before it counts against the
-                # limit, as RabbitMQ hands it over on arrival: without this, a burst of
-                # publishes read at once would overflow (drop or refuse) what consumers
-                # were about to take.
-                self._drain_queue(queue)
-            if queue.overflow == "drop-head":
-                self._drop_head(queue, timestamp_ms)  # its dead letters publish too
-        self.publish_rejected = rejected
-        if was_idle and dirty:
-            self.schedule.wakeup()
-        return offset
-
-    def _refuse_when_full(
-        self,
-        limited: list[Queue],
-        queues: list[Queue],
-        exchange_name: str,
-        routing_key: str,
-        properties_raw: bytes,
-        body: bytes,
-        timestamp_ms: int,
-    ) -> list[Queue]:
-        """The queues that take the message: full ones in a reject-publish mode refuse it
-        (`publish_rejected` tells the gateway to nack it), and with reject-publish-dlx the
-        refused copy is dead-lettered (reason maxlen)."""
-        size = len(body)
-        refused = [q for q in limited if q.overflow != "drop-head" and _over_limit(q, 1, size)]
-        if not refused:
-            return queues
-        for queue in refused:
-            if queue.overflow == "reject-publish-dlx":
-                record = Record(
-                    -1,
-                    timestamp_ms,
-                    exchange_name.encode(),
-                    routing_key.encode(),
-                    properties_raw,
-                    body,
-                )
-                self._dead_letter_record(queue, record, "maxlen", timestamp_ms)
-        self.publish_rejected = True  # after the dead letters, which publish themselves
-        return [q for q in queues if q not in refused]
-
     def _drop_head(self, queue: Queue, now_ms: int) -> None:
         """drop-head: dead-letter (reason maxlen) from the head while over a limit."""
-        while _over_limit(queue, 0, 0):
+        while queue.over_limit(0, 0):
             taken = queue.cursor.take()
             if taken is None:
                 return
             self.dead_letter_taken(queue, taken.offset, "maxlen", now_ms)
-
-    def _append_to_streams(
-        self,
-        queues: list[Queue],
-        exchange_name: str,
-        routing_key: str,
-        properties_raw: bytes,
-        body: bytes,
-        timestamp_ms: int,
-    ) -> int:
-        exchange_raw, routing_key_raw = exchange_name.encode(), routing_key.encode()
-        offset = -1
-        for queue in queues:
-            if queue.stream is not None:
-                offset = queue.stream.append(
-                    exchange_raw, routing_key_raw, properties_raw, body, timestamp_ms
-                )
-                self.stream_appended(queue)
-        return offset
 
     def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """The message left `queue` for good (acked, or rejected without requeue)."""
@@ -1145,6 +1023,20 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         self.schedule.wakeup = wakeup
 
     @property
+    def publish_rejected(self) -> bool:
+        """Whether the last publish was refused by a full queue (the gateway reads
+        `publisher.publish_rejected` on its publish path)."""
+        return self.publisher.publish_rejected
+
+    @property
+    def on_delay(self) -> Callable[[int], None]:
+        return self.publisher.on_delay
+
+    @on_delay.setter
+    def on_delay(self, on_delay: Callable[[int], None]) -> None:
+        self.publisher.on_delay = on_delay
+
+    @property
     def streams_unsynced(self) -> set[Queue]:
         return self.schedule.streams_unsynced
 
@@ -1271,12 +1163,6 @@ class VHost(VHostPolicies, VHostPublish, VHostRuns):
         return destination.name in self.exchanges
 
 
-def _over_limit(queue: Queue, messages: int, size: int) -> bool:
-    """Whether the queue would exceed a length limit with `messages` more ready messages
-    of `size` bytes more (the dead letters it holds count, as in RabbitMQ)."""
-    return queue.over_limit(messages, size)
-
-
 def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
     """Consumers grouped by `x-priority`, highest first, each group in subscription order:
     a lower group gets messages only while every higher one is out of credit."""
@@ -1284,3 +1170,7 @@ def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
     for consumer in consumers:
         groups.setdefault(consumer.priority, []).append(consumer)
     return [groups[p] for p in sorted(groups, reverse=True)]
+
+
+def _no_fields(properties_raw: bytes) -> RouteFields:
+    return None, None
