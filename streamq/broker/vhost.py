@@ -47,14 +47,6 @@ from streamq.broker.errors import (
 )
 from streamq.broker.exchange import Binding, Destination, Exchange, freeze_arguments
 from streamq.broker.parameters import RuntimeParameters
-from streamq.broker.policies import (
-    Policy,
-    PolicyInvalid,
-    choose,
-    effective,
-    policy_from_op,
-    policy_op,
-)
 from streamq.broker.queue import Consumer, Queue, locked_text
 from streamq.broker.queue_arguments import (
     STREAM,
@@ -68,7 +60,7 @@ from streamq.broker.streams import (
     drain_stream,
     track,
 )
-from streamq.broker.vhost_policies import VHostPolicies
+from streamq.broker.vhost_policies import PolicySet
 from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_store import (
@@ -102,7 +94,7 @@ DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchan
 _DEFAULT_EXCHANGE: Final = Destination("exchange", "")
 
 
-class VHost(VHostPolicies):
+class VHost:
     def __init__(
         self, name: str, directory: str, syncer: Syncer, *, failover: bool = False
     ) -> None:
@@ -143,8 +135,6 @@ class VHost(VHostPolicies):
         # The type of a new queue declared without `x-queue-type` (the broker sets it from
         # the vhost's metadata); None: classic.
         self.default_queue_type: str | None = None
-        self.policies: dict[str, Policy] = {}
-        self.operator_policies: dict[str, Policy] = {}
         # Shovels and federation upstreams, recorded in the definitions journal (a lambda:
         # the journal opens below, after this is in place for its replay).
         self.parameters = RuntimeParameters(name, lambda op: self.definitions.record(op))  # noqa: PLW0108
@@ -165,6 +155,12 @@ class VHost(VHostPolicies):
             )
         ops = self.storage.open_definitions()
         self.definitions = self.storage.definitions
+        self.policy_set = PolicySet(name, self.definitions, self.queues, self.exchanges)
+        self.policies = self.policy_set.policies
+        self.operator_policies = self.policy_set.operator_policies
+        self.set_policy = self.policy_set.set_policy
+        self.clear_policy = self.policy_set.clear_policy
+        self.apply_policies = self.policy_set.apply_policies
         for op in ops:
             self._apply(op)
         snapshot = self._snapshot()
@@ -178,6 +174,7 @@ class VHost(VHostPolicies):
         self.publisher.drain_queue = self._drain_queue
         self.publisher.drop_head = self._drop_head
         self.publisher.dead_letter_record = self._dead_letter_record
+        self.policy_set.drop_dead_letters = self.dead_letters.drop
         self.apply_policies()
         self.log.add_sync_companion(self.storage.prepare_sync)
 
@@ -241,10 +238,7 @@ class VHost(VHostPolicies):
         exchange = Exchange(name, exchange_type, durable, auto_delete, internal, arguments)
         exchange.user = user
         self.exchanges[name] = exchange
-        exchange.policy = effective(
-            choose(self.policies, "exchange", name, ""),
-            choose(self.operator_policies, "exchange", name, ""),
-        )
+        exchange.policy = self.policy_set.exchange_policy(name)
         if durable:
             self.definitions.record(exchange_op(exchange))
 
@@ -369,7 +363,7 @@ class VHost(VHostPolicies):
             queue.stream = self.storage.open_stream(queue)
             self.publisher.stream_count += 1
         self.queues[name] = queue
-        self._apply_policy(queue)
+        self.policy_set.apply_policy(queue)
         if queue.persisted:
             self.definitions.record(queue_op(queue))
             if queue.stream is None:
@@ -1104,15 +1098,8 @@ class VHost(VHostPolicies):
         elif kind == "queue.delete":
             if self.queues.pop(name, None) is not None:
                 self._unbind_everywhere(Destination("queue", name))
-        elif kind in ("policy", "operator_policy"):
-            try:
-                policy = policy_from_op(op)
-            except PolicyInvalid as exc:
-                logger.error("vhost %s: policy %r not restored: %s", self.name, name, exc)
-                return
-            self._policy_table(kind == "operator_policy")[name] = policy
-        elif kind in ("policy.delete", "operator_policy.delete"):
-            self._policy_table(kind == "operator_policy.delete").pop(name, None)
+        elif kind in ("policy", "operator_policy", "policy.delete", "operator_policy.delete"):
+            self.policy_set.restore(op)
         elif kind in ("parameter", "parameter.delete"):
             self.parameters.restore(op)
         elif kind in ("bind", "unbind"):
@@ -1145,8 +1132,7 @@ class VHost(VHostPolicies):
                     for b in exchange.bindings_in_order()
                     if self._persisted(b.destination)
                 ]
-        ops += [policy_op(p, operator=False) for p in self.policies.values()]
-        ops += [policy_op(p, operator=True) for p in self.operator_policies.values()]
+        ops += self.policy_set.ops()
         ops += self.parameters.ops()
         return ops
 
