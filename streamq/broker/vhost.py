@@ -17,10 +17,9 @@ vhost restores all of it before it returns: nothing is served before that.
 from __future__ import annotations
 
 import logging
-import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Final, TypeAlias
+from collections.abc import Callable, Iterable
+from typing import Final
 
 from streamq.broker.dead_letters import DeadLetters
 from streamq.broker.deadletter import (
@@ -29,47 +28,30 @@ from streamq.broker.deadletter import (
     dead_letter_copy,
     may_expire,
 )
-from streamq.broker.dedup import deduper_for
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
-    DefinitionsCorrupted,
     Op,
-    arguments_from_json,
 )
 from streamq.broker.delivery import MessageUnreadable, read_message, read_queued, round_robin
 from streamq.broker.errors import (
     AccessRefused,
-    BrokerError,
-    NotFound,
-    PreconditionFailed,
     QueueUnavailable,
-    ResourceLocked,
 )
-from streamq.broker.exchange import Binding, Destination, Exchange, freeze_arguments
+from streamq.broker.exchange import Destination
 from streamq.broker.parameters import RuntimeParameters
-from streamq.broker.queue import Consumer, Queue, locked_text
-from streamq.broker.queue_arguments import (
-    STREAM,
-    check_queue_arguments,
-    check_queue_properties,
-    with_default_queue_type,
-)
+from streamq.broker.queue import Consumer, Queue
 from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
-    check_stream_arguments,
     drain_stream,
     track,
 )
+from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_policies import PolicySet
 from streamq.broker.vhost_publish import Publisher
+from streamq.broker.vhost_routing import RouteFields, Router
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_store import (
-    PREDECLARED,
-    PREDECLARED_NAMES,
     Storage,
-    binding_op,
-    exchange_op,
-    queue_op,
 )
 from streamq.log.errors import LogError
 from streamq.log.format import Record
@@ -79,8 +61,6 @@ from streamq.queues.classic import ReadyMessage
 
 logger = logging.getLogger(__name__)
 
-# A message's headers and the properties `hash-property` reads (None: unknown or absent).
-RouteFields: TypeAlias = tuple[Mapping[str, object] | None, Mapping[str, object] | None]
 
 DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
 EXPIRE_RUN_MAX: Final = 4096  # expired messages read, dead-lettered and settled per run
@@ -108,17 +88,12 @@ class VHost:
         self.directory = directory
         self.storage = Storage(name, directory, syncer, failover=failover)
         self.log = self.storage.log
-        self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
         self.schedule = Schedule(name)
         self.kick = self.schedule.kick
         self.fail_queue = self.schedule.fail_queue
         self.stream_appended = self.schedule.stream_appended
         self.streams_to_sync = self.schedule.streams_to_sync
         self.sync_stream = self.schedule.sync_stream
-        # Followers of streams outside the AMQP gateway (stream_gateway): called with the
-        # queue after a stream is removed.
-        self.stream_removed_listeners: list[Callable[[Queue], None]] = []
         self.publisher = Publisher(name, directory, self.log, self.schedule)
         self.publish = self.publisher.publish
         self.publish_run = self.publisher.publish_run
@@ -127,42 +102,49 @@ class VHost:
         self.duplicate_free = self.publisher.duplicate_free
         self.delayed = self.publisher.delayed
         self.queue_dedupers = self.publisher.queue_dedupers
-        # The gateway's decoder of (headers, properties) from raw properties, for a route
-        # that reaches an exchange reading them (the broker core does not parse AMQP).
-        self.decode_for_route: Callable[[bytes], RouteFields] = _no_fields
-        # The gateway's reader and writer of AMQP properties, for TTL and dead letters.
-        self.properties_codec: PropertiesCodec | None = None
-        # The type of a new queue declared without `x-queue-type` (the broker sets it from
-        # the vhost's metadata); None: classic.
-        self.default_queue_type: str | None = None
-        # Shovels and federation upstreams, recorded in the definitions journal (a lambda:
-        # the journal opens below, after this is in place for its replay).
-        self.parameters = RuntimeParameters(name, lambda op: self.definitions.record(op))  # noqa: PLW0108
-        # Message statistics (streamq.broker.stats): confirms and unroutable publishes,
-        # exchanges' publishes by name, and the counts of deleted queues.
-        self.stats = MessageStats()
-        self.exchange_stats: dict[str, MessageStats] = {}
-        self.retired_stats = MessageStats()
-        # Followers of entity changes (federation: streamq.links). `binding_listeners` get
-        # (source exchange, binding, added) after a binding is added or removed, deleted
-        # ends included; `queue_listeners[name]` are called after a drain round of that
-        # queue and when it loses a consumer (its demand may have changed).
-        self.binding_listeners: list[Callable[[str, Binding, bool], None]] = []
-        self.queue_listeners: dict[str, list[Callable[[Queue], None]]] = {}
-        for exchange_name, exchange_type in PREDECLARED:
-            self.exchanges[exchange_name] = Exchange(
-                exchange_name, exchange_type, True, False, False, {}
-            )
         ops = self.storage.open_definitions()
         self.definitions = self.storage.definitions
-        self.policy_set = PolicySet(name, self.definitions, self.queues, self.exchanges)
+        self.policy_set = PolicySet(name, self.definitions)
         self.policies = self.policy_set.policies
         self.operator_policies = self.policy_set.operator_policies
         self.set_policy = self.policy_set.set_policy
         self.clear_policy = self.policy_set.clear_policy
         self.apply_policies = self.policy_set.apply_policies
+        self.entities = Entities(name, self.storage, self.policy_set, self.publisher, self.schedule)
+        self.policy_set.queues = self.entities.queues
+        self.policy_set.exchanges = self.entities.exchanges
+        self.exchanges = self.entities.exchanges
+        self.queues = self.entities.queues
+        self.exchange = self.entities.exchange
+        self.declare_exchange = self.entities.declare_exchange
+        self.delete_exchange = self.entities.delete_exchange
+        self.bind = self.entities.bind
+        self.unbind = self.entities.unbind
+        self.queue = self.entities.queue
+        self.declare_queue = self.entities.declare_queue
+        self.delete_queue = self.entities.delete_queue
+        self.remove_queue = self.entities.remove_queue
+        self.purge_queue = self.entities.purge_queue
+        self.expire_queues = self.entities.expire_queues
+        self.retired_stats = self.entities.retired_stats
+        self.binding_listeners = self.entities.binding_listeners
+        self.stream_removed_listeners = self.entities.stream_removed_listeners
+        self.router = Router(self.entities)
+        self.route = self.router.route
+        self.route_run = self.router.route_run
+        self.dead_letter_route = self.router.dead_letter_route
+        # Shovels and federation upstreams, recorded in the definitions journal.
+        self.parameters = RuntimeParameters(name, self.definitions.record)
+        # Message statistics (streamq.broker.stats): confirms and unroutable publishes,
+        # and exchanges' publishes by name (deleted queues' counts: `retired_stats`).
+        self.stats = MessageStats()
+        self.exchange_stats: dict[str, MessageStats] = {}
+        # Followers of queue changes (federation: streamq.links): `queue_listeners[name]`
+        # are called after a drain round of that queue and when it loses a consumer (its
+        # demand may have changed).
+        self.queue_listeners: dict[str, list[Callable[[Queue], None]]] = {}
         for op in ops:
-            self._apply(op)
+            self._replay(op)
         snapshot = self._snapshot()
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
@@ -175,313 +157,11 @@ class VHost:
         self.publisher.drop_head = self._drop_head
         self.publisher.dead_letter_record = self._dead_letter_record
         self.policy_set.drop_dead_letters = self.dead_letters.drop
+        self.entities.expire_head = self.expire_head
         self.apply_policies()
         self.log.add_sync_companion(self.storage.prepare_sync)
 
-    def _drop_exchange(self, name: str) -> None:
-        exchange = self.exchanges.pop(name, None)
-        if exchange is not None:
-            self._unbind_everywhere(Destination("exchange", name))
-
-    def _unbind_everywhere(self, destination: Destination) -> list[Exchange]:
-        """Remove every binding to `destination`; returns the exchanges that lost some."""
-        if self.binding_listeners:
-            for exchange in self.exchanges.values():
-                for binding in [b for b in exchange.bindings if b.destination == destination]:
-                    self._binding_changed(exchange.name, binding, added=False)
-        return [e for e in self.exchanges.values() if e.unbind_destination(destination)]
-
-    def _binding_changed(self, source: str, binding: Binding, *, added: bool) -> None:
-        for listener in tuple(self.binding_listeners):
-            listener(source, binding, added)
-
-    def _auto_delete_exchange(self, exchange: Exchange) -> None:
-        """An auto-delete exchange lost its last binding."""
-        if exchange.auto_delete and not exchange.bindings and exchange.name in self.exchanges:
-            self._drop_exchange(exchange.name)
-            self.delayed.drop_exchange(exchange.name)
-            if exchange.durable:
-                self.definitions.record({"op": "exchange.delete", "name": exchange.name})
-
-    # -- exchanges -------------------------------------------------------------------------
-
-    def exchange(self, name: str) -> Exchange:
-        found = self.exchanges.get(name)
-        if found is None:
-            raise NotFound("exchange", name, self.name)
-        return found
-
-    def declare_exchange(
-        self,
-        name: str,
-        exchange_type: str,
-        passive: bool,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: Mapping[str, object],
-        user: str = "",
-    ) -> None:
-        """Declare exchange `name`, by `user` (kept as who declared it)."""
-        existing = self.exchanges.get(name)
-        if passive:
-            if existing is None:
-                raise NotFound("exchange", name, self.name)
-            return
-        if name.startswith("amq.") and existing is None:
-            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        if existing is not None:
-            existing.check_equivalent(
-                exchange_type, durable, auto_delete, internal, arguments, self.name
-            )
-            return
-        exchange = Exchange(name, exchange_type, durable, auto_delete, internal, arguments)
-        exchange.user = user
-        self.exchanges[name] = exchange
-        exchange.policy = self.policy_set.exchange_policy(name)
-        if durable:
-            self.definitions.record(exchange_op(exchange))
-
-    def delete_exchange(self, name: str, if_unused: bool) -> None:
-        if name == "":
-            raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
-        if name.startswith("amq."):
-            raise AccessRefused(
-                f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed"
-            )
-        exchange = self.exchanges.get(name)
-        if exchange is None:
-            return  # RabbitMQ: deleting a missing exchange succeeds
-        # RabbitMQ: in use means a source of bindings; being a destination is no use.
-        if if_unused and exchange.bindings:
-            raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
-        self._drop_exchange(name)
-        self.delayed.drop_exchange(name)
-        if exchange.durable:
-            self.definitions.record({"op": "exchange.delete", "name": name})
-
-    def bind(
-        self,
-        destination: Destination,
-        source: str,
-        routing_key: str,
-        arguments: Mapping[str, object],
-    ) -> None:
-        if source == "" or destination == _DEFAULT_EXCHANGE:
-            raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
-        exchange = self.exchange(source)
-        self._check_destination(destination)
-        added = exchange.bind(destination, routing_key, arguments)
-        if added and exchange.durable and self._persisted(destination):
-            self.definitions.record(binding_op("bind", source, destination, routing_key, arguments))
-        if added and self.binding_listeners:
-            binding = Binding(destination, routing_key, freeze_arguments(arguments))
-            self._binding_changed(source, binding, added=True)
-
-    def unbind(
-        self,
-        destination: Destination,
-        source: str,
-        routing_key: str,
-        arguments: Mapping[str, object],
-    ) -> None:
-        if source == "" or destination == _DEFAULT_EXCHANGE:
-            raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
-        exchange = self.exchanges.get(source)
-        if exchange is None or not self._exists(destination):
-            return  # RabbitMQ: unbinding what does not exist succeeds
-        removed = exchange.unbind(destination, routing_key, arguments)
-        if removed and exchange.durable and self._persisted(destination):
-            self.definitions.record(
-                binding_op("unbind", source, destination, routing_key, arguments)
-            )
-        if removed and self.binding_listeners:
-            binding = Binding(destination, routing_key, freeze_arguments(arguments))
-            self._binding_changed(source, binding, added=False)
-        self._auto_delete_exchange(exchange)
-
-    def _check_destination(self, destination: Destination) -> None:
-        if destination.kind == "queue":
-            if destination.name not in self.queues:
-                raise NotFound("queue", destination.name, self.name)
-        else:
-            self.exchange(destination.name)
-
-    # -- queues ----------------------------------------------------------------------------
-
-    def queue(self, name: str, owner: object | None = None, *, usable: bool = True) -> Queue:
-        """The queue `name`, checking that `owner` may use it if it is exclusive, and,
-        with `usable`, that it has not failed (a failed queue can only be deleted)."""
-        found = self.queues.get(name)
-        if found is None:
-            raise NotFound("queue", name, self.name)
-        if usable and found.failed is not None:
-            raise QueueUnavailable(name, self.name, found.failed)
-        if found.exclusive_owner is not None and found.exclusive_owner is not owner:
-            raise ResourceLocked(locked_text(name, self.name))
-        return found
-
-    def declare_queue(
-        self,
-        name: str,
-        passive: bool,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
-        arguments: Mapping[str, object],
-        owner: object,
-    ) -> Queue:
-        if passive:
-            found = self.queue(name, owner)
-            found.last_used_s = time.monotonic()  # a declare renews the x-expires lease
-            self.expire_head(found, int(time.time() * 1000))  # not counted in declare-ok
-            return found
-        # RabbitMQ: an exclusive queue is never durable (rabbit_channel's queue.declare).
-        durable = durable and not exclusive
-        if name == "":
-            name = "amq.gen-" + secrets.token_urlsafe(16)
-        elif name.startswith("amq."):
-            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-        existing = self.queues.get(name)
-        if existing is not None:
-            self.queue(name, owner)  # the exclusive check
-            existing.check_equivalent(durable, exclusive, auto_delete, arguments, self.name)
-            existing.last_used_s = time.monotonic()  # a declare renews the x-expires lease
-            self.expire_head(existing, int(time.time() * 1000))
-            return existing
-        arguments = with_default_queue_type(
-            arguments, self.default_queue_type, durable, exclusive, auto_delete
-        )
-        kind = check_queue_arguments(name, self.name, arguments)
-        if kind == STREAM:
-            check_stream_arguments(name, self.name, arguments)
-        check_queue_properties(kind, name, self.name, durable, exclusive, auto_delete)
-        deduper = deduper_for(arguments)
-        queue = Queue(name, durable, owner if exclusive else None, auto_delete, arguments)
-        self.publisher.set_deduper(queue, deduper)
-        if kind == STREAM:
-            queue.stream = self.storage.open_stream(queue)
-            self.publisher.stream_count += 1
-        self.queues[name] = queue
-        self.policy_set.apply_policy(queue)
-        if queue.persisted:
-            self.definitions.record(queue_op(queue))
-            if queue.stream is None:
-                queue.attach_journal(self.storage.create_journal(name))
-        return queue
-
-    def delete_queue(self, name: str, if_unused: bool, if_empty: bool, owner: object) -> int:
-        """Delete the queue; returns how many ready messages it held."""
-        queue = self.queue(name, owner, usable=False)
-        if if_unused and queue.consumers:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
-        if if_empty and queue.cursor.message_count:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
-        return self.remove_queue(queue)
-
-    def remove_queue(self, queue: Queue) -> int:
-        count = queue.cursor.message_count
-        self.retired_stats.add(queue.stats.counts())
-        del self.queues[queue.name]
-        queue.in_flow = False
-        self.publisher.set_deduper(queue, None)
-        self.schedule.dirty.discard(queue)
-        queue.window.release()
-        if queue.persisted:
-            self.definitions.record({"op": "queue.delete", "name": queue.name})
-        if queue.stream is not None:
-            count = queue.stream.message_count
-            queue.stream.log.discard()
-            queue.stream.offsets.close()
-            queue.stream.publishers.close()
-            self.publisher.stream_count -= 1
-        if queue.stream is not None or queue.arguments.get("x-queue-type") == STREAM:
-            self.storage.delete_stream_files(queue)  # also a failed stream's
-            self.schedule.stream_removed(queue)
-            for listener in tuple(self.stream_removed_listeners):
-                listener(queue)
-        self.storage.remove_journal(queue)
-        for exchange in self._unbind_everywhere(Destination("queue", queue.name)):
-            self._auto_delete_exchange(exchange)
-        return count
-
-    def purge_queue(self, name: str, owner: object) -> int:
-        queue = self.queue(name, owner)
-        if queue.stream is not None:
-            return 0  # a stream is not purged: retention drops its old segments
-        purged = queue.cursor.purge()
-        if not queue.cursor.unacked_count:
-            queue.window.release()
-        return purged
-
     # -- messages --------------------------------------------------------------------------
-
-    def route(
-        self,
-        exchange_name: str,
-        routing_key: str,
-        headers: Mapping[str, object] | None,
-        properties: Mapping[str, object] | None = None,
-        properties_raw: bytes | None = None,
-    ) -> list[Queue]:
-        """The queues a message goes to. Raises NotFound for a missing exchange.
-        `properties` matter to consistent hash exchanges with `hash-property` only.
-        A caller that has not decoded the message passes `properties_raw` instead: the
-        headers and properties are decoded from it (once) if the route reaches an
-        exchange that reads them, say a headers exchange bound to a direct one."""
-        queues = self._route(exchange_name, routing_key, headers, properties, properties_raw)
-        assert queues is not None  # only a run's route declines to read properties
-        return queues
-
-    def route_run(self, exchange_name: str, routing_key: str) -> list[Queue] | None:
-        """`route` for a run of messages with this exchange and routing key: None when
-        an exchange on the route reads properties (each message must route on its own)."""
-        return self._route(exchange_name, routing_key, None, None, None, run=True)
-
-    def _route(
-        self,
-        exchange_name: str,
-        routing_key: str,
-        headers: Mapping[str, object] | None,
-        properties: Mapping[str, object] | None,
-        properties_raw: bytes | None,
-        *,
-        run: bool = False,
-    ) -> list[Queue] | None:
-        if exchange_name == "":
-            queue = self.queues.get(routing_key)
-            return [queue] if queue is not None and queue.failed is None else []
-        start = self.exchange(exchange_name)
-        found: set[Destination] = set()
-        seen = {exchange_name}
-        pending = [start]
-        depth = 0
-        while pending and depth < ROUTE_DEPTH_MAX:
-            exchange = pending.pop()
-            depth += 1
-            if exchange.reads_properties:
-                if run:
-                    return None
-                if properties_raw:
-                    headers, properties = self.decode_for_route(properties_raw)
-                    properties_raw = None
-            matched: set[Destination] = set()
-            exchange.route(routing_key, headers, matched, properties)
-            if not matched and exchange.alternate_exchange not in (None, *seen):
-                alternate = self.exchanges.get(exchange.alternate_exchange or "")
-                if alternate is not None:
-                    seen.add(alternate.name)
-                    pending.append(alternate)
-            for destination in matched:
-                if destination.kind == "queue":
-                    found.add(destination)
-                elif destination.name not in seen:
-                    seen.add(destination.name)
-                    target = self.exchanges.get(destination.name)
-                    if target is not None:
-                        pending.append(target)
-        queues = self.queues
-        return [queues[d.name] for d in found if d.name in queues and queues[d.name].failed is None]
 
     def _drop_head(self, queue: Queue, now_ms: int) -> None:
         """drop-head: dead-letter (reason maxlen) from the head while over a limit."""
@@ -804,15 +484,6 @@ class VHost:
                         self._dead_letter_record(queue, record, reason, now_ms, run)
             index = end
 
-    def expire_queues(self, now_s: float) -> list[Queue]:
-        """Delete the queues unused for their x-expires (monotonic `now_s`); returns
-        them. The housekeeping timer calls it; deletions are durable after a sync round."""
-        expired = [q for q in self.queues.values() if q.expired(now_s)]
-        for queue in expired:
-            logger.info("vhost %s: queue %r expired (x-expires)", self.name, queue.name)
-            self.remove_queue(queue)
-        return expired
-
     def reject(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
         """A nack or reject without requeue: dead-lettered, or dropped without a DLX."""
         if queue.stream is not None:
@@ -888,12 +559,6 @@ class VHost:
         self.publish(exchange_name, copy.routing_key, copy.properties, body, copy.targets, now_ms)
         return DeadLetterRun(
             properties_raw, exchange, routing_key, copy.routing_key, copy.properties, copy.targets
-        )
-
-    def dead_letter_route(self, exchange_name: str) -> Callable[[str, bytes], list[Queue]]:
-        """Routing on a dead-letter exchange by routing key and properties."""
-        return lambda key, properties: self.route(
-            exchange_name, key, None, properties_raw=properties
         )
 
     def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
@@ -1017,6 +682,30 @@ class VHost:
         self.schedule.wakeup = wakeup
 
     @property
+    def default_queue_type(self) -> str | None:
+        return self.entities.default_queue_type
+
+    @default_queue_type.setter
+    def default_queue_type(self, queue_type: str | None) -> None:
+        self.entities.default_queue_type = queue_type
+
+    @property
+    def decode_for_route(self) -> Callable[[bytes], RouteFields]:
+        return self.router.decode_for_route
+
+    @decode_for_route.setter
+    def decode_for_route(self, decode: Callable[[bytes], RouteFields]) -> None:
+        self.router.decode_for_route = decode
+
+    @property
+    def properties_codec(self) -> PropertiesCodec | None:
+        return self.router.properties_codec
+
+    @properties_codec.setter
+    def properties_codec(self, codec: PropertiesCodec | None) -> None:
+        self.router.properties_codec = codec
+
+    @property
     def publish_rejected(self) -> bool:
         """Whether the last publish was refused by a full queue (the gateway reads
         `publisher.publish_rejected` on its publish path)."""
@@ -1067,86 +756,21 @@ class VHost:
 
     # -- replaying and snapshotting the definitions journal -------------------------------
 
-    def _apply(self, op: Op) -> None:
-        """Replay one definitions record: a change, applied without side effects."""
+    def _replay(self, op: Op) -> None:
+        """Replay one definitions record: a change, applied without side effects, by the
+        component whose state it records. Raises DefinitionsCorrupted."""
         kind = op["op"]
-        name = str(op.get("name", ""))
-        if kind == "exchange":
-            try:
-                exchange = Exchange(
-                    name,
-                    str(op["type"]),
-                    True,
-                    bool(op.get("auto_delete")),
-                    bool(op.get("internal")),
-                    arguments_from_json(op.get("arguments")),
-                )
-                exchange.user = str(op.get("user", ""))  # absent from older journals
-                self.exchanges[name] = exchange
-            except BrokerError as exc:
-                logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
-        elif kind == "exchange.delete":
-            self._drop_exchange(name)
-        elif kind == "queue":
-            self.queues[name] = Queue(
-                name,
-                True,
-                None,
-                bool(op.get("auto_delete")),
-                arguments_from_json(op.get("arguments")),
-            )
-        elif kind == "queue.delete":
-            if self.queues.pop(name, None) is not None:
-                self._unbind_everywhere(Destination("queue", name))
-        elif kind in ("policy", "operator_policy", "policy.delete", "operator_policy.delete"):
+        if kind in ("policy", "operator_policy", "policy.delete", "operator_policy.delete"):
             self.policy_set.restore(op)
         elif kind in ("parameter", "parameter.delete"):
             self.parameters.restore(op)
-        elif kind in ("bind", "unbind"):
-            source = self.exchanges.get(str(op.get("source")))
-            destination = Destination(str(op.get("kind")), str(op.get("destination")))
-            if source is None or not self._exists(destination):
-                return
-            arguments = arguments_from_json(op.get("arguments"))
-            if kind == "bind":
-                source.bind(destination, str(op.get("routing_key")), arguments)
-            else:
-                source.unbind(destination, str(op.get("routing_key")), arguments)
         else:
-            raise DefinitionsCorrupted(self.definitions.path, 0, f"unknown op {kind!r}")
+            self.entities.restore(op)
 
     def _snapshot(self) -> list[Op]:
-        """The definitions records that recreate every durable entity as it is now."""
-        ops: list[Op] = [
-            exchange_op(e)
-            for e in self.exchanges.values()
-            if e.durable and e.name not in PREDECLARED_NAMES
-        ]
-        ops += [queue_op(q) for q in self.queues.values() if q.persisted]
-        for exchange in self.exchanges.values():
-            if exchange.durable:
-                ops += [
-                    binding_op(
-                        "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
-                    )
-                    for b in exchange.bindings_in_order()
-                    if self._persisted(b.destination)
-                ]
-        ops += self.policy_set.ops()
-        ops += self.parameters.ops()
-        return ops
-
-    def _persisted(self, destination: Destination) -> bool:
-        if destination.kind == "queue":
-            queue = self.queues.get(destination.name)
-            return queue is not None and queue.persisted
-        exchange = self.exchanges.get(destination.name)
-        return exchange is not None and exchange.durable
-
-    def _exists(self, destination: Destination) -> bool:
-        if destination.kind == "queue":
-            return destination.name in self.queues
-        return destination.name in self.exchanges
+        """The definitions records that recreate every durable entity, policy and
+        parameter as it is now."""
+        return self.entities.ops() + self.policy_set.ops() + self.parameters.ops()
 
 
 def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
@@ -1156,7 +780,3 @@ def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
     for consumer in consumers:
         groups.setdefault(consumer.priority, []).append(consumer)
     return [groups[p] for p in sorted(groups, reverse=True)]
-
-
-def _no_fields(properties_raw: bytes) -> RouteFields:
-    return None, None

@@ -48,17 +48,13 @@ class PolicySet:
         "queues",
     )
 
-    def __init__(
-        self,
-        name: str,
-        definitions: DefinitionsJournal,
-        queues: Mapping[str, Queue],
-        exchanges: Mapping[str, Exchange],
-    ) -> None:
+    def __init__(self, name: str, definitions: DefinitionsJournal) -> None:
         self.name = name
         self.definitions = definitions
-        self.queues = queues  # the registry's, read only
-        self.exchanges = exchanges  # the registry's, read only
+        # The registry's (`Entities`), read only: the vhost hands them over once they
+        # exist (a new entity gets its policy from here, so they come after this).
+        self.queues: Mapping[str, Queue] = {}
+        self.exchanges: Mapping[str, Exchange] = {}
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         self.drop_dead_letters: Callable[[Queue], None] = _keep_dead_letters
