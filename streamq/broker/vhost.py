@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Final
 
-from streamq.broker.dead_letters import DeadLetters
 from streamq.broker.deadletter import (
-    DeadLetterRun,
     PropertiesCodec,
-    dead_letter_copy,
-    may_expire,
 )
 from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     Op,
 )
-from streamq.broker.delivery import MessageUnreadable, read_message, read_queued, round_robin
+from streamq.broker.delivery import MessageUnreadable, read_queued, round_robin
 from streamq.broker.errors import (
     AccessRefused,
     QueueUnavailable,
@@ -43,19 +39,18 @@ from streamq.broker.queue import Consumer, Queue
 from streamq.broker.stats import MessageStats
 from streamq.broker.streams import (
     drain_stream,
-    track,
 )
 from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_policies import PolicySet
 from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_routing import RouteFields, Router
 from streamq.broker.vhost_schedule import Schedule
+from streamq.broker.vhost_settle import Settler
 from streamq.broker.vhost_store import (
     Storage,
 )
 from streamq.log.errors import LogError
 from streamq.log.format import Record
-from streamq.log.log import RunMessage
 from streamq.log.syncer import Syncer
 from streamq.queues.classic import ReadyMessage
 
@@ -148,103 +143,42 @@ class VHost:
         snapshot = self._snapshot()
         if len(ops) > len(snapshot) + COMPACT_SLACK_RECORDS:
             self.definitions.replace(snapshot)
-        self.dead_letters = DeadLetters(self)  # held by at-least-once queues
+        self.settler = Settler(self.router, self.publisher, self.schedule)
+        self.settle = self.settler.settle
+        self.settle_classic = self.settler.settle_classic
+        self.requeue = self.settler.requeue
+        self.requeue_many = self.settler.requeue_many
+        self.reject = self.settler.reject
+        self.dead_letter = self.settler.dead_letter
+        self.dead_letter_taken = self.settler.dead_letter_taken
+        self.expire_heads = self.settler.expire_heads
+        self.expire_head = self.settler.expire_head
+        self.dead_letters = self.settler.dead_letters
+        self._expired = self.settler.expired
+        self._dead_letter_record = self.settler.dead_letter_record
+        self._expire_head = self.settler.expire_head_from
+        self._fresh_from = self.settler.fresh_from_offset
         self.publisher.stream_count = self.storage.restore_queues(
             self.queues.values(), self.dead_letters.restore
         )
         self.publisher.restore(self.exchanges, self.queues.values())
         self.publisher.drain_queue = self._drain_queue
-        self.publisher.drop_head = self._drop_head
-        self.publisher.dead_letter_record = self._dead_letter_record
+        self.publisher.drop_head = self.settler.drop_head
+        self.publisher.dead_letter_record = self.settler.dead_letter_record
         self.policy_set.drop_dead_letters = self.dead_letters.drop
-        self.entities.expire_head = self.expire_head
+        self.entities.expire_head = self.settler.expire_head
+        self.settler.deliver_now = self.deliver_now
+        self.dead_letters.drain = self.drain
         self.apply_policies()
         self.log.add_sync_companion(self.storage.prepare_sync)
 
     # -- messages --------------------------------------------------------------------------
-
-    def _drop_head(self, queue: Queue, now_ms: int) -> None:
-        """drop-head: dead-letter (reason maxlen) from the head while over a limit."""
-        while queue.over_limit(0, 0):
-            taken = queue.cursor.take()
-            if taken is None:
-                return
-            self.dead_letter_taken(queue, taken.offset, "maxlen", now_ms)
-
-    def settle(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
-        """The message left `queue` for good (acked, or rejected without requeue)."""
-        if queue.stream is not None:
-            # Reading a stream consumes nothing: the ack returned credit, and moves the
-            # consumer's stored offset if it tracks one.
-            if consumer is not None:
-                track(queue.stream, consumer, offset)
-            return
-        if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: nothing is held for it any more
-        queue.cursor.ack(offset)
-
-    def settle_classic(self, queue: Queue, offsets: list[int]) -> None:
-        """`settle` of several messages of one classic queue (acks with `multiple`)."""
-        if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: nothing is held for it any more
-        queue.cursor.ack_many(offsets)
-
-    def requeue(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
-        """Back to the queue; on a stream, back to the consumer that had it, if it is
-        still there (nothing to do otherwise: the message stays in the stream). A
-        drop-head length limit applies after it, as RabbitMQ applies it after a requeue."""
-        self._requeue(queue, offset, consumer)
-        self._drop_head_requeued(queue)
-
-    def requeue_many(
-        self, entries: Iterable[tuple[Queue, int, Consumer | None]], *, deliver: bool
-    ) -> None:
-        """`requeue` of a batch (a group of a nack, a reject or a recover, or what a
-        closed channel held): every message back in its place first, then each queue's
-        drop-head limit once, as RabbitMQ's requeue_and_run drops from the head after the
-        whole batch (dropping per message would dead-letter in another order); with
-        `deliver`, the queue then delivers at once, as requeue_and_run does, before the
-        caller's next batch."""
-        queues: dict[Queue, None] = {}
-        for queue, offset, consumer in entries:
-            self._requeue(queue, offset, consumer)
-            queues[queue] = None
-        for queue in queues:
-            self._drop_head_requeued(queue)
-            if deliver:
-                self.deliver_now(queue)
 
     def deliver_now(self, queue: Queue) -> None:
         """Hand `queue`'s ready messages to its consumers with credit now, not at the end
         of the loop turn (where RabbitMQ's queue process delivers within one event)."""
         if queue.consumers and self.queues.get(queue.name) is queue:
             self._drain_queue(queue)
-
-    def _drop_head_requeued(self, queue: Queue) -> None:
-        if queue.stream is not None or queue.overflow != "drop-head":
-            return
-        limited = queue.max_length is not None or queue.max_length_bytes is not None
-        if limited and self.queues.get(queue.name) is queue:
-            self._drop_head(queue, int(time.time() * 1000))
-
-    def _requeue(self, queue: Queue, offset: int, consumer: Consumer | None) -> None:
-        if queue.stream is not None:
-            if consumer is not None and consumer in queue.consumers:
-                consumer.stream_redeliver.append(offset)
-                queue.stats.redeliver += 1
-                self.kick(queue)
-            return
-        if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: nothing is held for it any more
-        limit = queue.delivery_limit
-        if limit is not None and queue.cursor.delivery_count(offset) > limit:
-            # Requeued more often than x-delivery-limit allows (each delivery but this
-            # one ended in a requeue): dead-lettered, or dropped without a DLX.
-            self.dead_letter(queue, offset, "delivery_limit", int(time.time() * 1000))
-            return
-        queue.cursor.requeue(offset)
-        queue.stats.redeliver += 1
-        self.kick(queue)
 
     def collect_segments(self) -> int:
         """Delete log segments that no queue needs any more (`Storage.collect_segments`)."""
@@ -314,35 +248,6 @@ class VHost:
             queue.cursor.delivered(ready.offset, len(record.body))
         return taken
 
-    def _expired(self, queue: Queue, record: Record, now_ms: int) -> bool:
-        ttl = queue.message_ttl_ms
-        codec = self.properties_codec
-        if codec is not None and may_expire(record.properties):
-            own = codec.expiration_ms(record.properties)
-            if own is not None:
-                ttl = own if ttl is None else min(ttl, own)
-        return ttl is not None and now_ms >= record.timestamp_ms + ttl and ttl >= 0
-
-    def _expiry_check(
-        self, queue: Queue, now_ms: int, fresh_from: int | None
-    ) -> Callable[[int], Record | None]:
-        """The record of the message at an offset of `queue` if it has expired at
-        `now_ms`, else None; those from `fresh_from` on that were never delivered wait
-        for their first delivery round and have not (see `take`). Reads the record
-        (MessageUnreadable)."""
-        log = self.log
-        # Nothing in a queue is at the log's next offset or past it.
-        fresh_min = log.next_offset if fresh_from is None else fresh_from
-        delivered = queue.cursor.delivery_count  # looked up only from fresh_min on
-
-        def expired(offset: int) -> Record | None:
-            if offset >= fresh_min and delivered(offset) == 0:
-                return None
-            record = read_queued(log, queue, offset)
-            return record if self._expired(queue, record, now_ms) else None
-
-        return expired
-
     def _runs_from(self, queue: Queue, now_ms: int, fresh_from: int) -> Callable[[int], bool]:
         """For a queue whose only TTL is its own (no message carries an expiration):
         whether the never-delivered messages from an offset on may go out as a run
@@ -360,206 +265,6 @@ class VHost:
             return now_ms < read_queued(log, queue, first).timestamp_ms + ttl
 
         return runs_from
-
-    def _fresh_from(self, queue: Queue) -> int | None:
-        """Where the messages of `queue` that wait for their first delivery round start,
-        None if none wait: a round is due after each enqueue to a queue with consumers
-        (the queue is dirty until the gateway's next drain, in the next loop turn)."""
-        return queue.fresh_offset_min if queue in self.schedule.dirty else None
-
-    def expire_heads(self, now_ms: int) -> int:
-        """Dead-letter what has expired at the head of each queue, consumers or not (as
-        RabbitMQ); returns how many. The housekeeping timer calls it."""
-        return sum(self.expire_head(queue, now_ms) for queue in list(self.queues.values()))
-
-    def expire_head(self, queue: Queue, now_ms: int) -> int:
-        """Dead-letter what has expired at the head of `queue`; returns how many.
-        RabbitMQ drops such messages when they expire (at once for a TTL of 0 unless a
-        consumer takes it on arrival), so a declare-ok or get-ok never counts them: those
-        call it, and housekeeping. Messages that wait for their first delivery round (see
-        `take`) stay for it."""
-        return self._expire_head(queue, now_ms, self._fresh_from(queue))
-
-    def _expire_head(self, queue: Queue, now_ms: int, fresh_from: int | None) -> int:
-        if queue.stream is not None or queue.failed is not None:
-            return 0
-        if queue.message_ttl_ms is None and not queue.holds_expiring:
-            return 0
-        expired_runs = 0
-        if not queue.holds_expiring and queue.max_priority is None and not queue.at_least_once:
-            try:
-                expired_runs = self._expire_head_runs(queue, now_ms, fresh_from)
-            except MessageUnreadable as exc:
-                self.fail_queue(queue, str(exc))
-                return 0
-        run: list[DeadLetterRun | None] = [None]
-        cursor = queue.cursor
-
-        def dead_letter(offset: int, record: object) -> None:
-            # Each expired message is read once and dead-lettered right away: a run of
-            # them with the same exchange, routing key and properties (say, one
-            # publisher's) shares one x-death splice and one route (`DeadLetterRun`).
-            assert isinstance(record, Record)
-            if queue.at_least_once:
-                self.dead_letters.hold(queue, offset, "expired", now_ms, taken=record)
-                return
-            run[0] = self._dead_letter_record(queue, record, "expired", now_ms, run[0])
-            cursor.dropped(offset, len(record.body))
-
-        expired = self._expiry_check(queue, now_ms, fresh_from)
-        if queue.at_least_once:
-            expired = self.dead_letters.bounded(expired)  # the rest at the next tick
-        try:
-            taken = cursor.take_expired(expired, dead_letter)
-        except MessageUnreadable as exc:
-            self.fail_queue(queue, str(exc))
-            return 0
-        return expired_runs + len(taken)
-
-    def _expire_head_runs(self, queue: Queue, now_ms: int, fresh_from: int | None) -> int:
-        """`_expire_head` for a queue whose only TTL is its own, in runs: the expired
-        messages at its head that were never delivered are read in order (timestamps
-        never decrease along the log, so they end at the first one that has not
-        expired), taken as one run, dead-lettered as runs of publishes and settled as
-        one journal entry. What is left (requeued messages) takes the general path.
-        Returns how many expired. Raises MessageUnreadable."""
-        ttl = queue.message_ttl_ms
-        if ttl is None or ttl < 0:
-            return 0
-        cursor = queue.cursor
-        log = self.log
-        fresh_min = log.next_offset if fresh_from is None else fresh_from
-        published_max_ms = now_ms - ttl  # expired: published at or before this
-        total = 0
-        while True:
-            first, count = cursor.fresh_head_run()
-            count = min(count, fresh_min - first, EXPIRE_RUN_MAX)
-            if count <= 0:
-                return total
-            records: list[Record] = []
-            for offset in range(first, first + count):
-                record = read_queued(log, queue, offset)
-                if record.timestamp_ms > published_max_ms:
-                    break
-                records.append(record)
-            if not records:
-                return total
-            taken, taken_count = cursor.take_run(len(records))
-            assert (taken, taken_count) == (first, len(records))
-            self._dead_letter_records(queue, records, "expired", now_ms)
-            cursor.dropped_run(first, len(records), sum(len(r.body) for r in records))
-            total += len(records)
-            if len(records) < count:
-                return total
-
-    def _dead_letter_records(
-        self, queue: Queue, records: list[Record], reason: str, now_ms: int
-    ) -> None:
-        """Dead-letter `records` of `queue`, in order: those that share exchange, routing
-        key and properties with the one before share its x-death splice and route, and
-        are published as one run (`publish_run`) where it takes them."""
-        index = 0
-        while index < len(records):
-            head = records[index]
-            run = self._dead_letter_record(queue, head, reason, now_ms)
-            end = index + 1
-            while end < len(records) and (
-                records[end].properties == head.properties
-                and records[end].exchange == head.exchange
-                and records[end].routing_key == head.routing_key
-            ):
-                end += 1
-            rest = records[index + 1 : end]
-            if rest and run is not None and run.targets:
-                exchange_name = queue.dead_letter_exchange or ""
-                # A publish run's items as the gateway's scan gives them (what follows
-                # properties and body is not read by `publish_run`).
-                messages: list[RunMessage] = [
-                    (run.properties, r.body, exchange_name, run.dead_routing_key, 0) for r in rest
-                ]
-                if not self.publish_run(
-                    exchange_name, run.dead_routing_key, messages, run.targets, now_ms
-                ):
-                    for record in rest:  # a limit or a stream on the way: one by one
-                        self._dead_letter_record(queue, record, reason, now_ms, run)
-            index = end
-
-    def reject(self, queue: Queue, offset: int, consumer: Consumer | None = None) -> None:
-        """A nack or reject without requeue: dead-lettered, or dropped without a DLX."""
-        if queue.stream is not None:
-            self.settle(queue, offset, consumer)
-            return
-        if self.queues.get(queue.name) is not queue:
-            return  # deleted meanwhile: nothing to dead-letter from, nothing to release
-        self.dead_letter(queue, offset, "rejected", int(time.time() * 1000))
-
-    def dead_letter(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
-        """Move the message in flight at `offset` out of `queue`: republish it to the
-        dead-letter exchange with its death recorded, or drop it (no DLX, a missing one,
-        or a cycle); an at-least-once queue holds it until its targets have it."""
-        if queue.at_least_once:
-            self.dead_letters.hold(queue, offset, reason, now_ms)
-            return
-        if queue.dead_letter_exchange is not None:
-            try:
-                record = read_message(self.log, offset)
-            except MessageUnreadable as exc:
-                self.fail_queue(queue, str(exc))
-                return
-            self._dead_letter_record(queue, record, reason, now_ms)
-        self.settle(queue, offset)
-
-    def dead_letter_taken(self, queue: Queue, offset: int, reason: str, now_ms: int) -> None:
-        """`dead_letter` of a message just taken from the cursor, not delivered."""
-        try:
-            record = read_queued(self.log, queue, offset)
-        except MessageUnreadable as exc:
-            queue.cursor.untake(offset)
-            self.fail_queue(queue, str(exc))
-            return
-        self._dead_letter_record(queue, record, reason, now_ms)
-        queue.cursor.dropped(offset, len(record.body))
-
-    def _dead_letter_record(
-        self,
-        queue: Queue,
-        record: Record,
-        reason: str,
-        now_ms: int,
-        run: DeadLetterRun | None = None,
-    ) -> DeadLetterRun | None:
-        """Republish `record` as a dead letter of `queue`; returns what a following
-        message of the same run can reuse (see `_expire_head`)."""
-        exchange_name = queue.dead_letter_exchange
-        codec = self.properties_codec
-        if exchange_name is None or codec is None or exchange_name not in self.exchanges:
-            return None
-        body = record.body
-        properties_raw = record.properties
-        exchange = record.exchange.decode("utf-8", "surrogateescape")
-        routing_key = record.routing_key.decode("utf-8", "surrogateescape")
-        if (
-            run is not None
-            and run.properties_raw == properties_raw
-            and run.exchange == exchange
-            and run.routing_key == routing_key
-        ):
-            self.publish(
-                exchange_name,
-                run.dead_routing_key,
-                run.properties,
-                body,
-                run.targets,
-                now_ms,
-            )
-            return run
-        copy = dead_letter_copy(
-            codec, queue, record, reason, now_ms // 1000, self.dead_letter_route(exchange_name)
-        )
-        self.publish(exchange_name, copy.routing_key, copy.properties, body, copy.targets, now_ms)
-        return DeadLetterRun(
-            properties_raw, exchange, routing_key, copy.routing_key, copy.properties, copy.targets
-        )
 
     def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if any(c.exclusive for c in queue.consumers):
