@@ -1,11 +1,29 @@
-"""A virtual host: its exchanges, queues and bindings, and the routing of messages.
+"""A virtual host: the composition of its components, and what its callers call.
 
-Owns the entity registry of one vhost, the shared message log of its classic queues
-(each routed message is appended once, whatever the number of queues it goes to; the
-queues hold offsets in it and read their messages back from it, `delivery.py`), and
-the hand-over of ready messages to consumers. It is synchronous and single-threaded; the
-gateway calls `drain` when the vhost asks for it through `wakeup`, so that deliveries are
-batched per event-loop turn.
+`VHost` owns no message state of its own beyond its statistics and runtime parameters:
+it opens one object per noun, wires them together and hands their calls to the
+gateways (as attributes bound to the component that answers them, so that a call costs
+what a method call did; the few values a gateway sets go through properties). From the
+top of the import order down (docs/architecture.md, "The vhost's components"; the
+import-linter contract in pyproject.toml holds it):
+
+- `Delivery` (vhost_delivery.py): drain rounds, consumers, basic.get, flow control;
+- `Settler` (vhost_settle.py): settle, requeue, reject, expiry, dead letters (it owns
+  `DeadLetters`, dead_letters.py, for at-least-once queues);
+- `Router` (vhost_routing.py): the queues a message goes to;
+- `Entities` (vhost_entities.py): exchanges, queues, bindings, declared and deleted;
+- `PolicySet` (vhost_policies.py): policies and operator policies, applied;
+- `Publisher` (vhost_publish.py): the append of routed messages, limits on the way in,
+  delayed messages, dedup caches;
+- `Storage` (vhost_store.py): the message log, definitions and queue journals, stream
+  directories, their sync rounds, restoring queues at start-up;
+- `Schedule` (vhost_schedule.py): the queues due a drain and streams due a sync round.
+
+A component calls those below it directly; the few calls that go up (a publish that
+drains or dead-letters, a requeue that delivers at once, a declare that expires a
+queue's head, a policy that drops held dead letters) are callables wired in here, once.
+It is synchronous and single-threaded; the gateway calls `drain` when the vhost asks
+for it through `wakeup`, so that deliveries are batched per event-loop turn.
 
 Durability: durable exchanges, durable non-exclusive queues and the bindings between
 durable ends are recorded in the definitions journal; each such queue records its
@@ -16,66 +34,33 @@ vhost restores all of it before it returns: nothing is served before that.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
-from typing import Final
 
-from streamq.broker.deadletter import (
-    PropertiesCodec,
-)
-from streamq.broker.definitions import (
-    COMPACT_SLACK_RECORDS,
-    Op,
-)
-from streamq.broker.delivery import MessageUnreadable, read_queued, round_robin
-from streamq.broker.errors import (
-    AccessRefused,
-    QueueUnavailable,
-)
-from streamq.broker.exchange import Destination
+from streamq.broker.deadletter import PropertiesCodec
+from streamq.broker.definitions import COMPACT_SLACK_RECORDS, Op
 from streamq.broker.parameters import RuntimeParameters
-from streamq.broker.queue import Consumer, Queue
+from streamq.broker.queue import Queue
 from streamq.broker.stats import MessageStats
-from streamq.broker.streams import (
-    drain_stream,
-)
+from streamq.broker.vhost_delivery import Delivery
 from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_policies import PolicySet
 from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_routing import RouteFields, Router
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_settle import Settler
-from streamq.broker.vhost_store import (
-    Storage,
-)
-from streamq.log.errors import LogError
-from streamq.log.format import Record
+from streamq.broker.vhost_store import Storage
 from streamq.log.syncer import Syncer
-from streamq.queues.classic import ReadyMessage
-
-logger = logging.getLogger(__name__)
-
-
-DRAIN_DELIVERIES_MAX: Final = 4096  # per queue per drain, so one queue cannot starve others
-EXPIRE_RUN_MAX: Final = 4096  # expired messages read, dead-lettered and settled per run
-# Publisher flow control: a classic queue whose consumers are all out of credit after a
-# delivery round and whose ready backlog exceeds the high mark is "in flow" (publishers to
-# it are held briefly) until the backlog falls below the low mark.
-FLOW_READY_HIGH: Final = 10_000
-FLOW_READY_LOW: Final = FLOW_READY_HIGH // 2
-ROUTE_DEPTH_MAX: Final = 64  # exchange-to-exchange hops followed for one message
-DEFAULT_EXCHANGE_REFUSED: Final = "operation not permitted on the default exchange"
-_DEFAULT_EXCHANGE: Final = Destination("exchange", "")
 
 
 class VHost:
+    """One virtual host: its components, and their calls for the gateways."""
+
     def __init__(
         self, name: str, directory: str, syncer: Syncer, *, failover: bool = False
     ) -> None:
         """Open the vhost and restore its durable state (blocking: start-up only). With
         `failover` (a node promoted to cluster leader), every message restored into a
-        classic queue comes back flagged redelivered (see `VHostStore._restore_cursor`).
+        classic queue comes back flagged redelivered (see `Storage._restore_cursor`).
 
         Raises LogError, DefinitionsCorrupted and OSError.
         """
@@ -83,6 +68,7 @@ class VHost:
         self.directory = directory
         self.storage = Storage(name, directory, syncer, failover=failover)
         self.log = self.storage.log
+        # Bottom up. Each component's calls that the gateways make are bound here once.
         self.schedule = Schedule(name)
         self.kick = self.schedule.kick
         self.fail_queue = self.schedule.fail_queue
@@ -134,10 +120,6 @@ class VHost:
         # and exchanges' publishes by name (deleted queues' counts: `retired_stats`).
         self.stats = MessageStats()
         self.exchange_stats: dict[str, MessageStats] = {}
-        # Followers of queue changes (federation: streamq.links): `queue_listeners[name]`
-        # are called after a drain round of that queue and when it loses a consumer (its
-        # demand may have changed).
-        self.queue_listeners: dict[str, list[Callable[[Queue], None]]] = {}
         for op in ops:
             self._replay(op)
         snapshot = self._snapshot()
@@ -154,31 +136,31 @@ class VHost:
         self.expire_heads = self.settler.expire_heads
         self.expire_head = self.settler.expire_head
         self.dead_letters = self.settler.dead_letters
-        self._expired = self.settler.expired
-        self._dead_letter_record = self.settler.dead_letter_record
-        self._expire_head = self.settler.expire_head_from
-        self._fresh_from = self.settler.fresh_from_offset
+        self.delivery = Delivery(self.entities, self.settler, self.schedule)
+        self.drain = self.delivery.drain
+        self.deliver_now = self.delivery.deliver_now
+        self.take = self.delivery.take
+        self.get = self.delivery.get
+        self.add_consumer = self.delivery.add_consumer
+        self.remove_consumer = self.delivery.remove_consumer
+        self.queue_listeners = self.delivery.queue_listeners
+        # The queues' contents, then the calls that go up the import order.
         self.publisher.stream_count = self.storage.restore_queues(
             self.queues.values(), self.dead_letters.restore
         )
         self.publisher.restore(self.exchanges, self.queues.values())
-        self.publisher.drain_queue = self._drain_queue
+        self.publisher.drain_queue = self.delivery.drain_queue
         self.publisher.drop_head = self.settler.drop_head
         self.publisher.dead_letter_record = self.settler.dead_letter_record
         self.policy_set.drop_dead_letters = self.dead_letters.drop
         self.entities.expire_head = self.settler.expire_head
         self.settler.deliver_now = self.deliver_now
         self.dead_letters.drain = self.drain
+        # Every call that goes up the import order is wired in above, before any is made.
         self.apply_policies()
         self.log.add_sync_companion(self.storage.prepare_sync)
 
-    # -- messages --------------------------------------------------------------------------
-
-    def deliver_now(self, queue: Queue) -> None:
-        """Hand `queue`'s ready messages to its consumers with credit now, not at the end
-        of the loop turn (where RabbitMQ's queue process delivers within one event)."""
-        if queue.consumers and self.queues.get(queue.name) is queue:
-            self._drain_queue(queue)
+    # -- storage ---------------------------------------------------------------------------
 
     def collect_segments(self) -> int:
         """Delete log segments that no queue needs any more (`Storage.collect_segments`)."""
@@ -194,185 +176,7 @@ class VHost:
                 await queue.stream.log.sync()
         return durable
 
-    # -- consumers -------------------------------------------------------------------------
-
-    # -- TTL and dead letters ----------------------------------------------------------------
-
-    def take(
-        self, queue: Queue, now_ms: int, fresh_from: int | None = None
-    ) -> tuple[ReadyMessage, Record] | None:
-        """The next message of a classic queue for a consumer or basic.get, with its
-        record, taken from the cursor (the caller marks it delivered); expired ones on
-        the way are dead-lettered (or dropped), never delivered; so are those at the head
-        once it is taken, as RabbitMQ's fetch drops them: basic.get-ok's message_count
-        leaves them out. Raises MessageUnreadable.
-
-        A delivery round passes `fresh_from` (`Queue.fresh_offset_min`): the messages
-        from that offset on that were never delivered are its to offer and do not expire
-        first, as RabbitMQ gives a message to a consumer with credit on arrival whatever
-        its TTL (a requeued one expires, as RabbitMQ's requeue drops it). basic.get
-        passes none: it never returns a message whose TTL has passed, not even one of 0."""
-        while True:
-            ready = queue.cursor.take()
-            if ready is None:
-                return None
-            try:
-                record = read_queued(self.log, queue, ready.offset)
-            except MessageUnreadable:
-                queue.cursor.untake(ready.offset)
-                raise
-            if fresh_from is not None and ready.offset >= fresh_from and not ready.redelivered:
-                break
-            if not self._expired(queue, record, now_ms):
-                break
-            if queue.at_least_once:
-                self.dead_letters.hold(queue, ready.offset, "expired", now_ms, taken=record)
-                continue
-            self._dead_letter_record(queue, record, "expired", now_ms)
-            queue.cursor.dropped(ready.offset, len(record.body))
-        self._expire_head(
-            queue, now_ms, self._fresh_from(queue) if fresh_from is None else fresh_from
-        )
-        return ready, record
-
-    def get(self, queue: Queue, now_ms: int) -> tuple[ReadyMessage, Record] | None:
-        """basic.get: `take`, and the message is in flight (settle or requeue it).
-        Raises QueueUnavailable when the message cannot be read (the queue fails)."""
-        try:
-            taken = self.take(queue, now_ms)
-        except MessageUnreadable as exc:
-            self.fail_queue(queue, str(exc))
-            raise QueueUnavailable(queue.name, self.name, str(exc)) from exc
-        if taken is not None:
-            ready, record = taken
-            queue.cursor.delivered(ready.offset, len(record.body))
-        return taken
-
-    def _runs_from(self, queue: Queue, now_ms: int, fresh_from: int) -> Callable[[int], bool]:
-        """For a queue whose only TTL is its own (no message carries an expiration):
-        whether the never-delivered messages from an offset on may go out as a run
-        without an expiry check each. Those of the round (from `fresh_from` on) may (see
-        `take`); an older run may if its first message has not expired, since
-        timestamps never decrease along the log."""
-        ttl = queue.message_ttl_ms
-        log = self.log
-
-        def runs_from(first: int) -> bool:
-            if first >= fresh_from:
-                return True
-            if ttl is None or ttl < 0:
-                return True
-            return now_ms < read_queued(log, queue, first).timestamp_ms + ttl
-
-        return runs_from
-
-    def add_consumer(self, queue: Queue, consumer: Consumer) -> None:
-        if any(c.exclusive for c in queue.consumers):
-            raise AccessRefused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
-        if consumer.exclusive and queue.consumers:
-            raise AccessRefused(f"queue '{queue.name}' in vhost '{self.name}' in exclusive use")
-        if not queue.consumers:
-            # What came while nobody consumed was not offered on arrival: its TTL counts.
-            queue.fresh_offset_min = self.log.next_offset
-        queue.consumers.append(consumer)
-        queue.turns.append(consumer)
-        queue.had_consumers = True
-        self.kick(queue)
-        self._queue_changed(queue)
-
-    def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
-        if consumer in queue.consumers:
-            queue.consumers.remove(consumer)
-            if consumer in queue.turns:
-                queue.turns.remove(consumer)
-            elif consumer in queue.parked:
-                queue.parked.remove(consumer)
-            queue.last_used_s = time.monotonic()  # the x-expires lease starts again
-        if not queue.consumers:
-            queue.in_flow = False
-        if queue.auto_delete and not queue.consumers and queue.name in self.queues:
-            self.remove_queue(queue)
-        self._queue_changed(queue)
-
-    def _queue_changed(self, queue: Queue) -> None:
-        for listener in tuple(self.queue_listeners.get(queue.name, ())):
-            listener(queue)
-
-    def drain(self) -> None:
-        """Hand ready messages to consumers with credit, round robin per queue."""
-        dirty = self.schedule.dirty
-        self.schedule.dirty = set()
-        for queue in dirty:
-            self._drain_queue(queue)
-            if self.queue_listeners:
-                self._queue_changed(queue)
-
-    def _drain_queue(self, queue: Queue) -> None:
-        if queue.stream is not None:
-            try:
-                if drain_stream(queue, queue.stream):
-                    self.kick(queue)
-            except LogError as exc:
-                self.fail_queue(queue, f"its log failed: {exc}")
-            return
-        consumers = queue.consumers
-        if not consumers:
-            queue.in_flow = False
-            queue.window.release()
-            return
-        take: Callable[[], tuple[ReadyMessage, Record] | None] | None = None
-        runs_from: Callable[[int], bool] | None = None
-        # With TTLs, the round offers what came since the last complete one (see `take`),
-        # up to the log's end now; a round is complete when it empties the queue or
-        # leaves every consumer out of credit.
-        offered_end = None
-        if queue.message_ttl_ms is not None or queue.holds_expiring:
-            now_ms = int(time.time() * 1000)
-            fresh_from, offered_end = queue.fresh_offset_min, self.log.next_offset
-
-            def take() -> tuple[ReadyMessage, Record] | None:
-                return self.take(queue, now_ms, fresh_from)
-
-            if not queue.holds_expiring:
-                runs_from = self._runs_from(queue, now_ms, fresh_from)
-
-        if queue.single_active:
-            groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
-        elif any(c.priority for c in consumers):
-            groups = priority_groups(consumers)  # x-priority: higher ones first
-        else:
-            groups = [consumers]
-        budget = DRAIN_DELIVERIES_MAX
-        for group in groups:
-            try:
-                budget, empty = round_robin(self.log, queue, group, take, budget, runs_from)
-            except MessageUnreadable as exc:
-                self.fail_queue(queue, str(exc))
-                return
-            if empty:
-                queue.in_flow = False
-                queue.window.release()
-                if offered_end is not None:
-                    queue.fresh_offset_min = offered_end
-                return
-            if budget <= 0:  # the next round offers the rest
-                self.kick(queue)
-                if queue.in_flow and queue.cursor.message_count < FLOW_READY_LOW:
-                    queue.in_flow = False
-                return
-        if offered_end is not None:
-            # What the consumers, all out of credit now, could not take had its chance: a
-            # TTL of 0 at the head expires at once, as in RabbitMQ on arrival.
-            queue.fresh_offset_min = offered_end
-            self._expire_head(queue, now_ms, offered_end)
-        # Every consumer is out of credit: flow control (one comparison per round).
-        ready = queue.cursor.message_count
-        if ready > FLOW_READY_HIGH:
-            queue.in_flow = True
-        elif ready < FLOW_READY_LOW:
-            queue.in_flow = False
-
-    # -- the schedule's state, as the gateways read and set it -------------------------------
+    # -- the components' values that the gateways read and set ------------------------------
 
     @property
     def dirty(self) -> set[Queue]:
@@ -476,12 +280,3 @@ class VHost:
         """The definitions records that recreate every durable entity, policy and
         parameter as it is now."""
         return self.entities.ops() + self.policy_set.ops() + self.parameters.ops()
-
-
-def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
-    """Consumers grouped by `x-priority`, highest first, each group in subscription order:
-    a lower group gets messages only while every higher one is out of credit."""
-    groups: dict[int, list[Consumer]] = {}
-    for consumer in consumers:
-        groups.setdefault(consumer.priority, []).append(consumer)
-    return [groups[p] for p in sorted(groups, reverse=True)]
