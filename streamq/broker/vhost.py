@@ -45,6 +45,7 @@ from streamq.broker.vhost_delivery import Delivery
 from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_policies import PolicySet
 from streamq.broker.vhost_publish import Publisher
+from streamq.broker.vhost_records import entity_ops, restore
 from streamq.broker.vhost_routing import RouteFields, Router
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_settle import Settler
@@ -274,9 +275,9 @@ class VHost:
         elif kind in ("parameter", "parameter.delete"):
             self.parameters.restore(op)
         else:
-            self.entities.restore(op)
+            restore(self.entities, op)
 
     def _snapshot(self) -> list[Op]:
         """The definitions records that recreate every durable entity, policy and
         parameter as it is now."""
-        return self.entities.ops() + self.policy_set.ops() + self.parameters.ops()
+        return entity_ops(self.entities) + self.policy_set.ops() + self.parameters.ops()

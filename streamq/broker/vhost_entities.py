@@ -26,10 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from streamq.broker.dedup import deduper_for
-from streamq.broker.definitions import DefinitionsCorrupted, Op, arguments_from_json
 from streamq.broker.errors import (
     AccessRefused,
-    BrokerError,
     NotFound,
     PreconditionFailed,
     QueueUnavailable,
@@ -50,7 +48,6 @@ from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_store import (
     PREDECLARED,
-    PREDECLARED_NAMES,
     Storage,
     binding_op,
     exchange_op,
@@ -116,12 +113,13 @@ class Entities:
                 exchange_name, exchange_type, True, False, False, {}
             )
 
-    def _drop_exchange(self, name: str) -> None:
+    def drop_exchange(self, name: str) -> None:
+        """Remove exchange `name` and the bindings to it (no check, nothing recorded)."""
         exchange = self.exchanges.pop(name, None)
         if exchange is not None:
-            self._unbind_everywhere(Destination("exchange", name))
+            self.unbind_everywhere(Destination("exchange", name))
 
-    def _unbind_everywhere(self, destination: Destination) -> list[Exchange]:
+    def unbind_everywhere(self, destination: Destination) -> list[Exchange]:
         """Remove every binding to `destination`; returns the exchanges that lost some."""
         if self.binding_listeners:
             for exchange in self.exchanges.values():
@@ -136,7 +134,7 @@ class Entities:
     def _auto_delete_exchange(self, exchange: Exchange) -> None:
         """An auto-delete exchange lost its last binding."""
         if exchange.auto_delete and not exchange.bindings and exchange.name in self.exchanges:
-            self._drop_exchange(exchange.name)
+            self.drop_exchange(exchange.name)
             self.publisher.delayed.drop_exchange(exchange.name)
             if exchange.durable:
                 self.definitions.record({"op": "exchange.delete", "name": exchange.name})
@@ -193,7 +191,7 @@ class Entities:
         # RabbitMQ: in use means a source of bindings; being a destination is no use.
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
-        self._drop_exchange(name)
+        self.drop_exchange(name)
         self.publisher.delayed.drop_exchange(name)
         if exchange.durable:
             self.definitions.record({"op": "exchange.delete", "name": name})
@@ -226,7 +224,7 @@ class Entities:
         if source == "" or destination == _DEFAULT_EXCHANGE:
             raise AccessRefused(DEFAULT_EXCHANGE_REFUSED)
         exchange = self.exchanges.get(source)
-        if exchange is None or not self._exists(destination):
+        if exchange is None or not self.exists(destination):
             return  # RabbitMQ: unbinding what does not exist succeeds
         removed = exchange.unbind(destination, routing_key, arguments)
         if removed and exchange.durable and self.persisted(destination):
@@ -339,7 +337,7 @@ class Entities:
             for listener in tuple(self.stream_removed_listeners):
                 listener(queue)
         self.storage.remove_journal(queue)
-        for exchange in self._unbind_everywhere(Destination("queue", queue.name)):
+        for exchange in self.unbind_everywhere(Destination("queue", queue.name)):
             self._auto_delete_exchange(exchange)
         return count
 
@@ -361,73 +359,6 @@ class Entities:
             self.remove_queue(queue)
         return expired
 
-    # -- the definitions journal ----------------------------------------------------------
-
-    def restore(self, op: Op) -> None:
-        """Replay one definitions record of an exchange, a queue or a binding: a change,
-        applied without side effects (start-up only). Raises DefinitionsCorrupted."""
-        kind = op["op"]
-        name = str(op.get("name", ""))
-        if kind == "exchange":
-            try:
-                exchange = Exchange(
-                    name,
-                    str(op["type"]),
-                    True,
-                    bool(op.get("auto_delete")),
-                    bool(op.get("internal")),
-                    arguments_from_json(op.get("arguments")),
-                )
-                exchange.user = str(op.get("user", ""))  # absent from older journals
-                self.exchanges[name] = exchange
-            except BrokerError as exc:
-                logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
-        elif kind == "exchange.delete":
-            self._drop_exchange(name)
-        elif kind == "queue":
-            self.queues[name] = Queue(
-                name,
-                True,
-                None,
-                bool(op.get("auto_delete")),
-                arguments_from_json(op.get("arguments")),
-            )
-        elif kind == "queue.delete":
-            if self.queues.pop(name, None) is not None:
-                self._unbind_everywhere(Destination("queue", name))
-        elif kind in ("bind", "unbind"):
-            source = self.exchanges.get(str(op.get("source")))
-            destination = Destination(str(op.get("kind")), str(op.get("destination")))
-            if source is None or not self._exists(destination):
-                return
-            arguments = arguments_from_json(op.get("arguments"))
-            if kind == "bind":
-                source.bind(destination, str(op.get("routing_key")), arguments)
-            else:
-                source.unbind(destination, str(op.get("routing_key")), arguments)
-        else:
-            raise DefinitionsCorrupted(self.definitions.path, 0, f"unknown op {kind!r}")
-
-    def ops(self) -> list[Op]:
-        """The definitions records that recreate every durable exchange, queue and
-        binding as it is now."""
-        ops: list[Op] = [
-            exchange_op(e)
-            for e in self.exchanges.values()
-            if e.durable and e.name not in PREDECLARED_NAMES
-        ]
-        ops += [queue_op(q) for q in self.queues.values() if q.persisted]
-        for exchange in self.exchanges.values():
-            if exchange.durable:
-                ops += [
-                    binding_op(
-                        "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
-                    )
-                    for b in exchange.bindings_in_order()
-                    if self.persisted(b.destination)
-                ]
-        return ops
-
     def persisted(self, destination: Destination) -> bool:
         """Whether `destination` exists and is recorded in the definitions journal."""
         if destination.kind == "queue":
@@ -436,7 +367,8 @@ class Entities:
         exchange = self.exchanges.get(destination.name)
         return exchange is not None and exchange.durable
 
-    def _exists(self, destination: Destination) -> bool:
+    def exists(self, destination: Destination) -> bool:
+        """Whether the queue or exchange `destination` names is declared."""
         if destination.kind == "queue":
             return destination.name in self.queues
         return destination.name in self.exchanges
