@@ -14,7 +14,7 @@ from amqp_gateway import access, errors, reply_to
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
 from amqp_gateway.codec import methods as m
 from streamq.broker.exchange import Destination
-from streamq.broker.vhost import DEFAULT_EXCHANGE_REFUSED
+from streamq.broker.vhost_entities import DEFAULT_EXCHANGE_REFUSED
 
 if TYPE_CHECKING:
     from amqp_gateway.session import AmqpSession

@@ -234,7 +234,7 @@ def store(s: AmqpSession, vhost: VHost, channel: ChannelSession, routed: RoutedP
     for queue in queues:  # publisher flow control: one flag per routed queue
         if queue.in_flow:
             s.flow_queue = queue
-    if vhost.publish_rejected and channel.confirm:
+    if vhost.publisher.publish_rejected and channel.confirm:
         channel.rejected_seqs.append(channel.publish_seq)
     if reply and publish.exchange == "" and publish.routing_key.startswith(REPLY_PREFIX):
         # Direct reply-to; still unrouted for `mandatory`, as RabbitMQ 3.x.

@@ -41,7 +41,7 @@ from streamq.broker.equivalence import type_name
 from streamq.broker.exchange import Exchange
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
-from streamq.broker.vhost_publish import RouteFields
+from streamq.broker.vhost_routing import RouteFields
 
 HEADERS_FLAG_BYTE0: Final = 0x20  # property flags: bit 13, headers
 REPLY_TO_FLAG_BYTE0: Final = 0x02  # property flags: bit 9, reply-to

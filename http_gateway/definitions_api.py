@@ -74,7 +74,7 @@ def vhost_entities(vhost: VHost, with_vhost: bool) -> dict[str, list[Entry]]:
         if exchange.name == "" or not exchange.durable:
             continue
         for binding in sorted(exchange.bindings, key=lambda b: (b.destination, b.routing_key)):
-            if not vhost._persisted(binding.destination):
+            if not vhost.entities.persisted(binding.destination):
                 continue
             bindings.append(
                 {

@@ -20,8 +20,10 @@ had it before the restart get it twice, as from RabbitMQ, whose worker keeps the
 confirms it received in memory only. A queue that stops being at-least-once (a policy
 change) drops what it held, as RabbitMQ deletes the messages not yet confirmed then.
 
-It knows no AMQP (the copy's properties come from the vhost's `PropertiesCodec`) and
-never blocks: the housekeeping tick calls `tick`, which does a bounded amount of work.
+It knows no AMQP (the copy's properties come from the gateway's `PropertiesCodec`, which
+the `Router` holds) and never blocks: the housekeeping tick calls `tick`, which does a
+bounded amount of work. A copy is routed by the vhost's `Router` and published by its
+`Publisher`, like any publish; the `Settler` (`vhost_settle.py`) owns this object.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
-from streamq.broker.deadletter import PropertiesCodec, dead_letter_copy
+from streamq.broker.deadletter import dead_letter_copy
 from streamq.broker.delivery import MessageUnreadable, read_message
-from streamq.broker.exchange import Exchange
 from streamq.broker.queue import Queue
+from streamq.broker.vhost_publish import Publisher
+from streamq.broker.vhost_routing import Router
+from streamq.broker.vhost_schedule import Schedule
 from streamq.log.format import Record
 from streamq.log.log import SegmentLog
 from streamq.queues.journal import dead_mark, dead_of
@@ -49,32 +53,6 @@ HOLDS_PER_EXPIRY_MAX: Final = 1024
 # Dead letters sent again per vhost per tick: each reads its message back from the log,
 # so a backlog held by a full target costs the event loop a bounded slice per tick.
 SENDS_PER_TICK_MAX: Final = 256
-
-
-class DeadLetterHost(Protocol):
-    """What dead letters need of their vhost."""
-
-    name: str
-    queues: dict[str, Queue]
-    exchanges: dict[str, Exchange]
-    log: SegmentLog
-    properties_codec: PropertiesCodec | None
-
-    def dead_letter_route(self, exchange_name: str) -> Callable[[str, bytes], list[Queue]]: ...
-
-    def publish(
-        self,
-        exchange_name: str,
-        routing_key: str,
-        properties_raw: bytes,
-        body: bytes,
-        queues: list[Queue],
-        timestamp_ms: int | None = None,
-    ) -> int | None: ...
-
-    def fail_queue(self, queue: Queue, reason: str) -> None: ...
-
-    def drain(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -115,10 +93,15 @@ class QueueDeadLetters:
 class DeadLetters:
     """The dead letters held by the at-least-once queues of one vhost."""
 
-    __slots__ = ("_host", "_logged", "held")
+    __slots__ = ("_logged", "_publisher", "_router", "_schedule", "drain", "held", "name")
 
-    def __init__(self, host: DeadLetterHost) -> None:
-        self._host = host
+    def __init__(self, router: Router, publisher: Publisher, schedule: Schedule) -> None:
+        self.name = publisher.name
+        self._router = router  # routes the copies; the registry; the gateway's codec
+        self._publisher = publisher  # publishes the copies; the vhost's log
+        self._schedule = schedule  # fails a queue whose message cannot be read
+        # Wired in by the vhost (delivery is a component above this one): a drain round.
+        self.drain: Callable[[], None] = _unwired
         self.held: dict[Queue, QueueDeadLetters] = {}
         self._logged: set[tuple[str, str]] = set()  # (queue, problem) warned about once
 
@@ -135,9 +118,9 @@ class DeadLetters:
         record = taken
         if record is None:
             try:
-                record = read_message(self._host.log, offset)
+                record = read_message(self._publisher.log, offset)
             except MessageUnreadable as exc:
-                self._host.fail_queue(queue, str(exc))
+                self._schedule.fail_queue(queue, str(exc))
                 return
         time_s = now_ms // 1000
         size = None if taken is None else len(record.body)
@@ -169,7 +152,7 @@ class DeadLetters:
         LogError when a message cannot be read."""
         entries = self.held.setdefault(queue, QueueDeadLetters())
         for offset, mark in sorted(marks.items()):
-            size = len(self._host.log.read_record(offset).body)
+            size = len(self._publisher.log.read_record(offset).body)
             if queue.cursor.restore_dead(offset, size, mark):
                 reason, time_s = dead_of(mark)
                 entries.file(HeldDeadLetter(offset, reason, time_s))
@@ -185,7 +168,7 @@ class DeadLetters:
             logger.warning(
                 "vhost %s: queue %r dropped %d dead letters not yet confirmed "
                 "(no longer at-least-once)",
-                self._host.name,
+                self.name,
                 queue.name,
                 len(entries),
             )
@@ -196,7 +179,7 @@ class DeadLetters:
         released = 0
         budget = SENDS_PER_TICK_MAX
         for queue, entries in list(self.held.items()):
-            if self._host.queues.get(queue.name) is not queue or queue.failed is not None:
+            if self._router.queues.get(queue.name) is not queue or queue.failed is not None:
                 del self.held[queue]  # deleted, or failed: what it held went with it
                 continue
             for held in list(entries.sent.values()):
@@ -218,26 +201,26 @@ class DeadLetters:
                 break  # the rest come later still
             budget -= 1
             try:
-                record = read_message(self._host.log, held.offset)
+                record = read_message(self._publisher.log, held.offset)
             except MessageUnreadable as exc:
-                self._host.fail_queue(queue, str(exc))
+                self._schedule.fail_queue(queue, str(exc))
                 break
             if self._send(queue, held, record, now_ms):
                 # Hand the copy to the target's consumers now, as a publish is handed
                 # on arrival, so that it no longer counts against the target's limit
                 # when the next dead letter tries it.
-                self._host.drain()
+                self.drain()
             entries.file(held)
         return budget
 
     def _send(self, queue: Queue, held: HeldDeadLetter, record: Record, now_ms: int) -> bool:
         """Publish the copy to the targets that do not have it and take it now; returns
         whether it went to any."""
-        host = self._host
+        router, publisher = self._router, self._publisher
         held.retry_at_ms = now_ms + RETRY_INTERVAL_MS
         exchange_name = queue.dead_letter_exchange
-        codec = host.properties_codec
-        if exchange_name is None or codec is None or exchange_name not in host.exchanges:
+        codec = router.properties_codec
+        if exchange_name is None or codec is None or exchange_name not in router.exchanges:
             self._warn(queue, f"its dead-letter exchange {exchange_name!r} does not exist")
             return False
         copy = dead_letter_copy(
@@ -246,7 +229,7 @@ class DeadLetters:
             record,
             held.reason,
             held.time_s,
-            host.dead_letter_route(exchange_name),
+            router.dead_letter_route(exchange_name),
         )
         if not copy.targets:
             if held.sent_to:
@@ -259,11 +242,11 @@ class DeadLetters:
         size = len(record.body)
         taking = [q for q in due if not q.refuses(size)]
         if taking:
-            host.publish(
+            publisher.publish(
                 exchange_name, copy.routing_key, copy.properties, record.body, taking, now_ms
             )
             held.sent_to.update(q.name for q in taking)
-            held.copies.append((host.log, host.log.next_offset))
+            held.copies.append((publisher.log, publisher.log.next_offset))
             for target in taking:
                 if target.stream is not None:
                     held.copies.append((target.stream.log, target.stream.log.next_offset))
@@ -277,7 +260,11 @@ class DeadLetters:
             self._logged.add((queue.name, problem))
             logger.warning(
                 "vhost %s: queue %r holds dead letters (at-least-once): %s",
-                self._host.name,
+                self.name,
                 queue.name,
                 problem,
             )
+
+
+def _unwired() -> None:
+    raise AssertionError("the vhost wires this in before the first tick")

@@ -1,11 +1,15 @@
-"""A vhost's durable state: replaying and snapshotting its definitions, and restoring
-its queues (as cursors over the log, from their journals) and streams at start-up.
+"""A vhost's durable state on disk: its message log, definitions journal, queue journals
+and stream directories, their sync rounds, and restoring queues from them at start-up.
 
-Owns the part of `VHost` that reads and writes the vhost directory beside the message
-log: the definitions journal's records (as changes, applied without side effects), the
-queue journals and stream logs of durable queues, the files of deleted ones, and the sync
-companion that hands them to the log's fsync rounds. `VHost` mixes it in; it holds no
-state of its own.
+Owns the vhost directory: the shared segment log of its classic queues (`messages/`),
+the definitions journal (`definitions`, whose records other components make and replay:
+`exchange_op`, `queue_op`, `binding_op` below), one journal per durable classic queue
+(`queues/`, restored into the queues' cursors at start-up, created and removed with the
+queues), the directories of stream logs (`streams/`), and the log's sync companion that
+hands every journal with new entries to the log's fsync rounds (one fsync round covers
+messages, queue journals and definitions alike). It is the lowest component but one
+(see docs/architecture.md, "The vhost's components"): it is given the queues it works on
+and imports no other component of the vhost.
 """
 
 from __future__ import annotations
@@ -13,23 +17,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
 
-from streamq.broker.dead_letters import DeadLetters
 from streamq.broker.deadletter import may_expire
 from streamq.broker.definitions import (
-    DefinitionsCorrupted,
     DefinitionsJournal,
     Op,
-    arguments_from_json,
     arguments_to_json,
 )
-from streamq.broker.delayed import DelayedStore
-from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination, Exchange
-from streamq.broker.parameters import RuntimeParameters
-from streamq.broker.policies import Policy, PolicyInvalid, policy_from_op, policy_op
 from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import STREAM
@@ -38,10 +36,11 @@ from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.format import Record
-from streamq.log.log import CompanionWork, SegmentLog
+from streamq.log.log import MIB, CompanionWork, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.queues.journal import JournalCorrupted, QueueJournal, Replay
 from streamq.queues.offsets import OffsetsCorrupted
+from streamq.queues.stream import StreamQueue
 
 logger = logging.getLogger(__name__)
 
@@ -56,138 +55,128 @@ PREDECLARED: Final = (
 PREDECLARED_NAMES: Final = frozenset(name for name, _ in PREDECLARED)
 RESTORE_READ_RECORDS: Final = 1024  # records read from the log per call while restoring
 JOURNAL_SUFFIX: Final = ".journal"
+# The log of the vhost's classic-queue messages rolls every 64 MiB: each roll costs about
+# a millisecond on the event loop and as much on the Syncer thread (a file created, an
+# index written and fsynced, the directory fsynced), which at 8 MiB segments was 8 us of
+# every 64 KiB publish (docs/perf.md, "Direct I/O segment writes"). The price: disk comes
+# back in 64 MiB steps as queues move on. Its writes go to the disk 4 MiB at a time,
+# which halved the Syncer's time per MiB against 1 MiB writes (one log per vhost: the
+# larger buffer is not multiplied by the number of queues).
+# The newest 32 MiB stay in memory after their write, so that consumers keeping up with
+# publishers read from memory rather than from the disk past the page cache.
+MESSAGE_LOG_CONFIG: Final = LogConfig(
+    segment_bytes_max=64 * MIB,
+    write_buffer_bytes_max=4 * MIB,
+    writes_pending_bytes_max=16 * MIB,
+    recent_bytes_max=32 * MIB,
+)
 
 
-class VHostStore:
-    """Mixed into `VHost`; the attributes below are the vhost's."""
+class Storage:
+    """The files of one vhost: message log, definitions and queue journals, streams."""
 
-    name: str
-    directory: str
-    failover: bool  # restored classic-queue messages come back redelivered
-    exchanges: dict[str, Exchange]
-    queues: dict[str, Queue]
-    log: SegmentLog
-    definitions: DefinitionsJournal
-    _syncer: Syncer
-    _streams_dir: str
-    _queues_dir: str
-    _queues_dir_dirty: bool
-    _dirty_journals: set[QueueJournal]
-    _stream_count: int
-    delayed: DelayedStore
-    policies: dict[str, Policy]
-    operator_policies: dict[str, Policy]
-    parameters: RuntimeParameters
-    dead_letters: DeadLetters
+    __slots__ = (
+        "_dirty_journals",
+        "_queues_dir",
+        "_queues_dir_dirty",
+        "_streams_dir",
+        "_syncer",
+        "definitions",
+        "directory",
+        "failover",
+        "log",
+        "name",
+    )
 
-    def _drop_exchange(self, name: str) -> None:
-        raise NotImplementedError  # VHost's
+    def __init__(self, name: str, directory: str, syncer: Syncer, *, failover: bool) -> None:
+        """Open the message log and make the vhost's directories (blocking: start-up
+        only); `open_definitions` follows. With `failover` (a node promoted to cluster
+        leader), every message restored into a classic queue comes back flagged
+        redelivered (see `_restore_cursor`). Raises LogError and OSError."""
+        self.name = name
+        self.directory = directory
+        self.failover = failover
+        self._syncer = syncer
+        self.log = SegmentLog.open(
+            os.path.join(directory, "messages"), MESSAGE_LOG_CONFIG, syncer=syncer
+        )
+        self._streams_dir = os.path.join(directory, "streams")
+        self._queues_dir = os.path.join(directory, "queues")
+        self._queues_dir_dirty = False
+        self._dirty_journals: set[QueueJournal] = set()
+        files.makedirs(self._queues_dir)
+        files.makedirs(self._streams_dir)
+        fsync_directory(directory)
 
-    def _unbind_everywhere(self, destination: Destination) -> list[Exchange]:
-        raise NotImplementedError  # VHost's
-
-    def _policy_table(self, operator: bool) -> dict[str, Policy]:
-        # VHostPolicies', which comes first in VHost's bases.
-        raise NotImplementedError
-
-    def _apply(self, op: Op) -> None:
-        """Replay one definitions record: a change, applied without side effects."""
-        kind = op["op"]
-        name = str(op.get("name", ""))
-        if kind == "exchange":
-            try:
-                exchange = Exchange(
-                    name,
-                    str(op["type"]),
-                    True,
-                    bool(op.get("auto_delete")),
-                    bool(op.get("internal")),
-                    arguments_from_json(op.get("arguments")),
-                )
-                exchange.user = str(op.get("user", ""))  # absent from older journals
-                self.exchanges[name] = exchange
-            except BrokerError as exc:
-                logger.error("vhost %s: cannot restore exchange %r: %s", self.name, name, exc)
-        elif kind == "exchange.delete":
-            self._drop_exchange(name)
-        elif kind == "queue":
-            self.queues[name] = Queue(
-                name,
-                True,
-                None,
-                bool(op.get("auto_delete")),
-                arguments_from_json(op.get("arguments")),
-            )
-        elif kind == "queue.delete":
-            if self.queues.pop(name, None) is not None:
-                self._unbind_everywhere(Destination("queue", name))
-        elif kind in ("policy", "operator_policy"):
-            try:
-                policy = policy_from_op(op)
-            except PolicyInvalid as exc:
-                logger.error("vhost %s: policy %r not restored: %s", self.name, name, exc)
-                return
-            self._policy_table(kind == "operator_policy")[name] = policy
-        elif kind in ("policy.delete", "operator_policy.delete"):
-            self._policy_table(kind == "operator_policy.delete").pop(name, None)
-        elif kind in ("parameter", "parameter.delete"):
-            self.parameters.restore(op)
-        elif kind in ("bind", "unbind"):
-            source = self.exchanges.get(str(op.get("source")))
-            destination = Destination(str(op.get("kind")), str(op.get("destination")))
-            if source is None or not self._exists(destination):
-                return
-            arguments = arguments_from_json(op.get("arguments"))
-            if kind == "bind":
-                source.bind(destination, str(op.get("routing_key")), arguments)
-            else:
-                source.unbind(destination, str(op.get("routing_key")), arguments)
-        else:
-            raise DefinitionsCorrupted(self.definitions.path, 0, f"unknown op {kind!r}")
-
-    def _snapshot(self) -> list[Op]:
-        """The definitions records that recreate every durable entity as it is now."""
-        ops: list[Op] = [
-            exchange_op(e)
-            for e in self.exchanges.values()
-            if e.durable and e.name not in PREDECLARED_NAMES
-        ]
-        ops += [queue_op(q) for q in self.queues.values() if q.persisted]
-        for exchange in self.exchanges.values():
-            if exchange.durable:
-                ops += [
-                    binding_op(
-                        "bind", exchange.name, b.destination, b.routing_key, dict(b.arguments)
-                    )
-                    for b in exchange.bindings_in_order()
-                    if self._persisted(b.destination)
-                ]
-        ops += [policy_op(p, operator=False) for p in self.policies.values()]
-        ops += [policy_op(p, operator=True) for p in self.operator_policies.values()]
-        ops += self.parameters.ops()
+    def open_definitions(self) -> list[Op]:
+        """Open the definitions journal; returns its records, for the components to
+        replay (start-up only). Raises DefinitionsCorrupted and OSError."""
+        self.definitions, ops = DefinitionsJournal.open(os.path.join(self.directory, "definitions"))
         return ops
 
-    def _persisted(self, destination: Destination) -> bool:
-        if destination.kind == "queue":
-            queue = self.queues.get(destination.name)
-            return queue is not None and queue.persisted
-        exchange = self.exchanges.get(destination.name)
-        return exchange is not None and exchange.durable
+    def create_journal(self, queue_name: str) -> QueueJournal:
+        """A new, empty journal for a durable classic queue (its file's creation is
+        durable after the next sync round, which fsyncs the directory)."""
+        self._queues_dir_dirty = True
+        return QueueJournal.create(self._journal_path(queue_name), self._dirty_journals)
 
-    def _exists(self, destination: Destination) -> bool:
-        if destination.kind == "queue":
-            return destination.name in self.queues
-        return destination.name in self.exchanges
+    def remove_journal(self, queue: Queue) -> None:
+        """Close and remove the journal of a queue being deleted, if it has one."""
+        journal = queue.cursor.journal
+        if journal is not None:
+            # The journal's removal is made durable by the directory fsync of the round
+            # that writes the queue.delete record.
+            queue.cursor.journal = None
+            self._dirty_journals.discard(journal)
+            journal.close()
+            files.remove(journal.path)
+            self._queues_dir_dirty = True
+
+    def open_stream(self, queue: Queue) -> StreamQueue:
+        """Create or open the log of stream `queue` (blocking). Raises LogError."""
+        return open_stream(self._stream_dir(queue.name), queue, self._syncer)
+
+    def delete_stream_files(self, queue: Queue) -> None:
+        """Remove a deleted stream's files (also a failed stream's)."""
+        delete_stream_files(self._stream_dir(queue.name))
+
+    def collect_segments(self, queues: Iterable[Queue]) -> int:
+        """Delete log segments that none of `queues` (all the vhost's) needs any more;
+        returns how many.
+
+        A segment goes when every offset in it is below the lowest offset any queue still
+        holds (ready or unacked). The deletion is durable after the next sync round.
+        """
+        queues = list(queues)
+        now_ms = int(time.time() * 1000)
+        for queue in queues:
+            if queue.stream is not None:
+                queue.stream.apply_retention(now_ms, force=True)  # max-age moves with time
+        if any(q.failed is not None and q.arguments.get("x-queue-type") != STREAM for q in queues):
+            return 0  # a failed classic queue's messages stay for inspection
+        low = self.log.next_offset
+        for queue in queues:
+            needed = queue.cursor.low_water_offset()
+            if needed is not None and needed < low:
+                low = needed
+        return self.log.drop_segments_before(low)
 
     def _journal_path(self, queue_name: str) -> str:
         digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
         return os.path.join(self._queues_dir, digest + JOURNAL_SUFFIX)
 
-    def _restore_queues(self) -> None:
+    def restore_queues(
+        self,
+        queues: Iterable[Queue],
+        restore_dead: Callable[[Queue, Mapping[int, int]], None],
+    ) -> int:
         """Open every durable queue's journal, drop files of queues that are gone, and load
-        the messages the queues hold from the log."""
-        self._restore_streams()
-        wanted = {self._journal_path(q.name): q for q in self.queues.values() if q.stream is None}
+        the messages the queues hold from the log; `restore_dead` takes the dead letters
+        a queue's journal says it holds (it raises LogError when one cannot be read).
+        Returns how many streams were opened (start-up only)."""
+        queues = list(queues)
+        streams = self._restore_streams(queues)
+        wanted = {self._journal_path(q.name): q for q in queues if q.stream is None}
         for entry in os.listdir(self._queues_dir):
             path = os.path.join(self._queues_dir, entry)
             if path not in wanted:
@@ -217,7 +206,7 @@ class VHostStore:
             try:
                 self._restore_cursor(queue, journal, replayed)
                 if replayed.dead:
-                    self.dead_letters.restore(queue, replayed.dead)
+                    restore_dead(queue, replayed.dead)
             except (LogError, OSError) as exc:
                 logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, exc)
                 queue.failed = f"its messages cannot be read: {exc}"
@@ -227,6 +216,7 @@ class VHostStore:
             logger.info(
                 "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
             )
+        return streams
 
     def _restore_cursor(self, queue: Queue, journal: QueueJournal, replayed: Replay) -> None:
         """Give the queue what its journal holds. A plain queue takes the runs as they
@@ -280,10 +270,12 @@ class VHostStore:
         digest = hashlib.sha1(queue_name.encode("utf-8", "surrogateescape")).hexdigest()
         return os.path.join(self._streams_dir, digest)
 
-    def _restore_streams(self) -> None:
-        """Open every stream's log (recovering it); remove logs of deleted streams."""
+    def _restore_streams(self, queues: list[Queue]) -> int:
+        """Open every stream's log (recovering it); remove logs of deleted streams.
+        Returns how many were opened."""
+        opened = 0
         wanted: dict[str, Queue] = {}
-        for queue in self.queues.values():
+        for queue in queues:
             if queue.arguments.get("x-queue-type") == STREAM:
                 wanted[self._stream_dir(queue.name)] = queue
         for entry in os.listdir(self._streams_dir):
@@ -299,9 +291,10 @@ class VHostStore:
                 logger.error("vhost %s: stream %r not restored: %s", self.name, queue.name, exc)
                 queue.failed = str(exc)
                 continue
-            self._stream_count += 1
+            opened += 1
+        return opened
 
-    def _prepare_sync(self) -> CompanionWork:
+    def prepare_sync(self) -> CompanionWork:
         """The log's sync companion: hand the round every journal with new entries."""
         fds: list[int] = []
         writes: list[tuple[int, bytes]] = []
@@ -326,16 +319,36 @@ class VHostStore:
 
     def needs_sync(self) -> bool:
         """Whether definitions or queue journals hold changes not yet written."""
-        return (
-            self.definitions.dirty
-            or bool(self._dirty_journals)
-            or self._queues_dir_dirty
-            or self.delayed.dirty
-        )
+        return self.definitions.dirty or bool(self._dirty_journals) or self._queues_dir_dirty
 
     async def sync_all(self) -> None:
         """Make every change so far durable: messages, queue journals, definitions."""
         await self.log.sync(companions=True)
+
+    async def close(self, queues: Iterable[Queue]) -> None:
+        """Write and fsync the message log and the streams' logs (after any round in
+        flight), then close them; `close_journals` follows."""
+        await self.log.close()
+        for queue in queues:
+            if queue.stream is not None:
+                await queue.stream.log.close()
+
+    def close_blocking(self, queues: Iterable[Queue]) -> None:
+        """`close`, blocking (shutdown only)."""
+        self.log.close_blocking()
+        for queue in queues:
+            if queue.stream is not None:
+                queue.stream.log.close_blocking()
+
+    def close_journals(self, queues: Iterable[Queue]) -> None:
+        """Close the definitions journal and the queues' journals and stream files."""
+        self.definitions.close()
+        for queue in queues:
+            if queue.stream is not None:
+                queue.stream.offsets.close()
+                queue.stream.publishers.close()
+            if queue.cursor.journal is not None:
+                queue.cursor.journal.close()
 
 
 def exchange_op(exchange: Exchange) -> Op:

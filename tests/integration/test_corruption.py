@@ -14,7 +14,7 @@ import pika.exceptions
 import pytest
 
 from streamq.broker.accounts import AccountStore
-from streamq.broker.vhost import MESSAGE_LOG_CONFIG
+from streamq.broker.vhost_store import MESSAGE_LOG_CONFIG
 from streamq.queues.stream import TAIL_RECORDS_MAX
 from tests.integration.conftest import RunningBroker, broker_on, drain_bodies
 

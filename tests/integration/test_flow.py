@@ -17,7 +17,7 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from amqp_gateway import session
-from streamq.broker import vhost as vhost_module
+from streamq.broker import vhost_delivery as vhost_module
 from tests.integration.conftest import RunningBroker
 
 HIGH = 300

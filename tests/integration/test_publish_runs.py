@@ -1,6 +1,7 @@
 """Publish runs end to end: whole publishes of one read with one channel, exchange and
 routing key are routed once and stored in one step (amqp_gateway/publishing.py `publish_run`,
-streamq/broker/vhost_runs.py); anything unusual in a run takes the per-message path.
+streamq/broker/vhost_publish.py `Publisher.publish_run`); anything unusual in a run takes
+the per-message path.
 
 Method: a raw socket writes many publishes in one `sendall`, so that the broker reads
 them together and splits them into runs, mixing cases that must leave the fast path;

@@ -23,7 +23,7 @@ import pytest
 from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 
-from streamq.broker import vhost as vhost_module
+from streamq.broker import vhost_delivery as vhost_module
 from streamq.broker.resources import ResourceLimits
 from tests.integration.conftest import RunningBroker
 from tests.integration.ws_amqp import RawAmqp, method, publish

@@ -13,7 +13,8 @@ import pytest
 from amqp_gateway.codec import BasicProperties, encode_properties
 from amqp_gateway.deaths import AmqpPropertiesCodec
 from streamq.broker.queue import Queue
-from streamq.broker.vhost import DRAIN_DELIVERIES_MAX, VHost
+from streamq.broker.vhost import VHost
+from streamq.broker.vhost_delivery import DRAIN_DELIVERIES_MAX
 from streamq.log.syncer import Syncer
 from tests.unit.broker.consumers import RecordingConsumer
 

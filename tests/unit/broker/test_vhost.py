@@ -9,10 +9,11 @@ import pytest
 
 from amqp_gateway.codec import BasicProperties, decode_properties, encode_properties
 from amqp_gateway.deaths import AmqpPropertiesCodec
+from streamq.broker import vhost_store
 from streamq.broker.errors import AccessRefused, NotFound, PreconditionFailed
 from streamq.broker.exchange import Destination, topic_match, topic_words
 from streamq.broker.vhost import VHost
-from streamq.log.log import LogConfig, SegmentLog
+from streamq.log.log import LogConfig
 from streamq.log.syncer import Syncer
 from tests.unit.broker.consumers import RecordingConsumer
 
@@ -20,11 +21,10 @@ PLAIN = encode_properties(BasicProperties())
 
 
 @pytest.fixture
-def vhost(tmp_path: Path) -> VHost:
-    host = VHost("/", str(tmp_path), Syncer())
-    host.log.close_blocking()
-    host.log = SegmentLog.open(str(tmp_path / "small"), LogConfig(segment_bytes_max=4096))
-    return host
+def vhost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> VHost:
+    # Small segments, so that a few messages fill several.
+    monkeypatch.setattr(vhost_store, "MESSAGE_LOG_CONFIG", LogConfig(segment_bytes_max=4096))
+    return VHost("/", str(tmp_path), Syncer())
 
 
 def test_segments_are_collected_when_no_queue_needs_them(vhost: VHost) -> None:
