@@ -7,7 +7,7 @@ Usage: python benchmarks/compare.py URL_A URL_B [URL_C] [--pid-a PID] [--pid-b P
            [--stream-a HOST:PORT] [--stream-b HOST:PORT] [--stream-c HOST:PORT]
 
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
-`benchmarks/queue_features.py`) against A and B (and C) in turn, A B C A B C, three
+`benchmarks/queue_features.py`, the request/reply ones of `benchmarks/request_reply.py`) against A and B (and C) in turn, A B C A B C, three
 repetitions of 5 s (--quick: one of 2 s; the 1M-message fills stay 1M), and prints per
 scenario the medians (for the memory scenarios the largest repetition, since later ones
 reuse what earlier ones freed), the A/B ratio and whether A meets the target against B
@@ -53,6 +53,7 @@ from benchmarks.compare_report import (
 )
 from benchmarks.perf_process import ScenarioError, default_streamq
 from benchmarks.queue_features import queue_feature_scenarios
+from benchmarks.request_reply import request_reply_scenarios
 from benchmarks.rss import RssSampler, read_status_kib
 from benchmarks.scenarios import Broker, Run, Scenario, Settings, matrix
 from benchmarks.stream_compare import parse_address, stream_scenarios
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     brokers = brokers_from(args)
     name_c = args.name_c if args.url_c else None
-    scenarios = select(matrix(settings) + queue_feature_scenarios() + streams(args), args.only)
+    every = matrix(settings) + queue_feature_scenarios() + request_reply_scenarios()
+    scenarios = select(every + streams(args), args.only)
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
     peaks = Peaks()
