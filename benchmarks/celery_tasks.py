@@ -101,29 +101,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-class Workers:
-    """`count` Celery worker processes on `url` and `queue`, each in its own session, so
-    stopping one signals only its process group (the worker and its pool children)."""
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    pool: str
+    concurrency: int
+    prefetch_multiplier: int
+    count: int = 1
 
-    def __init__(self, url: str, queue: str, args: argparse.Namespace, log_dir: Path) -> None:
+
+class Workers:
+    """`settings.count` Celery worker processes on `url` and `queue`, each in its own
+    session, so stopping one signals only its process group (the worker and its pool
+    children)."""
+
+    def __init__(self, url: str, queue: str, settings: WorkerSettings, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, BROKER_ENV: url, QUEUE_ENV: queue}
-        env[PREFETCH_ENV] = str(args.prefetch_multiplier)
+        env[PREFETCH_ENV] = str(settings.prefetch_multiplier)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-        self.logs = [log_dir / f"{queue}-worker{index}.log" for index in range(args.workers)]
-        self.processes = [self._start(args, env, index, log) for index, log in enumerate(self.logs)]
+        self.logs = [log_dir / f"{queue}-worker{index}.log" for index in range(settings.count)]
+        self.processes = [
+            self._start(settings, env, index, log) for index, log in enumerate(self.logs)
+        ]
 
     @staticmethod
     def _start(
-        args: argparse.Namespace, env: dict[str, str], index: int, log: Path
+        settings: WorkerSettings, env: dict[str, str], index: int, log: Path
     ) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "celery", "-A", "benchmarks.celery_app", "worker"]
-        command += ["--pool", args.pool, "--concurrency", str(args.concurrency)]
+        command += ["--pool", settings.pool, "--concurrency", str(settings.concurrency)]
         command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         command += ["--loglevel", "WARNING", "--hostname", f"bench{index}-{os.getpid()}@%h"]
         with log.open("wb") as output:
             return subprocess.Popen(
                 command, cwd=REPO, env=env, stdout=output, stderr=output, start_new_session=True
             )
+
+    def kill(self) -> None:
+        """SIGKILL each worker's process group (the group this script made), no shutdown."""
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(WORKER_STOP_TIMEOUT_S)
 
     def check_alive(self) -> None:
         for process, log in zip(self.processes, self.logs, strict=True):
@@ -188,7 +207,8 @@ def run_once(
     queue = f"celery-bench-{os.getpid()}-{name}-{pool}-{repetition}"
     celery = make_app(url, queue, args.prefetch_multiplier)
     load = os.getloadavg()
-    workers = Workers(url, queue, argparse.Namespace(**{**vars(args), "pool": pool}), log_dir)
+    settings = WorkerSettings(pool, args.concurrency, args.prefetch_multiplier, args.workers)
+    workers = Workers(url, queue, settings, log_dir)
     try:
         wait_first_result(celery, workers)
         timeout_s = args.timeout_s or args.tasks / TASK_RATE_MIN + TIMEOUT_MARGIN_S
