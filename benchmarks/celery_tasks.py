@@ -3,6 +3,7 @@
 Usage: python benchmarks/celery_tasks.py URL_A [URL_B [URL_C]] [--names A,B,C]
            [--tasks N] [--pool threads|prefork|both] [--concurrency N] [--workers N]
            [--prefetch-multiplier N] [--retry-every N] [--repetitions N] [--json FILE]
+           [--pids PID_A,PID_B,PID_C]
 
 For each pool and repetition, and each broker in turn (A B C A B C), this starts
 `--workers` Celery workers (`benchmarks/celery_app.py`: acks_late, the prefetch
@@ -10,9 +11,10 @@ multiplier, `rpc://` results) as subprocesses against that broker's URL on a que
 the run's own, waits until a first task comes back, then sends `--tasks` tasks from one
 producer (every `--retry-every`-th one fails once and is retried through the broker),
 waits for every result (bounded by `--timeout-s`), checks each value and reports
-tasks/s from the first send to the last result. It then stops its workers by their pids
-and deletes the run's queue. The load average is read before each run. It never starts
-or stops a broker.
+tasks/s from the first send to the last result, and the CPU time per task of the
+broker (with `--pids`), the workers and the caller over that span. It then stops its
+workers by their pids and deletes the run's queue. The load average is read before each
+run. It never starts or stops a broker.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ WORKER_START_TIMEOUT_S: Final = 120.0
 WORKER_STOP_TIMEOUT_S: Final = 30.0
 PAUSE_S: Final = 2.0
 LOG_TAIL_BYTES: Final = 2000
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_MS_PER_S: Final = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,11 @@ class Outcome:
     send_seconds: float
     tasks_per_s: float
     load_average: tuple[float, float, float]
+    # CPU seconds per 1,000 tasks over the timed part: the broker's (None without its
+    # pid), the workers' (with their pool children) and this caller's.
+    broker_cpu_ms_per_task: float | None
+    worker_cpu_ms_per_task: float
+    caller_cpu_ms_per_task: float
 
 
 class RunError(Exception):
@@ -92,12 +101,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--repetitions", type=int, default=1)
     parser.add_argument("--timeout-s", type=float, help="per run; default from --tasks")
+    parser.add_argument(
+        "--pids", help="comma-separated pids of the brokers, in URL order, for their CPU time"
+    )
     parser.add_argument("--json", type=Path, help="also write every outcome to this file")
     args = parser.parse_args(argv)
     names = args.names.split(",") if args.names else ["A", "B", "C"][: len(args.urls)]
     if len(names) != len(args.urls) or len(set(names)) != len(names):
         parser.error("--names needs one distinct name per URL")
     args.names = names
+    pids = [int(pid) if pid else None for pid in args.pids.split(",")] if args.pids else []
+    args.pids = (pids + [None] * len(names))[: len(names)]
     return args
 
 
@@ -163,6 +177,30 @@ class Workers:
                 process.wait(WORKER_STOP_TIMEOUT_S)
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User plus system CPU time of process `pid` and its reaped children so far (0.0
+    without a pid or when it is gone), from /proc/PID/stat."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # Fields 14-17 of proc(5) (utime, stime, cutime, cstime), counted after the ")".
+    return sum(int(value) for value in fields[11:15]) / _CLOCK_TICKS
+
+
+def group_cpu_seconds(pids: list[int]) -> float:
+    """`cpu_seconds` of `pids` and of their live children (a prefork pool's)."""
+    total = 0.0
+    for pid in pids:
+        total += cpu_seconds(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                total += sum(cpu_seconds(int(child)) for child in task.read_text().split())
+    return total
+
+
 def wait_first_result(celery: Celery, workers: Workers) -> None:
     """Send one task and wait until a worker answers it. Raises `RunError`."""
     deadline = time.monotonic() + WORKER_START_TIMEOUT_S
@@ -202,27 +240,50 @@ def collect(results: list[AsyncResult], timeout_s: float, workers: Workers) -> N
 
 
 def run_once(
-    url: str, name: str, pool: str, repetition: int, args: argparse.Namespace, log_dir: Path
+    url: str,
+    name: str,
+    pid: int | None,
+    pool: str,
+    repetition: int,
+    args: argparse.Namespace,
+    log_dir: Path,
 ) -> Outcome:
     queue = f"celery-bench-{os.getpid()}-{name}-{pool}-{repetition}"
     celery = make_app(url, queue, args.prefetch_multiplier)
     load = os.getloadavg()
     settings = WorkerSettings(pool, args.concurrency, args.prefetch_multiplier, args.workers)
     workers = Workers(url, queue, settings, log_dir)
+    worker_pids = [process.pid for process in workers.processes]
     try:
         wait_first_result(celery, workers)
         timeout_s = args.timeout_s or args.tasks / TASK_RATE_MIN + TIMEOUT_MARGIN_S
+        cpu_before = (cpu_seconds(pid), group_cpu_seconds(worker_pids), time.process_time())
         started = time.monotonic()
         results = send_tasks(celery, args.tasks, args.retry_every)
         sent = time.monotonic()
         collect(results, timeout_s - (sent - started), workers)
         seconds = time.monotonic() - started
+        cpu_after = (cpu_seconds(pid), group_cpu_seconds(worker_pids), time.process_time())
     finally:
         workers.stop()
         delete_queue(url, queue)
         celery.close()
+    broker_ms, worker_ms, caller_ms = (
+        (after - before) * _MS_PER_S / args.tasks
+        for before, after in zip(cpu_before, cpu_after, strict=True)
+    )
     return Outcome(
-        name, pool, repetition, args.tasks, seconds, sent - started, args.tasks / seconds, load
+        name,
+        pool,
+        repetition,
+        args.tasks,
+        seconds,
+        sent - started,
+        args.tasks / seconds,
+        load,
+        broker_ms if pid is not None else None,
+        worker_ms,
+        caller_ms,
     )
 
 
@@ -250,6 +311,24 @@ def table(outcomes: list[Outcome], names: list[str], pools: list[str]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(outcomes: list[Outcome], names: list[str], pools: list[str]) -> str:
+    """Median CPU milliseconds per task of the broker, the workers and the caller."""
+    lines = ["| pool | broker | CPU ms/task: broker | workers | caller |", "|---" * 5 + "|"]
+    for pool in pools:
+        for name in names:
+            mine = [o for o in outcomes if o.pool == pool and o.broker == name]
+            if not mine:
+                continue
+            brokers = [o.broker_cpu_ms_per_task for o in mine if o.broker_cpu_ms_per_task]
+            cells = [
+                f"{statistics.median(brokers):.2f}" if brokers else "n/a",
+                f"{statistics.median(o.worker_cpu_ms_per_task for o in mine):.2f}",
+                f"{statistics.median(o.caller_cpu_ms_per_task for o in mine):.2f}",
+            ]
+            lines.append(f"| {pool} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     pools = ["threads", "prefork"] if args.pool == "both" else [args.pool]
@@ -258,9 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="celery-bench-") as log_dir:
         for pool in pools:
             for repetition in range(1, args.repetitions + 1):
-                for url, name in zip(args.urls, args.names, strict=True):
+                for url, name, pid in zip(args.urls, args.names, args.pids, strict=True):
                     try:
-                        outcome = run_once(url, name, pool, repetition, args, Path(log_dir))
+                        outcome = run_once(url, name, pid, pool, repetition, args, Path(log_dir))
                     except RunError as exc:
                         failures.append(f"{pool} #{repetition} {name}: {exc}")
                         print(f"{failures[-1]}", file=sys.stderr, flush=True)
@@ -269,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(asdict(outcome)), file=sys.stderr, flush=True)
                     time.sleep(PAUSE_S)
     print(table(outcomes, args.names, pools))
+    print()
+    print(cpu_table(outcomes, args.names, pools))
     for failure in failures:
         print(f"- failed: {failure}")
     if args.json:
