@@ -111,9 +111,7 @@ def queue_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
         _reply_declare_ok(h, channel.id, reply, created=not existed)
 
 
-def _reply_declare_ok(
-    h: AmqpSession, channel_id: int, reply: m.Method, *, created: bool
-) -> None:
+def _reply_declare_ok(h: AmqpSession, channel_id: int, reply: m.Method, *, created: bool) -> None:
     """A declare that created its entity replies after a sync round (when the vhost has
     anything to sync); one that found it in place changed nothing durable and replies at
     once, as RabbitMQ, unless a definition change is still buffered (another connection's

@@ -18,7 +18,7 @@ from celery import Celery
 from celery.result import ResultSet
 
 from benchmarks.celery_app import ADD, FLAKY_ADD, SLOW_ADD, make_app
-from benchmarks.celery_tasks import WorkerSettings, Workers
+from benchmarks.celery_tasks import Workers, WorkerSettings
 from tests.integration.conftest import RunningBroker
 
 RESULT_TIMEOUT_S = 30.0
