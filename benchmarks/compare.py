@@ -8,8 +8,8 @@ Usage: python benchmarks/compare.py URL_A URL_B [URL_C] [--pid-a PID] [--pid-b P
 
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
 `benchmarks/queue_features.py`, the request/reply ones of `benchmarks/request_reply.py`)
-against A and B (and C) in turn, A B C A B C, three repetitions of 5 s (--quick: one of 2 s; the 1M-message fills stay 1M), and prints per
-scenario the medians (for the memory scenarios the largest repetition, since later ones
+against A and B (and C) in turn, A B C A B C, three repetitions of 5 s (--quick: one of
+2 s; the 1M-message fills stay 1M), and prints per scenario the medians (for the memory scenarios the largest repetition, since later ones
 reuse what earlier ones freed), the A/B ratio and whether A meets the target against B
 (with C: also C's figure, A/C and its verdict, in the same table), then each broker's
 peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
