@@ -7,22 +7,22 @@ Usage: python benchmarks/compare.py URL_A URL_B [URL_C] [--pid-a PID] [--pid-b P
            [--stream-a HOST:PORT] [--stream-b HOST:PORT] [--stream-c HOST:PORT]
 
 Runs every scenario of `benchmarks/scenarios.py` (and the queue-feature ones of
-`benchmarks/queue_features.py`, the request/reply ones of `benchmarks/request_reply.py`)
-against A and B (and C) in turn, A B C A B C, three repetitions of 5 s (--quick: one of
-2 s; the 1M-message fills stay 1M), and prints per scenario the medians (for the memory
-scenarios the largest repetition, since later ones reuse what earlier ones freed), the
-A/B ratio and whether A meets the target against B (with C: also C's figure, A/C and its
-verdict, in the same table), then each broker's peak RSS: sampled VmRSS during the runs
-and VmHWM at the end, from /proc/PID/status, when the pids are given (the memory
-scenarios need them). The memory scenarios run first, while the heaps are small; --full
-queues 10M messages instead of 1M. A scenario that fails on a broker is reported as n/a
-with its reason; the comparison goes on. The TLS rows (issue 20) run over each broker's
---tls-url (an amqps:// URI with `cacertfile`); below the tables, each broker's rate over
-TLS as a share of the same run over TCP. `--streamq` names the command that provides
-`streamq perf` (default: the one in this interpreter's venv), e.g. a wrapper around a
-frozen copy of the tree. With --stream-..., the stream protocol's rows (issue 23,
-`benchmarks/stream_compare.py`) run in the same matrix against each broker's stream port
-(n/a for a broker without one).
+`benchmarks/queue_features.py`) against A and B (and C) in turn, A B C A B C, three
+repetitions of 5 s (--quick: one of 2 s; the 1M-message fills stay 1M), and prints per
+scenario the medians (for the memory scenarios the largest repetition, since later ones
+reuse what earlier ones freed), the A/B ratio and whether A meets the target against B
+(with C: also C's figure, A/C and its verdict, in the same table), then each broker's
+peak RSS: sampled VmRSS during the runs and VmHWM at the end, from
+/proc/PID/status, when the pids are given (the memory scenarios need them). The memory
+scenarios run first, while the heaps are small; --full queues 10M messages instead of 1M.
+A scenario that fails on a broker is reported as n/a with its reason; the comparison goes
+on. The TLS rows (issue 20) run over each broker's --tls-url (an amqps:// URI with
+`cacertfile`); below the tables, each broker's rate over TLS as a share of the same run over
+TCP. `--streamq` names the command that provides `streamq perf` (default: the one in this
+interpreter's venv), e.g. a wrapper around a frozen copy of the tree. With --stream-...,
+the stream protocol's rows (issue 23, `benchmarks/stream_compare.py`) run in the same
+matrix against each broker's stream port (n/a for a broker without one). The request/reply rows (issue 30) are those of
+`benchmarks/request_reply.py`.
 
 This script only drives the load generator (`streamq perf`) and pika; it never starts or
 stops a broker. The brokers must run on this machine for the memory figures.
