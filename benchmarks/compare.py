@@ -21,8 +21,8 @@ on. The TLS rows (issue 20) run over each broker's --tls-url (an amqps:// URI wi
 TCP. `--streamq` names the command that provides `streamq perf` (default: the one in this
 interpreter's venv), e.g. a wrapper around a frozen copy of the tree. With --stream-...,
 the stream protocol's rows (issue 23, `benchmarks/stream_compare.py`) run in the same
-matrix against each broker's stream port (n/a for a broker without one). The request/reply rows (issue 30) are those of
-`benchmarks/request_reply.py`.
+matrix against each broker's stream port (n/a for a broker without one).
+The request/reply rows (issue 30) are those of `benchmarks/request_reply.py`.
 
 This script only drives the load generator (`streamq perf`) and pika; it never starts or
 stops a broker. The brokers must run on this machine for the memory figures.
