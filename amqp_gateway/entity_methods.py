@@ -29,7 +29,9 @@ def exchange_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) 
         raise errors.AccessRefused(DEFAULT_EXCHANGE_REFUSED, 40, 10)
     if not method.passive:
         h.check_access("configure", "exchange", method.exchange, (40, 10))
-    h.current_vhost().declare_exchange(
+    vhost = h.current_vhost()
+    existed = method.exchange in vhost.exchanges
+    vhost.declare_exchange(
         method.exchange,
         method.type,
         method.passive,
@@ -40,7 +42,7 @@ def exchange_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) 
         h.user,
     )
     if not method.nowait:
-        h.reply_durable(channel.id, m.ExchangeDeclareOk(), always=False)
+        _reply_declare_ok(h, channel.id, m.ExchangeDeclareOk(), created=not existed)
 
 
 def exchange_delete(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None:
@@ -88,7 +90,9 @@ def queue_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
         return
     if not method.passive and method.queue:
         h.check_access("configure", "queue", method.queue, (50, 10))
-    queue = h.current_vhost().declare_queue(
+    vhost = h.current_vhost()
+    existed = method.passive or method.queue in vhost.queues
+    queue = vhost.declare_queue(
         method.queue,
         method.passive,
         method.durable,
@@ -99,15 +103,25 @@ def queue_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
     )
     channel.last_queue = queue.name
     if not method.nowait:
-        h.reply_durable(
-            channel.id,
-            m.QueueDeclareOk(
-                queue=queue.name,
-                message_count=queue.message_count,
-                consumer_count=len(queue.consumers),
-            ),
-            always=False,
+        reply = m.QueueDeclareOk(
+            queue=queue.name,
+            message_count=queue.message_count,
+            consumer_count=len(queue.consumers),
         )
+        _reply_declare_ok(h, channel.id, reply, created=not existed)
+
+
+def _reply_declare_ok(h: AmqpSession, channel_id: int, reply: m.Method, *, created: bool) -> None:
+    """A declare that created its entity replies after a sync round (when the vhost has
+    anything to sync); one that found it in place changed nothing durable and replies at
+    once, as RabbitMQ, unless a definition change is still buffered (another connection's
+    creation of it, say). Waiting there for the vhost's unrelated changes, other queues'
+    acks among them, put an fsync round on every redeclare: kombu redeclares Celery's
+    auto-delete `rpc://` reply queue before every task it sends (issue 30)."""
+    if created or h.current_vhost().definitions.dirty:
+        h.reply_durable(channel_id, reply, always=False)
+    else:
+        h.conn.send_method(channel_id, reply)
 
 
 def _declare_reply_to(h: AmqpSession, channel: ChannelSession, method: m.QueueDeclare) -> None:

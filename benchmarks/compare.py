@@ -22,6 +22,7 @@ TCP. `--streamq` names the command that provides `streamq perf` (default: the on
 interpreter's venv), e.g. a wrapper around a frozen copy of the tree. With --stream-...,
 the stream protocol's rows (issue 23, `benchmarks/stream_compare.py`) run in the same
 matrix against each broker's stream port (n/a for a broker without one).
+The request/reply rows (issue 30) are those of `benchmarks/request_reply.py`.
 
 This script only drives the load generator (`streamq perf`) and pika; it never starts or
 stops a broker. The brokers must run on this machine for the memory figures.
@@ -53,6 +54,7 @@ from benchmarks.compare_report import (
 )
 from benchmarks.perf_process import ScenarioError, default_streamq
 from benchmarks.queue_features import queue_feature_scenarios
+from benchmarks.request_reply import request_reply_scenarios
 from benchmarks.rss import RssSampler, read_status_kib
 from benchmarks.scenarios import Broker, Run, Scenario, Settings, matrix
 from benchmarks.stream_compare import parse_address, stream_scenarios
@@ -251,10 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     brokers = brokers_from(args)
     name_c = args.name_c if args.url_c else None
-    scenarios = select(
-        matrix(settings) + queue_feature_scenarios() + work_queue_scenarios() + streams(args),
-        args.only,
+    every = (
+        matrix(settings)
+        + queue_feature_scenarios()
+        + work_queue_scenarios()
+        + request_reply_scenarios()
     )
+    scenarios = select(every + streams(args), args.only)
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
     peaks = Peaks()

@@ -18,6 +18,7 @@ from streamq.broker.consistent_hash import HashRing, weight_of
 from streamq.broker.dedup import Deduper, deduper_for
 from streamq.broker.equivalence import EXCHANGE_CHECKED_ARGUMENTS, check_arguments, type_name
 from streamq.broker.errors import CommandInvalid, PreconditionFailed
+from streamq.broker.topic_trie import TopicTrie
 
 CONSISTENT_HASH: Final = "x-consistent-hash"
 DELAYED: Final = "x-delayed-message"
@@ -79,7 +80,10 @@ class Exchange:
         self.user = ""
         self.bindings: set[Binding] = set()
         self.policy = {}  # the effective policy definition; sets the flags below
-        self._direct: dict[str, set[Destination]] = {}
+        # Routing key -> destination -> how many bindings (arguments differ) lead there:
+        # an unbind updates it in place rather than rebuilding it from every binding.
+        self._direct: dict[str, dict[Destination, int]] = {}
+        self._topic: TopicTrie[Destination] = TopicTrie()
         self._cache: dict[str, frozenset[Destination]] = {}
         # Consistent hash: (destination, key, weight) in binding order.
         self._weighted: list[tuple[Destination, str, int]] = []
@@ -129,7 +133,10 @@ class Exchange:
         if binding in self.bindings:
             return False
         self.bindings.add(binding)
-        self._direct.setdefault(routing_key, set()).add(destination)
+        by_destination = self._direct.setdefault(routing_key, {})
+        by_destination[destination] = by_destination.get(destination, 0) + 1
+        if self.route_type == "topic":
+            self._topic.add(topic_words(routing_key), destination)
         self._cache.clear()
         if self.hash_ring is not None:
             self._weighted.append((destination, routing_key, weight_of(routing_key)))
@@ -143,7 +150,8 @@ class Exchange:
         if binding not in self.bindings:
             return False
         self.bindings.discard(binding)
-        self._rebuild_direct()
+        self._forget(binding)
+        self._after_unbind()
         return True
 
     def has_binding(
@@ -155,8 +163,10 @@ class Exchange:
         """Remove every binding to `destination` (it was deleted); returns how many."""
         gone = {b for b in self.bindings if b.destination == destination}
         self.bindings -= gone
+        for binding in gone:
+            self._forget(binding)
         if gone:
-            self._rebuild_direct()
+            self._after_unbind()
         return len(gone)
 
     def bindings_in_order(self) -> list[Binding]:
@@ -167,10 +177,20 @@ class Exchange:
         rank = {(w[0], w[1]): n for n, w in enumerate(self._weighted)}
         return sorted(self.bindings, key=lambda b: rank.get((b.destination, b.routing_key), 0))
 
-    def _rebuild_direct(self) -> None:
-        self._direct = {}
-        for b in self.bindings:
-            self._direct.setdefault(b.routing_key, set()).add(b.destination)
+    def _forget(self, binding: Binding) -> None:
+        """Take a binding just removed from `bindings` out of the routing indexes."""
+        destination, routing_key = binding.destination, binding.routing_key
+        by_destination = self._direct[routing_key]
+        if by_destination[destination] > 1:
+            by_destination[destination] -= 1
+        else:
+            del by_destination[destination]
+            if not by_destination:
+                del self._direct[routing_key]
+        if self.route_type == "topic":
+            self._topic.remove(topic_words(routing_key), destination)
+
+    def _after_unbind(self) -> None:
         self._cache.clear()
         if self.hash_ring is not None:
             bound = {(b.destination, b.routing_key) for b in self.bindings}
@@ -206,12 +226,7 @@ class Exchange:
     def _route_topic(self, routing_key: str) -> frozenset[Destination]:
         cached = self._cache.get(routing_key)
         if cached is None:
-            words = topic_words(routing_key)
-            cached = frozenset(
-                b.destination
-                for b in self.bindings
-                if topic_match(topic_words(b.routing_key), words)
-            )
+            cached = frozenset(self._topic.match(topic_words(routing_key)))
             if len(self._cache) >= ROUTE_CACHE_ENTRIES_MAX:
                 self._cache.clear()
             self._cache[routing_key] = cached
