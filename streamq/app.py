@@ -38,6 +38,7 @@ from stream_gateway.server import (
     StreamGateway,
     start_stream_listener,
 )
+from streamq.broker.account_values import AccountsCorrupted
 from streamq.broker.accounts import AccountValueInvalid, FirstUser
 from streamq.broker.broker import Broker
 from streamq.broker.definitions_import import Importer, read_definitions_file
@@ -47,6 +48,7 @@ from streamq.broker.resources import ResourceLimits
 from streamq.broker.users import DEFAULT_PASSWORD, DEFAULT_USER, hash_password
 from streamq.heap import RestTrim, tune_collector
 from streamq.links.supervisor import LinkSupervisor
+from streamq.log.versions import NewerFormat
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
 from streamq.tls import TlsContexts, TlsError, serve_tls
 
@@ -375,12 +377,15 @@ async def run_broker(
             first_user=first_user(config),
             failover=cluster is not None and cluster.failover,
         )
-        if cluster is None:
-            broker = open_broker()
-        else:
-            # A promoted leader's recovery may outlast its lease (millions of messages
-            # restored): in a thread, the event loop goes on keeping the lease alive.
-            broker = await asyncio.to_thread(open_broker)
+        try:
+            if cluster is None:
+                broker = open_broker()
+            else:
+                # A promoted leader's recovery may outlast its lease (millions of messages
+                # restored): in a thread, the event loop goes on keeping the lease alive.
+                broker = await asyncio.to_thread(open_broker)
+        except (NewerFormat, AccountsCorrupted) as exc:  # docs/operations.md, upgrades
+            raise ServeError(str(exc)) from None
         if on_broker is not None:
             on_broker(broker)
         gateway = Gateway(broker, config.consumer_timeout_ms, tuning)

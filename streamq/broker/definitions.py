@@ -31,6 +31,7 @@ from streamq.broker.errors import BrokerError
 from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.files import append_all, write_file_atomic
+from streamq.log.versions import refuse_newer
 
 MAGIC: Final = b"SQDF"
 VERSION: Final = 1
@@ -70,6 +71,8 @@ def decode_file(path: str, data: bytes) -> tuple[list[Op], int]:
     if len(data) < HEADER.size:
         return [], 0
     magic, version, _ = HEADER.unpack_from(data, 0)
+    if magic == MAGIC:
+        refuse_newer(path, "definitions", version, VERSION)
     if magic != MAGIC or version != VERSION:
         raise DefinitionsCorrupted(path, 0, f"bad header {magic!r} version {version}")
     ops: list[Op] = []

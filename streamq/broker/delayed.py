@@ -30,6 +30,7 @@ from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.files import fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
+from streamq.log.versions import refuse_newer
 
 logger = logging.getLogger(__name__)
 
@@ -153,11 +154,14 @@ class DelayedStore:
     def open(cls, path: str) -> DelayedStore:
         """Open (or create) the file and load its messages. A file with removed or torn
         records is rewritten with its live ones first: fsyncs file and directory before
-        returning (start-up only). Raises OSError and ValueError (a foreign file)."""
+        returning (start-up only). Raises OSError, ValueError (a foreign file) and
+        NewerFormat."""
         data = b""
         if os.path.exists(path):
             with open(path, "rb") as file:
                 data = file.read()
+        if len(data) >= HEADER.size and data[:4] == MAGIC:
+            refuse_newer(path, "delayed messages", HEADER.unpack_from(data)[1], VERSION)
         live, clean = replay(data)
         if not clean or not data:
             if not clean:

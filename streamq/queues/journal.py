@@ -59,6 +59,7 @@ from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.errors import OutOfSpace
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
+from streamq.log.versions import refuse_newer
 from streamq.queues.runs import RunSet
 
 MAGIC: Final = b"SQQJ"
@@ -202,6 +203,8 @@ def replay(path: str, data: bytes, log_start: int, log_next: int) -> Replay:
         # Created, header not yet durable: an empty queue.
         return Replay([], {}, 0, True, False, 0, 0, 0, VERSION)
     magic, version, _, _ = HEADER.unpack_from(data, 0)
+    if magic == MAGIC:
+        refuse_newer(path, "queue journal", version, VERSION)
     if magic != MAGIC or version not in (VERSION, VERSION_RUNS, VERSION_ENTRIES):
         raise JournalCorrupted(path, 0, f"bad header {magic!r} version {version}")
     state: _V3State | _V2State

@@ -39,6 +39,7 @@ from streamq.log import files
 from streamq.log._records import crc32c
 from streamq.log.errors import OutOfSpace
 from streamq.log.files import append_all, write_file_atomic
+from streamq.log.versions import refuse_newer
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +107,15 @@ def _next_valid(data: bytes, position: int) -> int | None:
 
 def decode_file(path: str, data: bytes) -> Decoded:
     """The stored offsets in `data`, the contents of the file `path` (for the messages).
-    Logs each torn tail and damaged stretch. Raises OffsetsCorrupted for a version this
-    code does not know (a newer broker's file)."""
+    Logs each torn tail and damaged stretch. Raises NewerFormat for a newer broker's
+    file, OffsetsCorrupted for version 0."""
     offsets: dict[str, int] = {}
     damaged: list[tuple[int, int]] = []
     if not data:
         return Decoded(offsets, 0, 0, damaged)
     magic, version = (HEADER.unpack_from(data, 0)[:2]) if len(data) >= HEADER.size else (b"", 0)
+    if magic == MAGIC:
+        refuse_newer(path, "stream offsets", version, VERSION)
     if magic == MAGIC and version != VERSION:
         raise OffsetsCorrupted(path, 0, f"unknown version {version}")
     if magic != MAGIC:

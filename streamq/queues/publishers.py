@@ -35,6 +35,7 @@ from streamq.log import amqp10, files
 from streamq.log._records import crc32c
 from streamq.log.files import write_file_atomic
 from streamq.log.log import CompanionWork, SegmentLog
+from streamq.log.versions import refuse_newer
 from streamq.queues.offsets import CompanionFile, OffsetsCorrupted
 
 FILE_NAME: Final = "publishers"
@@ -96,6 +97,8 @@ def decode_file(path: str, data: bytes) -> tuple[dict[bytes, Entry], int, int, i
     if len(data) < HEADER.size:
         return {}, 0, 0, 0
     magic, version, _ = HEADER.unpack_from(data, 0)
+    if magic == MAGIC:
+        refuse_newer(path, "stream publishers", version, VERSION)
     if magic != MAGIC or version != VERSION:
         raise PublishersCorrupted(path, 0, f"bad header {magic!r} version {version}")
     entries: dict[bytes, Entry] = {}

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamq.log.files import write_all
+from streamq.log.versions import NewerFormat
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import (
     ACK,
@@ -246,13 +247,20 @@ def test_an_entry_of_unknown_kind_is_corruption() -> None:
 
 @pytest.mark.parametrize(
     "header",
-    [b"XXXX" + bytes(12), struct.pack("<4sHHQ", MAGIC, 5, 0, 0)],
+    [b"XXXX" + bytes(12), struct.pack("<4sHHQ", MAGIC, 1, 0, 0)],
     ids=["magic", "version"],
 )
 def test_a_bad_header_is_corruption(tmp_path: Path, header: bytes) -> None:
     path = tmp_path / "q.journal"
     path.write_bytes(header)
     with pytest.raises(JournalCorrupted, match="bad header"):
+        QueueJournal.load(str(path), 0, 10, set())
+
+
+def test_a_newer_version_is_refused_naming_both(tmp_path: Path) -> None:
+    path = tmp_path / "q.journal"
+    path.write_bytes(struct.pack("<4sHHQ", MAGIC, 5, 0, 0))
+    with pytest.raises(NewerFormat, match=r"queue journal format version 5 .* up to 4"):
         QueueJournal.load(str(path), 0, 10, set())
 
 
