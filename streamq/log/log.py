@@ -645,8 +645,16 @@ class SegmentLog:
                 await asyncio.sleep(0)
                 continue
             # shield: a cancelled waiter must not cancel the round others wait on.
-            await asyncio.shield(inflight)
+            await self._await_round(inflight)
         return self._durable_next
+
+    async def _await_round(self, inflight: asyncio.Future[_RoundResult]) -> None:
+        """Wait for a round; a failed one (an fsync's EIO) fails the log, and its waiters
+        get LogFailed, as `sync` promises, not the round's raw OSError."""
+        try:
+            await asyncio.shield(inflight)
+        except (OSError, RuntimeError) as exc:
+            raise self._fail(exc) from exc
 
     async def sync_companions(self) -> None:
         """Wait for a round that began after this call to make the companions' writes
@@ -667,7 +675,7 @@ class SegmentLog:
             if inflight.done():
                 await asyncio.sleep(0)  # let its completion callback run (see `sync`)
                 continue
-            await asyncio.shield(inflight)
+            await self._await_round(inflight)
             if self._companions_stalled:
                 raise OutOfSpace(errno.ENOSPC, "companion writes wait for room", self.directory)
 
