@@ -45,6 +45,7 @@ from streamq.log.errors import (
     LogFailed,
     OffsetOutOfRange,
     OutOfSpace,
+    ReadFailed,
     RecordTooLarge,
     SegmentCorrupted,
     fenced,
@@ -901,7 +902,8 @@ class SegmentLog:
         Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`,
         SegmentCorrupted if a record of a sealed segment is damaged (the log goes on: the
         segment never changes again), and LogFailed (failing the log) for damage in the
-        segment still being written or an I/O error.
+        segment still being written, and ReadFailed for an I/O error reading (the log
+        goes on).
         """
         self._check_usable()
         if offset < self.start_offset:
@@ -929,8 +931,10 @@ class SegmentLog:
                     # of its offsets, not the log, which goes on appending and reading.
                     raise
                 raise self._fail(exc) from exc
-            except (LogError, OSError) as exc:
+            except LogError as exc:
                 raise self._fail(exc) from exc
+            except OSError as exc:  # EIO: this read fails, not the log
+                raise ReadFailed(segment.path, position, exc) from exc
         return out
 
     def locate(self, offset: int) -> tuple[int, int, int]:
@@ -958,8 +962,8 @@ class SegmentLog:
         empty at the segment's end. Records are not checked here: the reader checks
         each record's length and offset (the CRC is checked when `read` reads them).
 
-        Raises OffsetOutOfRange for a segment that was dropped, LogFailed for an I/O
-        error."""
+        Raises OffsetOutOfRange for a segment that was dropped, ReadFailed for an I/O
+        error (the log goes on)."""
         self._check_usable()
         i = bisect_right(self._bases, base_offset) - 1
         if i < 0 or self._bases[i] != base_offset:
@@ -984,8 +988,8 @@ class SegmentLog:
         size = min(size, memory_from - position)
         try:
             return os.pread(self._read_fd(segment), size, position)
-        except OSError as exc:
-            raise self._fail(exc) from exc
+        except OSError as exc:  # EIO: this read fails, not the log
+            raise ReadFailed(segment.path, position, exc) from exc
 
     def view_at(self, base_offset: int, position: int, size: int) -> bytes | memoryview:
         """`read_at` without a copy where it can: the bytes of a sealed segment (complete,

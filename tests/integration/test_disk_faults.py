@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from pathlib import Path
 
 import pika
@@ -68,6 +68,10 @@ def test_eio_on_fsync_fails_the_log_loudly_and_confirms_nothing_after(
 ) -> None:
     data_dir = tmp_path / "data"
     broker = BrokerProcess(data_dir)
+    # A publish that is never answered would block pika forever: the kill bounds it
+    # (and the test then fails, the connection not being closed with a reason).
+    watchdog = threading.Timer(TIMEOUT_S, broker.process.kill)
+    watchdog.start()
     confirmed_after = []
     refusal: pika.exceptions.AMQPError | None = None
     try:
@@ -87,6 +91,7 @@ def test_eio_on_fsync_fails_the_log_loudly_and_confirms_nothing_after(
             confirmed_after.append(n)
         shim.fail()
     finally:
+        watchdog.cancel()
         broker.kill()
     assert confirmed_after == [], f"confirmed after a failed fsync: {confirmed_after}"
     assert isinstance(refusal, pika.exceptions.ConnectionClosedByBroker), repr(refusal)
@@ -100,3 +105,48 @@ def test_eio_on_fsync_fails_the_log_loudly_and_confirms_nothing_after(
     finally:
         again.stop()
     assert {f"q:{n}".encode() for n in range(CONFIRMED)} <= set(got)
+
+
+def test_eio_on_read_fails_that_read_only(tmp_path: Path, shim: EioShim) -> None:
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for queue in ("a", "b"):
+            channel.queue_declare(queue, durable=True)
+            for n in range(CONFIRMED):
+                publish_confirmed(channel, queue, n)
+        connection.close()
+    finally:
+        broker.stop()
+    # Restarted, nothing is in memory: deliveries read the segment files.
+    broker = BrokerProcess(data_dir)
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        # The first write after a start reads the segment's last block (direct I/O
+        # rewrites it whole): an EIO there is a failed write, which fails the log.
+        publish_confirmed(channel, "b", CONFIRMED)
+        shim.fail(reads=True)
+        channel = connection.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.basic_get("a")
+        assert refused.value.reply_code == 404
+        assert "cannot be read" in refused.value.reply_text
+        assert "Input/output error" in refused.value.reply_text
+        # Writes go on meanwhile: the log did not fail.
+        channel = connection.channel()
+        channel.confirm_delivery()
+        publish_confirmed(channel, "b", CONFIRMED + 1)
+        shim.fail()
+        connection.close()
+        got = drain(broker, "b")
+    finally:
+        broker.stop()
+    assert got == [f"b:{n}".encode() for n in range(CONFIRMED + 2)]
+    log = broker.stderr.decode(errors="replace")
+    assert "queue 'a' failed: message at offset 0 cannot be read" in log, log
+    assert "has failed" not in log, log
