@@ -18,6 +18,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.eio_shim import EioShim
 from tests.integration.broker_process import BrokerProcess
@@ -37,7 +38,7 @@ def connect(broker: BrokerProcess, vhost: str = "/") -> pika.BlockingConnection:
     )
 
 
-def publish_confirmed(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str, n: int) -> None:
+def publish_confirmed(channel: BlockingChannel, queue: str, n: int) -> None:
     properties = pika.BasicProperties(delivery_mode=2)
     channel.basic_publish("", queue, f"{queue}:{n}".encode(), properties, mandatory=True)
 
