@@ -28,7 +28,8 @@ from typing import Final, NamedTuple
 
 from streamq.log import files
 from streamq.log._records import crc32c
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.errors import OutOfSpace
+from streamq.log.files import append_all, fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
 
 logger = logging.getLogger(__name__)
@@ -235,21 +236,27 @@ class DelayedStore:
 
     def prepare_sync(self) -> CompanionWork:
         """The vhost log's sync companion: write what is buffered (and the removals whose
-        publish an earlier round made durable); hand the round the descriptor."""
+        publish an earlier round made durable); hand the round the descriptor.
+
+        Raises OutOfSpace when the file system has no room, with the file cut back and
+        nothing changed here: the log holds its round and calls this again, in order."""
+        removing = self._removable
+        dead = self._dead + 2 * len(removing)
+        persisted = self._persisted - len(removing)
+        compact = dead >= COMPACT_DEAD_MIN and dead >= COMPACT_RATIO * persisted
+        data = b""
+        if not compact:
+            data = bytes(self._buffer) + b"".join(encode_remove(seq) for seq in removing)
+            if data:
+                append_all(self._fd, data)
         self.unsynced = False
-        for seq in self._removable:
-            self._buffer += encode_remove(seq)
-        self._persisted -= len(self._removable)
-        self._dead += 2 * len(self._removable)
+        self._buffer = bytearray()
+        self._dead, self._persisted = dead, persisted
         # Released messages become removable once this round has synced their publish.
         self._removable, self._released = self._released, []
-        if self._dead >= COMPACT_DEAD_MIN and self._dead >= COMPACT_RATIO * self._persisted:
+        if compact:
             return self._compact()
-        if not self._buffer:
-            return CompanionWork(())
-        write_all(self._fd, self._buffer)
-        self._buffer = bytearray()
-        return CompanionWork((self._fd,))
+        return CompanionWork((self._fd,) if data else ())
 
     def _compact(self) -> CompanionWork:
         """Replace the file with the persistent messages not yet removed durably (the
@@ -272,7 +279,14 @@ class DelayedStore:
 
         def replace() -> None:
             try:
-                write_all(work, snapshot)
+                files.ftruncate(work, 0)  # a run after a full disk starts again
+                append_all(work, snapshot)
+            except OutOfSpace:
+                raise  # `work` kept open: the round runs this again when there is room
+            except BaseException:
+                files.close_fd(work)
+                raise
+            try:
                 os.fsync(work)
             finally:
                 files.close_fd(work)
