@@ -6,13 +6,17 @@ without a restart when the fault goes.
 - the delayed-message file: a persistent delayed message published with confirms is
   confirmed only after its record is written (the log says it is out of space, then
   that writes resumed), comes out after its delay, and survives SIGKILL and a restart;
-- short writes on the queue journals: the journals' writes loop until whole, every
-  confirmed message is back after SIGKILL and a restart.
+- accounts.json: a management call that changes it is refused (503 with the reason),
+  the file unchanged; a vhost's definitions file (policies, parameters, exchanges):
+  the call is held until there is room, then completes.
 """
 
 from __future__ import annotations
 
+import base64
 import errno
+import http.client
+import json
 import threading
 import time
 from pathlib import Path
@@ -104,3 +108,62 @@ def test_a_full_disk_holds_delayed_messages_and_resumes(
     finally:
         again.stop()
     assert "Traceback" not in again.stderr.decode(errors="replace")
+
+
+def call(broker: BrokerProcess, method: str, path: str, body: object = None) -> tuple[int, str]:
+    connection = http.client.HTTPConnection(HOST, broker.http_port, timeout=TIMEOUT_S)
+    auth = base64.b64encode(b"guest:guest").decode()
+    headers = {"Authorization": f"Basic {auth}", "Content-Type": "application/json"}
+    try:
+        connection.request(method, path, json.dumps(body) if body is not None else None, headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_a_full_disk_refuses_account_changes_and_holds_definitions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accounts.json: the call is refused (503 with the reason), the file and the users
+    unchanged, and the same call works once there is room. A vhost's definitions file
+    (policies, parameters, exchanges): the call waits, held, and completes when the
+    fault goes, with no restart."""
+    shim = shim_for(tmp_path, monkeypatch, "/definitions")
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    try:
+        user = {"password": "secret", "tags": ""}
+        assert call(broker, "PUT", "/api/users/u0", user)[0] == 201  # writes the file
+        accounts = next(data_dir.rglob("accounts.json"))
+        before = accounts.read_bytes()
+        shim.fail(writes=True)
+        status, reason = call(broker, "PUT", "/api/users/u1", user)
+        assert status == 503 and "No space left on device" in reason, (status, reason)
+        assert accounts.read_bytes() == before
+        assert call(broker, "GET", "/api/users/u1")[0] == 404
+
+        policy = {"pattern": "^a", "definition": {"max-length": 5}}
+        answered: list[int] = []
+        putting = threading.Thread(
+            target=lambda: answered.append(call(broker, "PUT", "/api/policies/%2F/p1", policy)[0])
+        )
+        putting.start()
+        putting.join(HELD_S)
+        assert answered == [], "the policy was stored during the fault"
+        shim.fail()
+        putting.join(TIMEOUT_S)
+        assert answered == [201]
+        assert call(broker, "PUT", "/api/users/u1", user)[0] == 201
+    finally:
+        broker.kill()
+    assert b"u1" in accounts.read_bytes()
+    log = broker.stderr.decode(errors="replace")
+    assert "PUT /api/users/u1 not stored" in log and "writes resumed" in log, log
+    monkeypatch.delenv("LD_PRELOAD")
+    again = BrokerProcess(data_dir)
+    try:
+        status, body = call(again, "GET", "/api/policies/%2F/p1")
+        assert status == 200 and '"max-length": 5' in body.replace(":5", ": 5"), body
+    finally:
+        again.stop()
