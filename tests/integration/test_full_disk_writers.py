@@ -167,3 +167,52 @@ def test_a_full_disk_refuses_account_changes_and_holds_definitions(
         assert status == 200 and '"max-length": 5' in body.replace(":5", ": 5"), body
     finally:
         again.stop()
+
+
+def test_short_writes_are_completed_or_held_and_lose_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every write to the vhost's files (segments, queue journals, definitions) writes
+    half of what it is given for a while: buffered writes loop until whole, a direct
+    segment write that stops short is taken as a full disk (held, retried); once the
+    fault goes every confirmed message is there, also after SIGKILL and a restart."""
+    shim = shim_for(tmp_path, monkeypatch, "/vhosts/")
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    watchdog = threading.Timer(2 * TIMEOUT_S, broker.process.kill)  # bounds pika's waits
+    watchdog.start()
+    confirmed = []
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("q", durable=True)
+        shim.fail(short=True)
+        threading.Timer(HELD_S, shim.fail).start()
+        for n in range(200):
+            body = f"{n}:".encode() + bytes(n * 50)
+            channel.basic_publish("", "q", body, pika.BasicProperties(delivery_mode=2))
+            confirmed.append(body)
+        channel.queue_declare("q2", durable=True)  # a definitions record, short-written too
+        connection.close()
+    finally:
+        watchdog.cancel()
+        broker.kill()
+    assert len(confirmed) == 200
+    log = broker.stderr.decode(errors="replace")
+    assert "has failed" not in log, log
+    # The segment's direct write that stopped short: held as a full disk, then resumed.
+    assert "a direct write stopped at" in log and "writes resumed" in log, log
+    monkeypatch.delenv("LD_PRELOAD")
+    again = BrokerProcess(data_dir)
+    try:
+        connection = connect(again)
+        channel = connection.channel()
+        got = []
+        while (message := channel.basic_get("q", auto_ack=True))[0] is not None:
+            got.append(message[2])
+        channel.queue_declare("q2", durable=True, passive=True)
+        connection.close()
+    finally:
+        again.stop()
+    assert got == confirmed
