@@ -133,6 +133,39 @@ def replay(data: bytes) -> tuple[dict[int, DelayedMessage], bool]:
     return live, clean
 
 
+def valid_bytes(data: bytes) -> int:
+    """The length of the records of a file's contents before the first torn or corrupt
+    one (what `replay` reads)."""
+    at = HEADER.size
+    while at + PREFIX.size <= len(data):
+        length, crc = PREFIX.unpack_from(data, at)
+        payload = data[at + PREFIX.size : at + PREFIX.size + length]
+        if length > RECORD_BYTES_MAX or len(payload) != length or crc32c(payload) != crc:
+            break
+        try:  # a record `replay` stops at (appends after it would never be read)
+            if payload[0] == ADD:
+                _decode_add(payload)
+            elif payload[0] != REMOVE:
+                break
+        except (ValueError, struct.error, IndexError):
+            break
+        at += PREFIX.size + length
+    return at
+
+
+def _keep_on_full_disk(path: str, valid: int, why: OutOfSpace) -> None:
+    """Start-up on a full disk: keep the file rather than rewrite it (its removed records
+    replay to the same messages), cutting a torn tail off in place, which needs no room."""
+    fd = files.open_fd(path, os.O_WRONLY)
+    try:
+        if os.fstat(fd).st_size > valid:
+            files.ftruncate(fd, valid)
+            os.fsync(fd)
+    finally:
+        files.close_fd(fd)
+    logger.warning("delayed messages: %s not rewritten at start-up (%s); kept as it is", path, why)
+
+
 class DelayedStore:
     """The delayed messages of one vhost; used from the event-loop thread only."""
 
@@ -163,9 +196,13 @@ class DelayedStore:
         if not clean or not data:
             if not clean:
                 logger.info("delayed messages: rewriting %s with %d live", path, len(live))
-            write_file_atomic(
-                path, HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values()), fsync_dir=True
-            )
+            whole = HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values())
+            try:
+                write_file_atomic(path, whole, fsync_dir=True)
+            except OutOfSpace as exc:
+                if len(data) < HEADER.size:
+                    raise  # no file to keep: the vhost cannot start without room
+                _keep_on_full_disk(path, valid_bytes(data), exc)
         fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, live)
 

@@ -4,12 +4,14 @@ queues it could not tidy up are compacted once space returns, with no restart.
 Method: `streamq serve` as a child process on a 40 MB tmpfs (tests/small_fs.py). pika
 publishes with confirms to three durable queues, one after the other (so each queue's
 journal holds many one-entry blocks: a restart rewrites it), a priority queue among
-them; one journal gets a torn last block (as a crash leaves), and the definitions file
-too. SIGKILL, then the file system is filled to the last byte and the broker started
+them, and two delayed messages (one routed, its removal recorded). One journal, the
+vhost's definitions and the delayed-message file get a torn last record (as a crash
+leaves). SIGKILL, then the file system is filled to the last byte and the broker started
 again: every confirmed message is there (counted and consumed), nothing was rewritten
-(the journals keep their size), each deferred rewrite is logged, and the vhost is not
-refused. Then the filler goes: the queues take new publishes and their journals are
-compacted by a sync round, with no restart; a last restart still has every message.
+(the journals keep their size, torn tails are cut in place), each deferred rewrite is
+logged, and the vhost is not refused. Then the filler goes: the queues take new
+publishes and their journals are compacted by a sync round, with no restart; a last
+restart still has every message.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def publish_all(broker: BrokerProcess) -> None:
     connection = connect(broker)
     channel = connection.channel()
     channel.confirm_delivery()
+    # Delayed messages: one routed soon (its removal recorded), one kept for a minute.
+    arguments = {"x-delayed-type": "direct"}
+    channel.exchange_declare("later", "x-delayed-message", durable=True, arguments=arguments)
+    channel.queue_declare("routed", durable=True)
+    channel.queue_bind("routed", "later", "k")
+    for body, delay_ms in ((b"soon", 50), (b"kept", 60_000)):
+        properties = pika.BasicProperties(headers={"x-delay": delay_ms}, delivery_mode=2)
+        channel.basic_publish("later", "k", body, properties)
+    time.sleep(0.2)  # bounded: "soon" comes due meanwhile
     for name, arguments in QUEUES.items():
         channel.queue_declare(name, durable=True, arguments=arguments)
         for n in range(MESSAGES):
@@ -99,6 +110,12 @@ def test_a_restart_on_a_full_disk_serves_every_confirmed_message(tmp_path: Path)
             broker.kill()
         with journal(data_dir, "other").open("ab") as torn:
             torn.write(b"\x05\x00\x00\x00torn")  # a block header cut by the crash
+        definitions = next(data_dir.rglob("vhosts/*/definitions"))
+        with definitions.open("ab") as torn:
+            torn.write(b"\x30\x00")  # a record header cut by the crash
+        delayed = next(data_dir.rglob("delayed"))
+        with delayed.open("ab") as torn:
+            torn.write(b"\x09\x00")  # a record cut by the crash
         sizes = {name: journal(data_dir, name).stat().st_size for name in QUEUES}
         filler = fill(fs / "filler", 0)
         assert free_bytes(fs) == 0
@@ -111,8 +128,15 @@ def test_a_restart_on_a_full_disk_serves_every_confirmed_message(tmp_path: Path)
             # block cut off in place), and the log says why.
             assert journal(data_dir, "plain").stat().st_size == sizes["plain"]
             assert journal(data_dir, "other").stat().st_size == sizes["other"] - 8
+            assert bodies(broker, "routed") == {b"soon"}
+            assert b"kept" in delayed.read_bytes() and not delayed.read_bytes().endswith(
+                b"\x09\x00"
+            )
+            assert not definitions.read_bytes().endswith(b"\x30\x00")
             log = broker.stderr.decode(errors="replace")
             assert log.count("no room to rewrite it at start-up") == len(QUEUES), log
+            assert "torn tail cut in place" in log, log
+            assert "delayed messages: " in log and "not rewritten at start-up" in log, log
             assert "not restored" not in log and "is unavailable" not in log, log
 
             # Room again: the queues take publishes, and a sync round compacts them.
