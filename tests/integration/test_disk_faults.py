@@ -1,7 +1,7 @@
 """Disk faults on the message log of a vhost, injected per file by an LD_PRELOAD shim
 (tests/eio_shim.c) into a real `streamq serve` process driven by pika.
 
-- EIO on fsync of the segments: the log fails loudly (an ERROR line naming the log and
+- EIO on fsync (or on write) of the segments: the log fails loudly (an ERROR line naming the log and
   the error), and nothing published after the failed fsync is confirmed; a restart
   (fault gone) has every message confirmed before it.
 - EIO on reading a segment (after a restart, so that nothing is served from memory): the
@@ -64,8 +64,9 @@ def shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EioShim:
     return made
 
 
-def test_eio_on_fsync_fails_the_log_loudly_and_confirms_nothing_after(
-    tmp_path: Path, shim: EioShim
+@pytest.mark.parametrize("fault", ["syncs", "writes"])
+def test_eio_on_fsync_or_write_fails_the_log_loudly_and_confirms_nothing_after(
+    tmp_path: Path, shim: EioShim, fault: str
 ) -> None:
     data_dir = tmp_path / "data"
     broker = BrokerProcess(data_dir)
@@ -82,7 +83,7 @@ def test_eio_on_fsync_fails_the_log_loudly_and_confirms_nothing_after(
         channel.queue_declare("q", durable=True)
         for n in range(CONFIRMED):
             publish_confirmed(channel, "q", n)
-        shim.fail(syncs=True)
+        shim.fail(syncs=fault == "syncs", writes=fault == "writes")
         for n in range(CONFIRMED, CONFIRMED + AFTER_FAULT):
             try:
                 publish_confirmed(channel, "q", n)
