@@ -67,7 +67,7 @@ def test_a_journal_loaded_on_a_full_disk_is_kept_then_compacted(fs: Path) -> Non
     assert os.path.getsize(path) == size - 8
     filler.unlink()
     action()  # the round runs it again
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     assert len(data) == HEADER.size + 8 + ENTRY_BYTES
     again = replay(path, data, 0, MESSAGES)
     assert again.runs == [(0, MESSAGES)] and again.size_bytes == 10 * MESSAGES
