@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from amqp_gateway import codec, errors, publishing, reply_to
 from amqp_gateway.channels import (
@@ -248,19 +248,20 @@ def settle_in_groups(
 
 
 def settle_plain_acks(
-    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int
+    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int, end: int
 ) -> int:
-    """Hot path: the plain acks (multiple=false) of a run from `start` on, settled in one
-    step (one pop per tag, one release, one `settle_classic` per queue); returns the
-    index of the first entry it did not settle, which the caller hands to the per-method
-    path: a nack, a reject, an ack with `multiple`, an unknown tag (406 there, with the
-    acks before it applied and those after it untouched, as one ack after another).
-    A transactional channel settles nothing here: `settle` holds its acks for the commit.
+    """Hot path: the plain acks (multiple=false) of a run from `start` on, before `end`,
+    settled in one step (one pop per tag, one release, one `settle_classic` per queue);
+    returns the index of the first entry it did not settle. Below `end`, the caller hands
+    that entry to the per-method path: a nack, a reject, an ack with `multiple`, an
+    unknown tag (406 there, with the acks before it applied and those after it
+    untouched, as one ack after another). A transactional channel settles nothing here:
+    `settle` holds its acks for the commit.
     """
     if channel.transactional:
         return start
     # The entries up to the first nonzero kind byte are plain acks (C-level strip).
-    stop = len(kinds) - len(kinds[start:].lstrip(b"\x00"))
+    stop = end - len(kinds[start:end].lstrip(b"\x00"))
     if stop == start:
         return start
     plain = tags if start == 0 and stop == len(tags) else tags[start:stop]
@@ -268,6 +269,44 @@ def settle_plain_acks(
     if settled:
         apply_settle(h, channel, settled, True, False)
     return start + len(settled)
+
+
+# The kind bytes of a single nack or reject with requeue (multiple=false), as
+# `codec.scan_acks` sets them: the entries `requeue_stretch` gives back together.
+_REQUEUE_ONE: Final = frozenset(
+    (codec.ACK_NACK | codec.ACK_REQUEUE, codec.ACK_REJECT | codec.ACK_REQUEUE)
+)
+
+
+def requeue_stretch(
+    h: AmqpSession, channel: ChannelSession, tags: list[int], kinds: bytes, start: int, end: int
+) -> int:
+    """Hot path of requeue-heavy consumers: the single nacks and rejects with requeue of
+    a run from `start` on, before `end`, while they name deliveries of one queue and one
+    consumer, given back as one group (`settle_in_groups`), which leaves the queue as
+    one method after another does: each goes back to its place by offset, and the
+    deliveries wait for the drain either way. Returns the index of the first entry not
+    given back: an unknown tag (406 on the per-method path), another group, an ack. A
+    transactional channel gives back nothing here (`settle` holds them for the commit).
+    """
+    if channel.transactional:
+        return start
+    unacked = channel.unacked
+    group: tuple[object, object] | None = None
+    stop = start
+    while stop < end and kinds[stop] in _REQUEUE_ONE:
+        entry = unacked.get(tags[stop])
+        if entry is None or entry.consumer is None:
+            break  # unknown, or a basic.get delivery: a group of its own (settle_groups)
+        if group is not None and group != (entry.queue, entry.consumer):
+            break
+        group = (entry.queue, entry.consumer)
+        stop += 1
+    if stop == start or len(set(tags[start:stop])) < stop - start:
+        return start  # none, or a tag named twice: one at a time decides
+    held = {tag: unacked.pop(tag) for tag in tags[start:stop]}
+    settle_in_groups(h, channel, held, True)
+    return stop
 
 
 def apply_settle(

@@ -50,9 +50,14 @@ class Owner(Protocol):
 
     paused: bool  # the socket's write buffer is full: deliver nothing more for now
     clock: Clock
+    # Deliveries framed since the outgoing buffer was last written (`flush` zeroes it).
+    unflushed: int
 
     def note_output(self) -> None:
         """Deliveries were encoded into the outgoing buffer: write it soon."""
+
+    def flush(self) -> None:
+        """Write the outgoing buffer now."""
 
 
 class RoutedPublish(NamedTuple):
@@ -85,6 +90,26 @@ _UNLIMITED: Final = 1 << 30  # the credit of a consumer without a prefetch limit
 # Deliveries framed per call of `codec.deliver_records` stop past this much output (at
 # least one message), so that a run of large messages is written in steps.
 DELIVER_OUT_BYTES_MAX: Final = 1 << 20
+# Credit moves in pieces of a quarter of a consumer's prefetch: a run of deliveries is
+# written to the socket piece by piece, and a read full of acks is settled piece by piece
+# with the deliveries their credit allows in between (`AmqpSession._ack_run`). The client
+# works on the first piece while the broker frames the next, and acks come back while
+# later pieces are in flight. A whole window per write made the broker and the client
+# take turns (docs/benchmarks.md, "Draining a deep backlog").
+PIECES_PER_WINDOW: Final = 4
+PIECE_MIN: Final = 64  # below this a piece's write and drain cost more than the overlap
+PIECE_MAX: Final = 4096  # a drain delivers at most this many per queue anyway
+# Acks settled between two drains at most, whatever the prefetch (none included): a read
+# of acks gives deliveries a turn at least this often, as its slices of 512 events did.
+ACK_PIECE_MAX: Final = 512
+
+
+def piece_of(prefetch: int) -> int:
+    """How many deliveries (or acks) make one piece of a window of `prefetch` (0: no
+    limit, no pieces)."""
+    if prefetch <= 0:
+        return _UNLIMITED
+    return min(max(prefetch // PIECES_PER_WINDOW, PIECE_MIN), PIECE_MAX)
 
 
 class ChannelSession:
@@ -166,6 +191,18 @@ class ChannelSession:
             self.prefetch_gets = sum(1 for entry in self.unacked.values() if entry.consumer is None)
         self.channel_prefetch = prefetch_count
 
+    def ack_piece(self) -> int:
+        """How many acks of a run are settled before the deliveries they allow go out
+        (`piece_of` the largest credit limit of the channel's consumers, at most
+        ACK_PIECE_MAX)."""
+        prefetch = self.channel_prefetch
+        for consumer in self.consumers.values():
+            if not consumer.prefetch:
+                prefetch = 0
+                break
+            prefetch = max(prefetch, consumer.prefetch)
+        return min(piece_of(prefetch), ACK_PIECE_MAX)
+
     def take_tag(self) -> int:
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
@@ -233,6 +270,13 @@ class ChannelSession:
 
     def release(self, settled: list[Unacked]) -> None:
         """The consumers of `settled` deliveries may take as many more (prefetch)."""
+        consumers = set(map(_CONSUMER_OF, settled))
+        if len(consumers) == 1:  # the common case: a set in C, no Counter's Python frames
+            [only] = consumers
+            if only is not None:
+                only.unacked -= len(settled)
+                self.consumer_unacked -= len(settled)
+            return
         for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
             if consumer is not None:
                 consumer.unacked -= count
@@ -335,6 +379,8 @@ class GatewayConsumer:
         return self.stream_filter is None or self.stream_filter.accepts(properties_raw)
 
     def can_take(self) -> bool:
+        if not self.channel.connection.is_channel_open(self.channel.id):
+            return False  # see `credit`
         if self.no_ack:
             return self.channel.can_deliver() and not self.channel.owner.paused
         return (
@@ -346,6 +392,10 @@ class GatewayConsumer:
     def credit(self) -> int:
         channel = self.channel
         if not channel.flow_active or channel.owner.paused:
+            return 0
+        if not channel.connection.is_channel_open(channel.id):
+            # Closed by an error, waiting for the client's close-ok: nothing more goes
+            # out after channel.close (the consumer leaves at the close-ok).
             return 0
         if self.no_ack:
             return _UNLIMITED if channel.can_deliver() else 0
@@ -396,12 +446,14 @@ class GatewayConsumer:
         channel = self.channel
         tag = channel.next_delivery_tag
         connection = channel.connection
+        owner = channel.owner
+        piece = self.piece()
         result = codec.deliver_records(
             connection.outgoing,
             records,
             position,
             first,
-            count,
+            min(count, max(piece - owner.unflushed, 1)),
             channel.id,
             self.tag_raw,
             tag,
@@ -409,7 +461,19 @@ class GatewayConsumer:
             DELIVER_OUT_BYTES_MAX,
         )
         self._sent_run(queue, first, tag, result[0])
+        self._end_piece(owner, result[0], piece)
         return result
+
+    def piece(self) -> int:
+        """How many deliveries go out per socket write (`piece_of` its credit limit)."""
+        return piece_of(self.prefetch or self.channel.channel_prefetch)
+
+    def _end_piece(self, owner: Owner, delivered: int, piece: int) -> None:
+        """Write what is framed once a piece is complete: the caller frames the rest of
+        its run after it (`delivery.deliver_run` calls again for what is left)."""
+        owner.unflushed += delivered
+        if owner.unflushed >= piece:
+            owner.flush()
 
     def _sent_run(self, queue: Queue, first: int, tag: int, delivered: int) -> None:
         """`delivered` deliveries of the offsets from `first` on went out with the tags
@@ -444,12 +508,14 @@ class GatewayConsumer:
         channel = self.channel
         tag = channel.next_delivery_tag
         connection = channel.connection
+        owner = channel.owner
+        piece = self.piece()
         result = codec.deliver_stream_records(
             connection.outgoing,
             records,
             position,
             first,
-            count,
+            min(count, max(piece - owner.unflushed, 1)),
             channel.id,
             self.tag_raw,
             tag,
@@ -458,6 +524,7 @@ class GatewayConsumer:
         )
         self._sent_run(queue, first, tag, result[0])
         queue.stats.deliver += result[0]
+        self._end_piece(owner, result[0], piece)
         return result
 
 

@@ -30,6 +30,7 @@ from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError, OutOfSpace
+from streamq.log.scrub import SCRUB_BYTES_PER_TICK, Scrubber
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class Gateway:
         self._drain_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
+        self._scrubber = Scrubber()  # reads sealed segments to find bit rot early
         self._held_readers: list[AmqpSession] = []
         self.flow_held: set[AmqpSession] = set()  # publishers held by a queue in flow
         # Direct reply-to: reply consumers' channels by the suffix of their reply name.
@@ -128,9 +130,10 @@ class Gateway:
             self._release_at(max(nearest, now_ms + 1))
 
     async def _housekeeping(self) -> None:
-        """Flush queue journals that no sync round has covered lately, and drop log
+        """Flush queue journals that no sync round has covered lately, drop log
         segments no queue needs (after a round, so that the acks that freed them are
-        durable before the segments go)."""
+        durable before the segments go), and scrub sealed segments for bit rot, a
+        bounded part each tick (`streamq.log.scrub`)."""
         since_collect_s = 0.0
         while True:
             await asyncio.sleep(JOURNAL_FLUSH_INTERVAL_S)
@@ -179,6 +182,11 @@ class Gateway:
                     # At-least-once dead letters: released once their copies are durable
                     # (the round above), sent again when due.
                     vhost.dead_letters.tick(int(time.time() * 1000))
+            await asyncio.sleep(0)
+            logs = [v.log for v in self.broker.vhosts.values()]
+            logs += [q.stream.log for v in self.broker.vhosts.values() for q in v.queues.values()
+                     if q.stream is not None]  # fmt: skip
+            self._scrubber.step(logs, SCRUB_BYTES_PER_TICK)
 
     def _check_consumer_timeouts(self) -> None:
         """RabbitMQ's consumer_timeout: close each channel whose oldest unacked delivery
@@ -237,6 +245,16 @@ class Gateway:
             session.resume_after_drain()
         if self.flow_held:
             self._release_flow(self.clock.now_ms)
+
+    def drain_early(self) -> None:
+        """The deliveries of the pending drain, now, from within a connection's events (a
+        piece of acks settled: `AmqpSession._ack_run`), and their writes. The drain stays
+        scheduled for the rest of its work (held readers, flow, stream syncs)."""
+        self.clock.now_ms = monotonic_ms()
+        for vhost in self.broker.vhosts.values():
+            if vhost.dirty:
+                vhost.drain()
+        self.flush_all()
 
     def _release_flow(self, now_ms: int) -> None:
         """Let publishers held by flow control read again once their queue left flow

@@ -101,6 +101,8 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.vhost: VHost | None = None
         self.paused = False
         self.clock = gateway.clock
+        self.unflushed = 0  # deliveries framed since the last write (channels.piece_of)
+        self._acks_since_drain = 0  # plain acks settled since deliveries last had a turn
         # Given by the listener (a PROXY header's, a unix socket's), else read off the
         # socket at connection_made; None for a socket that is not IP nor unix.
         self.endpoints = endpoints
@@ -166,6 +168,7 @@ class AmqpSession(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.now_ms = int(time.time() * 1000)  # the append timestamp of this read
+        self._acks_since_drain = 0
         self._read_full = nbytes >= self._read_max
         self.recv_oct += nbytes
         events = self.conn.receive_read(nbytes, time.monotonic())
@@ -327,6 +330,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         transport = self._transport
         if transport is None:
             return
+        self.unflushed = 0
         data = self.conn.take_outgoing(time.monotonic())
         if data:
             self.send_oct += len(data)
@@ -573,19 +577,36 @@ class AmqpSession(asyncio.BufferedProtocol):
         events."""
         channel_id, tags, kinds = run.channel, run.tags, run.kinds
         start, count = 0, len(tags)
+        piece = self.channel(channel_id).ack_piece()
         while start < count:
             if self.conn.is_channel_closing(channel_id):
                 return  # connection.py, rule 2: see MethodReceived in _handle_events
             if self._waiting is not None:
                 self._held.append(AckRun(channel_id, tags[start:], kinds[start:], run.flags))
                 return
+            if self._acks_since_drain >= piece and self.gateway.drain_pending:
+                # The credit of a piece of acks goes out as deliveries before the next
+                # piece is settled (channels.PIECES_PER_WINDOW).
+                self._acks_since_drain = 0
+                self.gateway.drain_early()
+            end = min(count, start + piece)
             try:
-                start = basic_methods.settle_plain_acks(
-                    self, self.channel(channel_id), tags, kinds, start
+                settled = basic_methods.settle_plain_acks(
+                    self, self.channel(channel_id), tags, kinds, start, end
                 )
             except (BrokerError, LogError) as exc:
                 raise to_amqp(exc, 60, 80) from exc  # as _method maps basic.ack's
-            if start < count:
+            self._acks_since_drain += settled - start
+            start = settled
+            if start < end:
+                channel = self.channel(channel_id)
+                try:
+                    given = basic_methods.requeue_stretch(self, channel, tags, kinds, start, end)
+                except (BrokerError, LogError) as exc:
+                    raise to_amqp(exc, 60, 120) from exc  # as _method maps basic.nack's
+                if given > start:
+                    start = given
+                    continue
                 method = basic_methods.ack_method(tags[start], kinds[start])
                 self._handle_events([MethodReceived(channel_id, method)])
                 start += 1
@@ -604,7 +625,7 @@ def _slice_end(events: list[Event]) -> int:
         if type(event) is PublishRun:
             weight += len(event.messages)
         elif type(event) is AckRun:
-            weight += len(event.tags)  # as many as the per-ack events it replaced
+            continue  # it gives deliveries their turns itself, piece by piece (_ack_run)
         else:
             weight += 1
         if weight > EVENTS_PER_SLICE:

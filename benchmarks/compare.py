@@ -56,6 +56,7 @@ from benchmarks.queue_features import queue_feature_scenarios
 from benchmarks.rss import RssSampler, read_status_kib
 from benchmarks.scenarios import Broker, Run, Scenario, Settings, matrix
 from benchmarks.stream_compare import parse_address, stream_scenarios
+from benchmarks.work_queues import work_queue_scenarios
 
 DURATION_S: Final = 5
 QUICK_DURATION_S: Final = 2
@@ -250,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     brokers = brokers_from(args)
     name_c = args.name_c if args.url_c else None
-    scenarios = select(matrix(settings) + queue_feature_scenarios() + streams(args), args.only)
+    scenarios = select(
+        matrix(settings) + queue_feature_scenarios() + work_queue_scenarios() + streams(args),
+        args.only,
+    )
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
     peaks = Peaks()

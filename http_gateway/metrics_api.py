@@ -4,7 +4,8 @@ Owns the metrics endpoint, without authentication as RabbitMQ's Prometheus plugi
 object counts (`rabbitmq_connections`, `rabbitmq_queues`, ...), queue depths summed over
 every queue, global message counters (`rabbitmq_global_messages_*_total`, from the message
 stats), process memory, free disk and the limits of both alarms, and the histogram of
-fsync round durations (`streamq_fsync_seconds`), and per shovel and federation link its
+fsync round durations (`streamq_fsync_seconds`), records lost to damage on disk per vhost
+(`streamq_damaged_records_total{vhost}`), and per shovel and federation link its
 state (`streamq_shovel_state{vhost,name,state}`: 1 for the state it is in, 0 for the
 others) and messages moved (`streamq_shovel_transferred_total`; `streamq_federation_link_*`
 alike), and on a cluster leader the in-sync replica set's size
@@ -228,6 +229,17 @@ def _links(out: list[str], broker: Broker) -> None:
             out.append(f"{prefix}_transferred_total{{{labels}}} {moved}")
 
 
+def _damage(out: list[str], broker: Broker) -> None:
+    """Records found damaged on disk (bit rot) and lost, per vhost: in its message log
+    and its streams' logs, since the broker started (docs/durability.md, "Bit rot")."""
+    name = "streamq_damaged_records_total"
+    out += [f"# HELP {name} Records lost to damage on disk", f"# TYPE {name} counter"]
+    for vhost in sorted(broker.vhosts.values(), key=lambda v: v.name):
+        streams = (q.stream.log.damage.records for q in vhost.queues.values() if q.stream)
+        total = vhost.log.damage.records + sum(streams)
+        out.append(f'{name}{{vhost="{_label(vhost.name)}"}} {total}')
+
+
 def _cluster(out: list[str], broker: Broker) -> None:
     view = broker.cluster
     if view is None:
@@ -259,6 +271,7 @@ async def metrics(request: web.Request) -> web.Response:
     _process(out, broker, memory, disk)
     _fsync(out, broker)
     _links(out, broker)
+    _damage(out, broker)
     _cluster(out, broker)
     return _text(out)
 

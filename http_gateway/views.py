@@ -245,6 +245,8 @@ def queue_json(
             last_offset=log.next_offset - 1,
             committed_offset=log.durable_next - 1,
             segments=log.segment_count,
+            # Records lost to damage on disk (bit rot), skipped by every consumer.
+            damaged_messages=log.damage.records,
         )
         return out
     # RabbitMQ's classic queues list both, null when no consumer holds the queue.
@@ -264,6 +266,8 @@ def queue_json(
         # Message bodies stay in the log, not in memory: the queue's memory is its
         # cursor's runs and its messages in flight.
         memory=cursor.run_count * 16 + unacked * 100,
+        # Its messages lost to damage on disk (bit rot) and dropped, never delivered.
+        damaged_messages=cursor.damaged_messages,
     )
     if queue.arguments.get("x-queue-type") == QUORUM:
         # As RabbitMQ's quorum queues: the dead letters held until their targets have

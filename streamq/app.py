@@ -45,7 +45,7 @@ from streamq.broker.errors import BrokerError
 from streamq.broker.queue_arguments import CONSUMER_TIMEOUT_MS_DEFAULT
 from streamq.broker.resources import ResourceLimits
 from streamq.broker.users import DEFAULT_PASSWORD, DEFAULT_USER, hash_password
-from streamq.heap import tune_collector
+from streamq.heap import RestTrim, tune_collector
 from streamq.links.supervisor import LinkSupervisor
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
 from streamq.tls import TlsContexts, TlsError, serve_tls
@@ -492,7 +492,12 @@ async def _main(config: ServeConfig, run: Runner) -> None:
         loop.add_signal_handler(signum, stop.set)
     tls: list[TlsContexts] = []
     loop.add_signal_handler(signal.SIGHUP, _reload, tls)
-    await run(config, stop, tls)
+    rest_trim = RestTrim()  # freed memory back to the kernel at rest (heap.py)
+    rest_trim.start()
+    try:
+        await run(config, stop, tls)
+    finally:
+        rest_trim.stop()
 
 
 def serve(config: ServeConfig, run: Runner = _one_broker) -> None:

@@ -103,6 +103,7 @@ class Broker:
         return vhost
 
     def _opened(self, vhost: VHost) -> None:
+        vhost.log.limit_recent(self.resources.limits.log_tail_bytes_max)
         vhost.parameters.notify = self.parameter_changed
         vhost.default_queue_type = self.accounts.vhost_metadata(vhost.name).default_queue_type
         self.vhosts[vhost.name] = vhost

@@ -10,10 +10,15 @@ the log's buffers while they are recent), so memory does not grow with a queue's
   of records; the consumer frames them in one C call (`Consumer.deliver_records`)
   straight from the window's bytes.
 - One consumer (the common case for throughput) takes runs as long as its prefetch
-  allows; several share a queue round robin, one message each, as RabbitMQ does.
-- A requeued message (redelivered, with a delivery count to show) and every message of
-  a queue with TTLs go one at a time through `Consumer.deliver`, with the record read
-  and checked by `SegmentLog.read_record`.
+  allows. Several share a queue round robin in RabbitMQ's order (`Queue.turns`), a
+  turn each: one message each while the backlog is small (RUN_BACKLOG_MIN), as
+  RabbitMQ hands them out; past that a run each, its share of the backlog (at least
+  RUN_TURN_MIN) up to RUN_MAX and its credit (`run_size`). A run of one still goes out
+  through the run path.
+- A queue with TTLs delivers runs up to the first message that has expired
+  (`unexpired_runs`); that one is dead-lettered by the vhost's `take`.
+- A requeued message (redelivered, with a delivery count to show) goes alone through
+  `Consumer.deliver`, with the record read and checked by `SegmentLog.read_record`.
 
 It knows no AMQP: the consumer (the gateway) writes the frames.
 """
@@ -22,12 +27,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Final
 
 from streamq.broker.queue import Consumer, Queue
 from streamq.log import format as fmt
-from streamq.log.errors import LogError, OffsetOutOfRange, SegmentCorrupted
+from streamq.log.errors import LogError, OffsetOutOfRange, RecordDamaged, SegmentCorrupted
 from streamq.log.log import SegmentLog
 from streamq.queues.classic import ReadyMessage
+
+RunLength = Callable[[int, int], int]
+"""How many of the `count` never-delivered messages from offset `first` on may go out
+as a run (`unexpired_runs`)."""
+
+RUN_MAX: Final = 128
+"""Messages one consumer takes per turn when several share a queue (`run_size`)."""
+RUN_BACKLOG_MIN: Final = 64
+"""Ready messages under which several consumers of a queue take one message each."""
+RUN_TURN_MIN: Final = 32
+"""Messages a turn hands over at least once runs apply (its credit allowing): with many
+consumers, a share of a few messages each would cost a socket write per few messages."""
 
 
 class MessageUnreadable(Exception):
@@ -54,6 +72,8 @@ def deliver_run(log: SegmentLog, queue: Queue, consumer: Consumer, first: int, c
                 done += delivered
             elif not window.read_on(log):
                 raise MessageUnreadable(f"message at offset {target} is missing from the log")
+    except RecordDamaged as exc:  # bit rot: the run ends before it, the cursor drops it
+        cursor.note_damage(exc, failed_read=False)
     except (LogError, ValueError) as exc:
         window.release()
         raise MessageUnreadable(unreadable_text(first + done, exc)) from exc
@@ -84,6 +104,8 @@ def read_queued(log: SegmentLog, queue: Queue, offset: int) -> fmt.Record:
         raise MessageUnreadable(f"message at offset {offset} is missing from the log") from exc
     except LogError as exc:
         queue.window.release()
+        if isinstance(exc, RecordDamaged):  # not the queue's failure (VHost.fail_queue)
+            queue.cursor.note_damage(exc)
         raise MessageUnreadable(unreadable_text(offset, exc)) from exc
 
 
@@ -102,24 +124,23 @@ def round_robin(
     consumers: list[Consumer],
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
-    runs_from: Callable[[int], bool] | None = None,
+    run_length: RunLength | None = None,
 ) -> tuple[int, bool]:
     """Deliver to `consumers` in turn while one has credit; returns the budget left and
     whether the queue ran out of ready messages. `take` (queues with TTLs) takes one
     message at a time, its record read; without it, runs go out where they can. With
-    both, `runs_from(first)` says whether a run from offset `first` on may go out
-    whole (nothing in it expired: a queue TTL with the head not expired, since
-    timestamps never decrease along the log). Raises MessageUnreadable."""
+    both, `run_length(first, count)` says how many of a run from offset `first` may go
+    out whole (those before the first that has expired: see `unexpired_runs`). Raises
+    MessageUnreadable."""
     count = len(consumers)
     if count > 1 and consumers is queue.consumers:
-        return _rotate(log, queue, take, budget)
-    cursor = queue.cursor
+        return _rotate(log, queue, take, budget, run_length)
     index = queue.next_consumer
     idle = 0
     empty = False
     budget_given = budget
     no_ack = 0
-    single = count > 1 or (take is not None and runs_from is None)
+    single = count > 1 or (take is not None and run_length is None)
     while idle < count and budget > 0:
         consumer = consumers[index % count]
         index += 1
@@ -129,34 +150,20 @@ def round_robin(
             continue
         idle = 0
         if not single:
-            first, got = cursor.take_run(min(credit, budget))
-            if got and runs_from is not None and not runs_from(first):
-                cursor.untake_run(first, got)  # its head expired: one at a time
-                got = 0
-            if got:
-                sent = deliver_run(log, queue, consumer, first, got)
+            sent = _deliver_fresh(log, queue, consumer, min(credit, budget), run_length)
+            if sent:
                 if consumer.no_ack:
-                    cursor.ack_many(list(range(first, first + sent)))
                     no_ack += sent
                 budget -= sent
                 continue
-        if take is not None:
-            taken = take()
-        else:
-            ready = cursor.take()
-            taken = None if ready is None else (ready, _read_taken(log, queue, ready))
+        taken = _take_one(log, queue, take)
         if taken is None:
             # This consumer got nothing: its turn is the next message's, as in
             # RabbitMQ, where only a consumer that received moves to the back.
             index -= 1
             empty = True
             break
-        ready, record = taken
-        consumer.deliver(queue, ready, record)
-        cursor.delivered(ready.offset, len(record.body))
-        if consumer.no_ack:
-            cursor.ack(ready.offset)
-            no_ack += 1
+        no_ack += _deliver_one(queue, consumer, taken)
         budget -= 1
     queue.next_consumer = index % count
     # Counted once per batch, not per message (the hot path).
@@ -166,58 +173,162 @@ def round_robin(
     return budget, empty
 
 
+def run_size(ready: int, turns: int, credit: int, budget: int) -> int:
+    """How many messages the consumer at the head of the turns takes this turn, with
+    `ready` messages in the queue and `turns` consumers taking turns: one (RabbitMQ's
+    order, message by message) while the backlog is under RUN_BACKLOG_MIN; past that a
+    run of its share of the backlog, at least RUN_TURN_MIN, at most RUN_MAX and its
+    credit. A consumer alone in the turns takes what its credit allows."""
+    if turns == 1:
+        return max(1, min(credit, budget))  # nobody to be fair to: as one consumer
+    if ready < RUN_BACKLOG_MIN:
+        return 1
+    share = max(ready // turns, RUN_TURN_MIN)
+    return max(1, min(share, RUN_MAX, credit, budget))
+
+
 def _rotate(
     log: SegmentLog,
     queue: Queue,
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
+    run_length: RunLength | None,
 ) -> tuple[int, bool]:
     """`round_robin` over all of a queue's consumers (one priority, not single active)
-    in RabbitMQ's order (`Queue.turns`): one message each, the head of the turns first,
-    which then goes to their tail; a consumer without credit is parked, and comes back
-    at the tail once it has credit again (RabbitMQ's unblock). An index that skips the
-    consumers without credit served them in another order once one came back."""
+    in RabbitMQ's order (`Queue.turns`): the head of the turns takes its turn (one
+    message, or a run: `run_size`), then goes to their tail; a consumer without credit
+    is parked, and comes back at the tail once it has credit again (RabbitMQ's
+    unblock). An index that skips the consumers without credit served them in another
+    order once one came back."""
     turns, cursor = queue.turns, queue.cursor
     if queue.parked:
         parked, queue.parked = queue.parked, []
         for consumer in parked:
             (turns if consumer.credit() > 0 else queue.parked).append(consumer)
     empty, budget_given, no_ack = False, budget, 0
+    runs = take is None or run_length is not None
     while turns and budget > 0:
-        if not cursor.message_count:
+        ready = cursor.message_count
+        if not ready:
             # Nothing to hand out: no consumer is tried, so none is parked (RabbitMQ's
             # run_message_queue looks at the queue before its consumers).
             empty = True
             break
         consumer = turns[0]
-        if consumer.credit() <= 0:
+        credit = consumer.credit()
+        if credit <= 0:
             queue.parked.append(turns.popleft())
             continue
-        if take is not None:
-            taken = take()
-        else:
-            ready = cursor.take()
-            taken = None if ready is None else (ready, _read_taken(log, queue, ready))
-        if taken is None:
-            empty = True  # the head keeps its turn for the next message, as in RabbitMQ
-            break
+        sent = 0
+        if runs:
+            size = run_size(ready, len(turns), credit, budget)
+            sent = _deliver_fresh(log, queue, consumer, size, run_length)
+        if not sent:
+            taken = _take_one(log, queue, take)
+            if taken is None:
+                empty = True  # the head keeps its turn for the next message, as in RabbitMQ
+                break
+            _deliver_one(queue, consumer, taken)
+            sent = 1
         turns.rotate(-1)
-        ready, record = taken
-        consumer.deliver(queue, ready, record)
-        cursor.delivered(ready.offset, len(record.body))
         if consumer.no_ack:
-            cursor.ack(ready.offset)
-            no_ack += 1
-        budget -= 1
+            no_ack += sent
+        budget -= sent
     stats = queue.stats
     stats.deliver += budget_given - budget - no_ack
     stats.deliver_no_ack += no_ack
     return budget, empty
 
 
+def _deliver_fresh(
+    log: SegmentLog, queue: Queue, consumer: Consumer, size: int, run_length: RunLength | None
+) -> int:
+    """Deliver up to `size` never-delivered messages at the head of `queue` to `consumer`
+    as one run, framed from the log's bytes; returns how many (0: the next message was
+    delivered before, or has expired, and goes by `_take_one`)."""
+    cursor = queue.cursor
+    first, got = cursor.take_run(size)
+    if got and run_length is not None:
+        allowed = run_length(first, got)
+        if allowed < got:
+            cursor.untake_run(first + allowed, got - allowed)
+            got = allowed
+    if not got:
+        return 0
+    sent = deliver_run(log, queue, consumer, first, got)
+    if consumer.no_ack:
+        cursor.ack_many(list(range(first, first + sent)))
+    return sent
+
+
+def _take_one(
+    log: SegmentLog,
+    queue: Queue,
+    take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
+) -> tuple[ReadyMessage, fmt.Record] | None:
+    """The next message and its record, taken singly (`take` for queues with TTLs)."""
+    if take is not None:
+        return take()
+    ready = queue.cursor.take()
+    return None if ready is None else (ready, _read_taken(log, queue, ready))
+
+
+def _deliver_one(queue: Queue, consumer: Consumer, taken: tuple[ReadyMessage, fmt.Record]) -> int:
+    """Send a message taken singly; returns 1 if it was settled at once (no-ack)."""
+    ready, record = taken
+    consumer.deliver(queue, ready, record)
+    cursor = queue.cursor
+    cursor.delivered(ready.offset, len(record.body))
+    if consumer.no_ack:
+        cursor.ack(ready.offset)
+        return 1
+    return 0
+
+
+def unexpired_runs(
+    log: SegmentLog, queue: Queue, fresh_from: int, expired: Callable[[fmt.Record], bool]
+) -> RunLength:
+    """For a queue with TTLs, in a delivery round that offers the messages from
+    `fresh_from` on (`VHost.take`): how many of a run of never-delivered messages from
+    an offset on may go out whole, up to the first that `expired` (the others go
+    through `take`, which dead-letters it). Those of the round may all go, whatever
+    their TTL. Before them, with the queue's TTL only, the run's first message decides
+    for the run (timestamps never decrease along the log, so the later ones expire
+    later); with per-message expirations each is read and checked, up to the first
+    that has expired. Reads records (MessageUnreadable)."""
+    window = queue.window
+    by_head = not queue.holds_expiring
+
+    def run_length(first: int, count: int) -> int:
+        if first >= fresh_from:
+            return count
+        if by_head:
+            return 0 if expired(read_queued(log, queue, first)) else count
+        # The scan reads ahead in the window; the run is then framed from `first`, so
+        # the window goes back to where it was if it still holds those bytes.
+        base, file_position, position, offset = (
+            window.base,
+            window.file_position,
+            window.position,
+            window.offset,
+        )
+        checked = min(count, fresh_from - first)
+        for index in range(checked):
+            if expired(read_queued(log, queue, first + index)):
+                count = index
+                break
+        if window.base == base and window.file_position == file_position and base >= 0:
+            window.position, window.offset = position, offset
+        return count
+
+    return run_length
+
+
 def _read_taken(log: SegmentLog, queue: Queue, ready: ReadyMessage) -> fmt.Record:
     try:
         return read_message(log, ready.offset)
-    except MessageUnreadable:
+    except MessageUnreadable as exc:
         queue.cursor.untake(ready.offset)
+        if isinstance(exc.__cause__, RecordDamaged):  # not the queue's failure
+            queue.cursor.note_damage(exc.__cause__)
         raise

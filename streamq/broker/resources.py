@@ -17,6 +17,10 @@ from typing import Final
 
 MIB: Final = 1 << 20
 MEMORY_HIGH_WATERMARK_DEFAULT: Final = 0.4  # of physical memory, RabbitMQ's default
+# Each vhost's message log keeps its newest writes in memory, for consumers right behind
+# the publishers (up to its LogConfig's 32 MiB), at most this share of the watermark: a
+# broker given 256 MiB keeps 4 MiB per vhost, one on a 24 GiB host the 32 MiB.
+LOG_TAIL_WATERMARK_SHARE: Final = 64
 # A few segments' worth (8 MiB each): enough to finish the writes in flight and to
 # recover, well before the file system itself refuses.
 DISK_FREE_LIMIT_DEFAULT_BYTES: Final = 64 * MIB
@@ -63,6 +67,11 @@ def parse_memory_limit(text: str) -> int:
 class ResourceLimits:
     memory_high_watermark_bytes: int
     disk_free_limit_bytes: int
+
+    @property
+    def log_tail_bytes_max(self) -> int:
+        """The bytes of a vhost's newest log writes kept in memory, at most."""
+        return self.memory_high_watermark_bytes // LOG_TAIL_WATERMARK_SHARE
 
     @classmethod
     def defaults(cls) -> ResourceLimits:

@@ -178,6 +178,8 @@ def _deliver_each(
         budget -= 1
         offset = record.offset
         if not redelivered:
+            if offset > consumer.stream_position and stream.log.damage.spans:
+                _pass_lost(stream, consumer, offset)
             consumer.stream_position = offset + 1
         native = record.properties[:2] == NATIVE_MARK  # a stream client's AMQP 1.0 message
         if filtered and not consumer.accepts(
@@ -229,6 +231,15 @@ def _deliver_run(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: 
     if stopped and not delivered:
         return None
     return delivered
+
+
+def _pass_lost(stream: StreamQueue, consumer: Consumer, offset: int) -> None:
+    """The offsets lost to damage on disk (bit rot) between the consumer's position and
+    `offset` count as passed over, as filtered-out records: its tracked offset moves on."""
+    damage = stream.log.damage
+    for lost in range(max(consumer.stream_position, stream.log.start_offset), offset):
+        if damage.covering(lost) is not None:
+            track(stream, consumer, lost)
 
 
 def track(stream: StreamQueue, consumer: Consumer, offset: int) -> None:

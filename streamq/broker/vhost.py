@@ -36,7 +36,14 @@ from streamq.broker.definitions import (
     COMPACT_SLACK_RECORDS,
     DefinitionsJournal,
 )
-from streamq.broker.delivery import MessageUnreadable, read_message, read_queued, round_robin
+from streamq.broker.delivery import (
+    MessageUnreadable,
+    RunLength,
+    read_message,
+    read_queued,
+    round_robin,
+    unexpired_runs,
+)
 from streamq.broker.errors import (
     AccessRefused,
     NotFound,
@@ -819,6 +826,8 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
                 record = read_queued(self.log, queue, ready.offset)
             except MessageUnreadable:
                 queue.cursor.untake(ready.offset)
+                if queue.cursor.damage_noted():
+                    continue  # lost to bit rot: the cursor drops it (log/damage.py)
                 raise
             if fresh_from is not None and ready.offset >= fresh_from and not ready.redelivered:
                 break
@@ -875,24 +884,6 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             return record if self._expired(queue, record, now_ms) else None
 
         return expired
-
-    def _runs_from(self, queue: Queue, now_ms: int, fresh_from: int) -> Callable[[int], bool]:
-        """For a queue whose only TTL is its own (no message carries an expiration):
-        whether the never-delivered messages from an offset on may go out as a run
-        without an expiry check each. Those of the round (from `fresh_from` on) may (see
-        `take`); an older run may if its first message has not expired, since
-        timestamps never decrease along the log."""
-        ttl = queue.message_ttl_ms
-        log = self.log
-
-        def runs_from(first: int) -> bool:
-            if first >= fresh_from:
-                return True
-            if ttl is None or ttl < 0:
-                return True
-            return now_ms < read_queued(log, queue, first).timestamp_ms + ttl
-
-        return runs_from
 
     def _fresh_from(self, queue: Queue) -> int | None:
         """Where the messages of `queue` that wait for their first delivery round start,
@@ -1112,6 +1103,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
     def fail_queue(self, queue: Queue, reason: str) -> None:
         """The queue's data cannot be read: it refuses everything but deletion from now
         on, its consumers are cancelled, and the rest of the broker goes on."""
+        if queue.cursor.damage_noted():  # records lost to bit rot: dropped, not a failure
+            self.kick(queue)
+            return
         logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
         queue.failed = reason
         queue.in_flow = False
@@ -1179,7 +1173,7 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             queue.window.release()
             return
         take: Callable[[], tuple[ReadyMessage, Record] | None] | None = None
-        runs_from: Callable[[int], bool] | None = None
+        runs_from: RunLength | None = None
         # With TTLs, the round offers what came since the last complete one (see `take`),
         # up to the log's end now; a round is complete when it empties the queue or
         # leaves every consumer out of credit.
@@ -1191,8 +1185,9 @@ class VHost(VHostPolicies, VHostStore, VHostPublish, VHostRuns):
             def take() -> tuple[ReadyMessage, Record] | None:
                 return self.take(queue, now_ms, fresh_from)
 
-            if not queue.holds_expiring:
-                runs_from = self._runs_from(queue, now_ms, fresh_from)
+            runs_from = unexpired_runs(
+                self.log, queue, fresh_from, lambda record: self._expired(queue, record, now_ms)
+            )
 
         if queue.single_active:
             groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves

@@ -266,13 +266,14 @@ class VHostStore:
             journal.rewrite(replayed, size_bytes, expiring)
 
     def _records(self, first: int, count: int) -> Iterator[Record]:
-        """The records of offsets `first` .. `first + count - 1` (start-up only)."""
+        """The records of offsets `first` .. `first + count - 1` (start-up only), less
+        those lost to damage on disk (the log's reads pass over them)."""
         offset, end = first, first + count
         while offset < end:
             records = self.log.read(offset, min(RESTORE_READ_RECORDS, end - offset))
             if not records:
                 raise LogError(f"records from offset {offset} on are missing")
-            yield from records
+            yield from (record for record in records if record.offset < end)
             offset = records[-1].offset + 1
 
     def _stream_dir(self, queue_name: str) -> str:

@@ -243,36 +243,48 @@ class Node:
 
     async def _lead(self, membership: Membership) -> None:
         logger.info("clustering: elected leader")
-        if not await self._take_office(membership):
+        inherited = await self._take_office(membership)
+        if inherited is None:
             await self._resign(membership)
             await self._pause(ETCD_RETRY_S_MIN)  # let an eligible node win
             return
         tap = FileTap(self.config.data_dir)
         set_tap(tap)
         try:
-            await self._serve_as_leader(membership, tap)
+            await self._serve_as_leader(membership, tap, inherited)
         finally:
             set_tap(None)
 
-    async def _take_office(self, membership: Membership) -> bool:
+    async def _take_office(self, membership: Membership) -> frozenset[str] | None:
+        """Writes the ISR as this node and the members of the one it was elected from
+        that are still registered (kept: rule 4 of `streamq.cluster.isr`); returns those
+        members, or None if this node must resign. Only the elected leader writes the
+        ISR, so it cannot change between the read and the write."""
         try:
             if not await self.eligible(membership):
                 logger.warning("clustering: elected but not eligible (not in sync); resigning")
-                return False
-            if not await membership.set_isr(frozenset({self.node_id})):
+                return None
+            registered = {info.node_id for info in await membership.nodes()}
+            inherited = ((await membership.isr() or frozenset()) & registered) - {self.node_id}
+            if not await membership.set_isr(frozenset({self.node_id}) | inherited):
                 logger.warning("clustering: elected but the ISR write was refused; resigning")
-                return False
+                return None
         except EtcdError as exc:
             logger.warning("clustering: elected but etcd failed (%s); resigning", exc)
-            return False
-        return True
+            return None
+        if inherited:
+            logger.info("clustering: keeping %s in the ISR", ", ".join(sorted(inherited)))
+        return frozenset(inherited)
 
-    async def _serve_as_leader(self, membership: Membership, tap: FileTap) -> None:
+    async def _serve_as_leader(
+        self, membership: Membership, tap: FileTap, inherited: frozenset[str]
+    ) -> None:
         config = self.config
         link = self._link_tls
         server_tls = (lambda: link.server) if link is not None else None
         server = ReplicationServer(tap, self.node_id, self.secret, membership,
-                                   lease_valid=membership.lease_valid, tls=server_tls)  # fmt: skip
+                                   lease_valid=membership.lease_valid, tls=server_tls,
+                                   inherited=inherited)  # fmt: skip
         try:
             await server.start(config.clustering_bind, config.clustering_port)
         except OSError as exc:

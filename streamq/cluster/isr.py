@@ -15,6 +15,11 @@ Rule 3: a follower joins the local ISR (`pending`) as soon as it is close to the
 end; rounds wait for it from then on, and it is written to etcd only once it has acked
 every round released before it joined (`join_ready`), so no member of etcd's ISR ever
 lacks a released round.
+Rule 4: a new leader keeps the members of the ISR it was elected from (`inherited`): they
+hold every round the old leader released, and rounds wait for them from the start. One
+that has not reconnected and caught up (its full sync done, streaming) within the grace
+period is dropped as by rule 2, as is one that leaves afterwards. So a second failover
+right after the first can elect any of them.
 """
 
 from __future__ import annotations
@@ -65,9 +70,19 @@ class FollowerStatus:
 
 
 class IsrState:
-    def __init__(self, node_id: str, position: int, now: float) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        position: int,
+        now: float,
+        inherited: frozenset[str] = frozenset(),
+        grace_s: float = 0.0,
+    ) -> None:
+        """`inherited`: members of the ISR this leader was elected from, which etcd
+        holds with it; each gets until `now + grace_s` to reconnect (rule 4)."""
         self.node_id = node_id
-        self.committed: set[str] = {node_id}  # what etcd holds (as far as we know)
+        self.committed: set[str] = {node_id} | inherited  # what etcd holds (as we know)
+        self.inherited_until = {member: now + grace_s for member in inherited - {node_id}}
         self.pending: dict[str, Pending] = {}
         self.followers: dict[str, Follower] = {}
         self.held: deque[tuple[int, Done]] = deque()
@@ -144,6 +159,8 @@ class IsrState:
         late = set()
         for node_id in self.isr - {self.node_id}:
             follower = self.followers.get(node_id)
+            if self._in_grace(node_id, follower, now):
+                continue
             if (
                 follower is None
                 or follower.state != "streaming"
@@ -157,6 +174,17 @@ class IsrState:
                 del self.pending[node_id]
                 late.discard(node_id)
         return late
+
+    def _in_grace(self, node_id: str, follower: Follower | None, now: float) -> bool:
+        """An inherited member still reconnecting or syncing within its grace (rule 4);
+        once it streams, or its grace ends, the other rules apply to it."""
+        until = self.inherited_until.get(node_id)
+        if until is None:
+            return False
+        if now >= until or (follower is not None and follower.state == "streaming"):
+            del self.inherited_until[node_id]
+            return False
+        return True
 
     def dropped(self, node_ids: set[str]) -> None:
         """etcd now holds `committed - node_ids` (rule 2)."""

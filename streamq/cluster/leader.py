@@ -89,9 +89,12 @@ class ReplicationServer:
         lease_valid: Callable[[], bool],
         ack_timeout_s: float = 3.0,
         tls: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
+        inherited: frozenset[str] = frozenset(),
     ) -> None:
         """`tls`: serve TLS with this context, or the one it returns at each accept (a
-        reload swaps it), on uvloop only; None: clear text."""
+        reload swaps it), on uvloop only; None: clear text. `inherited`: the members of
+        the ISR this leader was elected from, which it wrote to etcd with itself: each
+        has `ack_timeout_s` to reconnect and catch up before it is dropped (isr rule 4)."""
         self.tap = tap
         self.node_id = node_id
         self._secret = secret.encode()
@@ -99,7 +102,7 @@ class ReplicationServer:
         self._lease_valid = lease_valid
         self.ack_timeout_s = ack_timeout_s
         self._tls = _context_source(tls)
-        self._state = IsrState(node_id, tap.position, time.monotonic())
+        self._state = IsrState(node_id, tap.position, time.monotonic(), inherited, ack_timeout_s)
         self._sessions: dict[str, _Session] = {}
         self._handlers: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -541,6 +541,84 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(resync_records_doc,
+"resync_records(data, position, file_bytes, min_offset, max_offset, last_timestamp_ms, /)\n"
+"-> (found, offset, complete) | None\n"
+"\n"
+"Find where records start again after damage: the first position `found` at or after\n"
+"`position` in `data` holding a record header whose length and fields are plausible,\n"
+"whose offset lies in [min_offset, max_offset + (found - position) / 32] (each record\n"
+"lost to the damage takes 32 bytes or more), whose timestamp is not below\n"
+"`last_timestamp_ms`, and whose record ends within `file_bytes` (the bytes the file\n"
+"holds from data[0] on). `complete` is True when the record is wholly in `data` and its\n"
+"CRC32C matches; False when it runs past the end of `data` (read on from `found` to\n"
+"check it). None when no position before the last 32 bytes of `data` qualifies.");
+
+static PyObject *
+resync_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "resync_records() takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    long long file_bytes = PyLong_AsLongLong(args[2]);
+    unsigned long long min_offset = PyLong_AsUnsignedLongLong(args[3]);
+    unsigned long long max_offset = PyLong_AsUnsignedLongLong(args[4]);
+    long long last_ts = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    Py_ssize_t length = view.len;
+    if (position < 0 || position > length || file_bytes < length) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "position or file size outside the data");
+        return NULL;
+    }
+    Py_ssize_t found = -1;
+    int complete = 0;
+    unsigned long long offset = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t q = position; q + RECORD_HEADER_BYTES <= length; q++) {
+        const unsigned char *r = data + q;
+        offset = load_le64(r + RECORD_OFFSET_AT);
+        /* The cheap tests first: almost every position fails the offset range. */
+        if (offset < min_offset || offset > max_offset + (unsigned long long)(q - position) / 32) {
+            continue;
+        }
+        uint32_t record_length = load_le32(r);
+        uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
+        uint32_t lprops = load_le32(r + RECORD_PROPERTIES_LEN_AT);
+        if (record_length < RECORD_LENGTH_MIN || flags != 0 ||
+            (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN ||
+            (long long)q + 4 + (long long)record_length > file_bytes ||
+            (long long)load_le64(r + RECORD_TIMESTAMP_AT) < last_ts) {
+            continue;
+        }
+        if ((size_t)(length - q) < 4 + (size_t)record_length) {
+            found = q; /* runs past the data: the caller reads on to check it */
+            break;
+        }
+        uint32_t crc = crc32c_update(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu;
+        if (crc == load_le32(r + RECORD_CRC_AT)) {
+            found = q;
+            complete = 1;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (found < 0) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(nKO)", found, offset, complete ? Py_True : Py_False);
+}
+
 static PyMethodDef records_methods[] = {
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      encode_records_doc},
@@ -549,6 +627,8 @@ static PyMethodDef records_methods[] = {
      check_records_doc},
     {"scan_records", (PyCFunction)(void (*)(void))scan_records, METH_FASTCALL,
      scan_records_doc},
+    {"resync_records", (PyCFunction)(void (*)(void))resync_records, METH_FASTCALL,
+     resync_records_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))py_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},

@@ -86,3 +86,21 @@ def scan_records(
     after the previous entry (at `last_index_position`), and whether the walk stopped
     for good (a torn, corrupt or out-of-order record, or the limit) rather than at the
     end of the data."""
+
+def resync_records(
+    data: Buffer,
+    position: int,
+    file_bytes: int,
+    min_offset: int,
+    max_offset: int,
+    last_timestamp_ms: int,
+    /,
+) -> tuple[int, int, bool] | None:
+    """Where records start again after damage: the first position `found` at or after
+    `position` in `data` whose record header is plausible (length, flags, field lengths),
+    whose offset lies in `[min_offset, max_offset + (found - position) // 32]`, whose
+    timestamp is not below `last_timestamp_ms` and whose record ends within `file_bytes`
+    (the file's bytes from data[0] on). Returns `(found, offset, complete)`: complete when
+    the record is wholly in `data` and its CRC32C matches, not when it runs past the end of
+    `data` (read on from `found` to check it). None when no position before the last 32
+    bytes of `data` qualifies."""

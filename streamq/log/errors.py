@@ -19,6 +19,21 @@ class SegmentCorrupted(LogError):
         self.reason = reason
 
 
+class RecordDamaged(SegmentCorrupted):
+    """The record asked for was lost to damage on disk (bit rot): it is skipped, never
+    delivered, and the log goes on (`streamq.log.damage`). Carries the damaged span's
+    first offset, the offset after it and the bodies' size lost (an estimate when the
+    damage hit record headers)."""
+
+    def __init__(
+        self, path: str, position: int, first_offset: int, end_offset: int, body_bytes: int
+    ) -> None:
+        super().__init__(path, position, f"records {first_offset} to {end_offset - 1} are damaged")
+        self.first_offset = first_offset
+        self.end_offset = end_offset
+        self.body_bytes = body_bytes
+
+
 class LogFailed(LogError):
     """The log hit corrupt data or an I/O error earlier and refuses further work.
 

@@ -48,6 +48,17 @@ class SparseIndex:
         self.timestamps.append(timestamp_ms)
         self.last_position = position
 
+    def insert(self, relative_offset: int, position: int, timestamp_ms: int) -> None:
+        """An entry anywhere (where records resume after damage, `damage`): a lookup past
+        the damage then starts after it. A no-op if the offset has an entry already."""
+        i = bisect_left(self.relative_offsets, relative_offset)
+        if i < len(self.relative_offsets) and self.relative_offsets[i] == relative_offset:
+            return
+        self.relative_offsets.insert(i, relative_offset)
+        self.positions.insert(i, position)
+        self.timestamps.insert(i, timestamp_ms)
+        self.last_position = self.positions[-1]
+
     def maybe_add(self, relative_offset: int, position: int, timestamp_ms: int) -> None:
         """Add an entry if the record starts an interval after the previous entry."""
         if position - self.last_position >= self.interval_bytes:

@@ -14,8 +14,8 @@ every later call raises LogFailed. A full disk is not such an error: a write tha
 room before anything of it was fsynced is cut back and retried, in order, until there is
 room (see `space`); meanwhile `out_of_space` is true, the Syncer lists the log among those
 waiting for room, and `sync` waits, so that nothing is reported durable early. A failed
-fsync still fails the log. Corrupt data in a sealed segment (which never changes
-again) fails only the reads of it, with SegmentCorrupted. Other logs are not affected.
+fsync still fails the log. A damaged record (bit rot) is lost alone: readers pass over
+it (`damage`, `resolve_damage`) and `damage` reports it. Other logs are not affected.
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, NamedTuple
 
+from streamq.heap import return_freed_memory
 from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
-from streamq.log._records import scan_records as _scan_records
 from streamq.log._streamwire import span_indexed as _span_indexed
+from streamq.log.damage import DamagedSpan, DamageMap, resolve
 from streamq.log.errors import (
     LogClosed,
     LogError,
@@ -51,9 +53,9 @@ from streamq.log.errors import (
     fenced,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
-from streamq.log.recent import RecentWrites
+from streamq.log.recent import IDLE_RELEASE_S, RecentWrites
 from streamq.log.recovery import create_segment, recover
-from streamq.log.segment import Segment, read_records
+from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.space import (
     CompanionBatch,
     SpaceWait,
@@ -196,8 +198,11 @@ class SegmentLog:
         self._maps: dict[int, mmap.mmap] = {}  # sealed segments mapped by `view_at`
         # Buffers handed to the Syncer, oldest first, with the segment and position they
         # belong at and their write: `read_at` reads from them until they are written
-        # and, up to `recent_bytes_max`, a while longer.
-        self._recent = RecentWrites()
+        # and, up to `recent_bytes_max`, a while longer: while reads use them (see
+        # `release_recent_if_unread`, on a timer armed while any is kept).
+        self._recent = RecentWrites(config.recent_bytes_max, self._at_rest)
+        self._recent_timer: asyncio.TimerHandle | None = None
+        self.damage = DamageMap()  # records lost to bit rot, skipped by every reader
         self._durable_fd = files.open_fd(
             os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
         )
@@ -215,7 +220,10 @@ class SegmentLog:
         """
         config = config or LogConfig()
         recovered = recover(directory, config.index_interval_bytes)
-        return cls(directory, config, syncer or Syncer(), recovered.segments)
+        log = cls(directory, config, syncer or Syncer(), recovered.segments)
+        for span in recovered.damaged:
+            log.damage.add(span, "at recovery")
+        return log
 
     # -- state ---------------------------------------------------------------------------
 
@@ -527,10 +535,13 @@ class SegmentLog:
         self._buffer = bytearray()
         writes = self._writes
         written = self._submit_write(writer, position, buffer)
-        self._recent.add(segment, position, buffer, written)
+        recent = self._recent
+        recent.add(segment, position, buffer, written)
         # A write parked by a full disk is done but not on disk: nothing goes then (its
         # future completes after it is parked, so no parked bytes means it was written).
-        self._recent.trim(self.config.recent_bytes_max, writes_parked=self._stalled.bytes != 0)
+        recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
+        if self._recent_timer is None:
+            self._arm_recent_release()
         writes.append((written, len(buffer)))
         self._writes_bytes += len(buffer)
         while writes and (
@@ -539,6 +550,56 @@ class SegmentLog:
             future, size = writes.popleft()
             future.result()  # waits if not done; a write's error is in `_write_error`
             self._writes_bytes -= size
+
+    def limit_recent(self, bytes_max: int) -> None:
+        """Keep at most `bytes_max` bytes of written buffers in memory (never more than
+        `LogConfig.recent_bytes_max`); the broker sizes it from its memory watermark."""
+        recent = self._recent
+        recent.bytes_max = max(0, min(bytes_max, self.config.recent_bytes_max))
+        recent.trim(recent.bytes_max, writes_parked=self._stalled.bytes != 0)
+
+    @property
+    def recent_bytes_max(self) -> int:
+        """Written buffers kept in memory, at most (see `limit_recent`)."""
+        return self._recent.bytes_max
+
+    @property
+    def recent_bytes(self) -> int:
+        """The bytes of the buffers kept in memory, written or not."""
+        return self._recent.bytes
+
+    @property
+    def recent_reads(self) -> int:
+        """Reads served from the buffers kept in memory since the log was opened."""
+        return self._recent.hits
+
+    def release_recent_if_unread(self) -> int:
+        """Drop the written buffers if no read used them since the last call (no reader
+        near the tail); returns the bytes dropped. A timer calls it every
+        `IDLE_RELEASE_S` while any buffer is kept."""
+        if self._closed or self._failed is not None:
+            return 0
+        return self._recent.release_if_unread(writes_parked=self._stalled.bytes != 0)
+
+    def _at_rest(self) -> None:
+        """Neither appends nor reads near the tail for an idle period, and much was
+        released: hand the freed memory back to the kernel (docs/perf.md, "Memory at
+        rest")."""
+        return_freed_memory()
+        self._syncer.release_staging()
+
+    def _arm_recent_release(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no event loop (a tool, a blocking caller): kept up to the limit
+        self._recent_timer = loop.call_later(IDLE_RELEASE_S, self._recent_release_due)
+
+    def _recent_release_due(self) -> None:
+        self._recent_timer = None
+        self.release_recent_if_unread()
+        if (len(self._recent) or self._recent.rest_owed) and not self._closed:
+            self._arm_recent_release()
 
     def _submit_write(
         self, writer: SegmentWriter, position: int, data: bytearray
@@ -899,11 +960,10 @@ class SegmentLog:
     def read(self, offset: int, records_max: int) -> list[fmt.Record]:
         """Durable records from `offset` on, at most `records_max`, possibly fewer.
 
-        Returns [] at the durable end. Raises OffsetOutOfRange below `start_offset`,
-        SegmentCorrupted if a record of a sealed segment is damaged (the log goes on: the
-        segment never changes again), and LogFailed (failing the log) for damage in the
-        segment still being written, and ReadFailed for an I/O error reading (the log
-        goes on).
+        Returns [] at the durable end. Damaged records are passed over, never returned
+        (`resolve_damage`): the offsets of those returned may have gaps. Raises
+        OffsetOutOfRange below `start_offset`, and ReadFailed for an I/O error reading
+        (that read fails; the log goes on).
         """
         self._check_usable()
         if offset < self.start_offset:
@@ -924,6 +984,7 @@ class SegmentLog:
                     offset,
                     self.config.read_chunk_bytes,
                     out,
+                    partial(self.resolve_damage, segment.base_offset),
                 )
             except SegmentCorrupted as exc:
                 if segment.sealed and segment is not self._active:
@@ -936,6 +997,17 @@ class SegmentLog:
             except OSError as exc:  # EIO: this read fails, not the log
                 raise ReadFailed(segment.path, position, exc) from exc
         return out
+
+    def resolve_damage(self, base_offset: int, position: int, offset: int) -> DamagedSpan:
+        """The damaged span at `position` (a bad record that should hold `offset`) of the
+        segment at `base_offset`: readers pass over it (`damage.resolve`). LogFailed for
+        an I/O error."""
+        segment = self._segments[bisect_right(self._bases, base_offset) - 1]
+        try:
+            fd = self._read_fd(segment)
+            return resolve(self.damage, segment, fd, os.fstat(fd).st_size, position, offset)
+        except OSError as exc:
+            raise self._fail(exc) from exc
 
     def locate(self, offset: int) -> tuple[int, int, int]:
         """Where to read on from for the record at `offset`, durable or not: (the base
@@ -1020,36 +1092,16 @@ class SegmentLog:
 
     def read_record(self, offset: int) -> fmt.Record:
         """The record at `offset`, durable or not, its CRC checked (and those read on the
-        way from the index entry before it, in C). Raises OffsetOutOfRange,
-        SegmentCorrupted and LogFailed."""
+        way from the index entry before it, in C): `segment.find_record`. Raises
+        OffsetOutOfRange, RecordDamaged (lost to bit rot), SegmentCorrupted, LogFailed."""
         base, position, first_offset = self.locate(offset)
-        segment = self._segments[bisect_right(self._bases, base) - 1]
-        # The index entry is at most an interval before it: read about that much (a
-        # read here is a copy, and callers read one record at a time).
+        if (lost := self.damage.covering(offset)) is not None:
+            raise lost.error()
+        path = self._segments[bisect_right(self._bases, base) - 1].path
+        read, resolve = partial(self.read_at, base), partial(self.resolve_damage, base)
+        # The index entry is at most an interval before it: read about that much.
         size = self.config.index_interval_bytes + 1024
-        out: list[fmt.Record] = []
-        while True:
-            data = self.read_at(base, position, size)
-            if len(data) >= 4:
-                need = 4 + int.from_bytes(data[:4], "little")
-                if need > len(data):
-                    data = self.read_at(base, position, need)
-            if first_offset < offset:
-                # Pass over the records before it: one C call per chunk, not a decode each.
-                end, first_offset, _, _, _, _ = _scan_records(
-                    data, 0, first_offset, offset, 0, 0, 1 << 62, -(1 << 62)
-                )
-                if end > 0:
-                    position += end
-                    continue
-                # Nothing passed over: the next record is damaged or missing, and the
-                # Python decoder below says which, with the position.
-            fmt.decode_records(
-                bytes(data), position, 0, first_offset, offset + 1, out, 1, segment.path, offset
-            )
-            if out:
-                return out[0]
-            raise SegmentCorrupted(segment.path, position, f"record {offset} is missing")
+        return find_record(read, resolve, path, position, first_offset, offset, size)
 
     def seek_timestamp(self, timestamp_ms: int) -> int:
         """The first durable offset whose timestamp is `timestamp_ms` or later, or
@@ -1191,6 +1243,9 @@ class SegmentLog:
         queued there; with `wait`, this returns once it has. With `cut_padding` the active
         segment loses its padding (a clean close); without, it keeps it, as after a kill."""
         self._closed = True
+        if self._recent_timer is not None:
+            self._recent_timer.cancel()
+            self._recent_timer = None
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()

@@ -4,13 +4,20 @@ Owns the decisions taken when a log is opened after any stop, clean or `kill -9`
 
 * A closed segment with a valid index whose size matches is trusted (sealed).
 * A segment without a usable index is scanned record by record and gets a new index.
-* The valid part of the log ends at the first torn or corrupt record of an unsealed
-  segment. Everything after it was never reported durable (a sync seals segments in
-  order and fsyncs them before reporting), so it is cut: the segment is truncated and any
-  later segments are deleted.
-* Damage that a crash cannot explain (a bad record inside a sealed segment, a sealed
-  segment shorter than its index says, a gap between segments) raises SegmentCorrupted
-  naming the segment and position: the caller fails that log only.
+* Bad bytes followed by a valid record are damage (bit rot), not a torn write: only
+  the records in them are lost, everything after is kept (`damage` finds where records
+  resume), and the spans are returned for the log to report and its readers to skip.
+* The valid part of the log ends at bad bytes with nothing valid after them in an
+  unsealed segment: a torn tail. Everything after it was never reported durable (a sync
+  seals segments in order and fsyncs them before reporting), so it is cut: the segment
+  is truncated and any later segments are deleted. Unless the `durable` marker or a
+  sealed segment after it says records there were durable: then they are damage too,
+  the bytes stay, and the log goes on after them (in a new segment if it was the last).
+* A bad segment header is rewritten from the file name (the header holds nothing else
+  a reader needs but the floor timestamp, taken from the segment before).
+* Damage that no rule above explains (a sealed segment shorter than its index says, a
+  gap between segments) raises SegmentCorrupted naming the segment and position: the
+  caller fails that log only.
 
 Every change is fsynced (file, then directory) before `recover` returns.
 """
@@ -24,6 +31,7 @@ from typing import NamedTuple
 
 from streamq.log import files
 from streamq.log import format as fmt
+from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.files import fsync_directory, write_all
 from streamq.log.full_disk import write_index_or_defer
@@ -37,6 +45,16 @@ class Recovered(NamedTuple):
     segments: list[Segment]  # oldest first; the last one is the active segment
     truncated_bytes: int
     deleted_segments: int
+    damaged: list[DamagedSpan]  # records lost to damage, in offset order
+
+
+class _Opened(NamedTuple):
+    """A segment as recovery found it."""
+
+    segment: Segment
+    cut_bytes: int  # torn bytes cut from its end
+    damaged: list[DamagedSpan]
+    tail_lost: bool  # its last records are damaged, and the log goes on after them
 
 
 def recover(directory: str, interval_bytes: int) -> Recovered:
@@ -50,11 +68,14 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
     if not bases:
         segment = create_segment(directory, 0, interval_bytes)
         fsync_directory(directory)
-        return Recovered([segment], 0, 0)
+        return Recovered([segment], 0, 0, [])
     segments: list[Segment] = []
     truncated = 0
     deleted = 0
+    damaged: list[DamagedSpan] = []
+    tail_lost = False
     sealed_after = _sealed_flags(directory, bases)
+    durable = _durable_offset(directory)
     for i, base in enumerate(bases):
         path = os.path.join(directory, fmt.segment_name(base))
         if segments and segments[-1].next_offset != base:
@@ -70,16 +91,34 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
             # Created during a roll that never became durable, like everything after it.
             deleted += _delete_segments(directory, bases[i:])
             break
-        segment, cut = _open_segment(path, base, interval_bytes, is_last, later_sealed)
+        # Durable up to here: the next segment's base if it is sealed (or below the
+        # marker), else the marker.
+        durable_to = durable
+        if not is_last and (later_sealed or durable >= bases[i + 1]):
+            durable_to = bases[i + 1]
+        floor_ms = segments[-1].last_timestamp_ms if segments else 0
+        opened = _open_segment(path, base, interval_bytes, is_last, durable_to, floor_ms)
+        segment = opened.segment
         segments.append(segment)
-        truncated += cut
-        if cut and not is_last:
-            # A torn unsealed segment: nothing after it was ever durable.
+        damaged += opened.damaged
+        tail_lost = opened.tail_lost
+        truncated += opened.cut_bytes
+        if is_last or (opened.tail_lost and segment.next_offset == bases[i + 1]):
+            continue
+        if opened.cut_bytes or opened.tail_lost:
+            # A torn (or damaged) unsealed segment: nothing after it was ever durable.
             deleted += _delete_segments(directory, bases[i + 1 :])
             break
     if not segments:
         segments.append(create_segment(directory, bases[0], interval_bytes))
         os.fsync(segments[0].write_fd)
+    elif tail_lost:
+        # The newest segment ends in damage: appends go on in a new one, after it.
+        last = segments[-1]
+        segments.append(
+            create_segment(directory, last.next_offset, interval_bytes, last.last_timestamp_ms)
+        )
+        os.fsync(segments[-1].write_fd)
     _make_active(segments[-1])
     for segment in segments[:-1]:
         if not segment.sealed:
@@ -92,7 +131,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
             deleted,
         )
     fsync_directory(directory)
-    return Recovered(segments, truncated, deleted)
+    return Recovered(segments, truncated, deleted, damaged)
 
 
 def create_segment(
@@ -128,28 +167,46 @@ def _make_active(segment: Segment) -> None:
 
 
 def _open_segment(
-    path: str, base: int, interval_bytes: int, is_last: bool, later_sealed: bool
-) -> tuple[Segment, int]:
-    """The segment at `path`, and how many torn bytes were cut from it."""
+    path: str, base: int, interval_bytes: int, is_last: bool, durable_to: int, floor_ms: int
+) -> _Opened:
+    """The segment at `path`, what was cut from it and the damage found in it. Records
+    below `durable_to` were durable: bad bytes in their place are damage, not a torn tail."""
     file_bytes = os.path.getsize(path)
     if is_last and file_bytes < fmt.SEGMENT_HEADER_BYTES:
         # Created but its header never reached the disk: write it again.
         files.remove(path)
         segment = create_segment(os.path.dirname(path), base, interval_bytes)
         os.fsync(segment.write_fd)
-        return segment, 0
+        return _Opened(segment, 0, [], False)
     indexed = _load_index(path, base, file_bytes, interval_bytes) if not is_last else None
     if indexed is not None:
-        return indexed, 0
+        return _Opened(indexed, 0, [], False)
+    _check_header(path, base, floor_ms)
     scan = scan_segment(path, base, interval_bytes, 1 << 64)
     segment = Segment(path, base, scan.sparse_index)
     segment.next_offset = scan.next_offset
     segment.size_bytes = scan.valid_bytes
     segment.first_timestamp_ms = scan.first_timestamp_ms
     segment.last_timestamp_ms = scan.last_timestamp_ms
+    damaged = list(scan.damaged)
     cut = scan.file_bytes - scan.valid_bytes
-    if cut and later_sealed:
-        raise SegmentCorrupted(path, scan.valid_bytes, "invalid record inside a closed segment")
+    tail_lost = bool(cut) and durable_to > scan.next_offset
+    if tail_lost:
+        # Durable records were there: damage, kept on disk, and the log goes on after it.
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            span, _ = span_at(path, base, fd, scan.valid_bytes, scan.next_offset,
+                              scan.file_bytes, scan.last_timestamp_ms, durable_to)  # fmt: skip
+        finally:
+            os.close(fd)
+        damaged.append(span)
+        segment.next_offset = durable_to
+        segment.size_bytes = scan.file_bytes
+        if not len(segment.index):  # no record is left: the first (damaged) keeps its entry
+            floor_ms = max(floor_ms, 0)
+            segment.index.add(0, fmt.SEGMENT_HEADER_BYTES, floor_ms)
+            segment.first_timestamp_ms = segment.last_timestamp_ms = floor_ms
+        cut = 0
     # The records that survived may have been in the page cache only (a killed process
     # leaves it intact): fsync them before anyone reads them as durable, or a power loss
     # later could take back records that were delivered, and their offsets with them.
@@ -160,7 +217,38 @@ def _open_segment(
         os.fsync(fd)
     finally:
         files.close_fd(fd)
-    return segment, cut
+    return _Opened(segment, cut, damaged, tail_lost)
+
+
+def _check_header(path: str, base: int, floor_ms: int) -> None:
+    """Rewrite a damaged segment header from what the file name and the log say; it
+    holds no record. Fsynced before returning."""
+    with open(path, "rb") as f:
+        head = f.read(fmt.SEGMENT_HEADER_BYTES)
+    try:
+        found = fmt.decode_segment_header(head, path)
+        if found == base:
+            return
+        reason = f"{path}: base offset {found} in the header"
+    except SegmentCorrupted as exc:
+        reason = str(exc)
+    logger.error("%s; header rewritten (base offset %d, floor %d ms)", reason, base, floor_ms)
+    fd = files.open_fd(path, os.O_WRONLY)
+    try:
+        files.pwrite(fd, fmt.encode_segment_header(base, floor_ms), 0)
+        os.fsync(fd)
+    finally:
+        files.close_fd(fd)
+
+
+def _durable_offset(directory: str) -> int:
+    """The `durable` marker's offset: every record below it was durable (0 when it is
+    missing or damaged: nothing is then known to have been)."""
+    try:
+        with open(os.path.join(directory, fmt.DURABLE_FILE), "rb") as f:
+            return fmt.decode_durable(f.read()) or 0
+    except FileNotFoundError:
+        return 0
 
 
 def _load_index(path: str, base: int, file_bytes: int, interval_bytes: int) -> Segment | None:

@@ -38,6 +38,7 @@ class ThroughputConfig:
     exchange: str
     routing_key: str
     persistent: bool
+    expiration_ms: int  # the per-message `expiration` property; 0: none
     prefetch: int
     publish_rate: int
     consume_rate: int
@@ -101,6 +102,13 @@ def _add_throughput(run: argparse.ArgumentParser) -> None:
     flag("-e", "--exchange", default="", help='exchange to publish to ("": the default)')
     flag("-k", "--routing-key", default=None, help="routing key (the queue name)")
     flag("-p", "--persistent", action="store_true", help="persistent messages")
+    flag(
+        "--expiration",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="per-message expiration property in ms (0: none)",
+    )
     flag("-P", "--prefetch", type=int, default=0, help="consumer prefetch (0: unlimited)")
     flag("-r", "--rate", type=int, default=0, help="publish msgs/s per publisher (0: max)")
     flag("-R", "--consumer-rate", type=int, default=0, help="consume msgs/s per consumer")
@@ -129,7 +137,15 @@ def _check_counts(args: argparse.Namespace) -> None:
     for name in ("publishers", "consumers", "size", "ack", "confirm", "tx_publish", "tx_ack"):
         if getattr(args, name) < 0:
             raise PerfError(f"--{name.replace('_', '-')} must not be negative")
-    for name in ("prefetch", "rate", "consumer_rate", "time", "pmessages", "cmessages"):
+    for name in (
+        "prefetch",
+        "rate",
+        "consumer_rate",
+        "time",
+        "pmessages",
+        "cmessages",
+        "expiration",
+    ):
         if getattr(args, name) < 0:
             raise PerfError(f"--{name.replace('_', '-')} must not be negative")
     if args.publishers + args.consumers == 0:
@@ -173,6 +189,7 @@ def throughput_config(args: argparse.Namespace) -> ThroughputConfig:
         exchange=args.exchange,
         routing_key=args.queue if args.routing_key is None else args.routing_key,
         persistent=args.persistent,
+        expiration_ms=args.expiration,
         prefetch=args.prefetch,
         publish_rate=args.rate,
         consume_rate=args.consumer_rate,

@@ -35,7 +35,10 @@ def publish(config: ThroughputConfig, shared: Shared, index: int) -> bytes:
         if config.confirm_max:
             client.call(m.ConfirmSelect(), m.ConfirmSelectOk)
         delivery_mode = PERSISTENT if config.persistent else None
-        properties = codec.encode_properties(codec.BasicProperties(delivery_mode=delivery_mode))
+        expiration = str(config.expiration_ms) if config.expiration_ms else None
+        properties = codec.encode_properties(
+            codec.BasicProperties(delivery_mode=delivery_mode, expiration=expiration)
+        )
         batch = PublishBatch(
             config.exchange,
             config.routing_key,

@@ -33,9 +33,9 @@ from typing import Final, NamedTuple
 
 from streamq.log import amqp10
 from streamq.log import format as fmt
+from streamq.log._records import check_records
 from streamq.log._streamwire import chunk_add as _chunk_add
 from streamq.log._streamwire import crc32 as _crc32
-from streamq.log.errors import SegmentCorrupted
 from streamq.log.log import SegmentLog
 
 CHUNK_HEADER: Final = struct.Struct(">BBHIqQQIIII")
@@ -83,8 +83,9 @@ def read_chunk(
     first entry always goes in); with a filter, only matching records, and a skipped
     run ends the chunk. None when no durable record is at or after `offset`.
 
-    Raises SegmentCorrupted for a damaged record, and the log's errors (LogFailed,
-    OffsetOutOfRange when retention drops the segment meanwhile).
+    Records lost to damage on disk are passed over (`SegmentLog.resolve_damage`): a chunk
+    ends before them, and the next starts after them. Raises the log's errors
+    (LogFailed, OffsetOutOfRange when retention drops the segment meanwhile).
     """
     offset = max(offset, log.start_offset)
     end = log.durable_next
@@ -108,20 +109,36 @@ def read_chunk(
                 break
             base, position = following, fmt.SEGMENT_HEADER_BYTES
             continue
+        mark = len(out)
         try:
             used, at, records, first, timestamp_ms, closed, full = _chunk_add(
                 out, data, 0, at, offset, end, records_max, bytes_max,
                 amqp10.to_amqp10, values, unfiltered, records, first, timestamp_ms, closed,
             )  # fmt: skip
-        except ValueError as exc:
-            path = f"{log.directory}/{fmt.segment_name(base)}"
-            raise SegmentCorrupted(path, position, str(exc)) from None
+        except ValueError:
+            del out[mark:]  # what the call added: it goes again, up to the damage
+            used, _, _ = check_records(data, 0, at)
+            if used == 0:
+                # A damaged record next (bit rot): its span is passed over, lost; a chunk
+                # holds contiguous offsets, so one with entries ends before it.
+                if records:
+                    break
+                position, at = _past_damage(log, base, position, at)
+                continue
+            size = used  # the records before the damage, then the damage alone
+            continue
         position += used
         scanned += used
         if full:
             break
-        if used == 0 and len(data) >= 4:  # one record larger than the read
-            size = max(size, 4 + int.from_bytes(data[:4], "little"))
+        need = 4 + int.from_bytes(data[:4], "little") if len(data) >= 4 else 0
+        if used == 0 and need > len(data) and len(data) < size:
+            # Longer than what is left of the segment: a damaged length.
+            if records:
+                break
+            position, at = _past_damage(log, base, position, at)
+        elif used == 0 and len(data) >= 4:  # one record larger than the read
+            size = max(size, need)
         else:
             size = min(size * 2, READ_BYTES_MAX)
     if records == 0:
@@ -133,3 +150,10 @@ def read_chunk(
         crc, data_length, 0, 0,
     )  # fmt: skip
     return Chunk(first, at, records, out)  # no copy: the chunk is not changed after
+
+
+def _past_damage(log: SegmentLog, base: int, position: int, offset: int) -> tuple[int, int]:
+    """Where records resume after the damaged record at `position` (which should hold
+    `offset`) of the segment at `base`: its span's end, position and offset."""
+    span = log.resolve_damage(base, position, offset)
+    return span.end_position, span.end_offset

@@ -15,17 +15,22 @@ Memory is per run and per message in flight, not per queued message:
 - dead letters held for at-least-once dead-lettering (neither ready nor in flight, until
   every target has them: `streamq.broker.dead_letters`) are a dict offset -> (body
   size, the journal's mark of the death);
-- `bytes_ready` is a total, kept exact by the sizes that deliveries report.
+- `bytes_ready` is a total, kept exact by the sizes that deliveries report;
+- records lost to damage on disk (bit rot, `streamq.log.damage`) are noted as offset
+  spans when a read meets them, and dropped from the front as they come up: they are
+  never handed out, and `damaged_messages` counts them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
+from operator import sub
 from typing import NamedTuple, cast
 
 from sortedcontainers import SortedList
 
+from streamq.log.errors import RecordDamaged
 from streamq.queues.journal import LiveSnapshot, QueueJournal
 from streamq.queues.runs import RunSet
 
@@ -67,10 +72,13 @@ class ClassicQueue:
 
     __slots__ = (
         "_counts",
+        "_damage_noted",
+        "_damaged",
         "_ready",
         "_redelivered_below",
         "_taken_from",
         "bytes_ready",
+        "damaged_messages",
         "dead",
         "journal",
         "unacked",
@@ -89,6 +97,11 @@ class ClassicQueue:
         self.dead: dict[int, tuple[int, int]] = {}  # dead letters held: offset -> size, mark
         self._taken_from: Level = self._ready  # the level of the last take
         self.bytes_ready = 0
+        # Offsets lost to damage, as (first, end, body bytes each), in offset order; the
+        # messages of the queue among them are dropped when they reach the front.
+        self._damaged: list[tuple[int, int, int]] = []
+        self._damage_noted = False  # since `damage_noted` was last asked
+        self.damaged_messages = 0  # dropped for damage
 
     # -- levels (a priority queue has several) -------------------------------------------
 
@@ -215,7 +228,10 @@ class ClassicQueue:
         return False
 
     def peek(self) -> int | None:
-        """The offset `take` would return next, without taking it."""
+        """The offset `take` would return next, without taking it (messages lost to
+        damage at the front are dropped first)."""
+        if self._damaged:
+            self._drop_damaged_head()
         level = self._top()
         return None if level is None else level.first()
 
@@ -223,11 +239,19 @@ class ClassicQueue:
         """Up to `count_max` never-delivered messages at consecutive offsets, taken
         for `delivered_run`: (first, n); (0, 0) when the next message was delivered
         before (take it with `take`) or nothing is ready."""
+        if self._damaged:
+            self._drop_damaged_head()
         level = self._top()
         if level is None or level.requeued or self._fresh_redelivered(level):
             return 0, 0
         self._taken_from = level
-        return level.fresh.pop_run(count_max)
+        first, count = level.fresh.pop_run(count_max)
+        if self._damaged and count:
+            lost = self._damaged_from(first, first + count)
+            if lost is not None:  # the run ends before the damage; it is dropped next
+                level.fresh.add_front(lost, first + count - lost)
+                count = lost - first
+        return first, count
 
     def delivered_run(self, first: int, sizes: list[int]) -> None:
         """The messages from `first` on, taken by `take_run`, went out with these body
@@ -245,6 +269,8 @@ class ClassicQueue:
     def fresh_head_run(self) -> tuple[int, int]:
         """The first run of never-delivered messages, if they are next in line (no
         requeued message before them): (first, count); (0, 0) otherwise."""
+        if self._damaged:
+            self._drop_damaged_head()
         level = self._top()
         if level is None or level.requeued or self._fresh_redelivered(level):
             return 0, 0
@@ -253,6 +279,8 @@ class ClassicQueue:
     def take(self) -> ReadyMessage | None:
         """The next message, taken singly; the caller then calls `delivered` (it went
         out), `dropped` (it left the queue) or `untake`. None if nothing is ready."""
+        if self._damaged:
+            self._drop_damaged_head()
         level = self._top()
         if level is None:
             return None
@@ -311,6 +339,52 @@ class ClassicQueue:
         self.bytes_ready -= size
         if self.journal is not None:
             self.journal.acked_run(first, count, size)
+
+    # -- damage (bit rot) ----------------------------------------------------------------
+
+    def note_damage(self, lost: RecordDamaged, *, failed_read: bool = True) -> None:
+        """A read met records lost to damage: those of the queue are dropped when they
+        come to the front (a run taken now goes back first). With `failed_read` (the
+        read raised for it), `damage_noted` says so once."""
+        first, end = lost.first_offset, lost.end_offset
+        if all(noted != first for noted, _, _ in self._damaged):
+            self._damaged.append((first, end, lost.body_bytes // max(1, end - first)))
+            self._damaged.sort()
+        self._damage_noted = failed_read
+
+    def damage_noted(self) -> bool:
+        """Whether damage was noted since the last call: a read that failed for it is
+        not the queue's failure (retry: the next take drops what was lost)."""
+        noted, self._damage_noted = self._damage_noted, False
+        return noted
+
+    def _damaged_from(self, first: int, end: int) -> int | None:
+        """The first offset in [first, end) lost to damage, if any."""
+        for lost_first, lost_end, _ in self._damaged:
+            if lost_first < end and lost_end > first:
+                return max(first, lost_first)
+        return None
+
+    def _drop_damaged_head(self) -> None:
+        """Drop the messages lost to damage at the front, as `dropped` does (the journal
+        records them settled)."""
+        while (level := self._top()) is not None:
+            head = level.first()
+            assert head is not None
+            span = next((d for d in self._damaged if d[0] <= head < d[1]), None)
+            if span is None:
+                return
+            if level.requeued and int(level.requeued[0]) == head:
+                level.requeued.pop(0)
+                self._counts.pop(head, None)
+                count = 1
+            else:
+                _, count = level.fresh.pop_run(span[1] - head)
+            size = span[2] * count
+            self.bytes_ready = max(0, self.bytes_ready - size)
+            self.damaged_messages += count
+            if self.journal is not None:
+                self.journal.acked_run(head, count, size)
 
     # -- dead letters held (at-least-once dead-lettering) ---------------------------------
 
@@ -390,8 +464,12 @@ class ClassicQueue:
             if len(offsets) == offsets[-1] - first + 1 and offsets == sorted(offsets):
                 journal.acked_run(first, len(offsets), sum(sizes))  # in order: one run
             else:
-                for offset, size in zip(offsets, sizes, strict=True):
-                    journal.acked_run(offset, 1, size)
+                # One entry per stretch of consecutive offsets: a consumer among several
+                # acks the runs it was given, with the other consumers' runs between.
+                start = 0
+                for end in _run_ends(offsets):
+                    journal.acked_run(offsets[start], end - start, sum(sizes[start:end]))
+                    start = end
 
     def requeue(self, offset: int) -> None:
         """Back to ready, ahead of new messages and in original publish order."""
@@ -480,3 +558,12 @@ def level_min(level: Level) -> int | None:
     if first is not None:
         values.append(first)
     return min(values) if values else None
+
+
+def _run_ends(offsets: list[int]) -> list[int]:
+    """Where each stretch of consecutive offsets in `offsets` ends (an index past it),
+    the last one being len(offsets)."""
+    steps = map(sub, offsets[1:], offsets[:-1])  # C-level: offsets[i + 1] - offsets[i]
+    ends = [index for index, step in enumerate(steps, 1) if step != 1]
+    ends.append(len(offsets))
+    return ends

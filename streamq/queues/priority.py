@@ -85,6 +85,8 @@ class PriorityQueue(ClassicQueue):
         """As RabbitMQ's priority queue, the head of every priority is looked at, not
         only the overall head: an expired message of a low priority goes without
         waiting for the higher ones to drain."""
+        if self._damaged:
+            self._drop_damaged_head()
         taken = []
         for priority in self._used:
             level = self._by_priority[priority]

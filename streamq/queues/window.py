@@ -47,7 +47,10 @@ class ReadWindow:
 
     def records(self, log: SegmentLog, target: int) -> tuple[bytes, int]:
         """Bytes holding whole records from one at or before `target` on, and where in
-        them the first such record starts."""
+        them the first such record starts. Raises RecordDamaged when `target` was lost
+        to damage (the window then stands after it)."""
+        if log.damage.spans and log.damage.covering(target) is not None:
+            raise _lost(log, target)  # known lost: looking would find the damage again
         if (
             self.base < 0
             or self.offset < 0
@@ -58,6 +61,8 @@ class ReadWindow:
             self._load(log, base, position, offset)
         elif self.position >= len(self.data):
             self._load(log, self.base, self.file_position + self.position, self.offset)
+        if self.offset > target:  # passed over: `target` was in a damaged span
+            raise _lost(log, target)
         return self.data, self.position
 
     def read_on(self, log: SegmentLog) -> bool:
@@ -71,31 +76,37 @@ class ReadWindow:
     def _load(self, log: SegmentLog, base: int, position: int, offset: int) -> None:
         """Read from `position` of segment `base`, where the record `offset` starts, and
         check the whole records read (length, CRC, offset sequence): the window ends
-        before a damaged one, which raises SegmentCorrupted once it is the next."""
-        data = log.read_at(base, position, READ_CHUNK_BYTES)
-        if not data:  # the end of that segment: the next one starts after its header
-            following = log.segment_after(base)
-            if following is not None:
-                base, position, offset = following, fmt.SEGMENT_HEADER_BYTES, following
-                data = log.read_at(base, position, READ_CHUNK_BYTES)
-        elif len(data) >= 4:
-            need = 4 + int.from_bytes(data[:4], "little")
-            if need > len(data):  # a record larger than a chunk
-                data = log.read_at(base, position, need)
-        end, _, error = check_records(data, 0, offset)
-        if error is not None:
-            if end == 0:
-                path = os.path.join(log.directory, fmt.segment_name(base))
-                raise SegmentCorrupted(path, position, f"{error} (offset {offset})")
-            data = data[:end]
+        before a damaged one. A damaged record next is passed over with its span
+        (`SegmentLog.resolve_damage`), so the window may start past `offset`."""
+        while True:
+            data = log.read_at(base, position, READ_CHUNK_BYTES)
+            bad = False
+            if not data:  # the end of that segment: the next one starts after its header
+                following = log.segment_after(base)
+                if following is not None:
+                    base, position, offset = following, fmt.SEGMENT_HEADER_BYTES, following
+                    data = log.read_at(base, position, READ_CHUNK_BYTES)
+            elif len(data) >= 4:
+                need = 4 + int.from_bytes(data[:4], "little")
+                if need > len(data):  # a record larger than a chunk
+                    data = log.read_at(base, position, need)
+                    bad = need > len(data)  # longer than the segment: a damaged length
+            end, _, error = check_records(data, 0, offset)
+            if end == 0 and (bad or error is not None):
+                span = log.resolve_damage(base, position, offset)
+                position, offset = span.end_position, span.end_offset
+                continue
+            if error is not None:
+                data = data[:end]
+            break
         self.base, self.file_position, self.data, self.position = base, position, data, 0
         self.offset = offset
 
     def record(self, log: SegmentLog, target: int) -> fmt.Record:
         """The record at offset `target`, read through the window (sequential reads, say
         the expired head of a queue, cost a chunk read per 128 KiB, not one each).
-        Raises SegmentCorrupted (damaged or missing) and what `SegmentLog.read_at`
-        raises."""
+        Raises RecordDamaged (lost to damage), SegmentCorrupted (missing) and what
+        `SegmentLog.read_at` raises."""
         if self.offset == target and self.base >= 0:
             # Hot path (a queue's head read in order): the record is next in the window,
             # checked when the chunk was read; its fields are sliced out, no CRC again.
@@ -139,3 +150,12 @@ class ReadWindow:
         self.position = position
         if next_offset >= 0:
             self.offset = next_offset
+
+
+def _lost(log: SegmentLog, offset: int) -> SegmentCorrupted:
+    """The error for a record the window passed over: RecordDamaged with its span."""
+    span = log.damage.covering(offset)
+    if span is not None:
+        return span.error()
+    path = os.path.join(log.directory, "(log)")
+    return SegmentCorrupted(path, 0, f"record {offset} is missing")

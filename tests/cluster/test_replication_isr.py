@@ -149,3 +149,33 @@ def test_lag_is_the_age_of_the_oldest_unacked_byte() -> None:
     assert state.lag_s(follower, now=5.0) == 0.0
     [status] = state.status(now=5.0)
     assert (status.lag_bytes, status.in_isr, status.state) == (0, True, "streaming")
+
+
+def test_a_new_leader_keeps_the_members_it_was_elected_from_for_their_grace() -> None:
+    """Rule 4: inherited members are in the ISR from the start, rounds wait for them,
+    and one that is away or still syncing is dropped only once its grace is over."""
+    state = IsrState("L", 0, 0.0, frozenset({"a", "b", "L"}), grace_s=3.0)
+    assert state.isr == {"L", "a", "b"}
+    released = rounds(state, 10)
+    assert state.drops(now=1.0, ack_timeout_s=3.0) == set()  # neither has reconnected yet
+    state.followers["a"] = Follower("a", "h", 0)  # a reconnected: its full sync runs
+    assert state.drops(now=2.9, ack_timeout_s=3.0) == set()
+    release(state)
+    assert released == []  # the round waits for both
+    a = streaming(state, "a", 0)
+    state.grown(10, now=3.0)
+    a.acked = 10
+    assert state.drops(now=3.5, ack_timeout_s=3.0) == {"b"}  # b's grace is over
+    state.dropped({"b"})
+    release(state)
+    assert released == [10]
+    assert state.isr == {"L", "a"}
+
+
+def test_an_inherited_member_that_streams_is_judged_by_the_usual_rules() -> None:
+    state = IsrState("L", 0, 0.0, frozenset({"a"}), grace_s=30.0)
+    a = streaming(state, "a", 0)
+    state.grown(100, now=1.0)
+    assert state.drops(now=2.0, ack_timeout_s=3.0) == set()
+    a.state = "syncing"  # streamed, then fell back to a full sync: no grace any more
+    assert state.drops(now=2.0, ack_timeout_s=3.0) == {"a"}

@@ -32,11 +32,10 @@ from tests.faults.clients import (
 )
 from tests.faults.fault_cluster import Fault, FaultCluster
 from tests.faults.history import Event, Publish, write_history
-from tests.faults.nemesis import SETTLE_TIMEOUT_S, Step, run_schedule
+from tests.faults.nemesis import IN_SYNC_TIMEOUT_S, SETTLE_TIMEOUT_S, Step, run_schedule
 
 QUEUE: Final = "faults"
 STREAM: Final = "faults-stream"
-IN_SYNC_TIMEOUT_S: Final = 90.0
 CLIENT_STOP_TIMEOUT_S: Final = 30.0
 TAIL_S: Final = 2.0  # traffic after the heal, before the clients stop
 

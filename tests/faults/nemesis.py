@@ -17,6 +17,7 @@ from tests.cluster.cluster_nodes import ClusterNode
 from tests.faults.fault_cluster import FaultCluster
 
 SETTLE_TIMEOUT_S: Final = 45.0  # a serving leader again after a fault is healed
+IN_SYNC_TIMEOUT_S: Final = 90.0  # and every node in sync again
 FLAP_PERIOD_S: Final = 0.5
 TRAFFIC_S: Final = 1.0  # clients run undisturbed between two faults
 
@@ -155,10 +156,13 @@ def random_schedule(seed: int, count: int) -> list[Step]:
 
 
 def run_schedule(fc: FaultCluster, steps: Iterable[Step]) -> None:
-    """Each step (healed when it returns), then a serving leader again ("settled") and
-    some undisturbed traffic."""
+    """Each step (healed when it returns), then a serving leader and every node back in
+    sync ("settled"), and some undisturbed traffic: each fault starts from a whole
+    cluster (a leader killed while it is the only node in sync leaves nobody to elect)."""
+    assert fc.cluster is not None
     for step in steps:
         step(fc)
         _leader(fc)
+        fc.cluster.wait_in_sync(fc.nodes, IN_SYNC_TIMEOUT_S)
         fc.record("settled", step.__name__)
         time.sleep(TRAFFIC_S)

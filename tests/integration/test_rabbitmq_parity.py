@@ -12,6 +12,8 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 
+import amqp
+import kombu
 import pika
 import pika.exceptions
 import pytest
@@ -336,7 +338,6 @@ def test_py_amqp_queue_delete_of_a_consumed_queue_returns(
 ) -> None:
     """py-amqp (kombu's transport) raises ConsumerCancelled from the call that waits when
     a basic.cancel comes first; RabbitMQ's order lets queue_delete return."""
-    amqp = pytest.importorskip("amqp")
     connection = amqp.Connection(f"127.0.0.1:{broker.amqp_port}", connect_timeout=TIMEOUT_S)
     connection.connect()
     try:
@@ -354,7 +355,6 @@ def test_py_amqp_queue_delete_of_a_consumed_queue_returns(
 
 
 def test_kombu_queue_delete_of_a_consumed_queue_returns(broker: RunningBroker) -> None:
-    kombu = pytest.importorskip("kombu")
     with kombu.Connection(f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}//") as connection:
         channel = connection.channel()
         queue = kombu.Queue("kombu-q", channel=channel, durable=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamq.log import format as fmt
-from streamq.log.errors import SegmentCorrupted
+from streamq.log.errors import RecordDamaged, SegmentCorrupted
 from streamq.log.log import LogConfig, SegmentLog
 from tests.unit.log.conftest import message
 
@@ -47,8 +47,15 @@ def last_record_span(directory: Path, records: list[fmt.Record]) -> tuple[Path, 
     return path, size - record_bytes, size
 
 
+def mark_durable(directory: Path, offset: int) -> None:
+    """The `durable` marker as a crash leaves it: a torn record was never durable (a
+    record below the marker that is gone is damage, not a torn tail)."""
+    (directory / fmt.DURABLE_FILE).write_bytes(fmt.encode_durable(offset))
+
+
 def check_cut(directory: Path, records: list[fmt.Record], cut_offset: int) -> None:
     """Reopen: everything before the cut is intact, the cut record is gone, appends go on."""
+    mark_durable(directory, cut_offset)
     log = SegmentLog.open(str(directory), CONFIG)
     assert log.next_offset == log.durable_next == cut_offset
     assert log.read(0, len(records)) == records[:cut_offset]
@@ -114,6 +121,7 @@ def test_a_segment_torn_during_a_roll_is_cut_with_every_later_segment(tmp_path: 
     os.remove(tmp_path / fmt.index_name(old.base_offset))
     with open(segment_path(tmp_path, old.base_offset), "r+b") as f:
         f.truncate(old.size_bytes - 5)
+    mark_durable(tmp_path, old.next_offset - 1)
     reopened = SegmentLog.open(str(tmp_path), CONFIG)
     assert reopened.next_offset == old.next_offset - 1
     assert not segment_path(tmp_path, newest.base_offset).exists()
@@ -158,12 +166,11 @@ def _index_fields(data: bytes) -> tuple[int, int, int, int, list[tuple[int, int,
     return fields[3], fields[4], fields[5], fields[6], entries
 
 
-def test_a_flipped_bit_in_a_closed_segment_fails_the_reads_of_that_segment_only(
-    tmp_path: Path,
-) -> None:
-    """A sealed segment never changes: its damage is reported to whoever reads it, with
-    the file and position, and the log goes on appending and reading other segments."""
-    build(tmp_path / "a", 60)
+def test_a_flipped_bit_in_a_closed_segment_loses_that_record_only(tmp_path: Path) -> None:
+    """A sealed segment is trusted at open (its index checks); the damage is found when a
+    reader reaches it: the damaged record is passed over, reported (the log's damage map)
+    and never returned, every other record is, and the log goes on."""
+    records = build(tmp_path / "a", 60)
     log = SegmentLog.open(str(tmp_path / "a"), CONFIG)
     other = SegmentLog.open(str(tmp_path / "b"), CONFIG)
     closed = log.segments()[1]
@@ -174,15 +181,15 @@ def test_a_flipped_bit_in_a_closed_segment_fails_the_reads_of_that_segment_only(
         byte = f.read(1)[0]
         f.seek(position)
         f.write(bytes([byte ^ 0x04]))
-    assert log.read(0, closed.base_offset) != []  # the segment before it reads fine
-    with pytest.raises(SegmentCorrupted, match=rf"{path.name} at position \d+: ") as failure:
-        log.read(closed.base_offset, 100)
-    corrupted = failure.value
-    assert corrupted.path == str(path)
-    assert corrupted.position <= position
-    assert log.failed is None
-    after = log.segments()[2].base_offset
-    assert log.read(after, 1)[0].offset == after  # the next segment reads fine
+    read = log.read(0, 100)
+    [lost] = [r.offset for r in records if r not in read]
+    assert read == [r for r in records if r.offset != lost]
+    assert log.damage.records == 1 and log.failed is None
+    [span] = log.damage.spans
+    assert span.path == str(path) and span.position <= position < span.end_position
+    with pytest.raises(RecordDamaged, match=rf"{path.name} at position \d+: records {lost} "):
+        log.read_record(lost)
+    assert log.read_record(lost + 1) == records[lost + 1]
     first = log.append([message(0)], 1)
     assert log.sync_blocking() == first + 1
     log.close_blocking()
@@ -192,12 +199,13 @@ def test_a_flipped_bit_in_a_closed_segment_fails_the_reads_of_that_segment_only(
     other.close_blocking()
 
 
-def test_corruption_in_a_closed_segment_is_reported_at_open_when_it_is_scanned(
+def test_damage_in_a_closed_segment_is_found_at_open_when_it_is_scanned(
     tmp_path: Path,
 ) -> None:
     """Without a usable index the closed segment is scanned at open; a bad record inside
-    it, with sealed segments after it, is corruption, not a torn tail to cut."""
-    build(tmp_path, 60)
+    it is damage, not a torn tail to cut: the segment keeps its bytes, the damaged
+    record alone is lost and the index is rebuilt around it."""
+    records = build(tmp_path, 60)
     log = SegmentLog.open(str(tmp_path), CONFIG)
     closed = log.segments()[1]
     log.close_blocking()
@@ -206,9 +214,13 @@ def test_corruption_in_a_closed_segment_is_reported_at_open_when_it_is_scanned(
     with open(path, "r+b") as f:
         f.seek(closed.size_bytes // 2)
         f.write(b"\xff\xff")
-    with pytest.raises(SegmentCorrupted, match=rf"{path.name} at position \d+: invalid record"):
-        SegmentLog.open(str(tmp_path), CONFIG)
+    reopened = SegmentLog.open(str(tmp_path), CONFIG)
     assert os.path.getsize(path) == closed.size_bytes  # nothing was cut
+    assert reopened.damage.records == 1
+    read = reopened.read(0, 100)
+    assert len(read) == 59 and all(r in records for r in read)
+    reopened.close_blocking()
+    assert (tmp_path / fmt.index_name(closed.base_offset)).exists()
 
 
 def test_a_gap_between_sealed_segments_is_corruption(tmp_path: Path) -> None:
