@@ -4,7 +4,7 @@ queues it could not tidy up are compacted once space returns, with no restart.
 Method: `streamq serve` as a child process on a 40 MB tmpfs (tests/small_fs.py). pika
 publishes with confirms to three durable queues, one after the other (so each queue's
 journal holds many one-entry blocks: a restart rewrites it), a priority queue among
-them, and two delayed messages (one routed, its removal recorded). One journal, the
+them, a stream, and two delayed messages (one routed, its removal recorded). One journal, the
 vhost's definitions and the delayed-message file get a torn last record (as a crash
 leaves). SIGKILL, then the file system is filled to the last byte and the broker started
 again: every confirmed message is there (counted and consumed), nothing was rewritten
@@ -29,7 +29,8 @@ HOST = "127.0.0.1"
 TIMEOUT_S = 20
 QUEUES = {"plain": {}, "other": {}, "prio": {"x-max-priority": 5}}
 MESSAGES = 300  # per queue, one confirm each: 300 blocks in each journal
-ACKED = 20  # taken from "plain" and acked before the kill
+ACKED = 20
+STREAM = "log"  # taken from "plain" and acked before the kill
 OPTIONS = ("--disk-free-limit", "1MiB")  # the tmpfs is far below the default limit
 
 
@@ -59,6 +60,9 @@ def publish_all(broker: BrokerProcess) -> None:
         properties = pika.BasicProperties(headers={"x-delay": delay_ms}, delivery_mode=2)
         channel.basic_publish("later", "k", body, properties)
     time.sleep(0.2)  # bounded: "soon" comes due meanwhile
+    channel.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
+    for n in range(MESSAGES):
+        channel.basic_publish("", STREAM, f"{STREAM}:{n}".encode())
     for name, arguments in QUEUES.items():
         channel.queue_declare(name, durable=True, arguments=arguments)
         for n in range(MESSAGES):
@@ -83,6 +87,22 @@ def bodies(broker: BrokerProcess, name: str) -> set[bytes]:
         if method is None:
             break
         found.add(body)
+    connection.close()
+    return found
+
+
+def stream_bodies(broker: BrokerProcess) -> list[bytes]:
+    """The stream's messages from its first, read by an AMQP consumer."""
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=100)
+    found = []
+    arguments = {"x-stream-offset": "first"}
+    for method, _, body in channel.consume(STREAM, arguments=arguments, inactivity_timeout=2):
+        if method is None:
+            break
+        found.append(body)
+        channel.basic_ack(method.delivery_tag)
     connection.close()
     return found
 
@@ -129,6 +149,7 @@ def test_a_restart_on_a_full_disk_serves_every_confirmed_message(tmp_path: Path)
             assert journal(data_dir, "plain").stat().st_size == sizes["plain"]
             assert journal(data_dir, "other").stat().st_size == sizes["other"] - 8
             assert bodies(broker, "routed") == {b"soon"}
+            assert stream_bodies(broker) == [f"{STREAM}:{n}".encode() for n in range(MESSAGES)]
             assert b"kept" in delayed.read_bytes() and not delayed.read_bytes().endswith(
                 b"\x09\x00"
             )
