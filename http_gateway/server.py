@@ -43,6 +43,7 @@ from http_gateway.errors import HttpError, error_response
 from http_gateway.listing import refuse_sample_ranges
 from streamq.broker import errors as broker_errors
 from streamq.broker.broker import Broker
+from streamq.log.errors import OutOfSpace
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,11 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         return error_response(exc.status, exc.reason)
     except broker_errors.BrokerError as exc:
         return error_response(status_of(exc), str(exc))
+    except OutOfSpace as exc:
+        # A management write (accounts.json) found the disk full: the file and the
+        # state are as before; the call can be repeated once there is room.
+        logger.error("%s %s not stored: %s", request.method, request.path, exc)
+        return error_response(503, f"not stored, nothing changed: {exc.strerror} (disk full)")
     except Exception:
         logger.exception("internal error in %s %s", request.method, request.path)
         return error_response(500, "internal error, see the broker log")

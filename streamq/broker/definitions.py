@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import struct
 from collections.abc import Mapping
@@ -30,8 +31,11 @@ from typing import Final
 from streamq.broker.errors import BrokerError
 from streamq.log import files
 from streamq.log._records import crc32c
+from streamq.log.errors import OutOfSpace
 from streamq.log.files import append_all, write_file_atomic
 from streamq.log.versions import refuse_newer
+
+logger = logging.getLogger(__name__)
 
 MAGIC: Final = b"SQDF"
 VERSION: Final = 1
@@ -96,6 +100,18 @@ def decode_file(path: str, data: bytes) -> tuple[list[Op], int]:
     return ops, position
 
 
+def _cut_torn_tail(path: str, valid_bytes: int) -> None:
+    """A full disk at start-up: cut the torn tail off in place (which needs no room)
+    rather than rewriting the file, with a log line."""
+    fd = files.open_fd(path, os.O_WRONLY)
+    try:
+        files.ftruncate(fd, valid_bytes)
+        os.fsync(fd)
+    finally:
+        files.close_fd(fd)
+    logger.warning("definitions %s: no room to rewrite it; torn tail cut in place", path)
+
+
 class DefinitionsJournal:
     """The open definitions file of one vhost; event-loop thread only."""
 
@@ -115,14 +131,24 @@ class DefinitionsJournal:
             data = b""
         ops, valid = decode_file(path, data)
         if valid != len(data) or not data:
-            write_file_atomic(path, encode_file(ops), fsync_dir=True)
+            try:
+                write_file_atomic(path, encode_file(ops), fsync_dir=True)
+            except OutOfSpace:
+                if valid < HEADER.size:
+                    raise  # no file to keep: the vhost cannot start without room
+                _cut_torn_tail(path, valid)
         fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd), ops
 
     def replace(self, ops: list[Op]) -> None:
         """Start-up compaction: the file becomes exactly `ops`. Fsyncs file and directory
-        before returning."""
-        write_file_atomic(self.path, encode_file(ops), fsync_dir=True)
+        before returning. On a full disk the file stays as it is (its records give the
+        same definitions), with a log line; the next start-up compacts it."""
+        try:
+            write_file_atomic(self.path, encode_file(ops), fsync_dir=True)
+        except OutOfSpace as exc:
+            logger.warning("definitions %s: not compacted at start-up: %s", self.path, exc)
+            return
         files.close_fd(self._fd)
         self._fd = files.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
 

@@ -28,7 +28,8 @@ from typing import Final, NamedTuple
 
 from streamq.log import files
 from streamq.log._records import crc32c
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.errors import OutOfSpace
+from streamq.log.files import append_all, fsync_directory, write_all, write_file_atomic
 from streamq.log.log import CompanionWork
 from streamq.log.versions import refuse_newer
 
@@ -133,6 +134,39 @@ def replay(data: bytes) -> tuple[dict[int, DelayedMessage], bool]:
     return live, clean
 
 
+def valid_bytes(data: bytes) -> int:
+    """The length of the records of a file's contents before the first torn or corrupt
+    one (what `replay` reads)."""
+    at = HEADER.size
+    while at + PREFIX.size <= len(data):
+        length, crc = PREFIX.unpack_from(data, at)
+        payload = data[at + PREFIX.size : at + PREFIX.size + length]
+        if length > RECORD_BYTES_MAX or len(payload) != length or crc32c(payload) != crc:
+            break
+        try:  # a record `replay` stops at (appends after it would never be read)
+            if payload[0] == ADD:
+                _decode_add(payload)
+            elif payload[0] != REMOVE:
+                break
+        except (ValueError, struct.error, IndexError):
+            break
+        at += PREFIX.size + length
+    return at
+
+
+def _keep_on_full_disk(path: str, valid: int, why: OutOfSpace) -> None:
+    """Start-up on a full disk: keep the file rather than rewrite it (its removed records
+    replay to the same messages), cutting a torn tail off in place, which needs no room."""
+    fd = files.open_fd(path, os.O_WRONLY)
+    try:
+        if os.fstat(fd).st_size > valid:
+            files.ftruncate(fd, valid)
+            os.fsync(fd)
+    finally:
+        files.close_fd(fd)
+    logger.warning("delayed messages: %s not rewritten at start-up (%s); kept as it is", path, why)
+
+
 class DelayedStore:
     """The delayed messages of one vhost; used from the event-loop thread only."""
 
@@ -166,9 +200,13 @@ class DelayedStore:
         if not clean or not data:
             if not clean:
                 logger.info("delayed messages: rewriting %s with %d live", path, len(live))
-            write_file_atomic(
-                path, HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values()), fsync_dir=True
-            )
+            whole = HEADER.pack(MAGIC, VERSION, 0) + _encode_all(live.values())
+            try:
+                write_file_atomic(path, whole, fsync_dir=True)
+            except OutOfSpace as exc:
+                if len(data) < HEADER.size:
+                    raise  # no file to keep: the vhost cannot start without room
+                _keep_on_full_disk(path, valid_bytes(data), exc)
         fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, live)
 
@@ -239,21 +277,27 @@ class DelayedStore:
 
     def prepare_sync(self) -> CompanionWork:
         """The vhost log's sync companion: write what is buffered (and the removals whose
-        publish an earlier round made durable); hand the round the descriptor."""
+        publish an earlier round made durable); hand the round the descriptor.
+
+        Raises OutOfSpace when the file system has no room, with the file cut back and
+        nothing changed here: the log holds its round and calls this again, in order."""
+        removing = self._removable
+        dead = self._dead + 2 * len(removing)
+        persisted = self._persisted - len(removing)
+        compact = dead >= COMPACT_DEAD_MIN and dead >= COMPACT_RATIO * persisted
+        data = b""
+        if not compact:
+            data = bytes(self._buffer) + b"".join(encode_remove(seq) for seq in removing)
+            if data:
+                append_all(self._fd, data)
         self.unsynced = False
-        for seq in self._removable:
-            self._buffer += encode_remove(seq)
-        self._persisted -= len(self._removable)
-        self._dead += 2 * len(self._removable)
+        self._buffer = bytearray()
+        self._dead, self._persisted = dead, persisted
         # Released messages become removable once this round has synced their publish.
         self._removable, self._released = self._released, []
-        if self._dead >= COMPACT_DEAD_MIN and self._dead >= COMPACT_RATIO * self._persisted:
+        if compact:
             return self._compact()
-        if not self._buffer:
-            return CompanionWork(())
-        write_all(self._fd, self._buffer)
-        self._buffer = bytearray()
-        return CompanionWork((self._fd,))
+        return CompanionWork((self._fd,) if data else ())
 
     def _compact(self) -> CompanionWork:
         """Replace the file with the persistent messages not yet removed durably (the
@@ -276,7 +320,14 @@ class DelayedStore:
 
         def replace() -> None:
             try:
-                write_all(work, snapshot)
+                files.ftruncate(work, 0)  # a run after a full disk starts again
+                append_all(work, snapshot)
+            except OutOfSpace:
+                raise  # `work` kept open: the round runs this again when there is room
+            except BaseException:
+                files.close_fd(work)
+                raise
+            try:
                 os.fsync(work)
             finally:
                 files.close_fd(work)

@@ -188,7 +188,7 @@ class Storage:
             if os.path.exists(path):
                 try:
                     journal, replayed = QueueJournal.load(path, start, end, self._dirty_journals)
-                except JournalCorrupted as exc:
+                except (JournalCorrupted, OSError) as exc:  # OSError: EIO reading it
                     # The queue stays declared but empty; its file is kept for operators.
                     logger.error("vhost %s: queue %r not restored: %s", self.name, queue.name, exc)
                     queue.failed = str(exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class LogError(Exception):
     """Base class of every error the segment log raises."""
@@ -82,3 +84,16 @@ def fenced(exc: BaseException) -> bool:
     return isinstance(exc, ReplicationFenced) or (
         isinstance(exc, LogFailed) and isinstance(exc.cause, ReplicationFenced)
     )
+
+
+class ReadFailed(LogError):
+    """Reading a segment failed with an I/O error (EIO): that read fails, the log goes on
+    (a failed read changes nothing on disk; the next read may work)."""
+
+    def __init__(self, path: str, position: int, cause: OSError) -> None:
+        # The file by name: the text goes into AMQP replies (255 bytes at most).
+        name = os.path.basename(path)
+        super().__init__(f"reading segment {name} at position {position} failed: {cause}")
+        self.path = path
+        self.position = position
+        self.cause = cause

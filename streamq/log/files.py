@@ -157,16 +157,21 @@ def write_file_atomic(path: str, data: bytes, *, fsync_dir: bool) -> None:
     system has no room for the data (the call can be repeated once it has).
     """
     tmp = path + ".tmp"
-    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        if not is_out_of_space(exc):
+            raise
+        raise OutOfSpace(exc.errno, exc.strerror, tmp) from exc
     try:
         try:
             write_all(fd, data)
+            os.fsync(fd)  # ENOSPC here too on some file systems: only the temp file is lost
         except OSError as exc:
             if not is_out_of_space(exc):
                 raise
             remove(tmp)  # give its blocks back
             raise OutOfSpace(exc.errno, exc.strerror, tmp) from exc
-        os.fsync(fd)
     finally:
         close_fd(fd)
     replace(tmp, path)

@@ -47,6 +47,7 @@ from streamq.log.errors import (
     LogFailed,
     OffsetOutOfRange,
     OutOfSpace,
+    ReadFailed,
     RecordTooLarge,
     SegmentCorrupted,
     fenced,
@@ -706,8 +707,16 @@ class SegmentLog:
                 await asyncio.sleep(0)
                 continue
             # shield: a cancelled waiter must not cancel the round others wait on.
-            await asyncio.shield(inflight)
+            await self._await_round(inflight)
         return self._durable_next
+
+    async def _await_round(self, inflight: asyncio.Future[_RoundResult]) -> None:
+        """Wait for a round; a failed one (an fsync's EIO) fails the log, and its waiters
+        get LogFailed, as `sync` promises, not the round's raw OSError."""
+        try:
+            await asyncio.shield(inflight)
+        except (OSError, RuntimeError) as exc:
+            raise self._fail(exc) from exc
 
     async def sync_companions(self) -> None:
         """Wait for a round that began after this call to make the companions' writes
@@ -728,7 +737,7 @@ class SegmentLog:
             if inflight.done():
                 await asyncio.sleep(0)  # let its completion callback run (see `sync`)
                 continue
-            await asyncio.shield(inflight)
+            await self._await_round(inflight)
             if self._companions_stalled:
                 raise OutOfSpace(errno.ENOSPC, "companion writes wait for room", self.directory)
 
@@ -953,8 +962,8 @@ class SegmentLog:
 
         Returns [] at the durable end. Damaged records are passed over, never returned
         (`resolve_damage`): the offsets of those returned may have gaps. Raises
-        OffsetOutOfRange below `start_offset`, and LogFailed (failing the log) for an
-        I/O error.
+        OffsetOutOfRange below `start_offset`, and ReadFailed for an I/O error reading
+        (that read fails; the log goes on).
         """
         self._check_usable()
         if offset < self.start_offset:
@@ -983,8 +992,10 @@ class SegmentLog:
                     # of its offsets, not the log, which goes on appending and reading.
                     raise
                 raise self._fail(exc) from exc
-            except (LogError, OSError) as exc:
+            except LogError as exc:
                 raise self._fail(exc) from exc
+            except OSError as exc:  # EIO: this read fails, not the log
+                raise ReadFailed(segment.path, position, exc) from exc
         return out
 
     def resolve_damage(self, base_offset: int, position: int, offset: int) -> DamagedSpan:
@@ -1023,8 +1034,8 @@ class SegmentLog:
         empty at the segment's end. Records are not checked here: the reader checks
         each record's length and offset (the CRC is checked when `read` reads them).
 
-        Raises OffsetOutOfRange for a segment that was dropped, LogFailed for an I/O
-        error."""
+        Raises OffsetOutOfRange for a segment that was dropped, ReadFailed for an I/O
+        error (the log goes on)."""
         self._check_usable()
         i = bisect_right(self._bases, base_offset) - 1
         if i < 0 or self._bases[i] != base_offset:
@@ -1049,8 +1060,8 @@ class SegmentLog:
         size = min(size, memory_from - position)
         try:
             return os.pread(self._read_fd(segment), size, position)
-        except OSError as exc:
-            raise self._fail(exc) from exc
+        except OSError as exc:  # EIO: this read fails, not the log
+            raise ReadFailed(segment.path, position, exc) from exc
 
     def view_at(self, base_offset: int, position: int, size: int) -> bytes | memoryview:
         """`read_at` without a copy where it can: the bytes of a sealed segment (complete,

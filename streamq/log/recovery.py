@@ -33,7 +33,8 @@ from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
-from streamq.log.files import fsync_directory, write_all, write_file_atomic
+from streamq.log.files import fsync_directory, write_all
+from streamq.log.full_disk import write_index_or_defer
 from streamq.log.index import SparseIndex
 from streamq.log.segment import Segment, scan_segment
 
@@ -121,8 +122,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
     _make_active(segments[-1])
     for segment in segments[:-1]:
         if not segment.sealed:
-            write_file_atomic(segment.index_path, segment.index_bytes(), fsync_dir=False)
-            segment.sealed = True
+            segment.sealed = write_index_or_defer(segment.index_path, segment.index_bytes())
     if truncated or deleted or not all(s.sealed for s in segments[:-1]):
         logger.warning(
             "log %s recovered: truncated %d bytes of torn tail, deleted %d unsynced segments",

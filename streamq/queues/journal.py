@@ -46,6 +46,7 @@ inexact, and the vhost counts it from the log. It does no routing and knows no A
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import sys
@@ -99,6 +100,8 @@ _V2_COUNT_SHIFT: Final = 50
 COMPACT_RATIO: Final = 4
 COMPACT_ENTRIES_MIN: Final = 65536
 _LITTLE: Final = sys.byteorder == "little"
+
+logger = logging.getLogger(__name__)
 
 
 class JournalCorrupted(Exception):
@@ -359,6 +362,36 @@ class _V2State:
         )
 
 
+def _rewrite_or_defer(path: str, live: bytes, valid_bytes: int, size: int) -> bool:
+    """Start-up: replace the journal at `path` with `live`. On a full disk, returns False
+    instead, with the file cut back to its `valid_bytes` (a torn last block goes; cutting
+    needs no room) and otherwise as it was, for the caller to compact it in a sync round,
+    which the log holds and retries until there is room: a restart on a full disk keeps
+    every queue (the file is read as before by a restart meanwhile)."""
+    try:
+        write_file_atomic(path, live, fsync_dir=True)
+    except OSError as exc:
+        if not files.is_out_of_space(exc):
+            raise
+        if os.path.exists(path + ".tmp"):
+            files.remove(path + ".tmp")
+        if valid_bytes < size:
+            fd = files.open_fd(path, os.O_WRONLY)
+            try:
+                files.ftruncate(fd, valid_bytes)
+                os.fsync(fd)
+            finally:
+                files.close_fd(fd)
+        logger.warning(
+            "queue journal %s: no room to rewrite it at start-up (%s); read as it is, "
+            "compacted by the first sync round that finds room",
+            path,
+            exc,
+        )
+        return False
+    return True
+
+
 class QueueJournal:
     """The open journal of one durable queue; used from the event-loop thread only."""
 
@@ -419,30 +452,34 @@ class QueueJournal:
             data = file.read()
         result = replay(path, data, log_start, log_next)
         live_entries = len(result.runs) + len(result.counts) + len(result.dead)
+        deferred = False
         if result.size_exact and (
             result.valid_bytes != len(data)
             or result.entries > 2 * live_entries + 16
             or result.version != VERSION
         ):
-            write_file_atomic(
-                path,
-                encode_live(
-                    result.runs, result.counts, result.size_bytes, result.expiring, result.dead
-                ),
-                fsync_dir=True,
+            live = encode_live(
+                result.runs, result.counts, result.size_bytes, result.expiring, result.dead
             )
-            result = result._replace(entries=live_entries)
+            deferred = not _rewrite_or_defer(path, live, result.valid_bytes, len(data))
+            if not deferred:
+                result = result._replace(entries=live_entries)
         fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
-        return cls(path, fd, result.entries, dirty), result
+        journal = cls(path, fd, result.entries, dirty)
+        if deferred:
+            journal.request_compaction()
+        return journal, result
 
     def rewrite(self, replayed: Replay, size_bytes: int, expiring: bool) -> None:
         """Start-up, after a load whose byte total was inexact: replace the file with the
-        live entries and the byte total counted from the log (fsyncs file and dir)."""
-        write_file_atomic(
-            self.path,
-            encode_live(replayed.runs, replayed.counts, size_bytes, expiring, replayed.dead),
-            fsync_dir=True,
-        )
+        live entries and the byte total counted from the log (fsyncs file and dir).
+        On a full disk the file stays as it is and the first sync round compacts it
+        instead (held and retried by the log until there is room)."""
+        live = encode_live(replayed.runs, replayed.counts, size_bytes, expiring, replayed.dead)
+        size = os.fstat(self._fd).st_size
+        if not _rewrite_or_defer(self.path, live, size, size):
+            self.request_compaction()
+            return
         files.close_fd(self._fd)
         self._fd = files.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
         self._entries = len(replayed.runs) + len(replayed.counts) + len(replayed.dead)

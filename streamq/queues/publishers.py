@@ -27,12 +27,14 @@ are dropped and the whole log is scanned for them.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from typing import Final
 
 from streamq.log import amqp10, files
 from streamq.log._records import crc32c
+from streamq.log.errors import OutOfSpace
 from streamq.log.files import write_file_atomic
 from streamq.log.log import CompanionWork, SegmentLog
 from streamq.log.versions import refuse_newer
@@ -45,6 +47,7 @@ HEADER: Final = struct.Struct("<4sHH")
 RECORD: Final = struct.Struct("<II")
 ENTRY: Final = struct.Struct("<QQQ")  # covered, sequence, offset
 REFERENCE_BYTES_MAX: Final = 255  # the record's exchange field holds it (u8 length)
+logger = logging.getLogger(__name__)
 COMPACT_RECORDS_MIN: Final = 4096  # rewrite when the file holds this many more than references
 # A round with no publishes still moves `covered` when the log grew this much since, so
 # that the scan on open stays short on a stream written mostly over AMQP.
@@ -167,13 +170,21 @@ class PublisherSequences(CompanionFile):
             data = b""
         entries, covered, records, valid = decode_file(path, data)
         end = log.next_offset
-        if covered > end:  # the file counts records that the log lost
+        lost = covered > end  # the file counts records that the log lost
+        if lost:
             entries = {ref: e for ref, e in entries.items() if e.offset < end}
             covered = 0
         if covered < end:
             scan_native(log, covered, entries)
         if not data or valid != len(data) or covered < end or records > len(entries) + 1:
-            write_file_atomic(path, encode_file(end, entries), fsync_dir=True)
+            try:
+                write_file_atomic(path, encode_file(end, entries), fsync_dir=True)
+            except OutOfSpace as exc:
+                # Kept as it is (a restart rebuilds the same state from it and the log),
+                # unless it counts lost records or has no header: then no room is fatal.
+                if lost or valid < HEADER.size:
+                    raise
+                _cut_in_place(path, valid, exc)
             records = max(len(entries), 1)
         fd = files.open_fd(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, log, entries, records, fd)
@@ -225,3 +236,15 @@ class PublisherSequences(CompanionFile):
         data = encode_file(covered, self._entries)
         self._records = max(len(self._entries), 1)
         return CompanionWork((), (lambda: self._replace(tmp),), ((fd, data),))
+
+
+def _cut_in_place(path: str, valid_bytes: int, why: OutOfSpace) -> None:
+    """A full disk at open: cut a torn tail off in place (no room needed) instead of
+    rewriting the file, with a log line."""
+    fd = files.open_fd(path, os.O_WRONLY)
+    try:
+        files.ftruncate(fd, valid_bytes)
+        os.fsync(fd)
+    finally:
+        files.close_fd(fd)
+    logger.warning("publishers file %s: not rewritten at open (%s); kept as it is", path, why)
