@@ -72,8 +72,9 @@ def publish_all(broker: BrokerProcess) -> None:
         method, _, _ = channel.basic_get("plain")
         assert method is not None
         channel.basic_ack(method.delivery_tag)
-    # A sync round after the acks: a queue declare's Declare-Ok waits for one.
-    channel.queue_declare("plain", durable=True, passive=False)
+    # A sync round after the acks: the Declare-Ok of a new durable exchange waits for one
+    # (a redeclare of an existing queue answers at once).
+    channel.exchange_declare("barrier", "fanout", durable=True)
     connection.close()
 
 
