@@ -149,7 +149,7 @@ def _get_options(body: dict[str, object]) -> tuple[int, str, str, int | None]:
     # loop counts down past zero); streamq refuses it, as it refuses more than the max.
     count = bounded_integer(body.get("count"), "count", 0, GET_COUNT_MAX)
     ackmode = body.get("ackmode")
-    if ackmode not in ACK_MODES:
+    if not isinstance(ackmode, str) or ackmode not in ACK_MODES:  # a JSON object: unhashable
         raise HttpError(400, "ackmode must be one of " + ", ".join(sorted(ACK_MODES)))
     encoding = body.get("encoding", "auto")
     if encoding not in ("auto", "base64"):

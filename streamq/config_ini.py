@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import BinaryIO, Final
 
 FILE_BYTES_MAX: Final = 1 << 20  # a config file is a few KiB; a bigger one is a mistake
+READ_CHUNK_BYTES: Final = 64 * 1024
 _SECTION: Final = re.compile(r"^\[\s*([A-Za-z0-9_.:-]+)\s*\]$")  # ":": LavinMQ's [sni:HOST]
 _KEY: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -36,6 +37,16 @@ def where(path: str, line: int, section: str, key: str) -> str:
     return f"{path}:{line}: [{section}] {key}"
 
 
+def _read_bounded(file: BinaryIO) -> bytes:
+    """The file's bytes, or its first FILE_BYTES_MAX + 1 when it is bigger: read in
+    READ_CHUNK_BYTES pieces, so that a small file does not cost a buffer of the limit
+    (under ASan, the fuzz soak's, that allocation was most of each input's time)."""
+    data = bytearray()
+    while len(data) <= FILE_BYTES_MAX and (chunk := file.read(READ_CHUNK_BYTES)):
+        data += chunk
+    return bytes(data[: FILE_BYTES_MAX + 1])
+
+
 def read_ini(path: str) -> list[Entry]:
     """The settings of the file at `path`, in file order.
 
@@ -45,7 +56,7 @@ def read_ini(path: str) -> list[Entry]:
     """
     try:
         with open(path, "rb") as file:
-            data = file.read(FILE_BYTES_MAX + 1)
+            data = _read_bounded(file)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
     if len(data) > FILE_BYTES_MAX:

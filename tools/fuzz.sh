@@ -10,7 +10,11 @@
 # RUNS (default 1000000) is the inputs per module; FUZZ_SECONDS, if set, stops a module
 # after that many seconds instead (libFuzzer's -max_total_time; the count is reported); FUZZ_ARTIFACTS where failing inputs
 # are written (default $TMPDIR/streamq-fuzz-artifacts); FUZZ_LOG a file that gets each
-# module's count and time. Exit status: 0 if every module ran its inputs clean.
+# module's count and time; FUZZ_LOG_DIR a directory that keeps each module's libFuzzer log
+# (<name>.log; by default it goes with the working copy); FUZZ_NICE the nice increment of
+# the fuzzing process (default 19, the lowest priority; FUZZ_NICE=0 keeps the caller's:
+# `FUZZ_NICE=0 nice -n 10 tools/fuzz.sh` runs at 10, without it at 19).
+# Exit status: 0 if every module ran its inputs clean.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
@@ -40,6 +44,8 @@ if [ $# -eq 0 ]; then
     set -- $(cd tests/fuzz && ls test_*.py | sed 's/^test_//; s/\.py$//')
 fi
 preload="$("$python" -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so"
+logs=${FUZZ_LOG_DIR:-$work}
+mkdir -p "$logs"
 status=0
 for name in "$@"; do
     start=$(date +%s)
@@ -50,21 +56,21 @@ for name in "$@"; do
     asan=detect_leaks=0:abort_on_error=1:malloc_context_size=0:quarantine_size_mb=16
     if LD_PRELOAD="$preload" ASAN_OPTIONS="${FUZZ_ASAN_OPTIONS:-$asan}" \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH="$work" TMPDIR="$work" \
-        nice -n 19 "$python" -m tests.fuzz.soak "$name" -runs="$runs" $time_limit -print_final_stats=1 \
-        >"$work/$name.log" 2>&1; then
+        nice -n "${FUZZ_NICE:-19}" "$python" -m tests.fuzz.soak "$name" -runs="$runs" $time_limit -print_final_stats=1 \
+        >"$logs/$name.log" 2>&1; then
         result=ok
     else
         result=FAILED
         status=1
     fi
-    done_runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$work/$name.log" | tail -1)
+    done_runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$logs/$name.log" | tail -1)
     line="$name: $result, ${done_runs:-?} inputs in $(($(date +%s) - start)) s"
     echo "$line"
     if [ -n "${FUZZ_LOG:-}" ]; then
         echo "$(date -u +%FT%TZ) $line" >>"$FUZZ_LOG"
     fi
     if [ "$result" = FAILED ]; then
-        tail -40 "$work/$name.log" >&2
+        tail -40 "$logs/$name.log" >&2
     fi
 done
 exit $status

@@ -1234,9 +1234,20 @@ class SegmentLog:
             self._release(cut_padding=True)
 
     def discard(self) -> None:
-        """Close without syncing: the log is being deleted with its directory."""
-        if not self._closed:
+        """Close without syncing: the log is being deleted with its directory. A round in
+        flight on the Syncer thread still uses the files (it fdatasyncs the segments and
+        writes the durable offset): they are released once it is over, after its own
+        completion (which closes the segments it sealed). Released at once, they made
+        that completion close descriptors already closed and the round write to numbers
+        another file may have reused."""
+        if self._closed:
+            return
+        inflight = self._inflight
+        if inflight is None:
             self._release(wait=False)
+            return
+        self._closed = True  # no new round; waiters see LogClosed
+        inflight.add_done_callback(lambda _: self._release(wait=False))
 
     def _release(self, *, cut_padding: bool = False, wait: bool = True) -> None:
         """Close every file. The writer's file closes on the Syncer thread, after the writes

@@ -22,11 +22,12 @@ from typing import Final
 from streamq.config import print_config, resolve, serve_config
 from streamq.config_ini import ConfigError
 from streamq.config_keys import Flag
+from tests.fuzz.broker_host import scratch
 from tests.fuzz.harness import bounded_run
 
 CORPUS: Final = "config_ini"
 EXAMPLES: Final = 2400
-_DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-ini-")
+_DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-ini-", dir=scratch())  # in memory
 atexit.register(shutil.rmtree, _DIRECTORY, ignore_errors=True)
 _PATH: Final = os.path.join(_DIRECTORY, "streamq.ini")
 

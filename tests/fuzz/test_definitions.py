@@ -26,14 +26,16 @@ from typing import Final
 
 from streamq.broker.definitions_import import Importer, read_definitions_file
 from streamq.broker.errors import BrokerError
-from tests.fuzz.broker_host import BrokerHost
+from tests.fuzz.broker_host import BrokerHost, scratch
 from tests.fuzz.harness import bounded_run, seeds
 from tests.fuzz.json_shapes import JSON, edited
 
 CORPUS: Final = "definitions"
 EXAMPLES: Final = 2400
 INPUTS_PER_BROKER: Final = 500
-_DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-definitions-")
+# In memory where there is room (tests/fuzz/broker_host.py): the file is written and read
+# back for every input, and on a disk the two opens cost more than the import.
+_DIRECTORY: Final = tempfile.mkdtemp(prefix="streamq-fuzz-definitions-", dir=scratch())
 atexit.register(shutil.rmtree, _DIRECTORY, ignore_errors=True)
 _PATH: Final = os.path.join(_DIRECTORY, "d.json")
 STRUCTURED: Final = 128

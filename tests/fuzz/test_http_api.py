@@ -233,3 +233,14 @@ def test_a_lone_surrogate_in_a_redeclared_queue_argument_is_a_400() -> None:
     )
     assert (status, json.loads(answer)["error"]) == (400, "bad_request"), answer
     assert b"lone surrogate" in answer
+
+
+def test_an_ackmode_that_is_not_a_string_is_a_400() -> None:
+    """Regression of a fuzz finding (docs/fuzzing.md): a JSON object as `ackmode`
+    answered 500 (unhashable in the set of modes)."""
+    fuzzed = api()
+    status, answer = fuzzed.send(
+        "POST", "/api/queues/%2F/hq/get", "", b'{"count": 1, "ackmode": {"a": 1}}'
+    )
+    assert (status, json.loads(answer)["error"]) == (400, "bad_request"), answer
+    assert b"ackmode must be one of" in answer

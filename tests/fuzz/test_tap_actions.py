@@ -36,18 +36,25 @@ atexit.register(shutil.rmtree, _PARENT, ignore_errors=True)
 _ROOT: Final = os.path.join(_PARENT, "root")
 
 
-def check_tree() -> None:
-    assert os.listdir(_PARENT) == ["root"], os.listdir(_PARENT)
-    for directory, names, files in os.walk(_ROOT):
-        for name in names + files:
-            assert not os.path.islink(os.path.join(directory, name)), (directory, name)
+def check_and_clear(directory: str = _ROOT) -> None:
+    """Assert that no symlink was made under `directory` and remove what is there, in one
+    walk (scandir's entries know their type: no stat per name; a walk to check and
+    rmtree's own to remove were a third of each input's time)."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            assert not entry.is_symlink(), entry.path
+            if entry.is_dir(follow_symlinks=False):
+                check_and_clear(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
 
 
 def fuzz_one(data: bytes) -> None:
     if not data:
         return
     split, body = data[0], data[1:]
-    shutil.rmtree(_ROOT, ignore_errors=True)
+    shutil.rmtree(_ROOT, ignore_errors=True)  # empty, unless the last input failed
     applier = ActionApplier(_ROOT)
     reads = [body] if split == 0 else [body[i : i + split] for i in range(0, len(body), split)]
     try:
@@ -58,7 +65,9 @@ def fuzz_one(data: bytes) -> None:
         assert str(exc), "a refusal says why"
     finally:
         applier.close()
-    check_tree()
+    assert os.listdir(_PARENT) == ["root"], os.listdir(_PARENT)
+    assert not os.path.islink(_ROOT)
+    check_and_clear()
 
 
 def test_tap_actions_bounded() -> None:

@@ -487,3 +487,12 @@ def test_clustering_tls_keys_come_from_flags_environment_and_file(tmp_path: Path
     defaults = serve_config(resolve({}, {}))
     assert (defaults.clustering_tls_cert, defaults.clustering_tls_key) == ("", "")
     assert defaults.clustering_tls_ca == ""
+
+
+def test_a_config_file_of_the_limit_is_read(tmp_path: Path) -> None:
+    """The reader takes it in pieces (streamq/config_ini.py `_read_bounded`): a file of
+    exactly FILE_BYTES_MAX bytes is whole, and its last line is there."""
+    path = tmp_path / "full.ini"
+    last = b"\n[mgmt]\nport = 15673\n"
+    path.write_bytes(b";" * (FILE_BYTES_MAX - len(last)) + last)
+    assert read_ini(str(path))[-1].value == "15673"
