@@ -51,10 +51,13 @@ class RunResult:
     def report(self) -> str:
         kinds = Counter(f.kind for f in self.faults if f.kind not in ("settled", "resume"))
         injected = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
-        gaps = ", ".join(f"{name} {gap:.1f} s" for name, gap in self.confirm_gaps())
+        longest: dict[str, float] = {}
+        for name, gap in self.confirm_gaps():
+            longest[name] = max(gap, longest.get(name, 0.0))
+        gaps = ", ".join(f"{name} {gap:.1f} s" for name, gap in sorted(longest.items()))
         return (
             f"{self.seconds:.0f} s, faults: {injected}\n{self.verdict.report()}\n"
-            f"longest time without a confirm, per fault: {gaps}\nhistory: {self.history}"
+            f"longest time without a confirm, per kind of fault: {gaps}\nhistory: {self.history}"
         )
 
     def confirm_gaps(self) -> list[tuple[str, float]]:
