@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pika
 import pytest
 
 from tests.integration.broker_process import RestartableBroker
@@ -30,12 +31,24 @@ from tests.integration.shovel_helpers import (
     wait_until,
 )
 
-MESSAGES = 2_500
-PREFETCH = 50  # small: the transfer takes long enough to be cut in the middle
+MESSAGES = 4_000
+PREFETCH = 1  # one at a time: the transfer takes long enough to be cut in the middle
 # Duplicates: the prefetch window in flight, plus what the source acked but had not made
-# durable when it died (its queue journals are flushed every 0.2 s: at this machine's
-# 1-2k msgs/s under load, a few hundred). Half the messages again would be a bug.
+# durable when it died. Its queue journals are flushed every 0.2 s, which at a fast
+# shovel's rate is thousands of acks; so the test makes a sync round (`sync_round`) just
+# before the kill, and only the acks of the moments between come back. Half the messages
+# again would be a bug.
 DUPLICATES_MAX = MESSAGES // 2
+
+
+def sync_round(port: int) -> None:
+    """Returns after a sync round of the broker at `port`: the Declare-Ok of a new durable
+    exchange waits for one (everything buffered before it is then durable)."""
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        connection.channel().exchange_declare("sync-round", "fanout", durable=True)
+    finally:
+        connection.close()
 
 
 @pytest.mark.parametrize("killed", ["source", "destination", "runner"])
@@ -59,6 +72,7 @@ def test_sigkill_loses_nothing(tmp_path: Path, killed: str) -> None:
         wait_length(dest.amqp_port, "dst", MESSAGES // 10)
         victim = dest if killed == "destination" else source
         assert queue_length(source.amqp_port, "src") > 0, "the transfer ended before the kill"
+        sync_round(source.amqp_port)  # the acks so far durable: those after it come back
         victim.kill_and_restart()
         wait_until(lambda: queue_messages(source.http_port, "src") == 0, "the source emptied", 120)
         wait_length(dest.amqp_port, "dst", MESSAGES, 60)
