@@ -15,7 +15,12 @@ plat=manylinux_2_17_$(uname -m)
 mkdir -p "$out"
 raw=$(mktemp -d "${TMPDIR:-/tmp}/streamq-dist.XXXXXX")
 trap 'rm -rf "$raw"' EXIT INT TERM
-"$python" -m build --outdir "$raw" "$root" >"$raw/build.log" 2>&1 || {
+# Built from a copy of the files git tracks or would track: setuptools adds every file
+# that a stale streamq.egg-info/SOURCES.txt lists to the sdist, and so to the wheel.
+mkdir "$raw/tree"
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
+    | tar -xf - -C "$raw/tree"
+"$python" -m build --outdir "$raw" "$raw/tree" >"$raw/build.log" 2>&1 || {
     cat "$raw/build.log" >&2
     exit 1
 }

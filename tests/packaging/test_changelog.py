@@ -61,9 +61,7 @@ def test_releases_are_newest_first() -> None:
 
 
 def test_sections_are_keep_a_changelog_kinds() -> None:
-    sections = [
-        line[4:] for line in CHANGELOG.read_text().splitlines() if line.startswith("### ")
-    ]
+    sections = [line[4:] for line in CHANGELOG.read_text().splitlines() if line.startswith("### ")]
     assert sections, "no sections"
     assert set(sections) <= KINDS, set(sections) - KINDS
 
