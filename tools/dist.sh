@@ -12,6 +12,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 out=${1:-$root/dist}
 plat=manylinux_2_17_$(uname -m)
+git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1 || {
+    echo "tools/dist.sh: $root is not a git checkout (the build copies the files git lists)" >&2
+    exit 1
+}
 mkdir -p "$out"
 raw=$(mktemp -d "${TMPDIR:-/tmp}/streamq-dist.XXXXXX")
 trap 'rm -rf "$raw"' EXIT INT TERM
