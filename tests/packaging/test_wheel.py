@@ -50,13 +50,14 @@ PLATFORM_TAGS = {f"manylinux_2_17_{platform.machine()}", f"manylinux2014_{platfo
 
 
 def package_files() -> list[Path]:
-    """Every file of the packages in this checkout, relative to it, built ones aside."""
-    return sorted(
-        path.relative_to(REPO)
-        for package in PACKAGES
-        for path in (REPO / package).rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in {".pyc", ".so"}
+    """The packages' files that tools/dist.sh builds from (those git does not ignore),
+    relative to the checkout."""
+    listed = run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", *PACKAGES],
+        COMMAND_TIMEOUT_S,
+        cwd=REPO,
     )
+    return sorted(Path(name) for name in listed.split("\0") if name and (REPO / name).is_file())
 
 
 def c_modules() -> list[str]:
