@@ -38,6 +38,7 @@ from streamq.log.files import fsync_directory
 from streamq.log.format import Record
 from streamq.log.log import MIB, CompanionWork, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
+from streamq.log_fields import QUEUE, VHOST
 from streamq.queues.journal import JournalCorrupted, QueueJournal, Replay
 from streamq.queues.offsets import OffsetsCorrupted
 from streamq.queues.stream import StreamQueue
@@ -190,7 +191,13 @@ class Storage:
                     journal, replayed = QueueJournal.load(path, start, end, self._dirty_journals)
                 except (JournalCorrupted, OSError) as exc:  # OSError: EIO reading it
                     # The queue stays declared but empty; its file is kept for operators.
-                    logger.error("vhost %s: queue %r not restored: %s", self.name, queue.name, exc)
+                    logger.error(
+                        "vhost %s: queue %r not restored: %s",
+                        self.name,
+                        queue.name,
+                        exc,
+                        extra={VHOST: self.name, QUEUE: queue.name},
+                    )
                     queue.failed = str(exc)
                     continue
                 held[queue] = (journal, replayed)
@@ -208,13 +215,23 @@ class Storage:
                 if replayed.dead:
                     restore_dead(queue, replayed.dead)
             except (LogError, OSError) as exc:
-                logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, exc)
+                logger.error(
+                    "vhost %s: queue %r failed: %s",
+                    self.name,
+                    queue.name,
+                    exc,
+                    extra={VHOST: self.name, QUEUE: queue.name},
+                )
                 queue.failed = f"its messages cannot be read: {exc}"
                 continue
             restored += replayed.message_count
         if restored:
             logger.info(
-                "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
+                "vhost %s: restored %d messages in %d queues",
+                self.name,
+                restored,
+                len(held),
+                extra={VHOST: self.name},
             )
         return streams
 
@@ -288,7 +305,13 @@ class Storage:
                 queue.stream = open_stream(path, queue, self._syncer)
             except (LogError, OffsetsCorrupted, OSError) as exc:
                 # Only this stream fails: it refuses all but deletion; its files stay.
-                logger.error("vhost %s: stream %r not restored: %s", self.name, queue.name, exc)
+                logger.error(
+                    "vhost %s: stream %r not restored: %s",
+                    self.name,
+                    queue.name,
+                    exc,
+                    extra={VHOST: self.name, QUEUE: queue.name},
+                )
                 queue.failed = str(exc)
                 continue
             opened += 1
