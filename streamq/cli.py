@@ -156,7 +156,10 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             serve(serve_config)
     except ServeError as exc:
-        print(f"streamq: {exc}", file=sys.stderr)
+        if resolved.value("log_format") == log_output.JSON and not resolved.text("log_file"):
+            logger.critical("%s", exc)  # stderr is the JSON log: every line an object
+        else:
+            print(f"streamq: {exc}", file=sys.stderr)
         return 1
     return 0
 

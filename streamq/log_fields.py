@@ -23,6 +23,8 @@ VHOST: Final = "vhost"
 QUEUE: Final = "queue"
 USER: Final = "user"
 CHANNEL: Final = "channel"
+# An exception object: the JSON log writes its type, message and traceback.
+EXCEPTION: Final = "exception"
 
 
 class FieldsLogger(logging.LoggerAdapter[logging.Logger]):

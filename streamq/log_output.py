@@ -8,7 +8,9 @@ Owns the handler and formatter that `streamq serve` (and `ctl`, `perf`) log thro
   warning, error, critical, as RabbitMQ's JSON formatter names them), `logger`,
   `message`, then the record's structured fields (streamq/log_fields.py: `connection`,
   `vhost`, `queue`, `user`...), then `exception` (`type`, `message`, `traceback`) when
-  the line carries one. A newline in a message is escaped, so a line is an object.
+  the line carries one: logged with `exc_info`, or given as the field `exception`
+  (`extra={"exception": exc}`: its traceback in JSON, the text line left as it was).
+  A newline in a message is escaped, so a line is an object.
 * Under systemd, when stderr is the journal's stream (`JOURNAL_STREAM` names its device
   and inode, as LavinMQ checks it), every line starts with its syslog priority (`<6>`
   for info), which journald reads as the entry's priority; the text format then drops
@@ -25,7 +27,9 @@ import json
 import logging
 import os
 import sys
+import threading
 import traceback
+import types
 from collections.abc import Mapping
 from typing import Final, TextIO
 
@@ -80,8 +84,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         for key, value in record_fields(record).items():
-            line.setdefault(key, value)  # a field never hides one of the four above
-        if record.exc_info and record.exc_info[1] is not None:
+            shown = exception_fields(value) if isinstance(value, BaseException) else value
+            line.setdefault(key, shown)  # a field never hides one of the four above
+        if record.exc_info and record.exc_info[1] is not None:  # over an `exception` field
             line["exception"] = exception_fields(record.exc_info[1])
         if record.stack_info:
             line["stack"] = record.stack_info
@@ -153,3 +158,25 @@ def configure(
         journal = journal_stream(sys.stderr, environ)
     handler.setFormatter(formatter(log_format, journal=journal))
     logging.basicConfig(handlers=[handler], level=level.upper())
+    if log_format == JSON:
+        # What Python would print to stderr itself goes through the log, as objects.
+        logging.captureWarnings(True)
+        sys.excepthook = _log_uncaught
+        threading.excepthook = _log_uncaught_in_thread
+
+
+def _log_uncaught(
+    kind: type[BaseException], exc: BaseException, trace: types.TracebackType | None
+) -> None:
+    logging.getLogger("streamq").critical("uncaught exception", exc_info=(kind, exc, trace))
+
+
+def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("streamq").critical(
+        "uncaught exception in thread %s",
+        name,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )

@@ -30,7 +30,7 @@ from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.syncer import Syncer
-from streamq.log_fields import VHOST
+from streamq.log_fields import EXCEPTION, VHOST
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,9 @@ class Broker:
         except (BrokerError, LogError, OSError) as exc:
             # Only this vhost fails: its clients are refused with the reason; the others
             # run. Its files are left as they are for inspection.
-            logger.error("vhost %s could not be opened: %s", name, exc, extra={VHOST: name})
+            logger.error(
+                "vhost %s could not be opened: %s", name, exc, extra={VHOST: name, EXCEPTION: exc}
+            )
             self.failed_vhosts[name] = str(exc)
             return None
         self._opened(vhost)
@@ -140,7 +142,9 @@ class Broker:
         try:
             vhost = await self.change_durably(VHost, name, directory, self.syncer)
         except (BrokerError, LogError, OSError) as exc:
-            logger.error("vhost %s could not be opened: %s", name, exc, extra={VHOST: name})
+            logger.error(
+                "vhost %s could not be opened: %s", name, exc, extra={VHOST: name, EXCEPTION: exc}
+            )
             self.failed_vhosts[name] = str(exc)
             return None
         self._opened(vhost)

@@ -38,7 +38,7 @@ from streamq.log.files import fsync_directory
 from streamq.log.format import Record
 from streamq.log.log import MIB, CompanionWork, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
-from streamq.log_fields import QUEUE, VHOST
+from streamq.log_fields import EXCEPTION, QUEUE, VHOST
 from streamq.queues.journal import JournalCorrupted, QueueJournal, Replay
 from streamq.queues.offsets import OffsetsCorrupted
 from streamq.queues.stream import StreamQueue
@@ -196,7 +196,7 @@ class Storage:
                         self.name,
                         queue.name,
                         exc,
-                        extra={VHOST: self.name, QUEUE: queue.name},
+                        extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
                     )
                     queue.failed = str(exc)
                     continue
@@ -220,7 +220,7 @@ class Storage:
                     self.name,
                     queue.name,
                     exc,
-                    extra={VHOST: self.name, QUEUE: queue.name},
+                    extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
                 )
                 queue.failed = f"its messages cannot be read: {exc}"
                 continue
@@ -310,7 +310,7 @@ class Storage:
                     self.name,
                     queue.name,
                     exc,
-                    extra={VHOST: self.name, QUEUE: queue.name},
+                    extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
                 )
                 queue.failed = str(exc)
                 continue
