@@ -79,11 +79,11 @@ def login(s: AmqpSession, event: LoginRequested) -> None:
         user = authenticate_login(s.broker.accounts, event)
     loopback = s.endpoints is not None and s.endpoints.loopback
     if user is None or not login_allowed(user.name, loopback):
-        s.log.warning(
+        logger.warning(
             "login refused for user %r from %s",
             event.username,
             s.peer,
-            extra={USER: event.username},
+            extra={**s.log.fields, USER: event.username},
         )
         # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).
         raise errors.AccessRefused(
@@ -115,11 +115,12 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     s.opened = True
     # As RabbitMQ's "accepting AMQP connection" and "user ... authenticated and granted
     # access to vhost" lines, in one; amqp_gateway/session.py logs its close.
-    s.log.info(
+    logger.info(
         "accepted AMQP connection %s: user '%s' granted access to vhost '%s'",
         s.log.fields.get(CONNECTION, s.peer),
         s.user,
         vhost.name,
+        extra=s.log.fields,
     )
 
 
