@@ -230,3 +230,29 @@ def test_another_journal_stream_leaves_lines_plain(tmp_path: Path) -> None:
     process's stderr is a pipe: no prefixes, the time stays."""
     lines = run_with_journal_stream(tmp_path / "data", "1:1")
     assert lines and all(re.match(r"^\d{4}-\d\d-\d\d ", line) for line in lines), lines
+
+
+def test_definitions_import_at_boot_logs_progress(brokers: Brokers) -> None:
+    """`load_definitions` with 20 queues, 5 exchanges and 5 bindings, a progress line per
+    item: the counts rise to the document's total, then a last line."""
+    queues = [{"name": f"q{i}", "vhost": "/", "durable": True} for i in range(20)]
+    exchanges = [{"name": f"x{i}", "vhost": "/", "type": "fanout"} for i in range(5)]
+    bindings = [
+        {"source": f"x{i}", "vhost": "/", "destination": f"q{i}", "destination_type": "queue"}
+        for i in range(5)
+    ]
+    document = {"vhosts": [{"name": "/"}], "queues": queues, "exchanges": exchanges}
+    document["bindings"] = bindings
+    definitions = brokers.data_dir.parent / "definitions.json"
+    definitions.write_text(json.dumps(document))
+    config = brokers.data_dir.parent / "streamq.ini"
+    config.write_text(f"[main]\nlog_progress_interval = 0\nload_definitions = {definitions}\n")
+    broker = brokers.start("--log-format", "json", "--config", str(config))
+    assert broker.stop() == 0
+    prefix = "definitions import: "
+    mine = [line for line in json_lines(broker.stderr) if str(line["message"]).startswith(prefix)]
+    *steps, last = mine
+    total = 1 + 20 + 5 + 5
+    assert [line["progress"]["done"] for line in steps] == list(range(1, total + 1))  # type: ignore[index]
+    assert str(steps[-1]["message"]).startswith(f"{prefix}{total} of {total} items (100%)")
+    assert re.fullmatch(rf"{prefix}{total} of {total} items done in \w+", str(last["message"]))

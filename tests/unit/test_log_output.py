@@ -7,6 +7,7 @@ import datetime
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -103,8 +104,6 @@ def test_journal_text_prefixes_every_line_and_drops_the_time() -> None:
     try:
         raise RuntimeError("boom")
     except RuntimeError:
-        import sys  # noqa: PLC0415
-
         made = record(logging.ERROR)
         made.exc_info = sys.exc_info()
     lines = formatter("text", journal=True).format(made).split("\n")
@@ -138,7 +137,7 @@ def pipe() -> Iterator[tuple[int, int]]:
 
 
 def test_journal_stream_matches_only_the_named_device_and_inode(pipe: tuple[int, int]) -> None:
-    read_fd, write_fd = pipe
+    _, write_fd = pipe
     info = os.fstat(write_fd)
     with os.fdopen(os.dup(write_fd), "w") as stream:
         assert journal_stream(stream, {"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"})
