@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -256,3 +257,47 @@ def test_definitions_import_at_boot_logs_progress(brokers: Brokers) -> None:
     assert [line["progress"]["done"] for line in steps] == list(range(1, total + 1))  # type: ignore[index]
     assert str(steps[-1]["message"]).startswith(f"{prefix}{total} of {total} items (100%)")
     assert re.fullmatch(rf"{prefix}{total} of {total} items done in \w+", str(last["message"]))
+
+
+def test_an_error_that_stops_serve_is_a_json_line(brokers: Brokers, tmp_path: Path) -> None:
+    """A second broker on a port in use stops with exit status 1: in the JSON format its
+    error is a critical line too, so that stderr stays a stream of objects."""
+    running = brokers.start()
+    result = subprocess.run(
+        streamq(
+            *("serve", "--data-dir", str(tmp_path / "other"), "--log-format", "json"),
+            *("--amqp-port", str(running.amqp_port), "--stream-port", "-1"),
+        ),
+        capture_output=True,
+        timeout=STARTUP_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 1
+    *_, last = json_lines(result.stderr)
+    assert last["level"] == "critical"
+    assert f"cannot listen for AMQP on 127.0.0.1:{running.amqp_port}" in str(last["message"])
+
+
+def test_uncaught_errors_and_warnings_are_json_lines() -> None:
+    """In the JSON format, what Python itself would print on stderr (a warning, an
+    uncaught exception in a thread and in the main thread) comes as objects."""
+    program = (
+        "import threading, warnings\n"
+        "from streamq import log_output\n"
+        "log_output.configure('info', '', 'json')\n"
+        "warnings.warn('careful')\n"
+        "thread = threading.Thread(target=lambda: 1 / 0, name='worker')\n"
+        "thread.start(); thread.join()\n"
+        "raise ValueError('the end')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, timeout=30, check=False
+    )
+    assert result.returncode == 1
+    warning, in_thread, uncaught = json_lines(result.stderr)
+    assert warning["level"] == "warning" and "careful" in str(warning["message"])
+    assert in_thread["message"] == "uncaught exception in thread worker"
+    assert in_thread["exception"]["type"] == "ZeroDivisionError"  # type: ignore[index]
+    assert uncaught["level"] == "critical"
+    assert uncaught["exception"]["type"] == "ValueError"  # type: ignore[index]
+    assert "line 7, in <module>" in uncaught["exception"]["traceback"]  # type: ignore[index]
