@@ -39,6 +39,7 @@ from streamq.log.format import Record
 from streamq.log.log import MIB, CompanionWork, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
 from streamq.log_fields import EXCEPTION, QUEUE, VHOST
+from streamq.progress import Progress
 from streamq.queues.journal import JournalCorrupted, QueueJournal, Replay
 from streamq.queues.offsets import OffsetsCorrupted
 from streamq.queues.stream import StreamQueue
@@ -185,6 +186,13 @@ class Storage:
                 self._queues_dir_dirty = True
         held: dict[Queue, tuple[QueueJournal, Replay]] = {}
         start, end = self.log.start_offset, self.log.next_offset
+        progress = Progress(
+            logger,
+            f"vhost {self.name}: loading queue journals",
+            len(wanted),
+            "queues",
+            fields={VHOST: self.name},
+        )
         for path, queue in wanted.items():
             if os.path.exists(path):
                 try:
@@ -199,12 +207,15 @@ class Storage:
                         extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
                     )
                     queue.failed = str(exc)
+                    progress.step()
                     continue
                 held[queue] = (journal, replayed)
             else:
                 journal = QueueJournal.create(path, self._dirty_journals)
                 self._queues_dir_dirty = True
             queue.attach_journal(journal)
+            progress.step()
+        progress.finish()
         if self._queues_dir_dirty:
             fsync_directory(self._queues_dir)
             self._queues_dir_dirty = False
@@ -300,6 +311,13 @@ class Storage:
             path = path.removesuffix(OFFSETS_SUFFIX)
             if path not in wanted:
                 delete_stream_files(path)
+        progress = Progress(
+            logger,
+            f"vhost {self.name}: opening streams",
+            len(wanted),
+            "streams",
+            fields={VHOST: self.name},
+        )
         for path, queue in wanted.items():
             try:
                 queue.stream = open_stream(path, queue, self._syncer)
@@ -313,8 +331,11 @@ class Storage:
                     extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
                 )
                 queue.failed = str(exc)
+                progress.step()
                 continue
             opened += 1
+            progress.step()
+        progress.finish()
         return opened
 
     def prepare_sync(self) -> CompanionWork:

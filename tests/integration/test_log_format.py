@@ -153,7 +153,8 @@ def test_recovery_of_many_segments_logs_progress(brokers: Brokers) -> None:
     broker = brokers.start("--log-format", "json", "--config", str(config))
     assert broker.stop() == 0
     prefix = f"log {stream_dir}: recovery: "
-    mine = [line for line in json_lines(broker.stderr) if str(line["message"]).startswith(prefix)]
+    lines = json_lines(broker.stderr)
+    mine = [line for line in lines if str(line["message"]).startswith(prefix)]
     *steps, last = mine
     numbers = [line["progress"] for line in steps]
     assert [n["done"] for n in numbers] == list(range(1, segments + 1)), mine  # type: ignore[index]
@@ -166,6 +167,12 @@ def test_recovery_of_many_segments_logs_progress(brokers: Brokers) -> None:
         rf"{segments} of {segments} segments done in \w+", str(last["message"]).removeprefix(prefix)
     )
     assert last["level"] == "info"
+    # A level up: the vhost's streams opened of its total, with the vhost field.
+    opening = [line for line in lines if str(line["message"]).startswith("vhost /: opening")]
+    step, done = (str(line["message"]) for line in opening)
+    assert step.startswith("vhost /: opening streams: 1 of 1 streams (100%)")
+    assert re.fullmatch(r"vhost /: opening streams: 1 of 1 streams done in \w+", done)
+    assert all(line["vhost"] == "/" for line in opening)
 
 
 def run_with_journal_stream(data_dir: Path, journal: str, *options: str) -> list[str]:
