@@ -308,3 +308,25 @@ def test_uncaught_errors_and_warnings_are_json_lines() -> None:
     assert uncaught["level"] == "critical"
     assert uncaught["exception"]["type"] == "ValueError"  # type: ignore[index]
     assert "line 7, in <module>" in uncaught["exception"]["traceback"]  # type: ignore[index]
+
+
+def test_log_file_takes_the_format_and_no_journal_prefix(tmp_path: Path) -> None:
+    """`log_file` with `log_format = json`: objects in the file; no priority prefix, even
+    with JOURNAL_STREAM naming that very file (the journal reads stderr, not a file)."""
+    path = tmp_path / "streamq.log"
+    path.touch()
+    info = os.stat(path)
+    program = (
+        "import logging, sys\n"
+        "from streamq import log_output\n"
+        "log_output.configure('info', sys.argv[1], 'json')\n"
+        "logging.getLogger('streamq.x').info('to the file', extra={'vhost': 'v'})\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", program, str(path)],
+        env={**os.environ, "JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"},
+        timeout=30,
+        check=True,
+    )
+    (line,) = json_lines(path.read_bytes())
+    assert (line["logger"], line["message"], line["vhost"]) == ("streamq.x", "to the file", "v")
