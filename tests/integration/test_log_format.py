@@ -3,6 +3,7 @@ whose stderr is read whole, real pika clients, a real data directory damaged on 
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import json
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
+import rstream
 
 from tests.integration.broker_process import STARTUP_TIMEOUT_S, BrokerProcess, streamq
 
@@ -330,3 +332,28 @@ def test_log_file_takes_the_format_and_no_journal_prefix(tmp_path: Path) -> None
     )
     (line,) = json_lines(path.read_bytes())
     assert (line["logger"], line["message"], line["vhost"]) == ("streamq.x", "to the file", "v")
+
+
+def test_a_stream_protocol_connection_carries_its_fields(brokers: Brokers) -> None:
+    """rstream connects on the stream port and leaves: accepted and closed lines with the
+    connection, user and vhost fields, as the AMQP ones."""
+    broker = brokers.start("--log-format", "json")
+    found = re.search(rb"stream=127\.0\.0\.1:(\d+)", broker.stderr)
+    assert found is not None
+    port = int(found[1])
+
+    async def connect_and_leave() -> None:
+        async with rstream.Producer("127.0.0.1", port, username="guest", password="guest"):
+            pass
+
+    asyncio.run(asyncio.wait_for(connect_and_leave(), STARTUP_TIMEOUT_S))
+    assert broker.stop() == 0
+    lines = json_lines(broker.stderr)
+    stream_lines = [
+        line for line in lines if str(line.get("connection", "")).endswith(f"127.0.0.1:{port}")
+    ]
+    assert [str(line["message"]).split(" ")[:2] for line in stream_lines] == [
+        ["accepted", "stream"],
+        ["closed", "stream"],
+    ], stream_lines
+    assert all((line["user"], line["vhost"]) == ("guest", "/") for line in stream_lines)
