@@ -7,6 +7,12 @@ releases the lock. It must not parse protocol bytes itself.
 
 The AMQP port is served by `amqp_gateway`, the HTTP port by `http_gateway` (the
 management API: policies so far).
+
+Readiness: every listener (AMQP, AMQPS, the unix socket, the stream ports, HTTP and
+HTTPS with their WebSocket) is bound only after the broker has recovered its data
+directory, and they start accepting together, the AMQP port last: a client that reaches
+any port finds the whole node up. Under systemd (`Type=notify`) READY=1 follows
+(streamq.sd_notify).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Final, cast
 
 import uvloop
@@ -199,16 +206,14 @@ async def _listen_http(
     tls: TlsContexts | None = None,
 ) -> HttpServer:
     """The management API (and AMQP over WebSocket) on plain HTTP, or on HTTPS with
-    `tls`."""
-    # The management gateway (aiohttp and its handlers, about half of the start-up's
-    # imports) is imported on a worker thread once the AMQP listener is up: a restart
-    # serves AMQP clients while it loads.
-    loop = asyncio.get_running_loop()
-    server = await loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
+    `tls`: bound, accepting once `_open_together` opens it."""
+    server = await _import_http()
     what = "HTTP" if tls is None else "HTTPS"
     try:
         if tls is None:
-            started = await server.start_http_server(broker, host, port, websocket=websocket)
+            started = await server.start_http_server(
+                broker, host, port, websocket=websocket, start_serving=False
+            )
         else:
             listen = _tls_listen(tls, what)
             started = await server.start_http_server(
@@ -219,11 +224,30 @@ async def _listen_http(
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
 
+def _import_http() -> asyncio.Future[ModuleType]:
+    """The management gateway (aiohttp and its handlers, about half of the start-up's
+    imports), imported on a worker thread: started before the broker's recovery, it
+    loads meanwhile, and every listener opens together after both."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
+
+
 def _tls_listen(
     tls: TlsContexts, what: str
 ) -> Callable[[Callable[[], asyncio.BaseProtocol], str, int], Awaitable[asyncio.Server]]:
     # The https context is read at each accept: a SIGHUP reload swaps it.
-    return lambda factory, host, port: serve_tls(factory, host, port, lambda: tls.https, what)
+    return lambda factory, host, port: serve_tls(
+        factory, host, port, lambda: tls.https, what, start_serving=False
+    )
+
+
+async def _open_together(servers: list[asyncio.Server], last: asyncio.Server) -> None:
+    """Start accepting on every bound listener, `last` (the AMQP port) after the others:
+    a client that reaches the AMQP port finds the HTTP API, and every other port, open.
+    Nothing is awaited between two listen() calls (uvloop's start_serving does not
+    yield), so they open within one turn of the event loop."""
+    for server in [*(s for s in servers if s is not last), last]:
+        await server.start_serving()
 
 
 def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
@@ -239,7 +263,9 @@ def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
 async def _listen_amqps(gateway: Gateway, tls: TlsContexts, host: str, port: int) -> asyncio.Server:
     # The amqps context is read at each accept: a SIGHUP reload swaps it.
     return await _listen(
-        lambda: serve_tls(gateway.protocol_factory, host, port, lambda: tls.amqps, "AMQPS"),
+        lambda: serve_tls(
+            gateway.protocol_factory, host, port, lambda: tls.amqps, "AMQPS", start_serving=False
+        ),
         host,
         port,
         "AMQPS",
@@ -265,7 +291,9 @@ def amqp_tuning(config: ServeConfig) -> AmqpTuning:
 async def _listen_unix(gateway: Gateway, config: ServeConfig) -> UnixListener:
     path = config.amqp_unix_path
     try:
-        return await start_unix_listener(gateway, path, config.unix_proxy_protocol)
+        return await start_unix_listener(
+            gateway, path, config.unix_proxy_protocol, start_serving=False
+        )
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ServeError(f"cannot listen for AMQP on unix socket {path!r}: {reason}") from exc
@@ -293,7 +321,7 @@ async def _listen_streams(
     host = config.bind
     if config.stream_port >= 0:
         plain = await _listen(
-            lambda: start_stream_listener(streams, host, config.stream_port),
+            lambda: start_stream_listener(streams, host, config.stream_port, start_serving=False),
             host,
             config.stream_port,
             "the stream protocol",
@@ -318,7 +346,9 @@ async def _serve_streams_tls(
     # The AMQPS context (client certificates when tls_verify_peer), read at each accept:
     # a SIGHUP reload swaps it.
     streams.attach(asyncio.get_running_loop())
-    return await serve_tls(streams.protocol_factory, host, port, lambda: tls.amqps, "STREAMS")
+    return await serve_tls(
+        streams.protocol_factory, host, port, lambda: tls.amqps, "STREAMS", start_serving=False
+    )
 
 
 def _bound_port(server: asyncio.Server) -> int:
@@ -344,7 +374,8 @@ async def run_broker(
     on_tls: Callable[[TlsContexts], None] | None = None,
     cluster: ClusterRole | None = None,
 ) -> None:
-    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening,
+    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening
+    (every listener opens at once, after the broker's recovery: `_open_together`),
     `on_tls` with the TLS contexts (for their reload) when a TLS port is on, `on_broker`
     with the broker before anything else sees it.
 
@@ -363,6 +394,7 @@ async def run_broker(
     unix: UnixListener | None = None
     links: LinkSupervisor | None = None
     streams: StreamGateway | None = None
+    http_import = _import_http()  # loads while the broker recovers
     try:
         if config.pidfile:
             try:
@@ -392,6 +424,7 @@ async def run_broker(
         if config.load_definitions:
             await load_definitions(broker, config.load_definitions)
         http_bind = config.bind if config.http_bind is None else config.http_bind
+        await http_import
         amqp = await _listen(
             lambda: start_tcp_listener(
                 gateway,
@@ -399,6 +432,7 @@ async def run_broker(
                 config.amqp_port,
                 config.tcp_proxy_protocol,
                 None if cluster is None else cluster.trusted_proxy,
+                start_serving=False,
             ),
             config.bind,
             config.amqp_port,
@@ -431,6 +465,9 @@ async def run_broker(
             streams = _stream_gateway(broker, config)
             listeners += await _listen_streams(streams, config, tls, servers)
         broker.listeners[:] = listeners
+        if tls is not None:
+            broker.tls_files = (config.tls_cert, config.tls_ca_cert)
+        await _open_together(servers + ([unix.server] if unix is not None else []), amqp)
         # Shovels and federation links start once this broker serves AMQP: an `amqp://`
         # URI (this broker) connects through the gateway directly.
         links = LinkSupervisor(broker, gateway.direct_connector(), _bound_port(amqp))
