@@ -57,6 +57,7 @@ from streamq.heap import RestTrim, tune_collector
 from streamq.links.supervisor import LinkSupervisor
 from streamq.log.versions import NewerFormat
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.sd_notify import notifier
 from streamq.tls import TlsContexts, TlsError, serve_tls
 
 if TYPE_CHECKING:
@@ -351,6 +352,16 @@ async def _serve_streams_tls(
     )
 
 
+def serving_status(broker: Broker) -> str:
+    """The STATUS= line of a serving broker (systemctl status shows it)."""
+    queues = sum(len(vhost.queues) for vhost in broker.vhosts.values())
+    role = "" if broker.cluster is None else "cluster leader, "
+    return (
+        f"{role}serving {len(broker.clients)} connections, {queues} queues "
+        f"in {len(broker.vhosts)} vhosts"
+    )
+
+
 def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
@@ -409,6 +420,7 @@ async def run_broker(
             first_user=first_user(config),
             failover=cluster is not None and cluster.failover,
         )
+        notifier().status(f"recovering {os.path.abspath(config.data_dir)}")
         try:
             if cluster is None:
                 broker = open_broker()
@@ -477,11 +489,13 @@ async def run_broker(
             " ".join(f"{name}={host}:{port}" for name, host, port in listeners),
             os.path.abspath(config.data_dir),
         )
+        notifier().ready(serving_status(broker), functools.partial(serving_status, broker))
         if on_ready is not None:
             on_ready(_bound_port(amqp), _bound_port(http.server))
         await stop.wait()
         logger.info("shutting down")
     finally:
+        notifier().serving_ended()
         for server in servers:
             server.close()
         if unix is not None:
@@ -527,19 +541,28 @@ def _one_broker(
     return run_broker(config, stop, on_tls=tls.append)
 
 
+def _stopping(stop: asyncio.Event) -> None:
+    """SIGTERM or SIGINT: tell systemd (STOPPING=1), then stop."""
+    if not stop.is_set():
+        notifier().stopping()
+    stop.set()
+
+
 async def _main(config: ServeConfig, run: Runner) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, _stopping, stop)
     tls: list[TlsContexts] = []
     loop.add_signal_handler(signal.SIGHUP, _reload, tls)
     rest_trim = RestTrim()  # freed memory back to the kernel at rest (heap.py)
     rest_trim.start()
+    notifier().start()  # the watchdog's pings (under systemd with WatchdogSec)
     try:
         await run(config, stop, tls)
     finally:
         rest_trim.stop()
+        await notifier().stop()
 
 
 def serve(config: ServeConfig, run: Runner = _one_broker) -> None:
