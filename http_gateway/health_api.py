@@ -223,7 +223,9 @@ def expiring(path: str, now_s: float, before_s: float) -> list[str]:
     return found
 
 
-@routes.get("/api/health/checks/certificate-expiration/{within}/{unit}")
+# An empty `within` is RabbitMQ's 400 (cowboy matches an empty inner segment; a last
+# one empty is the path without it: 404 for both).
+@routes.get("/api/health/checks/certificate-expiration/{within:[^/]*}/{unit}")
 async def check_certificate_expiration(request: web.Request) -> web.Response:
     seconds = _seconds_within(request.match_info["within"], request.match_info["unit"])
     broker = caller(request).broker
