@@ -60,7 +60,11 @@ def test_the_memory_alarm_fails_both_alarm_checks_until_it_clears(tmp_path: Path
         )
         assert get(running, "local-alarms") == (
             503,
-            {"status": "failed", "reason": "There are alarms in effect on the node", "alarms": alarm},
+            {
+                "status": "failed",
+                "reason": "There are alarms in effect on the node",
+                "alarms": alarm,
+            },
         )
 
         def clear() -> None:
