@@ -149,9 +149,10 @@ async def check_virtual_hosts(request: web.Request) -> web.Response:
 
 
 def critical_queues(broker: Broker) -> list[dict[str, str]]:
-    """The queues a failover would lose if this node stopped: every queue kept across a
+    """The queues no node could serve if this one stopped: every queue kept across a
     restart, when this node leads and no other node is in sync and connected to take
-    over (the ISR, streamq.cluster.isr); none otherwise."""
+    over (the ISR, streamq.cluster.isr); none otherwise. A clustered node alone (its
+    followers stopped, or none yet) is critical: RabbitMQ counts stopped members too."""
     cluster = broker.cluster
     assert cluster is not None
     others = [row for row in cluster.nodes() if not row.is_self]
@@ -173,8 +174,7 @@ def critical_queues(broker: Broker) -> list[dict[str, str]]:
 @routes.get("/api/health/checks/node-is-quorum-critical")
 async def check_node_is_quorum_critical(request: web.Request) -> web.Response:
     broker = caller(request).broker
-    cluster = broker.cluster
-    if cluster is None or all(row.is_self for row in cluster.nodes()):
+    if broker.cluster is None:  # run without --clustering
         return ok(reason="single node cluster")
     queues = critical_queues(broker)
     if queues:

@@ -233,7 +233,10 @@ class Node:
         if current is not None:
             self.following = None
             await current.close()
-        if leader is not None:
+        if leader is None:
+            if not self.stop.is_set():
+                notifier().status("cluster node, no leader to follow")
+        else:
             link = self._link_tls
             client_tls = (lambda: link.client) if link is not None else None
             self.following = Following(self.config, self.node_id, self.secret, leader,
