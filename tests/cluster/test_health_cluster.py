@@ -1,9 +1,9 @@
 """Health and readiness in a real two-node cluster (etcd, two `streamq serve --clustering`
 processes). The leader is quorum-critical exactly while it has durable queues and no
 other in-sync replica is connected to take over: alone at first, ok once the follower
-streams, 503 naming every durable queue (not the transient one) once it stops. The follower, started with a
-real NOTIFY_SOCKET, reports itself to systemd as such: READY=1 once it forwards, with a
-STATUS= line naming the leader, and STOPPING=1 at SIGTERM.
+streams, 503 naming every durable queue (not the transient one) once it stops. The
+follower, started with a real NOTIFY_SOCKET, reports itself to systemd as such: READY=1
+once it forwards, with a STATUS= line naming the leader, and STOPPING=1 at SIGTERM.
 """
 
 from __future__ import annotations
