@@ -21,6 +21,7 @@ from streamq.broker.resources import ResourceLimits
 from tests.integration import certs
 from tests.integration.conftest import RunningBroker, broker_on
 from tests.integration.tls_setup import Certs, pki, port_of, tls_broker
+from tests.small_fs import fill, small_filesystem
 
 __all__ = ["pki"]  # a fixture, used by name
 
@@ -85,6 +86,26 @@ def test_the_disk_alarm_is_named_as_rabbitmq_names_it(tmp_path: Path) -> None:
         assert status == 503
         assert isinstance(body, dict)
         assert body["alarms"] == [{"resource": "disk space", "node": node_name()}]
+
+
+def test_a_full_file_system_raises_the_disk_alarm_until_room_returns(tmp_path: Path) -> None:
+    # The data directory on a small tmpfs, filled to below the 1 MiB free-disk limit.
+    with small_filesystem(tmp_path / "fs", "32m") as fs:
+        limits = ResourceLimits(TERABYTE, 1 << 20)
+        with broker_on(fs / "data", limits) as running:
+            assert get(running, "alarms") == (200, {"status": "ok"})
+            filler = fill(fs / "filler", 256 * 1024)
+            status, body = get(running, "alarms")
+            assert (status, body) == (
+                503,
+                {
+                    "status": "failed",
+                    "reason": "There are alarms in effect in the cluster",
+                    "alarms": [{"resource": "disk space", "node": node_name()}],
+                },
+            )
+            filler.unlink()
+            assert get(running, "alarms") == (200, {"status": "ok"})
 
 
 def test_a_vhost_that_cannot_be_opened_is_down(tmp_path: Path) -> None:
