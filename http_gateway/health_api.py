@@ -1,10 +1,11 @@
 """`/api/health/checks/...`: RabbitMQ 3.10's health checks, for load balancers and probes.
 
-Owns the seven checks of RabbitMQ's management plugin (rabbit_mgmt_wm_health_check_*):
+Owns the eight checks of RabbitMQ's management plugin (rabbit_mgmt_wm_health_check_*):
 alarms and local-alarms (the memory and disk alarms, `streamq.broker.resources`),
 port-listener and protocol-listener (the listeners the serving process recorded in
 `Broker.listeners`), virtual-hosts (a vhost that could not be opened is down),
-node-is-quorum-critical (a cluster leader with no other in-sync replica to take over)
+node-is-quorum-critical and node-is-mirror-sync-critical (a cluster leader with no other
+in-sync replica to take over)
 and certificate-expiration (each TLS listener's certificate and CA files). Each answers
 200 `{"status": "ok", ...}` or 503 `{"status": "failed", "reason": ..., ...}` with the
 fields RabbitMQ adds, and 400 for a path argument RabbitMQ refuses. A check reads the
@@ -171,18 +172,31 @@ def critical_queues(broker: Broker) -> list[dict[str, str]]:
     ]
 
 
-@routes.get("/api/health/checks/node-is-quorum-critical")
-async def check_node_is_quorum_critical(request: web.Request) -> web.Response:
-    broker = caller(request).broker
+QUORUM_CRITICAL: Final = (
+    "There are quorum queues that would lose their quorum if the target node is shut down"
+)
+MIRROR_SYNC_CRITICAL: Final = (
+    "There are classic mirrored queues without online synchronised mirrors"
+)
+
+
+def _critical(broker: Broker, reason: str) -> web.Response:
     if broker.cluster is None:  # run without --clustering
         return ok(reason="single node cluster")
     queues = critical_queues(broker)
-    if queues:
-        return failed(
-            "There are quorum queues that would lose their quorum if the target node is shut down",
-            queues=queues,
-        )
-    return ok()
+    return failed(reason, queues=queues) if queues else ok()
+
+
+@routes.get("/api/health/checks/node-is-quorum-critical")
+async def check_node_is_quorum_critical(request: web.Request) -> web.Response:
+    return _critical(caller(request).broker, QUORUM_CRITICAL)
+
+
+# RabbitMQ 3.10's check for classic mirrored queues: streamq's replicas mirror every
+# queue, so it is the same check, in RabbitMQ's words for mirrors.
+@routes.get("/api/health/checks/node-is-mirror-sync-critical")
+async def check_node_is_mirror_sync_critical(request: web.Request) -> web.Response:
+    return _critical(caller(request).broker, MIRROR_SYNC_CRITICAL)
 
 
 def _seconds_within(within: str, unit: str) -> float:

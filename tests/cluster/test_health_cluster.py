@@ -22,12 +22,13 @@ from tests.cluster.cluster_nodes import START_TIMEOUT_S, Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 
 CHECK = "/api/health/checks/node-is-quorum-critical"
+MIRROR_CRITICAL = "There are classic mirrored queues without online synchronised mirrors"
 CRITICAL = "There are quorum queues that would lose their quorum if the target node is shut down"
 
 
-def check(node: ClusterNode) -> tuple[int, Any]:
+def check(node: ClusterNode, path: str = CHECK) -> tuple[int, Any]:
     try:
-        return 200, node.api(CHECK)
+        return 200, node.api(path)
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
 
@@ -83,3 +84,5 @@ def test_quorum_critical_and_a_follower_notifying_systemd(
         assert "STOPPING=1" in notifications(sock, "STOPPING=1")
         cluster.wait_for(lambda: check(leader)[0] == 503, START_TIMEOUT_S, "a critical leader")
         assert check(leader) == (503, critical)
+        mirrors = check(leader, "/api/health/checks/node-is-mirror-sync-critical")
+        assert mirrors == (503, {**critical, "reason": MIRROR_CRITICAL})

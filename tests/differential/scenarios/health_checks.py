@@ -44,7 +44,13 @@ def healthy_node(s: Session) -> None:
     s.cleanups.append(lambda: s.http("DELETE", f"/api/vhosts/{s.name('vhost')}"))
     assert s.http("PUT", f"/api/queues/%2F/{s.name()}", {"durable": True})[0] in (201, 204)
     s.cleanups.append(lambda: s.http("DELETE", f"/api/queues/%2F/{s.name()}"))
-    for check in ("alarms", "local-alarms", "virtual-hosts", "node-is-quorum-critical"):
+    for check in (
+        "alarms",
+        "local-alarms",
+        "virtual-hosts",
+        "node-is-quorum-critical",
+        "node-is-mirror-sync-critical",
+    ):
         whole(s, check)
 
 
