@@ -130,18 +130,28 @@ class Notifier:
             self._socket = None
 
     async def _tick(self) -> None:
-        period_s = min(STATUS_REFRESH_S, self.watchdog_s or STATUS_REFRESH_S)
-        next_status_s = time.monotonic() + STATUS_REFRESH_S
+        """WATCHDOG=1 every `watchdog_s`, and the status refreshed every
+        STATUS_REFRESH_S, each on its own schedule."""
+        now_s = time.monotonic()
+        next_ping_s = now_s if self.watchdog_s is not None else float("inf")
+        next_status_s = now_s + STATUS_REFRESH_S
         while True:
-            if self.watchdog_s is not None:
+            now_s = time.monotonic()
+            if now_s >= next_ping_s and self.watchdog_s is not None:
                 self.send("WATCHDOG=1")
-            if self._source is not None and time.monotonic() >= next_status_s:
-                next_status_s = time.monotonic() + STATUS_REFRESH_S
-                try:
-                    self.status(self._source())
-                except Exception:  # a status is never worth stopping the watchdog for
-                    logger.exception("sd_notify: the status could not be made")
-            await asyncio.sleep(period_s)
+                next_ping_s = now_s + self.watchdog_s
+            if now_s >= next_status_s:
+                next_status_s = now_s + STATUS_REFRESH_S
+                self._refresh_status()
+            await asyncio.sleep(max(min(next_ping_s, next_status_s) - time.monotonic(), 0))
+
+    def _refresh_status(self) -> None:
+        if self._source is None:
+            return
+        try:
+            self.status(self._source())
+        except Exception:  # a status is never worth stopping the watchdog for
+            logger.exception("sd_notify: the status could not be made")
 
 
 @functools.cache

@@ -3,7 +3,8 @@ service. Method: the test binds a unix datagram socket (a path, or an abstract n
 systemd does, starts `streamq serve` in its own process with NOTIFY_SOCKET (and
 WATCHDOG_USEC) naming it, and reads what arrives: STATUS=recovering first, READY=1 only
 once every port accepts (checked the moment it arrives), then watchdog pings at half of
-WATCHDOG_USEC, and STOPPING=1 at SIGTERM. The unit file's own test is test_systemd_unit.py.
+WATCHDOG_USEC, a STATUS= line that follows the counts, and STOPPING=1 at SIGTERM. The
+unit file's own test is test_systemd_unit.py.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pika
 import pytest
 
+from streamq.sd_notify import STATUS_REFRESH_S
 from tests.differential.peers import free_port
 from tests.integration.broker_process import STARTUP_TIMEOUT_S, streamq
 
@@ -40,15 +43,18 @@ def receiver(address: str | bytes) -> socket.socket:
     return sock
 
 
-def messages(sock: socket.socket, until: float) -> Iterator[list[str]]:
-    """Each datagram as its lines, until the monotonic deadline."""
-    while (left := until - time.monotonic()) > 0:
+def messages(sock: socket.socket, deadline: float, until: str = "") -> Iterator[list[str]]:
+    """Each datagram as its lines, until the monotonic deadline (or one with the line
+    `until`, included)."""
+    while (left := deadline - time.monotonic()) > 0:
         sock.settimeout(left)
         try:
-            data = sock.recv(DATAGRAM_BYTES_MAX)
+            lines = sock.recv(DATAGRAM_BYTES_MAX).decode().split("\n")
         except TimeoutError:
             return
-        yield data.decode().split("\n")
+        yield lines
+        if until and until in lines:
+            return
 
 
 def start(
@@ -107,6 +113,13 @@ def test_ready_status_watchdog_and_stopping(tmp_path: Path, notify_path: Path) -
             for lines in messages(sock, time.monotonic() + PINGS_WITHIN_S):
                 pings += lines == ["WATCHDOG=1"]
             assert pings >= PINGS_MIN, f"{pings} watchdog pings in {PINGS_WITHIN_S} s"
+            # The status follows the counts: a client connects, a queue is declared.
+            client = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", ports[0]))
+            client.channel().queue_declare("counted")
+            wanted = "STATUS=serving 1 connections, 1 queues in 1 vhosts"
+            deadline = time.monotonic() + STATUS_REFRESH_S + STARTUP_TIMEOUT_S
+            assert any(wanted in lines for lines in messages(sock, deadline, until=wanted))
+            client.close()
             process.terminate()
             after = next(
                 m for m in messages(sock, time.monotonic() + STARTUP_TIMEOUT_S)
