@@ -146,6 +146,11 @@ def subscriptions(draw: st.DrawFn, level: ProtocolLevel) -> p.Subscription:
 
 def packets(level: ProtocolLevel) -> st.SearchStrategy[Any]:
     """Any valid packet of `level` (CONNECT included)."""
+    return st.one_of(list(packet_strategies(level).values()))
+
+
+def packet_strategies(level: ProtocolLevel) -> dict[type, st.SearchStrategy[Any]]:
+    """A strategy per packet class that `level` has."""
     v5 = level is V5
     connack_codes = sorted(REASON_CODES_V5[PacketType.CONNACK] if v5 else CONNACK_RETURN_CODES_V3)
     connacks = st.builds(
@@ -180,4 +185,7 @@ def packets(level: ProtocolLevel) -> st.SearchStrategy[Any]:
         ]  # fmt: skip
     else:
         choices += [st.builds(p.UnsubAck, packet_ids), st.just(p.Disconnect())]
-    return st.one_of(choices)
+    classes = [p.Connect, p.ConnAck, p.Publish, p.PubAck, p.PubRec, p.PubRel, p.PubComp,
+               p.Subscribe, p.SubAck, p.Unsubscribe, p.PingReq, p.PingResp, p.UnsubAck,
+               p.Disconnect, p.Auth]  # fmt: skip
+    return dict(zip(classes, choices, strict=False))

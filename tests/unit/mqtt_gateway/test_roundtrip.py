@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqtt_gateway.codec import Decoder, ProtocolLevel, encode
+from mqtt_gateway.codec import Auth, Decoder, ProtocolLevel, encode
 from mqtt_gateway.codec.packets import PACKET_CLASSES
-from tests.unit.mqtt_gateway.strategies import LEVELS, packets
+from tests.unit.mqtt_gateway.strategies import LEVELS, packet_strategies, packets
 
 level_and_packet = st.sampled_from(LEVELS).flatmap(
     lambda level: st.tuples(st.just(level), packets(level))
@@ -50,15 +51,26 @@ def test_a_run_split_at_every_position_gives_the_same_packets(
 
 
 def test_the_strategies_cover_every_packet_type() -> None:
-    seen: set[type] = set()
+    for level in LEVELS:
+        expected = set(PACKET_CLASSES) - (set() if level is ProtocolLevel.MQTT_5 else {Auth})
+        assert set(packet_strategies(level)) == expected
 
-    @settings(max_examples=200, derandomize=True, database=None, deadline=None)
-    @given(level_and_packet)
-    def collect(case: tuple[ProtocolLevel, Any]) -> None:
-        seen.add(type(case[1]))
 
-    collect()
-    assert seen == set(PACKET_CLASSES)
+PER_CLASS = [(level, cls) for level in LEVELS for cls in packet_strategies(level)]
+
+
+@pytest.mark.parametrize(
+    ("level", "cls"), PER_CLASS, ids=[f"{lv.name}-{c.__name__}" for lv, c in PER_CLASS]
+)
+def test_each_packet_class_round_trips(level: ProtocolLevel, cls: type) -> None:
+    @settings(max_examples=15, deadline=None)
+    @given(packet_strategies(level)[cls])
+    def round_trip(packet: Any) -> None:
+        assert type(packet) is cls
+        data = encode(packet, level)
+        assert Decoder(level).feed(data) == [packet]
+
+    round_trip()
 
 
 def test_a_connect_sets_the_decoders_level() -> None:
