@@ -49,6 +49,7 @@ class Connection:
     """One client's connection: the bytes it sent, and what we decoded of them."""
 
     sent: bytearray = field(default_factory=bytearray)
+    answered: bytearray = field(default_factory=bytearray)  # what we sent back
     packets: list[Packet] = field(default_factory=list)
     level: ProtocolLevel | None = None
     subscriptions: dict[str, int] = field(default_factory=dict)
@@ -116,8 +117,10 @@ class Responder:
                     connection.packets.append(packet)
                     if isinstance(packet, Disconnect):
                         return
+                    answer = b"".join(self._answer(connection, packet))
+                    connection.answered += answer
                     with contextlib.suppress(OSError):
-                        client.sendall(b"".join(self._answer(connection, packet)))
+                        client.sendall(answer)
 
     def _answer(self, connection: Connection, packet: Packet) -> list[bytes]:
         if isinstance(packet, Connect):
