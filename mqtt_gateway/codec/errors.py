@@ -14,8 +14,13 @@ the latter with subclasses for the rules that have a reason code of their own.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mqtt_gateway.codec.constants import ProtocolLevel
 from mqtt_gateway.codec.reason_codes import ConnackReturnCode, ReasonCode
+
+if TYPE_CHECKING:  # packets imports properties, which raises these errors
+    from mqtt_gateway.codec.packets import Packet
 
 
 class MqttCodecError(Exception):
@@ -28,7 +33,7 @@ class MqttCodecError(Exception):
     reason_code: ReasonCode = ReasonCode.MALFORMED_PACKET
     connack_return_code: ConnackReturnCode | None = None
     protocol_level: ProtocolLevel | None = None
-    packets_before: tuple[object, ...] = ()
+    packets_before: tuple[Packet, ...] = ()
     """The packets `Decoder.feed` decoded in the same call before the bad one."""
 
 
