@@ -39,6 +39,7 @@ from mqtt_gateway.codec.wire import Reader, Writer, check_utf8
 
 _V5 = ProtocolLevel.MQTT_5
 _SESSION_PRESENT = 0x01
+_LEVELS = {int(level): level for level in ProtocolLevel}
 
 
 def read_protocol(reader: Reader) -> ProtocolLevel:
@@ -47,13 +48,11 @@ def read_protocol(reader: Reader) -> ProtocolLevel:
     if size > PROTOCOL_NAME_BYTES_MAX:
         raise UnsupportedProtocolVersion(f"protocol name of {size} bytes")
     name = check_utf8(reader.raw(size, "protocol name"), "protocol name")
-    level = reader.u8("protocol level")
-    if (
-        level not in ProtocolLevel._value2member_map_
-        or PROTOCOL_NAMES[ProtocolLevel(level)] != name
-    ):
-        raise UnsupportedProtocolVersion(f"protocol {name!r} level {level}")
-    return ProtocolLevel(level)
+    value = reader.u8("protocol level")
+    level = _LEVELS.get(value)
+    if level is None or PROTOCOL_NAMES[level] != name:
+        raise UnsupportedProtocolVersion(f"protocol {name!r} level {value}")
+    return level
 
 
 def decode_connect(reader: Reader) -> Connect:

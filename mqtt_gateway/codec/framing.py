@@ -102,6 +102,7 @@ def decode_packet(first_byte: int, body: bytes, level: ProtocolLevel | None) -> 
     if packet_type is not PacketType.PUBLISH and flags != FLAGS_REQUIRED.get(packet_type, 0):
         raise MalformedPacket(f"{packet_type.name} with fixed-header flags 0b{flags:04b}")
     reader = Reader(body)
+    # Before CONNECT only CONNECT gets here, and it reads its level from its own bytes.
     packet = DECODERS[packet_type](flags, reader, level or ProtocolLevel.MQTT_5)
     reader.expect_end(packet_type.name)
     return packet
@@ -151,7 +152,8 @@ class Decoder:
 
         Raises `MqttCodecError` at the first bad packet; the packets decoded before it in
         this call are on the error's `packets_before` attribute. A decoded CONNECT sets
-        `protocol_level` for the packets after it."""
+        `protocol_level` for the packets after it (a second CONNECT is decoded too: refusing
+        it is the session's job, MQTT-3.1.0-2)."""
         if self._error is not None:
             raise self._error
         self._buffer += data

@@ -186,7 +186,3 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     Connect, ConnAck, Publish, PubAck, PubRec, PubRel, PubComp, Subscribe, SubAck,
     Unsubscribe, UnsubAck, PingReq, PingResp, Disconnect, Auth,
 )  # fmt: skip
-
-
-def is_v5(level: ProtocolLevel) -> bool:
-    return level is ProtocolLevel.MQTT_5
