@@ -7,21 +7,34 @@ from __future__ import annotations
 import pytest
 
 from mqtt_gateway.codec import (
+    Auth,
     ClientIdentifierNotValid,
+    ConnAck,
     ConnackReturnCode,
+    Connect,
     Decoder,
+    Disconnect,
     LimitExceeded,
     MalformedPacket,
     MqttCodecError,
+    Packet,
     PacketTooLarge,
+    Properties,
     ProtocolError,
     ProtocolLevel,
+    PubAck,
     Publish,
     ReasonCode,
+    SubAck,
+    Subscribe,
+    Subscription,
     TopicAliasInvalid,
     TopicFilterInvalid,
     TopicNameInvalid,
+    UnsubAck,
+    Unsubscribe,
     UnsupportedProtocolVersion,
+    Will,
     encode,
 )
 from mqtt_gateway.codec.constants import (
@@ -255,20 +268,49 @@ def test_subscription_identifiers_repeat_in_publish() -> None:
     assert publish.properties.subscription_identifiers == (1, 128)
 
 
-@pytest.mark.parametrize(
-    ("packet_value", "level"),
-    [
-        (Publish("a/+", b""), V311),
-        (Publish("a", b"", qos=1), V311),
-        (Publish("a", b"", qos=0, packet_id=3), V311),
-        (Publish("a", b"", qos=3, packet_id=3), V311),
-        (Publish("a\x00", b""), V311),
-        (Publish("\ud800", b""), V311),
-        (Publish("", b""), V5),
-    ],
-)
+ENCODER_REFUSALS: list[tuple[Packet, ProtocolLevel]] = [
+    (Publish("a/+", b""), V311),
+    (Publish("a", b"", qos=1), V311),
+    (Publish("a", b"", qos=0, packet_id=3), V311),
+    (Publish("a", b"", qos=3, packet_id=3), V311),
+    (Publish("a", b"", dup=True), V311),
+    (Publish("a\x00", b""), V311),
+    (Publish("\ud800", b""), V311),
+    (Publish("", b""), V5),
+    (Publish("a", b"", properties=Properties(content_type="x")), V311),
+    (Publish("a", b"", properties=Properties(session_expiry_interval_s=1)), V5),
+    (Publish("a", b"", properties=Properties(topic_alias=0)), V5),
+    (Publish("a", b"", properties=Properties(payload_format_indicator=2)), V5),
+    (PubAck(0), V311),
+    (PubAck(1, 0x10), V311),
+    (PubAck(1, 0x92), V5),
+    (ConnAck(5, True), V311),
+    (ConnAck(0, True), V31),
+    (ConnAck(0x86), V311),
+    (Connect(V311, "c", password=b"p"), V311),
+    (Connect(V311, "", clean_start=False), V311),
+    (Connect(V31, "x" * 24), V31),
+    (Connect(V5, "c"), V311),
+    (Connect(V5, "c", will=Will("a/#", b"")), V5),
+    (Subscribe(1, ()), V311),
+    (Subscribe(1, (Subscription("a/#/b"),)), V311),
+    (Subscribe(1, (Subscription("a", no_local=True),)), V311),
+    (Subscribe(1, (Subscription("$share/g/a", no_local=True),)), V5),
+    (Subscribe(1, (Subscription("a"),), Properties(subscription_identifiers=(1, 2))), V5),
+    (SubAck(1, (0x80,)), V31),
+    (SubAck(1, ()), V311),
+    (UnsubAck(1, (0,)), V311),
+    (Unsubscribe(1, ()), V5),
+    (Disconnect(0x04), V311),
+    (Auth(), V311),
+    (Auth(0x87), V5),
+    (Auth(properties=Properties(authentication_data=b"d")), V5),
+]
+
+
+@pytest.mark.parametrize(("packet_value", "level"), ENCODER_REFUSALS)
 def test_the_encoder_refuses_what_the_decoder_would(
-    packet_value: Publish, level: ProtocolLevel
+    packet_value: Packet, level: ProtocolLevel
 ) -> None:
     with pytest.raises(ValueError):
         encode(packet_value, level)
