@@ -19,6 +19,7 @@ from aiohttp import web
 
 from http_gateway import (
     accounts_api,
+    backup_api,
     bindings_api,
     connections_api,
     definitions_api,
@@ -65,6 +66,7 @@ ROUTE_MODULES: Final = (
     streams_api,
     super_streams_api,
     openapi_api,
+    backup_api,
 )
 # Paths a user without a management tag may read (the Spark source's remote reads).
 ANY_USER_PREFIXES: Final = ("/api/stream-files/",)
