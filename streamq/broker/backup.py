@@ -7,21 +7,23 @@ sync uses (docs/clustering.md):
 1. A `BackupTap` is installed as the process-wide file tap (`streamq.log.tap`; on a
    cluster leader it wraps the leader's tap, which keeps receiving everything). From then
    on every change made under the data directory is recorded, in order.
-2. The tree is copied (`backup_files.copy_tree`: sealed segments hard-linked on the same
+2. The tree is copied (`backup_files.TreeCopier`: sealed segments hard-linked on the same
    file system), in a worker thread, while the tap is drained into a spool file in DIR.
-3. The *sync point*: on the event loop, the tap's position is read and the tap taken out,
-   in one step; then every log of every vhost (the message log, each stream's) runs a
+3. The *sync point*: every log of every vhost (the message log, each stream's) runs a
    sync round with its companions (queue journals, definitions, delayed messages, stream
-   offsets, publishers): every byte written before the sync point is fsynced.
+   offsets, publishers), so that what the broker did before (acks, stored offsets) is
+   written; then, on the event loop with no await between, the tap's position is read and
+   the tap taken out. A second round per log then fsyncs every byte written before it.
 4. The spool, up to the sync point, is replayed over the copy (`SnapshotApplier`), the
    copy fsynced, and the manifest written last.
 
 The result is the data directory exactly as it was at the sync point, every byte of it
-fsynced there: what a crash right after that point's round would have left. Every
-message confirmed before the backup began is in it (its confirm followed a round), as is
-every ack, declare and policy whose reply was sent before; changes after the sync point
-are not. It never writes under the data directory, and never blocks the event loop on a
-disk.
+fsynced: what a crash right after that point would have left had every write reached the
+disk. Everything the broker did before the request arrived is in it: every message
+confirmed, every ack it processed (a `tx.commit-ok` sent, or any reply on the channel
+after the ack), every declare, policy, user and stored offset. Changes after the sync
+point are not; those between the request and the sync point may or may not be. It never
+writes under the data directory, and never blocks the event loop on a disk.
 """
 
 from __future__ import annotations
@@ -234,33 +236,43 @@ async def _copy(
     broker: Broker, spool: Spool, target: str, links: bool, started_ms: int
 ) -> BackupReport:
     data_dir = broker.data_dir
+    copier = TreeCopier(data_dir, target, links=links, between=spool.drain)
+    sync_point = await _copy_until_sync_point(broker, spool, copier)
+    sync_point_ms = _now_ms()
+    # Every byte recorded before the sync point is fsynced by a round that began after it.
+    logs_synced = await _sync_logs(broker)
+    await asyncio.to_thread(spool.drain, sync_point)
+    applier = SnapshotApplier(target, copier.linked, copier.counts)
+    replayed = await asyncio.to_thread(_replay, spool, applier)
+    report = BackupReport(target, data_dir, started_ms, sync_point_ms, _now_ms(),
+                          copier.counts, replayed, logs_synced,
+                          tuple(sorted(broker.vhosts)))  # fmt: skip
+    await asyncio.to_thread(finish, target, report.as_json())
+    counts = copier.counts
+    logger.info("backup of %s into %s: %d files copied (%d bytes), %d hard-linked, "
+                "%d bytes of changes replayed", data_dir, target, counts.files_copied,
+                counts.bytes_copied, counts.files_linked, replayed)  # fmt: skip
+    return report
+
+
+async def _copy_until_sync_point(broker: Broker, spool: Spool, copier: TreeCopier) -> int:
+    """Install the tap, copy the tree, make durable what the broker did before now
+    (acks, stored offsets and other companion writes are written by a round), then read
+    the sync point and take the tap out, with no await between. Returns the sync point."""
     tap = spool.tap
-    inner = tap.inner
     set_tap(tap)
     try:
-        copier = TreeCopier(data_dir, target, links=links, between=spool.drain)
-        counts = await asyncio.to_thread(copier.run)
+        await asyncio.to_thread(copier.run)
+        await _sync_logs(broker)
     finally:
-        # The sync point: read the position and take the tap out with no await between.
         sync_point = tap.position
         replaced = get_tap() is not tap
         if not replaced:
-            set_tap(inner)
-    sync_point_ms = _now_ms()
+            set_tap(tap.inner)
     if replaced:
-        raise BackupFailed("the node's role changed during the backup (a cluster "
-                               "leader stepped down); try again")  # fmt: skip
-    logs_synced = await _sync_logs(broker)
-    await asyncio.to_thread(spool.drain, sync_point)
-    applier = SnapshotApplier(target, copier.linked, counts)
-    replayed = await asyncio.to_thread(_replay, spool, applier)
-    report = BackupReport(target, data_dir, started_ms, sync_point_ms, _now_ms(), counts,
-                              replayed, logs_synced, tuple(sorted(broker.vhosts)))  # fmt: skip
-    await asyncio.to_thread(finish, target, report.as_json())
-    logger.info("backup of %s into %s: %d files copied (%d bytes), %d hard-linked, "
-                    "%d bytes of changes replayed", data_dir, target, counts.files_copied,
-                    counts.bytes_copied, counts.files_linked, replayed)  # fmt: skip
-    return report
+        raise BackupFailed("the node's role changed during the backup (a cluster leader "
+                           "stepped down); try again")  # fmt: skip
+    return sync_point
 
 
 def _replay(spool: Spool, applier: SnapshotApplier) -> int:
