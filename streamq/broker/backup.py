@@ -235,7 +235,7 @@ class Backups:
 async def _copy(
     broker: Broker, spool: Spool, target: str, links: bool, started_ms: int
 ) -> BackupReport:
-    data_dir = broker.data_dir
+    data_dir = os.path.abspath(broker.data_dir)
     copier = TreeCopier(data_dir, target, links=links, between=spool.drain)
     sync_point = await _copy_until_sync_point(broker, spool, copier)
     sync_point_ms = _now_ms()

@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -158,9 +159,10 @@ class TreeCopier:
             path = f"{relative}/{name}" if relative else name
             full = os.path.join(self.source, path)
             try:
-                if os.path.isdir(full) and not os.path.islink(full):
+                mode = os.lstat(full).st_mode
+                if stat.S_ISDIR(mode):
                     subdirectories.append(path)
-                elif os.path.isfile(full):
+                elif stat.S_ISREG(mode):  # the broker makes no links, devices or fifos
                     self._copy_file(path, full, _immutable(name, present))
             except FileNotFoundError:
                 complete = False
