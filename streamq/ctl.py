@@ -104,7 +104,8 @@ def _backup_offline(args: argparse.Namespace) -> Result:
     if not os.path.isdir(args.data_dir):
         raise CtlError(f"{args.data_dir} is not a data directory")
     with locked_data_dir(args.data_dir):
-        manifest = copy_stopped(os.path.abspath(args.data_dir), os.path.abspath(args.directory), links=not args.copy)
+        source, target = os.path.abspath(args.data_dir), os.path.abspath(args.directory)
+        manifest = copy_stopped(source, target, links=not args.copy)
     report: dict[str, JsonValue] = dict(manifest)
     return Value(report, summary(report))
 
