@@ -380,3 +380,47 @@ def test_an_ack_and_an_offset_stored_just_before_the_request_are_in_the_copy(
         assert asyncio.run(query_offset(restored)) == STORED_OFFSET
     finally:
         restored.stop()
+
+
+def test_what_the_command_refuses_and_a_stopped_broker(
+    loaded: BrokerProcess, tmp_path: Path
+) -> None:
+    """Each refusal is one line and an exit status, and leaves DIR as it was; a stopped
+    broker is backed up offline (--data-dir), under its lock."""
+    http_call(loaded, "PUT", "/api/users/alice", {"password": "pw", "tags": "management"})
+    connection = connect(loaded)
+    channel = connection.channel()
+    channel.confirm_delivery()
+    channel.queue_declare(WORK, durable=True)
+    channel.basic_publish("", WORK, b"work-00000007")
+    connection.close()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep").write_bytes(b"x")
+    status, output = ctl(loaded, "backup", str(full))
+    assert (status, output) == (1, f"streamq ctl: 400: the backup directory {full} is not empty\n")
+    assert [p.name for p in full.iterdir()] == ["keep"]
+    inside = loaded.data_dir / "backup"
+    status, output = ctl(loaded, "backup", str(inside))
+    assert status == 1 and "is inside the data directory" in output, output
+    assert not inside.exists()
+    status, output = ctl(loaded, "backup", str(tmp_path / "b"), user="alice:pw")
+    assert status == 77 and "administrator" in output, output
+    assert not (tmp_path / "b").exists()
+    status, output = ctl(None, "--data-dir", str(loaded.data_dir), "backup", str(tmp_path / "b"))
+    assert status == 1 and f"is running on data directory {loaded.data_dir}" in output, output
+    assert not (tmp_path / "b").exists()
+
+    loaded.stop()
+    status, output = ctl(loaded, "backup", str(tmp_path / "b"))
+    assert status == 69, output
+    assert "no broker answers" in output and "give --data-dir DATA" in output, output
+    status, output = ctl(None, "--data-dir", str(loaded.data_dir), "backup", str(tmp_path / "b"))
+    assert status == 0 and output.startswith(f"Backed up {loaded.data_dir}"), output
+    manifest = json.loads((tmp_path / "b" / "streamq-backup.json").read_text())
+    assert manifest["online"] is False
+    restored = BrokerProcess(tmp_path / "b")
+    try:
+        assert drain_queue(restored, WORK) == [7]
+    finally:
+        restored.stop()
