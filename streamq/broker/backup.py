@@ -260,6 +260,8 @@ async def _copy_until_sync_point(broker: Broker, spool: Spool, copier: TreeCopie
     (acks, stored offsets and other companion writes are written by a round), then read
     the sync point and take the tap out, with no await between. Returns the sync point."""
     tap = spool.tap
+    if get_tap() is not tap.inner:  # a leadership change since the tap was made
+        raise BackupFailed("the node's role changed as the backup began; try again")
     set_tap(tap)
     try:
         await asyncio.to_thread(copier.run)

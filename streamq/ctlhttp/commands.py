@@ -101,7 +101,7 @@ def add_global_flags(parser: argparse.ArgumentParser, *, on_verb: bool) -> None:
         default=default(None),
         metavar="DIR",
         help="edit the users, vhosts and permissions of a stopped broker's data directory "
-        "instead of calling a running broker",
+        "(or back it up) instead of calling a running broker",
     )
 
 
