@@ -4,8 +4,8 @@ Method: a broker in this process (tests/integration/conftest.py's RunningBroker,
 stream listener), real clients (pika, rstream, the HTTP API). The backup's copy is held,
 once every file has been copied and before the sync point, by wrapping
 `TreeCopier.run`: so every change the clients make meanwhile (confirmed publishes that
-roll stream segments, acks, a queue deleted and one declared, an offset stored, a user
-and a policy) is in files copied before it, and only the changes the tap recorded,
+roll stream segments, a delayed message, acks, a queue deleted and one declared, an
+offset stored, a user and a policy) is in files copied before it, and only the changes the tap recorded,
 replayed over the copy, can bring it there. A broker started on the copy must have all
 of it. Without the replay this test fails.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tests.integration.conftest import RunningBroker
 HOST = "127.0.0.1"
 TIMEOUT_S = 30
 STREAM = "s"
+DELAY_MS = 4000  # due after the sync point: the copy holds it in its delayed file
 
 
 def connect(broker: RunningBroker) -> pika.BlockingConnection:
@@ -97,6 +99,10 @@ def test_changes_made_during_the_copy_are_replayed_into_it(
         publish(channel, "q", 0, 10)
         publish(channel, "gone", 0, 5)
         publish(channel, STREAM, 0, 200)
+        delayed = {"x-delayed-type": "direct"}
+        channel.exchange_declare("later", "x-delayed-message", durable=True, arguments=delayed)
+        channel.queue_declare("later.q", durable=True)
+        channel.queue_bind("later.q", "later", "k")
 
         answers: list[tuple[int, object]] = []
         backup = threading.Thread(target=lambda: answers.append(
@@ -109,6 +115,8 @@ def test_changes_made_during_the_copy_are_replayed_into_it(
         channel.queue_declare("new", durable=True)
         publish(channel, "new", 0, 5)
         publish(channel, STREAM, 200, 400)  # a dozen segments more
+        held = pika.BasicProperties(delivery_mode=2, headers={"x-delay": DELAY_MS})
+        channel.basic_publish("later", "k", b"delayed", held)  # confirmed once stored
         assert broker.http("PUT", "/api/users/bob", {"password": "pw", "tags": ""})[0] < 300
         policy = {"pattern": "^new$", "definition": {"max-length": 100}, "apply-to": "queues"}
         assert broker.put_policy("cap", policy) < 300
@@ -142,6 +150,11 @@ def check_restored(broker: RunningBroker) -> None:
     assert bodies == list(range(3, 60))
     assert channel.queue_declare("new", passive=True).method.message_count == 5
     assert channel.queue_declare(STREAM, passive=True).method.message_count == 600
+    deadline = time.monotonic() + TIMEOUT_S
+    while (got := channel.basic_get("later.q", auto_ack=True))[0] is None:
+        assert time.monotonic() < deadline, "the delayed message never came"
+        time.sleep(0.05)
+    assert got[2] == b"delayed"
     connection.close()
     gone = broker.http("GET", "/api/queues/%2F/gone")[0]
     assert gone == 404
