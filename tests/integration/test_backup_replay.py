@@ -5,9 +5,9 @@ stream listener), real clients (pika, rstream, the HTTP API). The backup's copy 
 once every file has been copied and before the sync point, by wrapping
 `TreeCopier.run`: so every change the clients make meanwhile (confirmed publishes that
 roll stream segments, a delayed message, acks, a queue deleted and one declared, an
-offset stored, a user and a policy) is in files copied before it, and only the changes the tap recorded,
-replayed over the copy, can bring it there. A broker started on the copy must have all
-of it. Without the replay this test fails.
+offset stored, a user and a policy) is in files copied before it, and only the changes
+the tap recorded, replayed over the copy, can bring it there. A broker started on the
+copy must have all of it. Without the replay this test fails.
 """
 
 from __future__ import annotations
