@@ -265,7 +265,7 @@ async def _copy_until_sync_point(broker: Broker, spool: Spool, copier: TreeCopie
     set_tap(tap)
     try:
         await asyncio.to_thread(copier.run)
-        await _sync_logs(broker)
+        await _sync_logs(broker, warn=True)
     finally:
         sync_point = tap.position
         replaced = get_tap() is not tap
@@ -295,7 +295,7 @@ def _logs(broker: Broker) -> Iterator[tuple[str, SegmentLog]]:
                 yield f"{name}/{queue.name}", queue.stream.log
 
 
-async def _sync_logs(broker: Broker) -> int:
+async def _sync_logs(broker: Broker, *, warn: bool = False) -> int:
     """Make every byte written so far durable: one round (with companions) per log.
 
     A failed log (a failed fsync: its vhost or stream is unavailable) is skipped with a
@@ -303,7 +303,7 @@ async def _sync_logs(broker: Broker) -> int:
     BackupFailed when a log cannot sync within SYNC_TIMEOUT_S (out of disk space)."""
     logs = list(_logs(broker))
     for where, log in logs:
-        if log.failed is not None:
+        if warn and log.failed is not None:
             logger.warning("backup: log of %s has failed (%s); copied as it is", where, log.failed)
     live = [(where, log) for where, log in logs if log.failed is None]
     try:
