@@ -162,3 +162,30 @@ def check_restored(broker: RunningBroker) -> None:
     assert broker.http("GET", "/api/users/bob")[0] == 200
     status, policy, _ = broker.http("GET", "/api/policies/%2F/cap")
     assert status == 200 and isinstance(policy, dict) and policy["pattern"] == "^new$"
+
+
+def test_one_backup_at_a_time(
+    tmp_path: Path, held_copy: tuple[threading.Event, threading.Event]
+) -> None:
+    copied, resume = held_copy
+    broker = RunningBroker(tmp_path / "data")
+    try:
+        answers: list[tuple[int, object]] = []
+        first = {"directory": str(tmp_path / "first")}
+        backup = threading.Thread(
+            target=lambda: answers.append(broker.http("POST", "/api/backup", first)[:2])
+        )
+        backup.start()
+        assert copied.wait(TIMEOUT_S), "the copy did not finish"
+        status, body, _ = broker.http("POST", "/api/backup", {"directory": str(tmp_path / "b")})
+        assert status == 409 and isinstance(body, dict), body
+        assert body["reason"] == f"a backup into {tmp_path / 'first'} is already running"
+        assert not (tmp_path / "b").exists()
+        resume.set()
+        backup.join(TIMEOUT_S)
+        assert answers and answers[0][0] == 200, answers
+        status, body, _ = broker.http("POST", "/api/backup", {"directory": "relative"})
+        assert status == 400 and isinstance(body, dict), body
+        assert "must be an absolute path" in body["reason"]
+    finally:
+        broker.stop()
