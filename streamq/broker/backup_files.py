@@ -137,7 +137,9 @@ class TreeCopier:
             except FileNotFoundError:
                 return []  # removed or renamed away: the replay does the same to the copy
             if not relative:
-                names = [name for name in names if name not in LOCAL_FILES]
+                # A data directory restored from a backup holds that backup's manifest: it
+                # is left out, so that only `finish` writes one (a backup cut short has none).
+                names = [name for name in names if name not in LOCAL_FILES and name != MANIFEST]
             os.makedirs(os.path.join(self.target, relative), exist_ok=True)
             subdirectories, complete = self._copy_entries(relative, names)
             if complete:

@@ -41,6 +41,7 @@ def data_dir(tmp_path: Path) -> Path:
     (root / "vhosts" / "v" / "queues" / "q.journal").write_bytes(b"journal")
     (root / ".lock").write_bytes(b"123\n")
     (root / ".clustering_id").write_bytes(b"abc")
+    (root / "streamq-backup.json").write_bytes(b"{}")  # restored from an earlier backup
     return root
 
 
@@ -93,6 +94,7 @@ def test_sealed_segments_and_indexes_are_linked_the_rest_copied(
     assert active.read_bytes() == b"active" and os.stat(active).st_nlink == 1
     assert (target / "vhosts/v/queues/q.journal").read_bytes() == b"journal"
     assert not (target / ".lock").exists() and not (target / ".clustering_id").exists()
+    assert not (target / "streamq-backup.json").exists()
     assert (counts.files_linked, counts.files_copied) == (2, 2)
 
 
