@@ -20,6 +20,7 @@ from aiohttp import web
 
 from http_gateway import (
     accounts_api,
+    backup_api,
     bindings_api,
     connections_api,
     definitions_api,
@@ -68,6 +69,7 @@ ROUTE_MODULES: Final = (
     super_streams_api,
     openapi_api,
     health_api,
+    backup_api,
 )
 # Paths a user without a management tag may read (the Spark source's remote reads).
 ANY_USER_PREFIXES: Final = ("/api/stream-files/",)
