@@ -4,15 +4,19 @@
 - EIO on fsync (or on write) of the segments: the log fails loudly (an ERROR line naming the log and
   the error), and nothing published after the failed fsync is confirmed; a restart
   (fault gone) has every message confirmed before it.
-- EIO on reading a segment (after a restart, so that nothing is served from memory): the
-  consumer of the message that cannot be read gets a clear error (404 naming the offset
-  and the I/O error) and only its queue is affected: another vhost's queue, publishing
-  and consuming, goes on, and so does the broker.
+- EIO on reading a segment (after a restart, so that nothing is served from memory): only
+  that read fails. The consumer the delivery was for is cancelled (basic.cancel) and a
+  basic.get gets 404 naming the offset, the segment and the I/O error; the message stays
+  queued, never delivered; the queue's other consumer stays, publishing to the queue
+  goes on, and once reads work again every message is delivered, in order.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pika
@@ -109,17 +113,32 @@ def test_eio_on_fsync_or_write_fails_the_log_loudly_and_confirms_nothing_after(
     assert {f"q:{n}".encode() for n in range(CONFIRMED)} <= set(got)
 
 
-def test_eio_on_read_fails_that_read_only(tmp_path: Path, shim: EioShim) -> None:
+BIG_BYTES = 300 * 1024  # bigger than a queue's read-ahead: each message is a read of its own
+BIG_MESSAGES = 6
+
+
+def big_body(n: int) -> bytes:
+    return f"a:{n}".encode().ljust(BIG_BYTES, b".")
+
+
+def wait_for(connection: pika.BlockingConnection, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        connection.process_data_events(time_limit=0.1)
+
+
+def test_eio_on_read_fails_that_delivery_only(tmp_path: Path, shim: EioShim) -> None:
     data_dir = tmp_path / "data"
     broker = BrokerProcess(data_dir)
     try:
         connection = connect(broker)
         channel = connection.channel()
         channel.confirm_delivery()
-        for queue in ("a", "b"):
-            channel.queue_declare(queue, durable=True)
-            for n in range(CONFIRMED):
-                publish_confirmed(channel, queue, n)
+        channel.queue_declare("a", durable=True)
+        channel.queue_declare("b", durable=True)
+        for n in range(BIG_MESSAGES):
+            channel.basic_publish("", "a", big_body(n), pika.BasicProperties(delivery_mode=2))
         connection.close()
     finally:
         broker.stop()
@@ -127,28 +146,55 @@ def test_eio_on_read_fails_that_read_only(tmp_path: Path, shim: EioShim) -> None
     broker = BrokerProcess(data_dir)
     try:
         connection = connect(broker)
-        channel = connection.channel()
-        channel.confirm_delivery()
+        publisher = connection.channel()
+        publisher.confirm_delivery()
         # The first write after a start reads the segment's last block (direct I/O
         # rewrites it whole): an EIO there is a failed write, which fails the log.
-        publish_confirmed(channel, "b", CONFIRMED)
+        publish_confirmed(publisher, "b", 0)
+        # The queue's other consumer: prefetch 1, it takes a:0 and holds it unacked.
+        holder = connection.channel()
+        holder.basic_qos(prefetch_count=1)
+        held: list[tuple[int, bytes, bool]] = []
+        holder.basic_consume(
+            "a",
+            lambda _, method, __, body: held.append(
+                (method.delivery_tag, body, method.redelivered)
+            ),
+        )
+        wait_for(connection, lambda: len(held) == 1)
         shim.fail(reads=True)
-        channel = connection.channel()
+        # A new consumer's delivery (a:1) cannot be read: it is cancelled, and gets nothing.
+        failing = connection.channel()
+        cancelled: list[str] = []
+        failing.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+        got: list[bytes] = []
+        tag = failing.basic_consume("a", lambda _, __, ___, body: got.append(body))
+        wait_for(connection, lambda: bool(cancelled))
+        assert cancelled == [tag] and got == []
+        # basic.get: its channel is closed with the reason, the message stays queued.
+        getter = connection.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-            channel.basic_get("a")
+            getter.basic_get("a")
         assert refused.value.reply_code == 404
-        assert "cannot be read" in refused.value.reply_text
-        assert "Input/output error" in refused.value.reply_text
-        # Writes go on meanwhile: the log did not fail.
-        channel = connection.channel()
-        channel.confirm_delivery()
-        publish_confirmed(channel, "b", CONFIRMED + 1)
+        for words in ("cannot be read", "Input/output error", "stays queued", ".seg at position"):
+            assert words in refused.value.reply_text, refused.value.reply_text
+        # Publishing goes on, to that queue too.
+        publisher.basic_publish("", "a", big_body(BIG_MESSAGES), mandatory=True)
+        publish_confirmed(publisher, "b", 1)
         shim.fail()
+        # Reads work again: the holder acks and receives the rest, in order, none lost.
+        holder.basic_ack(held[0][0])
+        for count in range(2, BIG_MESSAGES + 2):
+            wait_for(connection, partial(lambda n: len(held) >= n, count))
+            holder.basic_ack(held[-1][0])
         connection.close()
-        got = drain(broker, "b")
+        others = drain(broker, "b")
     finally:
         broker.stop()
-    assert got == [f"b:{n}".encode() for n in range(CONFIRMED + 2)]
+    assert [body for _, body, _ in held] == [big_body(n) for n in range(BIG_MESSAGES + 1)]
+    assert not any(redelivered for _, _, redelivered in held)  # none went out before
+    assert others == [b"b:0", b"b:1"]
     log = broker.stderr.decode(errors="replace")
-    assert "queue 'a' failed: message at offset 0 cannot be read" in log, log
-    assert "has failed" not in log, log
+    assert "cannot be read: reading segment" in log, log
+    assert f"its consumer '{tag}' cancelled, the message stays queued" in log, log
+    assert "failed: message" not in log and "has failed" not in log, log
