@@ -198,3 +198,67 @@ def test_eio_on_read_fails_that_delivery_only(tmp_path: Path, shim: EioShim) -> 
     assert "cannot be read: reading segment" in log, log
     assert f"its consumer '{tag}' cancelled, the message stays queued" in log, log
     assert "failed: message" not in log and "has failed" not in log, log
+
+
+@pytest.fixture
+def stream_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EioShim:
+    made = EioShim(tmp_path / "shim", "/streams/")  # every stream's files
+    for name, value in made.environment().items():
+        monkeypatch.setenv(name, value)
+    return made
+
+
+def test_eio_on_a_stream_read_cancels_that_consumer_only(
+    tmp_path: Path, stream_shim: EioShim
+) -> None:
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    arguments = {"x-queue-type": "stream"}
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("s", durable=True, arguments=arguments)
+        for n in range(BIG_MESSAGES):
+            channel.basic_publish("", "s", big_body(n))
+        connection.close()
+    finally:
+        broker.stop()
+    broker = BrokerProcess(data_dir)
+    try:
+        connection = connect(broker)
+        publisher = connection.channel()
+        publisher.confirm_delivery()
+        publisher.basic_publish("", "s", big_body(BIG_MESSAGES))  # the first write reads back
+        first = {"x-stream-offset": "first"}
+        holder = connection.channel()
+        holder.basic_qos(prefetch_count=1)
+        held: list[tuple[int, bytes]] = []
+        holder.basic_consume(
+            "s",
+            lambda _, method, __, body: held.append((method.delivery_tag, body)),
+            arguments=first,
+        )
+        wait_for(connection, lambda: len(held) == 1)
+        stream_shim.fail(reads=True)
+        failing = connection.channel()
+        failing.basic_qos(prefetch_count=10)
+        cancelled: list[str] = []
+        failing.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+        got: list[bytes] = []
+        tag = failing.basic_consume("s", lambda _, __, ___, body: got.append(body), arguments=first)
+        wait_for(connection, lambda: bool(cancelled))
+        assert cancelled == [tag] and got == []
+        publisher.basic_publish("", "s", big_body(BIG_MESSAGES + 1))  # appends go on
+        stream_shim.fail()
+        for count in range(2, BIG_MESSAGES + 3):
+            holder.basic_ack(held[-1][0])
+            wait_for(connection, partial(lambda n: len(held) >= n, count))
+        connection.close()
+    finally:
+        broker.stop()
+    assert [body for _, body in held] == [big_body(n) for n in range(BIG_MESSAGES + 2)]
+    log = broker.stderr.decode(errors="replace")
+    assert "queue 's': message at offset 0 cannot be read: reading segment" in log, log
+    assert f"its consumer '{tag}' cancelled" in log, log
+    assert "failed: its log failed" not in log, log
