@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +25,11 @@ import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from stream_gateway.codec import commands as c
+from stream_gateway.codec.constants import Key, OffsetType, ResponseCode
 from tests.eio_shim import EioShim
 from tests.integration.broker_process import BrokerProcess
+from tests.stream.test_gateway_protocol import OK, RawClient
 
 HOST = "127.0.0.1"
 TIMEOUT_S = 20
@@ -262,3 +266,47 @@ def test_eio_on_a_stream_read_cancels_that_consumer_only(
     assert "queue 's': message at offset 0 cannot be read: reading segment" in log, log
     assert f"its consumer '{tag}' cancelled" in log, log
     assert "failed: its log failed" not in log, log
+
+
+def test_eio_on_a_stream_protocol_read_ends_that_subscription_only(
+    tmp_path: Path, stream_shim: EioShim
+) -> None:
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
+        for n in range(CONFIRMED):
+            channel.basic_publish("", "s", f"s:{n}".encode())
+        connection.close()
+    finally:
+        broker.stop()
+    broker = BrokerProcess(data_dir)
+    try:
+        port = re.search(rb"stream=127\.0\.0\.1:(\d+)", broker.stderr)
+        assert port is not None, broker.stderr
+        client = RawClient(int(port[1]))
+        client.login()
+        connection = connect(broker)
+        publisher = connection.channel()
+        publisher.confirm_delivery()
+        publisher.basic_publish("", "s", b"after restart")  # the first write reads back
+        stream_shim.fail(reads=True)
+        first = c.OffsetSpec(OffsetType.FIRST)
+        assert client.request(c.Subscribe(1, 1, "s", first, 10)) == c.Response(Key.SUBSCRIBE, 1, OK)
+        assert client.read() == c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, "s")
+        publisher.basic_publish("", "s", b"during the fault")  # the stream goes on
+        stream_shim.fail()
+        # Subscribing again (as clients do on that update) reads everything.
+        assert client.request(c.Subscribe(2, 2, "s", first, 10)) == c.Response(Key.SUBSCRIBE, 2, OK)
+        deliver = client.read_until(c.Deliver)
+        assert isinstance(deliver, c.Deliver) and deliver.subscription_id == 2
+        client.close()
+        connection.close()
+    finally:
+        broker.stop()
+    log = broker.stderr.decode(errors="replace")
+    assert "stream 's': subscription 1 from offset 0 ended: reading segment" in log, log
+    assert "Input/output error" in log and "Traceback" not in log, log
