@@ -151,6 +151,20 @@ def clock_steps(fc: FaultCluster) -> None:
     fc.step_clock(follower, 0)
 
 
+def leader_clock_back_from_etcd(fc: FaultCluster) -> None:
+    """The leader is cut from etcd and its wall clock jumps back an hour at once: a lease
+    timed on the wall clock would look valid for that hour, and the node would go on
+    confirming after etcd had let its lease go (the checker's fencing and one-writer
+    rules catch that); on the monotonic clock it steps down within its lease."""
+    leader = _leader(fc)
+    fc.record("partition leader|etcd", leader.name)
+    fc.network.cut(fc.host(leader), fc.hosts["etcd"])
+    fc.step_clock(leader, -CLOCK_STEP_S)
+    time.sleep(_past_lease(fc))
+    fc.network.heal()
+    fc.step_clock(leader, 0)
+
+
 SCHEDULE: Final[list[Step]] = [
     leader_from_followers,
     pause_leader,
@@ -164,6 +178,7 @@ SCHEDULE: Final[list[Step]] = [
     pause_etcd,
     kill_follower,
     clock_steps,
+    leader_clock_back_from_etcd,
 ]
 
 
