@@ -310,3 +310,48 @@ def test_eio_on_a_stream_protocol_read_ends_that_subscription_only(
     log = broker.stderr.decode(errors="replace")
     assert "stream 's': subscription 1 from offset 0 ended: reading segment" in log, log
     assert "Input/output error" in log and "Traceback" not in log, log
+
+
+def test_eio_while_dead_lettering_a_rejected_message_keeps_it_queued(
+    tmp_path: Path, shim: EioShim
+) -> None:
+    data_dir = tmp_path / "data"
+    broker = BrokerProcess(data_dir)
+    dead_letters = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dl"}
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.queue_declare("dl", durable=True)
+        channel.queue_declare("d", durable=True, arguments=dead_letters)
+        publish_confirmed(channel, "d", 0)
+        connection.close()
+    finally:
+        broker.stop()
+    broker = BrokerProcess(data_dir)
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        publish_confirmed(channel, "dl", 0)  # the first write after a start reads back
+        method, _, body = channel.basic_get("d")
+        assert method is not None and body == b"d:0" and not method.redelivered
+        shim.fail(reads=True)
+        channel.basic_reject(method.delivery_tag, requeue=False)  # its copy cannot be read
+        channel.queue_declare("dl", durable=True)  # a round trip: the reject was handled
+        shim.fail()
+        again = None
+        deadline = time.monotonic() + TIMEOUT_S
+        while again is None:  # the queue reads again after its retry interval
+            assert time.monotonic() < deadline, "the rejected message is gone"
+            again, _, body = channel.basic_get("d")
+            time.sleep(0.1)
+        assert body == b"d:0" and again.redelivered  # back in the queue, not lost
+        channel.basic_reject(again.delivery_tag, requeue=False)  # now it is dead-lettered
+        connection.close()
+        got = drain(broker, "dl")
+    finally:
+        broker.stop()
+    assert got == [b"dl:0", b"d:0"]
+    log = broker.stderr.decode(errors="replace")
+    assert "queue 'd': message at offset" in log and "Input/output error" in log, log
