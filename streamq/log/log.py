@@ -31,7 +31,6 @@ from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Final, NamedTuple
 
@@ -40,6 +39,7 @@ from streamq.log import files
 from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
 from streamq.log._streamwire import span_indexed as _span_indexed
+from streamq.log.config import MIB, LogConfig
 from streamq.log.damage import DamagedSpan, DamageMap, resolve
 from streamq.log.errors import (
     LogClosed,
@@ -55,7 +55,7 @@ from streamq.log.errors import (
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
 from streamq.log.recent import IDLE_RELEASE_S, RecentWrites
 from streamq.log.recovery import create_segment, recover
-from streamq.log.segment import Segment, find_record, read_records
+from streamq.log.segment import Segment, SegmentInfo, find_record, read_records
 from streamq.log.space import (
     CompanionBatch,
     SpaceWait,
@@ -66,9 +66,18 @@ from streamq.log.space import (
 from streamq.log.syncer import Syncer
 from streamq.log.writer import SegmentWriter
 
+__all__ = [  # what the rest of the code base imports from here
+    "MIB",
+    "NO_COMPANION_WORK",
+    "CompanionWork",
+    "LogConfig",
+    "RunMessage",
+    "SegmentInfo",
+    "SegmentLog",
+]
+
 logger = logging.getLogger(__name__)
 
-MIB: Final = 1 << 20
 _encode_record_parts: Final = fmt.encode_record_parts  # a global, not a module attribute
 _RECORD_HEADER_BYTES: Final = fmt.RECORD_HEADER_BYTES
 _TIMESTAMP: Final = struct.Struct("=q")  # an index timestamp as array("q") holds it
@@ -80,40 +89,6 @@ assert array("I").itemsize == 4, "array('I') items are not 4 bytes here"
 # exchange, routing key and bits, which the log ignores (the gateway's tuples as they
 # come from its frame scanner, so that no per-message tuple is built for the log).
 RunMessage = tuple[bytes, bytes, str, str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    segment_bytes_max: int = 8 * MIB
-    index_interval_bytes: int = 4096
-    # A record holds a message of up to 128 MiB (the broker's max message size) plus its
-    # exchange, routing key and properties.
-    record_bytes_max: int = 128 * MIB + MIB
-    # Appends are held in memory up to this size, then handed to the Syncer thread, which
-    # writes them (see `writer`); at most `writes_pending_bytes_max` wait there, beyond
-    # which appending blocks until the disk catches up.
-    write_buffer_bytes_max: int = MIB
-    writes_pending_bytes_max: int = 8 * MIB
-    # Segment writes bypass the page cache (O_DIRECT) where the file system allows it.
-    direct_io: bool = True
-    read_chunk_bytes: int = 256 * 1024
-    read_fds_max: int = 32
-    # Written buffers kept in memory after their write, up to this many bytes, so that
-    # `read_at` serves the newest records from memory (readers right behind appenders)
-    # rather than from the disk past the page cache. 0 keeps none: only the buffers not
-    # yet written are read from memory.
-    recent_bytes_max: int = 0
-
-
-class SegmentInfo(NamedTuple):
-    """What retention and operators see of a segment."""
-
-    base_offset: int
-    next_offset: int
-    size_bytes: int
-    first_timestamp_ms: int
-    last_timestamp_ms: int
-    active: bool
 
 
 class CompanionWork(NamedTuple):
