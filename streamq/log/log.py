@@ -29,10 +29,9 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
-from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Final, NamedTuple
+from typing import Final
 
 from streamq.heap import return_freed_memory
 from streamq.log import files
@@ -40,11 +39,9 @@ from streamq.log import format as fmt
 from streamq.log._records import encode_records as _encode_records
 from streamq.log._streamwire import span_indexed as _span_indexed
 from streamq.log.config import MIB, LogConfig
-from streamq.log.damage import DamagedSpan, DamageMap, resolve
+from streamq.log.damage import DamagedSpan, resolve
 from streamq.log.errors import (
-    LogClosed,
     LogError,
-    LogFailed,
     OffsetOutOfRange,
     OutOfSpace,
     ReadFailed,
@@ -53,16 +50,17 @@ from streamq.log.errors import (
     fenced,
 )
 from streamq.log.files import append_all, fsync_directory, write_file_atomic
-from streamq.log.recent import IDLE_RELEASE_S, RecentWrites
+from streamq.log.recent import IDLE_RELEASE_S
 from streamq.log.recovery import create_segment, recover
+from streamq.log.rounds import NO_COMPANION_WORK, CompanionWork, Round, RoundResult
 from streamq.log.segment import Segment, SegmentInfo, find_record, read_records
 from streamq.log.space import (
     CompanionBatch,
     SpaceWait,
-    StalledWrites,
     close_batches,
     run_companions,
 )
+from streamq.log.state import LogState
 from streamq.log.syncer import Syncer
 from streamq.log.writer import SegmentWriter
 
@@ -91,97 +89,8 @@ assert array("I").itemsize == 4, "array('I') items are not 4 bytes here"
 RunMessage = tuple[bytes, bytes, str, str, int]
 
 
-class CompanionWork(NamedTuple):
-    """What a sync companion asks of one round (see `SegmentLog.add_sync_companion`)."""
-
-    fds: Sequence[int]  # to fdatasync
-    actions: Sequence[Callable[[], None]] = ()  # run on the Syncer thread afterwards
-    # (descriptor, bytes): written on the Syncer thread before the fdatasyncs, then that
-    # descriptor is synced too. A queue journal's block written on the event loop held
-    # it 45-110 us per round (and longer with more acks); the write is the thread's now.
-    writes: Sequence[tuple[int, bytes]] = ()
-
-
-NO_COMPANION_WORK: Final = CompanionWork(())
-
-
-class _Round(NamedTuple):
-    """One group commit: everything appended below `next_offset`."""
-
-    next_offset: int
-    fds: list[int]
-    # What earlier rounds left undone for want of room, then this round's own batch.
-    companions: list[CompanionBatch]
-    companions_short: bool  # a companion could not even prepare its writes (disk full)
-    sealing: list[Segment]
-    index_writes: list[tuple[str, bytes]]
-    fsync_dir: bool
-
-
-class _RoundResult(NamedTuple):
-    segments_done: bool  # the records below `next_offset` are durable, sealing done
-    left: list[CompanionBatch]  # companion work a full disk left for the next round
-
-
-class SegmentLog:
+class SegmentLog(LogState):
     """An append-only log of messages in a directory of segments. Open with `open()`."""
-
-    def __init__(
-        self, directory: str, config: LogConfig, syncer: Syncer, segments: list[Segment]
-    ) -> None:
-        self.directory = directory
-        self.config = config
-        self._record_bytes_max = config.record_bytes_max
-        self._segment_bytes_max = config.segment_bytes_max
-        self._write_buffer_bytes_max = config.write_buffer_bytes_max
-        self._syncer = syncer
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._active = segments[-1]
-        self._next_offset = self._active.next_offset
-        # Timestamps never decrease: after a roll the active segment may still be empty,
-        # so the floor is the newest timestamp of any segment.
-        self._last_timestamp_ms = max(
-            [0, _header_floor(self._active), *(s.last_timestamp_ms for s in segments)]
-        )
-        self._durable_next = self._next_offset
-        self._buffer = bytearray()
-        self._unsealed: list[Segment] = []
-        self._dir_dirty = False
-        self._inflight: asyncio.Future[_RoundResult] | None = None
-        # In a cluster: rounds done here whose replicas have not acked yet, oldest first,
-        # as (the offset they make durable, their round number, done once replicated).
-        # The next round may start meanwhile (see `_start_round`).
-        self._replicating: deque[tuple[int, int, asyncio.Future[None]]] = deque()
-        self._rounds_started = 0
-        self._rounds_finished = 0
-        self._companions: list[Callable[[], CompanionWork]] = []
-        self._failed: LogFailed | None = None
-        self._closed = False
-        # Writes handed to the Syncer thread and not yet seen done, with their sizes; the
-        # first error a write met (set on that thread, raised by the next round or flush).
-        self._writes: deque[tuple[concurrent.futures.Future[None], int]] = deque()
-        self._writes_bytes = 0
-        self._write_error: BaseException | None = None
-        # A full disk (see `space`): writes parked on the Syncer thread, companion work
-        # left for the next round, and the wait for room on the event loop.
-        self._stalled = StalledWrites()
-        self._companions_left: list[CompanionBatch] = []
-        self._companions_stalled = False
-        self._space: SpaceWait | None = None
-        self._read_fds: dict[int, int] = {}
-        self._maps: dict[int, mmap.mmap] = {}  # sealed segments mapped by `view_at`
-        # Buffers handed to the Syncer, oldest first, with the segment and position they
-        # belong at and their write: `read_at` reads from them until they are written
-        # and, up to `recent_bytes_max`, a while longer: while reads use them (see
-        # `release_recent_if_unread`, on a timer armed while any is kept).
-        self._recent = RecentWrites(config.recent_bytes_max, self._at_rest)
-        self._recent_timer: asyncio.TimerHandle | None = None
-        self.damage = DamageMap()  # records lost to bit rot, skipped by every reader
-        self._durable_fd = files.open_fd(
-            os.path.join(directory, fmt.DURABLE_FILE), os.O_RDWR | os.O_CREAT, 0o644
-        )
-        files.pwrite(self._durable_fd, fmt.encode_durable(self._durable_next), 0)
 
     @classmethod
     def open(
@@ -199,66 +108,6 @@ class SegmentLog:
         for span in recovered.damaged:
             log.damage.add(span, "at recovery")
         return log
-
-    # -- state ---------------------------------------------------------------------------
-
-    @property
-    def next_offset(self) -> int:
-        """The offset the next appended record gets."""
-        return self._next_offset
-
-    @property
-    def durable_next(self) -> int:
-        """Every record below this offset is durable; readers see only those."""
-        return self._durable_next
-
-    @property
-    def last_timestamp_ms(self) -> int:
-        """The timestamp of the newest append (appends never go below it)."""
-        return self._last_timestamp_ms
-
-    @property
-    def start_offset(self) -> int:
-        """The first offset still in the log (retention drops segments from the head)."""
-        return self._segments[0].base_offset
-
-    @property
-    def failed(self) -> LogFailed | None:
-        return self._failed
-
-    @property
-    def out_of_space(self) -> bool:
-        """Whether writes wait for disk space (they are retried until there is room)."""
-        return self._space is not None
-
-    @property
-    def segment_count(self) -> int:
-        return len(self._segments)
-
-    def segments(self) -> list[SegmentInfo]:
-        return [
-            SegmentInfo(
-                s.base_offset,
-                s.next_offset,
-                s.size_bytes,
-                s.first_timestamp_ms,
-                s.last_timestamp_ms,
-                s is self._active,
-            )
-            for s in self._segments
-        ]
-
-    def _check_usable(self) -> None:
-        if self._failed is not None:
-            raise self._failed
-        if self._closed:
-            raise LogClosed(self.directory)
-
-    def _fail(self, cause: BaseException) -> LogFailed:
-        if self._failed is None:
-            self._failed = LogFailed(self.directory, cause)
-            self._end_space_wait(resumed=False)  # its waiters see the failure
-        return self._failed
 
     # -- append --------------------------------------------------------------------------
 
@@ -685,7 +534,7 @@ class SegmentLog:
             await self._await_round(inflight)
         return self._durable_next
 
-    async def _await_round(self, inflight: asyncio.Future[_RoundResult]) -> None:
+    async def _await_round(self, inflight: asyncio.Future[RoundResult]) -> None:
         """Wait for a round; a failed one (an fsync's EIO) fails the log, and its waiters
         get LogFailed, as `sync` promises, not the round's raw OSError."""
         try:
@@ -743,7 +592,7 @@ class SegmentLog:
                 raise self._space.error
         return self._durable_next
 
-    def _start_round(self) -> asyncio.Future[_RoundResult]:
+    def _start_round(self) -> asyncio.Future[RoundResult]:
         work = self._prepare_round()
         self._rounds_started += 1
         number = self._rounds_started
@@ -751,7 +600,7 @@ class SegmentLog:
         here, replicas = self._syncer.submit_round(lambda: self._run_round(work))
         future = asyncio.wrap_future(here, loop=loop)
 
-        def finished(done: asyncio.Future[_RoundResult]) -> None:
+        def finished(done: asyncio.Future[RoundResult]) -> None:
             self._inflight = None
             exc = done.exception()
             if exc is not None:
@@ -810,7 +659,7 @@ class SegmentLog:
                 return True
         return False
 
-    def _round_done(self, work: _Round, result: _RoundResult) -> bool:
+    def _round_done(self, work: Round, result: RoundResult) -> bool:
         """Take in a round's outcome; True when it did everything it was given."""
         self._companions_left = result.left
         self._companions_stalled = bool(result.left) or work.companions_short
@@ -852,13 +701,7 @@ class SegmentLog:
         if self._failed is None and not self._closed and self._inflight is None:
             self._inflight = self._start_round()
 
-    def _end_space_wait(self, *, resumed: bool) -> None:
-        space, self._space = self._space, None
-        if space is not None:
-            space.end(resumed=resumed)
-            self._syncer.space_changed(self.directory, out_of_space=False)
-
-    def _prepare_round(self) -> _Round:
+    def _prepare_round(self) -> Round:
         """Runs on the caller's thread: flush buffers and list what the round must fsync."""
         self._flush(self._active)
         sealing = list(self._unsealed)
@@ -884,9 +727,9 @@ class SegmentLog:
             batch.actions.extend(work.actions)
         # Work a full disk left over goes first, so that each file's writes stay in order.
         left, self._companions_left = self._companions_left, []
-        return _Round(self._next_offset, fds, [*left, batch], short, sealing, writes, fsync_dir)
+        return Round(self._next_offset, fds, [*left, batch], short, sealing, writes, fsync_dir)
 
-    def _run_round(self, work: _Round) -> _RoundResult:
+    def _run_round(self, work: Round) -> RoundResult:
         """Runs on the Syncer thread, after the writes flushed before the round: segment
         data first, then their index files, then the directory, so that an index on disk
         always describes durable data.
@@ -909,18 +752,18 @@ class SegmentLog:
             raise
         left = run_companions(work.companions)
         if not segments_ready or left:
-            return _RoundResult(False, left)
+            return RoundResult(False, left)
         try:
             for path, data in work.index_writes:
                 write_file_atomic(path, data, fsync_dir=False)
         except OutOfSpace:
-            return _RoundResult(False, [])  # the segments stay unsealed until there is room
+            return RoundResult(False, [])  # the segments stay unsealed until there is room
         if work.fsync_dir:
             fsync_directory(self.directory)
         files.pwrite(self._durable_fd, fmt.encode_durable(work.next_offset), 0)
-        return _RoundResult(True, [])
+        return RoundResult(True, [])
 
-    def _finish_round(self, work: _Round) -> None:
+    def _finish_round(self, work: Round) -> None:
         """A round's fsyncs are done here: its sealed segments are closed for writing.
         Its records become durable in the caller (`_start_round`, `sync_blocking`),
         in a cluster only once the replicas have them too."""
@@ -1275,12 +1118,6 @@ class SegmentLog:
             self._syncer.submit_write(self._stalled.drop)
         except RuntimeError:  # the Syncer was shut down: no thread to race with
             self._stalled.drop()
-
-
-def _header_floor(segment: Segment) -> int:
-    """The floor timestamp in the segment's header (see `format.encode_segment_header`)."""
-    with open(segment.path, "rb") as file:
-        return fmt.decode_segment_floor(file.read(fmt.SEGMENT_HEADER_BYTES))
 
 
 def _last_timestamp_key(segment: Segment) -> int:
