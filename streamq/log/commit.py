@@ -251,6 +251,8 @@ class LogCommit(LogState):
         if self._failed is None and not self._closed and self._inflight is None:
             self._inflight = self._start_round()
 
+    # -- a round, step by step -----------------------------------------------------------
+
     def _prepare_round(self) -> Round:
         """Runs on the caller's thread: flush buffers and list what the round must fsync."""
         self._flush(self._active)
