@@ -96,6 +96,11 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
         vhost = s.broker.vhost(virtual_host)
     except BrokerError as exc:
         raise to_amqp(exc, 10, 40) from exc
+    # The vhost's and the user's connection limits come before its permissions, as
+    # rabbit_reader checks them (and with no method to blame).
+    refusal = s.broker.tracking.open_refusal(virtual_host, s.user)
+    if refusal is not None:
+        raise errors.NotAllowed(refusal)
     if not s.internal and not s.broker.accounts.vhost_access(s.user, virtual_host):
         raise errors.NotAllowed(
             f"access to vhost '{virtual_host}' refused for user '{s.user}'", 10, 40
@@ -103,6 +108,8 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     s.vhost = vhost
     s.permissions = Permissions(s.broker.accounts, s.user, vhost.name, allow_all=s.internal)
     s.conn.accept_open(virtual_host)
+    s.broker.tracking.add(s, vhost.name, s.user)
+    s.conn.channel_gate = lambda: s.broker.tracking.channel_refusal(s.user)
     _register(s)
 
 

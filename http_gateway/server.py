@@ -23,6 +23,7 @@ from http_gateway import (
     connections_api,
     definitions_api,
     exchanges_api,
+    limits_api,
     links_api,
     metrics_api,
     openapi_api,
@@ -61,6 +62,7 @@ ROUTE_MODULES: Final = (
     overview_api,
     definitions_api,
     parameters_api,
+    limits_api,
     links_api,
     streams_api,
     super_streams_api,
@@ -97,7 +99,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             refuse_sample_ranges(request.query)
         return await handler(request)
     except HttpError as exc:
-        return error_response(exc.status, exc.reason)
+        return error_response(exc.status, exc.reason, exc.kind)
     except web.HTTPException as exc:  # the router's 404 and 405, aiohttp's 413
         if exc.status < 400:
             raise
