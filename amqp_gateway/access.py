@@ -97,10 +97,10 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     except BrokerError as exc:
         raise to_amqp(exc, 10, 40) from exc
     # The vhost's and the user's connection limits come before its permissions, as
-    # rabbit_reader checks them (and with no method to blame).
+    # rabbit_reader checks them.
     refusal = s.broker.tracking.open_refusal(virtual_host, s.user)
     if refusal is not None:
-        raise errors.NotAllowed(refusal)
+        raise errors.NotAllowed(refusal, 10, 40)
     if not s.internal and not s.broker.accounts.vhost_access(s.user, virtual_host):
         raise errors.NotAllowed(
             f"access to vhost '{virtual_host}' refused for user '{s.user}'", 10, 40

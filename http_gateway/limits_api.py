@@ -32,6 +32,10 @@ from streamq.broker.account_limits import Limits, check_user_limits
 routes = web.RouteTableDef()
 
 NOT_FOUND = "Not Found"
+DOUBLY_ENCODED = (  # rabbit_mgmt_util's answer to a body that decodes to a string
+    "invalid payload: the request body JSON-decoded to a string. "
+    "Is the input doubly-JSON-encoded?"
+)
 
 
 def vhost_limits_json(vhost: str, limits: Limits) -> dict[str, object]:
@@ -60,6 +64,8 @@ async def _value(request: web.Request) -> object:
         body = json.loads(await request.read())
     except ValueError:
         raise HttpError(400, "not_json") from None
+    if isinstance(body, str):
+        raise HttpError(400, DOUBLY_ENCODED)
     if not isinstance(body, dict):
         raise HttpError(400, "not_json")
     if "value" not in body:
