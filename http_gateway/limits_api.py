@@ -33,8 +33,7 @@ routes = web.RouteTableDef()
 
 NOT_FOUND = "Not Found"
 DOUBLY_ENCODED = (  # rabbit_mgmt_util's answer to a body that decodes to a string
-    "invalid payload: the request body JSON-decoded to a string. "
-    "Is the input doubly-JSON-encoded?"
+    "invalid payload: the request body JSON-decoded to a string. Is the input doubly-JSON-encoded?"
 )
 
 

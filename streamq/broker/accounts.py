@@ -486,8 +486,9 @@ class AccountStore:
         """The limit `name` in force on `vhost` (None: none); a dict lookup or two."""
         return account_limits.limit_of(self._state.vhost_limits.get(vhost), name)
 
-    def set_vhost_limits(self, vhost: str, limits: Limits | None) -> None:
-        """Replace vhost `vhost`'s whole `vhost-limits` parameter (None: remove it), as
+    def set_vhost_limits(self, vhost: str, limits: object) -> None:
+        """Replace vhost `vhost`'s whole `vhost-limits` parameter with `limits` (a JSON
+        object, or [] for none; None removes the parameter), as
         `rabbitmqctl set_vhost_limits` and a definitions import do. Fsyncs file and
         directory before returning. Raises VHostNotFound, LimitInvalid."""
         checked = None if limits is None else account_limits.check_vhost_limits(limits)
