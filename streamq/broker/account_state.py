@@ -10,11 +10,11 @@ bytes are accounts_file.py's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from streamq.broker import accounts_file
+from streamq.broker import account_limits, accounts_file
 from streamq.broker.account_limits import Limits
 from streamq.broker.account_values import (
     NAME_BYTES_MAX,
@@ -110,6 +110,56 @@ def with_user_limits(state: State, name: str, limits: Limits) -> State:
     if limits:
         kept[name] = dict(limits)
     return replace(state, user_limits=kept)
+
+
+def vhost_limits_set(state: State, vhost: str, limits: Limits | None) -> State:
+    """`state` with vhost `vhost`'s whole `vhost-limits` parameter `limits` (checked).
+    Raises VHostNotFound."""
+    require_vhost(state, vhost)
+    return with_vhost_limits(state, vhost, limits)
+
+
+def vhost_limit_updated(state: State, vhost: str, name: str, value: object) -> State:
+    """`state` with one limit of `vhost` set, first (as RabbitMQ's update_limit conses it
+    on, the listing order). Raises VHostNotFound, LimitInvalid."""
+    require_vhost(state, vhost)
+    current = state.vhost_limits.get(vhost, {})
+    wanted = {name: value, **account_limits.without_limit(current, name)}
+    return with_vhost_limits(state, vhost, account_limits.check_vhost_limits(wanted))
+
+
+def vhost_limit_cleared(state: State, vhost: str, name: str) -> State:
+    """`state` without one limit of `vhost`; its parameter stays, maybe empty (RabbitMQ's
+    clear_limit). Raises VHostNotFound."""
+    require_vhost(state, vhost)
+    current = state.vhost_limits.get(vhost, {})
+    return with_vhost_limits(state, vhost, account_limits.without_limit(current, name))
+
+
+def user_limits_added(state: State, user: str, limits: Limits) -> State:
+    """`state` with `limits` (checked) added to user `user`'s. Raises UserNotFound."""
+    require_user(state, user)
+    return with_user_limits(state, user, {**state.user_limits.get(user, {}), **limits})
+
+
+def user_limit_cleared(state: State, user: str, name: str) -> State:
+    """`state` without limit `name` of `user`, or every one for "all". Raises UserNotFound."""
+    require_user(state, user)
+    current = state.user_limits.get(user, {})
+    kept = {} if name == account_limits.CLEAR_ALL else account_limits.without_limit(current, name)
+    return with_user_limits(state, user, kept)
+
+
+def limits_merged(
+    state: State, vhosts: Sequence[tuple[str, Limits]], users: Sequence[tuple[str, Limits]]
+) -> State:
+    """`state` with vhosts' parameters replaced and users' limits added (all checked).
+    Raises VHostNotFound, UserNotFound."""
+    for vhost, limits in vhosts:
+        state = vhost_limits_set(state, vhost, limits)
+    for user, limits in users:
+        state = user_limits_added(state, user, limits)
+    return state
 
 
 def with_permissions(state: State, keep: Callable[[Permission], bool]) -> State:

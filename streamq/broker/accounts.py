@@ -1,9 +1,10 @@
 """The accounts of a broker: users, vhosts (and their metadata), the permissions of users
-on vhosts and their topic permissions on exchanges.
+on vhosts and their topic permissions on exchanges, and vhost and user limits.
 
 Owns `<data_dir>/definitions/accounts.json` (its format is streamq/broker/accounts_file.py)
-and the checks made on the connection path: `authenticate`, `vhost_access`, `permitted`
-and `topic_grants`, each a dict lookup and at most one precompiled regex.
+and the checks made on the connection path: `authenticate`, `vhost_access`, `permitted`,
+`topic_grants`, `vhost_limit` and `user_limit`, each a dict lookup or two and at most one
+precompiled regex. The state and its pure changes are streamq/broker/account_state.py's.
 
 Rule 1: memory never runs ahead of the disk. A mutator builds the new state, replaces the
 file with it (temp file, fsync, rename, fsync directory) and only then swaps it in with a
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Final
 
-from streamq.broker import account_limits, accounts_file
+from streamq.broker import account_limits, account_state, accounts_file
 from streamq.broker.account_limits import Limits
 from streamq.broker.account_state import (
     State,
@@ -472,14 +473,16 @@ class AccountStore:
             if merged != state:
                 self._commit(merged)
 
-    # Limits (streamq/broker/account_limits.py has their names and checks).
+    # Limits (their names and checks: account_limits.py; their changes: account_state.py).
+    # Each mutator fsyncs file and directory before returning (nothing to write if it
+    # changes nothing) and raises VHostNotFound or UserNotFound, and LimitInvalid with
+    # RabbitMQ's words.
 
     def vhost_limits(self, vhost: str) -> Limits | None:
         """Vhost `vhost`'s `vhost-limits` parameter; None when it has none."""
         return self._state.vhost_limits.get(vhost)
 
     def list_vhost_limits(self) -> list[tuple[str, Limits]]:
-        """The vhosts with a `vhost-limits` parameter and its value, by vhost."""
         return sorted(self._state.vhost_limits.items())
 
     def vhost_limit(self, vhost: str, name: str) -> int | None:
@@ -487,47 +490,24 @@ class AccountStore:
         return account_limits.limit_of(self._state.vhost_limits.get(vhost), name)
 
     def set_vhost_limits(self, vhost: str, limits: object) -> None:
-        """Replace vhost `vhost`'s whole `vhost-limits` parameter with `limits` (a JSON
-        object, or [] for none; None removes the parameter), as
-        `rabbitmqctl set_vhost_limits` and a definitions import do. Fsyncs file and
-        directory before returning. Raises VHostNotFound, LimitInvalid."""
+        """Replace the whole `vhost-limits` parameter with `limits` (a JSON object, [] for
+        none; None removes it), as `rabbitmqctl set_vhost_limits` and imports do."""
         checked = None if limits is None else account_limits.check_vhost_limits(limits)
-        with self._lock:
-            state = self._state
-            require_vhost(state, vhost)
-            if state.vhost_limits.get(vhost) != checked:
-                self._commit(with_vhost_limits(state, vhost, checked))
+        self._change(lambda state: account_state.vhost_limits_set(state, vhost, checked))
 
     def update_vhost_limit(self, vhost: str, name: str, value: object) -> None:
-        """Set one limit of `vhost`, keeping the others (RabbitMQ's `update_limit`, the
-        management API's PUT). Fsyncs file and directory before returning. Raises
-        VHostNotFound, LimitInvalid with RabbitMQ's "Validation failed" text."""
-        with self._lock:
-            state = self._state
-            require_vhost(state, vhost)
-            current = state.vhost_limits.get(vhost, {})
-            # First, as RabbitMQ's update_limit conses it onto the others (listing order).
-            wanted = {name: value, **account_limits.without_limit(current, name)}
-            checked = account_limits.check_vhost_limits(wanted)
-            self._commit(with_vhost_limits(state, vhost, checked))
+        """Set one limit, keeping the others (RabbitMQ's `update_limit`, the API's PUT)."""
+        self._change(lambda state: account_state.vhost_limit_updated(state, vhost, name, value))
 
     def clear_vhost_limit(self, vhost: str, name: str) -> None:
-        """Remove one limit of `vhost` (RabbitMQ's `clear_limit`: the parameter stays,
-        possibly empty). Fsyncs file and directory before returning. Raises VHostNotFound."""
-        with self._lock:
-            state = self._state
-            require_vhost(state, vhost)
-            current = state.vhost_limits.get(vhost, {})
-            kept = account_limits.without_limit(current, name)
-            if vhost not in state.vhost_limits or kept != current:
-                self._commit(with_vhost_limits(state, vhost, kept))
+        """Remove one limit (RabbitMQ's `clear_limit`: the parameter stays, maybe empty)."""
+        self._change(lambda state: account_state.vhost_limit_cleared(state, vhost, name))
 
     def user_limits(self, user: str) -> Limits:
         """User `user`'s limits (empty when none or no such user)."""
         return self._state.user_limits.get(user, {})
 
     def list_user_limits(self) -> list[tuple[str, Limits]]:
-        """The users with limits and their limits, by user."""
         return sorted(self._state.user_limits.items())
 
     def user_limit(self, user: str, name: str) -> int | None:
@@ -535,51 +515,31 @@ class AccountStore:
         return account_limits.limit_of(self._state.user_limits.get(user), name)
 
     def set_user_limits(self, user: str, limits: object) -> None:
-        """Add or replace the limits in `limits` of `user`, keeping its others (RabbitMQ's
-        `set_user_limits`, for the management API's PUT and `rabbitmqctl`). Fsyncs file and
-        directory before returning. Raises UserNotFound, LimitInvalid."""
+        """Add or replace the limits in `limits`, keeping the user's others (RabbitMQ's
+        `set_user_limits`)."""
         checked = account_limits.check_user_limits(limits)
-        with self._lock:
-            state = self._state
-            require_user(state, user)
-            merged = {**state.user_limits.get(user, {}), **checked}
-            if merged != state.user_limits.get(user, {}):
-                self._commit(with_user_limits(state, user, merged))
+        self._change(lambda state: account_state.user_limits_added(state, user, checked))
 
     def clear_user_limit(self, user: str, name: str) -> None:
-        """Remove limit `name` of `user`, or every one for "all" (RabbitMQ's
-        `clear_user_limits`). Fsyncs file and directory before returning. Raises UserNotFound."""
-        with self._lock:
-            state = self._state
-            require_user(state, user)
-            current = state.user_limits.get(user, {})
-            kept = (
-                {}
-                if name == account_limits.CLEAR_ALL
-                else account_limits.without_limit(current, name)
-            )
-            if kept != current:
-                self._commit(with_user_limits(state, user, kept))
+        """Remove limit `name`, or every one for "all" (RabbitMQ's `clear_user_limits`)."""
+        self._change(lambda state: account_state.user_limit_cleared(state, user, name))
 
     def merge_limits(
-        self, vhost_limits: Iterable[tuple[str, Limits]], user_limits: Iterable[tuple[str, Limits]]
+        self, vhost_limits: Iterable[tuple[str, object]], user_limits: Iterable[tuple[str, object]]
     ) -> None:
-        """Set the vhosts' whole `vhost-limits` parameters and add the users' limits in one
-        change (a definitions import). Fsyncs file and directory before returning. Raises
-        VHostNotFound, UserNotFound, LimitInvalid."""
-        vhosts = [(v, account_limits.check_vhost_limits(dict(found))) for v, found in vhost_limits]
-        users = [(u, account_limits.check_user_limits(dict(found))) for u, found in user_limits]
+        """Replace vhosts' `vhost-limits` parameters and add users' limits in one change
+        (a definitions import)."""
+        vhosts = [(v, account_limits.check_vhost_limits(found)) for v, found in vhost_limits]
+        users = [(u, account_limits.check_user_limits(found)) for u, found in user_limits]
+        self._change(lambda state: account_state.limits_merged(state, vhosts, users))
+
+    def _change(self, change: Callable[[State], State]) -> None:
+        """Apply the pure `change` to the state under the lock; commit what it changed."""
         with self._lock:
-            state = merged = self._state
-            for vhost, limits in vhosts:
-                require_vhost(state, vhost)
-                merged = with_vhost_limits(merged, vhost, limits)
-            for user, limits in users:
-                require_user(state, user)
-                added = {**merged.user_limits.get(user, {}), **limits}
-                merged = with_user_limits(merged, user, added)
-            if merged != state:
-                self._commit(merged)
+            state = self._state
+            changed = change(state)
+            if changed != state:
+                self._commit(changed)
 
     def _commit(self, state: State) -> None:
         """Replace the file with `state`, then use it; fsyncs file and directory first."""
