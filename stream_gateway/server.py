@@ -259,9 +259,14 @@ def _discard(index: dict[K, set[V]], key: K, value: V) -> None:
             del index[key]
 
 
-async def start_stream_listener(gateway: StreamGateway, host: str, port: int) -> asyncio.Server:
+async def start_stream_listener(
+    gateway: StreamGateway, host: str, port: int, *, start_serving: bool = True
+) -> asyncio.Server:
     """Listen for the stream protocol on host:port (TLS: streamq.app's `serve_tls` with
-    `protocol_factory`, after `attach`). Raises OSError if it cannot bind."""
+    `protocol_factory`, after `attach`); `start_serving` False: bound, accepting only
+    after `start_serving()`. Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
-    return await loop.create_server(gateway.protocol_factory, host, port, reuse_address=True)
+    return await loop.create_server(
+        gateway.protocol_factory, host, port, reuse_address=True, start_serving=start_serving
+    )

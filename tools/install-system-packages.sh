@@ -7,11 +7,12 @@
 # install with `npm ci`; etcd-server
 # for the clustering tests, which start their own etcd on free loopback ports; iproute2
 # for the fault suite's test hosts (`ip netns`, tests/faults/netns.py); a Java runtime
-# for the Spark tests' local SparkSession. As root it
+# for the Spark tests' local SparkSession; systemd for `systemd-analyze`, which checks the
+# unit file (packaging/systemd/streamq.service). As root it
 # installs them with apt-get; otherwise through
 # `sudo -n` when that needs no password; else it prints the one command to run and stops.
 set -eu
-PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server iproute2 openjdk-17-jre-headless"
+PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server iproute2 openjdk-17-jre-headless systemd"
 missing=""
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$missing rabbitmq-server"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
@@ -21,6 +22,7 @@ command -v npm >/dev/null 2>&1 || missing="$missing npm"
 command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v java >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || missing="$missing openjdk-17-jre-headless"
+command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     run=""

@@ -31,6 +31,7 @@ from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.syncer import Syncer
+from streamq.log_fields import EXCEPTION, VHOST
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ class Broker:
         self.started_s = time.monotonic()
         # (protocol, address, port) of each listener, as the serving process records them.
         self.listeners: list[tuple[str, str, int]] = []
+        # The certificate and CA files of the TLS listeners ("": none), for the
+        # certificate-expiration health check; the serving process sets them.
+        self.tls_files: tuple[str, str] = ("", "")
         # The links runtime hears of each runtime parameter change through these (and of
         # every parameter there is when it appends itself), and registers what it runs
         # in `links` for the management API.
@@ -99,7 +103,9 @@ class Broker:
         except (BrokerError, LogError, OSError) as exc:
             # Only this vhost fails: its clients are refused with the reason; the others
             # run. Its files are left as they are for inspection.
-            logger.error("vhost %s could not be opened: %s", name, exc)
+            logger.error(
+                "vhost %s could not be opened: %s", name, exc, extra={VHOST: name, EXCEPTION: exc}
+            )
             self.failed_vhosts[name] = str(exc)
             return None
         self._opened(vhost)
@@ -110,6 +116,7 @@ class Broker:
         vhost.parameters.notify = self.parameter_changed
         vhost.default_queue_type = self.accounts.vhost_metadata(vhost.name).default_queue_type
         self.vhosts[vhost.name] = vhost
+        logger.info("vhost %s: started", vhost.name, extra={VHOST: vhost.name})
 
     def parameter_changed(self, vhost: str, component: str, name: str, value: object) -> None:
         """Announce a runtime parameter change (value None: deleted) to every listener.
@@ -141,7 +148,9 @@ class Broker:
         try:
             vhost = await self.change_durably(VHost, name, directory, self.syncer)
         except (BrokerError, LogError, OSError) as exc:
-            logger.error("vhost %s could not be opened: %s", name, exc)
+            logger.error(
+                "vhost %s could not be opened: %s", name, exc, extra={VHOST: name, EXCEPTION: exc}
+            )
             self.failed_vhosts[name] = str(exc)
             return None
         self._opened(vhost)

@@ -41,6 +41,7 @@ from streamq.cluster.sync import SYNCING_MARKER
 from streamq.cluster.view import LeaderView
 from streamq.log.tap import FileTap, set_tap
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.sd_notify import notifier
 from streamq.tls import TlsContexts
 
 logger = logging.getLogger("streamq")
@@ -232,12 +233,19 @@ class Node:
         if current is not None:
             self.following = None
             await current.close()
-        if leader is not None:
+        if leader is None:
+            if not self.stop.is_set():
+                notifier().status("cluster node, no leader to follow")
+        else:
             link = self._link_tls
             client_tls = (lambda: link.client) if link is not None else None
             self.following = Following(self.config, self.node_id, self.secret, leader,
                                        client_tls)  # fmt: skip
             await self.following.start()
+            # Ready as a follower: its client ports forward to the leader (systemd's
+            # READY=1 once, the first time; STATUS= says which role, each time).
+            notifier().ready(f"cluster follower, forwarding to leader {leader.node_id} "
+                             f"at {leader.amqp}")  # fmt: skip
 
     # Leading.
 

@@ -16,7 +16,7 @@ import atheris  # type: ignore[import-untyped]  # atheris ships no type stubs
 
 from tests.fuzz.harness import soak
 
-PACKAGES = ["amqp_gateway", "stream_gateway", "http_gateway", "streamq"]
+PACKAGES = ["amqp_gateway", "stream_gateway", "http_gateway", "mqtt_gateway", "streamq"]
 
 
 def main() -> None:
