@@ -12,6 +12,7 @@ connection.py); no socket is touched here.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Final
 
@@ -116,7 +117,8 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     s.permissions = Permissions(s.broker.accounts, s.user, vhost.name, allow_all=s.internal)
     s.conn.accept_open(virtual_host)
     s.broker.tracking.add(s, vhost.name, s.user)
-    s.conn.channel_gate = lambda: s.broker.tracking.channel_refusal(s.user)
+    # A partial, not a closure over the session: no reference cycle through the protocol.
+    s.conn.channel_gate = functools.partial(s.broker.tracking.channel_refusal, s.user)
     _register(s)
     s.log.fields[VHOST] = vhost.name
     s.opened = True
