@@ -14,8 +14,6 @@ streamq/broker/connection_tracking.py's and the queue.declare check.
 
 from __future__ import annotations
 
-import json
-
 from aiohttp import web
 
 from http_gateway.context import (
@@ -27,6 +25,7 @@ from http_gateway.context import (
 )
 from http_gateway.errors import HttpError
 from http_gateway.listing import list_response
+from streamq.broker import json_text
 from streamq.broker.account_limits import Limits, check_user_limits
 
 routes = web.RouteTableDef()
@@ -60,7 +59,7 @@ async def _value(request: web.Request) -> object:
     if request.content_length is not None and request.content_length > BODY_BYTES_MAX:
         raise HttpError(413, f"bodies are at most {BODY_BYTES_MAX} bytes")
     try:
-        body = json.loads(await request.read())
+        body = json_text.loads(await request.read())
     except ValueError:
         raise HttpError(400, "not_json") from None
     if isinstance(body, str):

@@ -87,7 +87,8 @@ def _erlang_binary(text: str) -> str:
         return '<<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">>'
     if text.isprintable():
         return '<<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"/utf8>>'
-    return "<<" + ",".join(str(byte) for byte in text.encode()) + ">>"
+    octets = text.encode(errors="surrogatepass")  # a lone surrogate: its three octets
+    return "<<" + ",".join(str(byte) for byte in octets) + ">>"
 
 
 def validation_errors(component: str, names: tuple[str, ...], value: object) -> list[str]:

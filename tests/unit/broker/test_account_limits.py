@@ -27,6 +27,7 @@ from streamq.broker.accounts import AccountsCorrupted, AccountStore, UserNotFoun
         ('a"b', '<<"a\\"b">>'),
         ("é", '<<"é"/utf8>>'),
         ("\x01", "<<1>>"),
+        ("\ud800", "<<237,160,128>>"),
         (1.5, "1.5"),
         (1e20, "1.0e20"),
         (None, "null"),
