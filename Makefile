@@ -7,7 +7,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # The C accelerators (setup.py) build in place at install: a changed source reinstalls.
 C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/log/*.h)
 
-.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize fuzz chaos
+.PHONY: run test check lint typecheck contracts pytest bench clean system-packages sanitize fuzz chaos dist
 
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
@@ -56,6 +56,12 @@ CHAOS_MINUTES ?= 30
 chaos: $(TEST_STAMP) system-packages
 	$(BIN)/python -m tests.faults.chaos --minutes $(CHAOS_MINUTES)
 
+# An sdist and a manylinux wheel with the C modules built in, in dist/ (docs/operations.md,
+# "Install from the wheel"); `make test` builds and installs them too (tests/packaging/).
+dist: $(TEST_STAMP)
+	rm -rf dist
+	PYTHON=$(abspath $(BIN))/python tools/dist.sh dist
+
 bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/log_bench.py
 
@@ -72,5 +78,5 @@ $(TEST_STAMP): pyproject.toml $(C_SOURCES) | $(VENV)/bin/python
 	touch $(RUN_STAMP) $@
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist *.egg-info
 	find amqp_gateway streamq -name '*.so' -delete

@@ -28,12 +28,13 @@ setup(
         Extension(
             "streamq.log._records",
             ["streamq/log/_records.c"],
+            depends=["streamq/log/_crc32c.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
             "streamq.log._streamwire",
             ["streamq/log/_streamwire.c"],
-            depends=["streamq/log/_crc32c.h"],
+            depends=["streamq/log/_crc32.h", "streamq/log/_crc32c.h"],
             extra_compile_args=_FLAGS,
         ),
     ]

@@ -29,6 +29,7 @@ from streamq.broker.errors import BrokerError
 from streamq.broker.node_names import this_node_name
 from streamq.broker.topic_permissions import TopicKind, amqp_variables
 from streamq.broker.users import login_allowed
+from streamq.log_fields import CONNECTION, USER, VHOST
 
 if TYPE_CHECKING:
     from amqp_gateway.session import AmqpSession
@@ -78,7 +79,12 @@ def login(s: AmqpSession, event: LoginRequested) -> None:
         user = authenticate_login(s.broker.accounts, event)
     loopback = s.endpoints is not None and s.endpoints.loopback
     if user is None or not login_allowed(user.name, loopback):
-        logger.warning("login refused for user %r from %s", event.username, s.peer)
+        logger.warning(
+            "login refused for user %r from %s",
+            event.username,
+            s.peer,
+            extra={**s.log.fields, USER: event.username},
+        )
         # No method to blame, as RabbitMQ has it (rabbit_reader:auth_fail/5).
         raise errors.AccessRefused(
             f"Login was refused using authentication mechanism {event.mechanism}. "
@@ -86,6 +92,7 @@ def login(s: AmqpSession, event: LoginRequested) -> None:
         )
     s.conn.accept_login(user.name)
     s.user = user.name
+    s.log.fields[USER] = user.name
     s.auth_mechanism = event.mechanism
     s.impersonator = "impersonator" in user.tags  # may publish any user-id
 
@@ -104,6 +111,17 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     s.permissions = Permissions(s.broker.accounts, s.user, vhost.name, allow_all=s.internal)
     s.conn.accept_open(virtual_host)
     _register(s)
+    s.log.fields[VHOST] = vhost.name
+    s.opened = True
+    # As RabbitMQ's "accepting AMQP connection" and "user ... authenticated and granted
+    # access to vhost" lines, in one; amqp_gateway/session.py logs its close.
+    logger.info(
+        "accepted AMQP connection %s: user '%s' granted access to vhost '%s'",
+        s.log.fields.get(CONNECTION, s.peer),
+        s.user,
+        vhost.name,
+        extra=s.log.fields,
+    )
 
 
 def check_topic_access(

@@ -51,6 +51,7 @@ from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
 from streamq.log.errors import LogError
+from streamq.log_fields import CHANNEL, CONNECTION, FieldsLogger
 
 if TYPE_CHECKING:
     from amqp_gateway.gateway import Gateway
@@ -107,6 +108,9 @@ class AmqpSession(asyncio.BufferedProtocol):
         # socket at connection_made; None for a socket that is not IP nor unix.
         self.endpoints = endpoints
         self.peer = "?"
+        # This connection's lines carry its name, then its user and vhost (access.py).
+        self.log = FieldsLogger(logger)
+        self.opened = False  # connection.open accepted; its close is logged (access.py)
         self._transport: asyncio.Transport | None = None
         self._heartbeat: asyncio.TimerHandle | None = None
         self.confirming = False  # publishing.confirm_loop runs (one task at most)
@@ -159,6 +163,7 @@ class AmqpSession(asyncio.BufferedProtocol):
             self.peer = self.endpoints.peer
         else:
             self.peer = str(transport.get_extra_info("peername"))
+        self.log.fields[CONNECTION] = connection_name(self.endpoints, self.peer)
         self.conn.mechanisms = offered_mechanisms(transport)
         self.gateway.sessions.add(self)
         self._schedule_heartbeat(HEARTBEAT_CHECK_FIRST_S)
@@ -387,7 +392,7 @@ class AmqpSession(asyncio.BufferedProtocol):
             except (BrokerError, LogError) as exc:
                 self.fail(to_amqp(exc, 0, 0), getattr(event, "channel", 0))
             except Exception as exc:  # a bug in a handler: 541 for this connection only
-                logger.exception("internal error on connection %s", self.peer)
+                self.log.exception("internal error on connection %s", self.peer)
                 self.fail(errors.InternalError(f"internal error: {exc}"), 0)
         if confirm_needed and not self.confirming:
             self.confirming = True
@@ -423,7 +428,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         try:
             await vhost.sync_all()
         except LogError as exc:
-            logger.error("message store failed; closing connection %s: %s", self.peer, exc)
+            self.log.error("message store failed; closing connection %s: %s", self.peer, exc)
             self._waiting = None
             ids = (0, 0) if method is None else (method.CLASS_ID, method.METHOD_ID)
             self.fail(to_amqp(exc, *ids), 0)
@@ -509,8 +514,12 @@ class AmqpSession(asyncio.BufferedProtocol):
         """A delivery on `channel` stayed unacked past the consumer timeout: close the
         channel with 406 in RabbitMQ's words, and requeue its unacked deliveries now,
         rather than when close-ok comes (RabbitMQ's channel ends at once)."""
-        logger.warning(
-            "consumer timeout on channel %d of %s (%d ms)", channel.id, self.peer, timeout_ms
+        self.log.warning(
+            "consumer timeout on channel %d of %s (%d ms)",
+            channel.id,
+            self.peer,
+            timeout_ms,
+            extra={CHANNEL: channel.id},
         )
         text = (
             f"delivery acknowledgement on channel {channel.id} timed out. Timeout value used: "
@@ -537,6 +546,9 @@ class AmqpSession(asyncio.BufferedProtocol):
                     self.vhost.remove_queue(queue)
         self.gateway.sessions.discard(self)
         self.gateway.flow_held.discard(self)
+        if self.opened:
+            self.opened = False
+            self.log.info("closed AMQP connection %s", self.log.fields[CONNECTION])
         if self.client is not None:
             self.broker.clients.pop(self.client.name, None)
             self.client = None
@@ -551,11 +563,11 @@ class AmqpSession(asyncio.BufferedProtocol):
     def _on_heartbeat(self) -> None:
         now = time.monotonic()
         if self.conn.state < State.OPEN and now - self._connected_s > HANDSHAKE_TIMEOUT_S:
-            logger.warning("handshake timeout from client %s, closing", self.peer)
+            self.log.warning("handshake timeout from client %s, closing", self.peer)
             self._abort()
             return
         if not self.conn.check_heartbeat(now):
-            logger.warning("missed heartbeats from client %s, closing", self.peer)
+            self.log.warning("missed heartbeats from client %s, closing", self.peer)
             self._abort()
             return
         self.flush()
@@ -616,6 +628,13 @@ class AmqpSession(asyncio.BufferedProtocol):
     def current_vhost(self) -> VHost:
         assert self.vhost is not None
         return self.vhost
+
+
+def connection_name(endpoints: Endpoints | None, peer: str) -> str:
+    """The connection's name in log lines, as the management API's (RabbitMQ's)."""
+    if endpoints is None:
+        return peer
+    return f"{endpoints.peer} -> {endpoints.host}:{endpoints.port}"
 
 
 def _slice_end(events: list[Event]) -> int:

@@ -36,6 +36,7 @@ from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from spark_source.logdir import stream_directory
 from spark_source.options import parse_options
 from spark_source.source import BatchReader, StreamqDataSource
+from streamq.log.amqp10 import native_properties
 from streamq.log.format import Message
 from streamq.log.log import LogConfig, SegmentLog
 from tests.integration.conftest import RunningBroker
@@ -71,16 +72,30 @@ def bench_amqp(amqp_port: int, messages: int) -> tuple[int, float]:
     return count, elapsed
 
 
-def write_log(data_dir: str, messages: int, body_bytes: int) -> None:
-    properties = encode_properties(
-        BasicProperties(content_type="application/json", headers={"source": "bench"})
-    )
-    body = b"x" * body_bytes
+def write_log(data_dir: str, messages: int, body_bytes: int, writer: str) -> None:
+    """`messages` records as `writer` stores them: "amqp", an AMQP 0-9-1 publisher's
+    (content-type and one header); "stream", a stream-protocol producer's native record of
+    an AMQP 1.0 message that is one data section (as rstream's `send` of bytes in an
+    AMQPMessage without properties, and the Java client's `addData`)."""
+    payload = b"x" * body_bytes
+    if writer == "amqp":
+        properties = encode_properties(
+            BasicProperties(content_type="application/json", headers={"source": "bench"})
+        )
+        body = payload
+    else:
+        properties = native_properties(0)
+        size = len(payload)
+        length = bytes([0xA0, size]) if size < 256 else b"\xb0" + size.to_bytes(4, "big")
+        body = b"\x00\x53\x75" + length + payload  # one AMQP 1.0 data section
     log = SegmentLog.open(stream_directory(data_dir, "/", "events"), LogConfig())
     now_ms = int(time.time() * 1000)
     for first in range(0, messages, APPEND_BATCH):
         count = min(APPEND_BATCH, messages - first)
-        log.append([Message(b"", b"events", properties, body)] * count, now_ms)
+        log.append(
+            [Message(b"", b"" if writer == "stream" else b"events", properties, body)] * count,
+            now_ms,
+        )
     log.sync_blocking()
     log.close_blocking()
 
@@ -157,11 +172,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--amqp-messages", type=int, default=200_000)
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument(
+        "--writer", choices=("amqp", "stream"), default="amqp", help="who wrote the stream"
+    )
     args = parser.parse_args()
     print(
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
-        f"{args.messages} messages, {args.body_bytes}-byte bodies, content-type + 1 header; "
+        f"{args.messages} messages, {args.body_bytes}-byte bodies, "
+        f"{'content-type + 1 header' if args.writer == 'amqp' else 'AMQP 1.0, one data section'}; "
         "log written with fsync at the end (reads are from the page cache)"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +189,7 @@ def main() -> None:
         declare(broker.amqp_port)
         broker.stop()
         began = time.perf_counter()
-        write_log(data_dir, args.messages, args.body_bytes)
+        write_log(data_dir, args.messages, args.body_bytes, args.writer)
         print(f"write: {time.perf_counter() - began:.1f} s")
         broker = RunningBroker(Path(data_dir))
         try:

@@ -19,6 +19,7 @@ from stream_gateway.codec.constants import VERSION_1, VERSION_2, Key, ResponseCo
 from streamq import __version__
 from streamq.broker.errors import BrokerError
 from streamq.broker.users import login_allowed
+from streamq.log_fields import USER
 from streamq.tls_peer import certificate_cn
 
 if TYPE_CHECKING:
@@ -81,7 +82,13 @@ def sasl_authenticate(s: StreamSession, m: c.SaslAuthenticate) -> None:
 
     code, user = _login(s, m)
     if code != OK:
-        logger.warning("stream login refused for %s from %s (%s)", user, s.peer, code.name)
+        logger.warning(
+            "stream login refused for %s from %s (%s)",
+            user,
+            s.peer,
+            code.name,
+            extra={**s.log_fields(), USER: user},
+        )
         s.send(c.SaslAuthenticateResponse(m.correlation_id, code))
         s.close_now()
         return
@@ -185,7 +192,9 @@ def heartbeat(s: StreamSession, m: c.Heartbeat) -> None:
 
 def close(s: StreamSession, m: c.Close) -> None:
     if m.closing_code != OK:
-        logger.info("stream connection %s closed by peer: %s", s.peer, m.reason)
+        logger.info(
+            "stream connection %s closed by peer: %s", s.peer, m.reason, extra=s.log_fields()
+        )
     s.send(c.Response(Key.CLOSE, m.correlation_id, OK))
     s.close_now()
 

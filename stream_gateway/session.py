@@ -30,6 +30,7 @@ from stream_gateway.errors import CloseConnection, StreamError, response_code
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.errors import BrokerError
 from streamq.broker.vhost import VHost
+from streamq.log_fields import CONNECTION, USER, VHOST
 
 if TYPE_CHECKING:
     from stream_gateway.publishers import Publisher
@@ -88,6 +89,7 @@ class StreamSession(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._correlation_id = 0  # of the requests this server sends (ConsumerUpdate, Close)
         self.registered = False  # listed in Broker.clients
+        self._open_logged = False  # its close is logged too (connection_lost)
 
     # -- socket events -------------------------------------------------------------------
 
@@ -105,8 +107,27 @@ class StreamSession(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
 
+    @property
+    def name(self) -> str:
+        """As the management API names it; the peer alone for a socket that is not IP."""
+        if not self.peer_host:
+            return self.peer
+        return f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
+
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields of this connection's log lines (streamq/log_fields.py)."""
+        fields: dict[str, object] = {CONNECTION: self.name}
+        if self.user:
+            fields[USER] = self.user
+        if self.vhost is not None:
+            fields[VHOST] = self.vhost.name
+        return fields
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = State.CLOSED
+        if self._open_logged:
+            self._open_logged = False
+            logger.info("closed stream connection %s", self.name, extra=self.log_fields())
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -141,7 +162,9 @@ class StreamSession(asyncio.Protocol):
         except CloseConnection as exc:
             self.close_with(exc.code, exc.reason)
         except Exception:
-            logger.exception("stream connection %s: internal error", self.peer)
+            logger.exception(
+                "stream connection %s: internal error", self.peer, extra=self.log_fields()
+            )
             self.close_with(ResponseCode.INTERNAL_ERROR, "internal error")
         self.flush()
 
@@ -215,7 +238,13 @@ class StreamSession(asyncio.Protocol):
         if self.state in (State.CLOSING, State.CLOSED) or self.transport is None:
             return
         if code != ResponseCode.OK:
-            logger.warning("closing stream connection %s: %s (%s)", self.peer, reason, code.name)
+            logger.warning(
+                "closing stream connection %s: %s (%s)",
+                self.peer,
+                reason,
+                code.name,
+                extra=self.log_fields(),
+            )
         self.state = State.CLOSING
         self._buffer = bytearray()  # a new one: a codec error may hold a view of the old
         self.gateway.release(self)
@@ -234,7 +263,7 @@ class StreamSession(asyncio.Protocol):
         transport = self.transport
         if self.state is State.CLOSED or transport is None:
             return
-        logger.info("closing stream connection %s: %s", self.peer, reason)
+        logger.info("closing stream connection %s: %s", self.peer, reason, extra=self.log_fields())
         self.flush()
         self.gateway.release(self)
         self.state = State.CLOSED
@@ -276,6 +305,15 @@ class StreamSession(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self.state = State.OPENED
+        self._open_logged = True
+        vhost = self.vhost.name if self.vhost is not None else ""
+        logger.info(
+            "accepted stream connection %s: user '%s' granted access to vhost '%s'",
+            self.name,
+            self.user,
+            vhost,
+            extra=self.log_fields(),
+        )
         if self.heartbeat_s > 0:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self.heartbeat_s, self._heartbeat)
@@ -288,7 +326,9 @@ class StreamSession(asyncio.Protocol):
             return
         now_s = time.monotonic()
         if now_s - self._last_read_s > 2 * self.heartbeat_s:
-            logger.warning("stream connection %s: missed heartbeats", self.peer)
+            logger.warning(
+                "stream connection %s: missed heartbeats", self.peer, extra=self.log_fields()
+            )
             self.abort()
             return
         if now_s - self._last_write_s >= self.heartbeat_s / 2:

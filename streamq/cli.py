@@ -12,8 +12,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import cast
 
-from streamq import __version__, ctl, perf
+from streamq import __version__, ctl, log_output, perf, progress
 from streamq.config_ini import ConfigError
 from streamq.config_keys import BY_NAME, KEYS, Flag, Key
 from streamq.config_values import LOG_LEVELS
@@ -100,16 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str, log_file: str = "") -> None:
-    """Log to stderr, or append to `log_file`; raises OSError if it cannot be opened."""
-    handler: logging.Handler = (
-        logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
-    )
-    logging.basicConfig(
-        handlers=[handler],
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(level: str, log_file: str = "", log_format: str = "text") -> None:
+    """Log to stderr, or append to `log_file`, in `log_format` (streamq/log_output.py);
+    raises OSError if the file cannot be opened."""
+    log_output.configure(level, log_file, log_format)
 
 
 def given_flags(args: argparse.Namespace) -> dict[str, Flag]:
@@ -141,10 +136,15 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stdout.write(config.print_config(resolved))
         return 0
     try:
-        configure_logging(str(resolved.value("log_level")), resolved.text("log_file"))
+        configure_logging(
+            str(resolved.value("log_level")),
+            resolved.text("log_file"),
+            str(resolved.value("log_format")),
+        )
     except OSError as exc:
         print(f"streamq: cannot open the log file: {exc}", file=sys.stderr)
         return 1
+    progress.set_interval_s(float(cast(int, resolved.value("log_progress_interval"))))
     if (warning := config.unsupported_warning(resolved)) is not None:
         logger.warning("%s", warning)
     serve_config = config.serve_config(resolved)
@@ -156,7 +156,10 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             serve(serve_config)
     except ServeError as exc:
-        print(f"streamq: {exc}", file=sys.stderr)
+        if resolved.value("log_format") == log_output.JSON and not resolved.text("log_file"):
+            logger.critical("%s", exc)  # stderr is the JSON log: every line an object
+        else:
+            print(f"streamq: {exc}", file=sys.stderr)
         return 1
     return 0
 

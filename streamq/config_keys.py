@@ -69,6 +69,15 @@ KEYS: Final[tuple[Key, ...]] = (
     Key("log_file", field=None, parse=v.text, default="",
          help="append the log to this file instead of stderr",
          ini=(("main", "log_file"),), metavar="FILE"),
+    Key("log_format", field=None, parse=v.log_format, default="text",
+         help="log line format: text, or json (an object per line: time, level, logger, "
+         "message and fields such as connection, vhost, queue)",
+         ini=(("main", "log_format"),), flags=("--log-format",), metavar="FORMAT",
+         choices=v.LOG_FORMATS),
+    Key("log_progress_interval", field=None, parse=v.in_range(0, 86400), default="10",
+         help="seconds between progress lines of long work (recovery, definitions "
+         "import, full sync); 0: a line per item",
+         ini=(("main", "log_progress_interval"),), metavar="S"),
     Key("pidfile", parse=v.text, default="",
          help="write the process id here once the data directory is locked; removed at "
          "a clean shutdown",

@@ -13,6 +13,7 @@ from typing import Final
 
 from streamq.broker.resources import parse_memory_limit, parse_size
 from streamq.broker.users import is_password_hash
+from streamq.log_output import FORMATS
 from streamq.web_origin import canonical as canonical_origin
 
 PORT_MAX: Final = 65535
@@ -29,6 +30,7 @@ LOG_LEVELS: Final = {
     "critical": "critical",
     "fatal": "critical",
 }
+LOG_FORMATS: Final = FORMATS  # streamq/log_output.py's
 TLS_VERSIONS: Final = ("1.2", "1.3")
 _TRUE: Final = frozenset({"true", "yes", "y", "on", "1"})
 _FALSE: Final = frozenset({"false", "no", "n", "off", "0"})
@@ -111,6 +113,13 @@ def log_level(value: str) -> str:
     if level is None:
         raise ValueError(f"not a log level: {value!r} ({', '.join(LOG_LEVELS)})")
     return level
+
+
+def log_format(value: str) -> str:
+    word = value.strip().lower()
+    if word not in LOG_FORMATS:
+        raise ValueError(f"not a log format: {value!r} ({' or '.join(LOG_FORMATS)})")
+    return word
 
 
 def tls_version(value: str) -> str:

@@ -30,6 +30,7 @@ from streamq.log import files
 from streamq.log.errors import LogError
 from streamq.log.files import fsync_directory
 from streamq.log.syncer import Syncer
+from streamq.log_fields import EXCEPTION, VHOST
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ class Broker:
         except (BrokerError, LogError, OSError) as exc:
             # Only this vhost fails: its clients are refused with the reason; the others
             # run. Its files are left as they are for inspection.
-            logger.error("vhost %s could not be opened: %s", name, exc)
+            logger.error(
+                "vhost %s could not be opened: %s", name, exc, extra={VHOST: name, EXCEPTION: exc}
+            )
             self.failed_vhosts[name] = str(exc)
             return None
         self._opened(vhost)
@@ -107,6 +110,7 @@ class Broker:
         vhost.parameters.notify = self.parameter_changed
         vhost.default_queue_type = self.accounts.vhost_metadata(vhost.name).default_queue_type
         self.vhosts[vhost.name] = vhost
+        logger.info("vhost %s: started", vhost.name, extra={VHOST: vhost.name})
 
     def parameter_changed(self, vhost: str, component: str, name: str, value: object) -> None:
         """Announce a runtime parameter change (value None: deleted) to every listener.
@@ -138,7 +142,9 @@ class Broker:
         try:
             vhost = await self.change_durably(VHost, name, directory, self.syncer)
         except (BrokerError, LogError, OSError) as exc:
-            logger.error("vhost %s could not be opened: %s", name, exc)
+            logger.error(
+                "vhost %s could not be opened: %s", name, exc, extra={VHOST: name, EXCEPTION: exc}
+            )
             self.failed_vhosts[name] = str(exc)
             return None
         self._opened(vhost)

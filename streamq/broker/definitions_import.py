@@ -32,6 +32,7 @@ from streamq.broker.link_definitions import COMPONENTS, ParameterInvalid
 from streamq.broker.topic_permissions import TOPIC_KINDS, TopicPermission
 from streamq.broker.users import HASHING_ALGORITHM, User
 from streamq.broker.vhost import VHost
+from streamq.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ VHOST_LIMITS_COMPONENT: Final = "vhost-limits"  # RabbitMQ exports vhost limits 
 INTERNAL_USER: Final = "rmq-internal"
 # How RabbitMQ's management plugin reads a boolean field (rabbit_mgmt_util:parse_bool/1).
 BOOLEAN_TEXTS: Final = {"true": True, "false": False}
+# The lists a progress line counts: each entry is an item (accounts only in a full import).
+ACCOUNT_KEYS: Final = ("vhosts", "users", "permissions", "topic_permissions")
+ITEM_KEYS: Final = ("policies", "queues", "exchanges", "bindings", "parameters")
 
 Entry = dict[str, object]
 
@@ -189,6 +193,7 @@ class Importer:
         self.only_vhost = vhost  # a vhost-level import: entries carry no vhost
         self.user = user  # who sets the runtime parameters (a local shovel connects so)
         self.touched: dict[str, VHost] = {}
+        self.progress = Progress(logger, "definitions import", 0, "items")  # total in run
 
     def vhost_of(self, entry: Entry) -> VHost:
         name = self.only_vhost if self.only_vhost is not None else entry.get("vhost")
@@ -220,6 +225,7 @@ class Importer:
             await self.broker.change_durably(self.broker.accounts.merge, users, permissions)
         if topics:
             await self.broker.change_durably(accounts.merge_topic_permissions, topics)
+        self.progress.step(len(vhosts) + len(users) + len(permissions) + len(topics))
         if _entries(doc, "global_parameters"):
             logger.info("definitions import: global_parameters are not supported; ignored")
 
@@ -235,6 +241,7 @@ class Importer:
     def policies(self) -> None:
         for entry in _entries(self.document, "policies"):
             self._policy(entry, entry, operator=False)
+            self.progress.step()
         for entry in _entries(self.document, "parameters"):
             component = entry.get("component")
             if component == OPERATOR_POLICY_COMPONENT:
@@ -244,6 +251,7 @@ class Importer:
         """Shovels and federation upstreams, after the queues and exchanges they use.
         One already set to the same value is left as it is (its link keeps running)."""
         for entry in _entries(self.document, "parameters"):
+            self.progress.step()
             component = entry.get("component")
             if component not in COMPONENTS:
                 continue
@@ -278,6 +286,7 @@ class Importer:
                 _mapping(entry, "arguments"),
                 None,
             )
+            self.progress.step()
         for entry in _entries(self.document, "exchanges"):
             self.vhost_of(entry).declare_exchange(
                 _text(entry, "name"),
@@ -289,7 +298,9 @@ class Importer:
                 _mapping(entry, "arguments"),
                 self.user,
             )
+            self.progress.step()
         for entry in _entries(self.document, "bindings"):
+            self.progress.step()
             kind = _text(entry, "destination_type")
             if kind not in ("queue", "exchange"):
                 raise DefinitionsInvalid(
@@ -309,12 +320,15 @@ class Importer:
         """Apply the document. Raises DefinitionsInvalid and the vhosts' domain errors;
         what was applied before an error is durable on return all the same."""
         check_components(self.document)  # before anything is applied
+        keys = ITEM_KEYS if self.only_vhost is not None else ACCOUNT_KEYS + ITEM_KEYS
+        self.progress.total = sum(len(_entries(self.document, key)) for key in keys)
         try:
             if self.only_vhost is None:
                 await self.accounts()
             self.policies()
             self.entities()
             self.parameters()
+            self.progress.finish()
         finally:  # what was applied is made durable even if a later entry failed
             for vhost in self.touched.values():
                 await vhost.sync_all()

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from streamq.broker.queue import Queue
+from streamq.log_fields import QUEUE, VHOST
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,13 @@ class Schedule:
         if queue.cursor.damage_noted():  # records lost to bit rot: dropped, not a failure
             self.kick(queue)
             return
-        logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, reason)
+        logger.error(
+            "vhost %s: queue %r failed: %s",
+            self.name,
+            queue.name,
+            reason,
+            extra={VHOST: self.name, QUEUE: queue.name},
+        )
         queue.failed = reason
         queue.in_flow = False
         queue.window.release()

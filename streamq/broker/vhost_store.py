@@ -38,6 +38,8 @@ from streamq.log.files import fsync_directory
 from streamq.log.format import Record
 from streamq.log.log import MIB, CompanionWork, LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
+from streamq.log_fields import EXCEPTION, QUEUE, VHOST
+from streamq.progress import Progress
 from streamq.queues.journal import JournalCorrupted, QueueJournal, Replay
 from streamq.queues.offsets import OffsetsCorrupted
 from streamq.queues.stream import StreamQueue
@@ -184,20 +186,36 @@ class Storage:
                 self._queues_dir_dirty = True
         held: dict[Queue, tuple[QueueJournal, Replay]] = {}
         start, end = self.log.start_offset, self.log.next_offset
+        progress = Progress(
+            logger,
+            f"vhost {self.name}: loading queue journals",
+            len(wanted),
+            "queues",
+            fields={VHOST: self.name},
+        )
         for path, queue in wanted.items():
             if os.path.exists(path):
                 try:
                     journal, replayed = QueueJournal.load(path, start, end, self._dirty_journals)
                 except (JournalCorrupted, OSError) as exc:  # OSError: EIO reading it
                     # The queue stays declared but empty; its file is kept for operators.
-                    logger.error("vhost %s: queue %r not restored: %s", self.name, queue.name, exc)
+                    logger.error(
+                        "vhost %s: queue %r not restored: %s",
+                        self.name,
+                        queue.name,
+                        exc,
+                        extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
+                    )
                     queue.failed = str(exc)
+                    progress.step()
                     continue
                 held[queue] = (journal, replayed)
             else:
                 journal = QueueJournal.create(path, self._dirty_journals)
                 self._queues_dir_dirty = True
             queue.attach_journal(journal)
+            progress.step()
+        progress.finish()
         if self._queues_dir_dirty:
             fsync_directory(self._queues_dir)
             self._queues_dir_dirty = False
@@ -208,13 +226,23 @@ class Storage:
                 if replayed.dead:
                     restore_dead(queue, replayed.dead)
             except (LogError, OSError) as exc:
-                logger.error("vhost %s: queue %r failed: %s", self.name, queue.name, exc)
+                logger.error(
+                    "vhost %s: queue %r failed: %s",
+                    self.name,
+                    queue.name,
+                    exc,
+                    extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
+                )
                 queue.failed = f"its messages cannot be read: {exc}"
                 continue
             restored += replayed.message_count
         if restored:
             logger.info(
-                "vhost %s: restored %d messages in %d queues", self.name, restored, len(held)
+                "vhost %s: restored %d messages in %d queues",
+                self.name,
+                restored,
+                len(held),
+                extra={VHOST: self.name},
             )
         return streams
 
@@ -283,15 +311,31 @@ class Storage:
             path = path.removesuffix(OFFSETS_SUFFIX)
             if path not in wanted:
                 delete_stream_files(path)
+        progress = Progress(
+            logger,
+            f"vhost {self.name}: opening streams",
+            len(wanted),
+            "streams",
+            fields={VHOST: self.name},
+        )
         for path, queue in wanted.items():
             try:
                 queue.stream = open_stream(path, queue, self._syncer)
             except (LogError, OffsetsCorrupted, OSError) as exc:
                 # Only this stream fails: it refuses all but deletion; its files stay.
-                logger.error("vhost %s: stream %r not restored: %s", self.name, queue.name, exc)
+                logger.error(
+                    "vhost %s: stream %r not restored: %s",
+                    self.name,
+                    queue.name,
+                    exc,
+                    extra={VHOST: self.name, QUEUE: queue.name, EXCEPTION: exc},
+                )
                 queue.failed = str(exc)
+                progress.step()
                 continue
             opened += 1
+            progress.step()
+        progress.finish()
         return opened
 
     def prepare_sync(self) -> CompanionWork:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import ssl
 from collections import deque
@@ -36,7 +37,10 @@ from streamq.cluster.sync import (
 )
 from streamq.log.files import fsync_directory
 from streamq.log.tap import ActionApplier, ActionError
+from streamq.progress import Progress
 from streamq.tls import failure_reason
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -179,12 +183,16 @@ class ReplicationClient:
         # Requests go out from their own task while answers come in: the leader writes
         # a file while we would still be writing requests, and neither side may block.
         requests = asyncio.create_task(self._send_requests(writer, plan.request))
+        progress = Progress(
+            logger, f"clustering: full sync from {self.leader_uri}", len(plan.request), "files"
+        )
         try:
-            positions = await self._receive_files(reader)
+            positions = await self._receive_files(reader, progress)
             await requests
         finally:
             requests.cancel()
         await self._on_thread(fsync_tree, self.data_dir)
+        progress.finish()
         return positions
 
     async def _read_listing(self, reader: asyncio.StreamReader) -> list[Entry]:
@@ -207,7 +215,9 @@ class ReplicationClient:
         writer.write(wire.frame(wire.REQUESTS_END))
         await writer.drain()
 
-    async def _receive_files(self, reader: asyncio.StreamReader) -> tuple[int, int]:
+    async def _receive_files(
+        self, reader: asyncio.StreamReader, progress: Progress
+    ) -> tuple[int, int]:
         fd: int | None = None
         try:
             while True:
@@ -224,9 +234,11 @@ class ReplicationClient:
                 elif kind == wire.FILE_END and fd is not None:
                     await self._on_thread(finish_copy, fd, wire.parse_u64(body))
                     fd = None
+                    progress.step()
                 elif kind == wire.FILE_MISSING and fd is None:
                     path = check_relative(_decode_path(body))
                     await self._on_thread(remove_file, os.path.join(self.data_dir, path))
+                    progress.step()
                 else:
                     raise ReplicationError(f"unexpected frame {kind} during a full sync")
         finally:

@@ -37,6 +37,7 @@ from streamq.log.files import fsync_directory, write_all
 from streamq.log.full_disk import write_index_or_defer
 from streamq.log.index import SparseIndex
 from streamq.log.segment import Segment, scan_segment
+from streamq.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
     tail_lost = False
     sealed_after = _sealed_flags(directory, bases)
     durable = _durable_offset(directory)
+    progress = Progress(logger, f"log {directory}: recovery", len(bases), "segments")
     for i, base in enumerate(bases):
         path = os.path.join(directory, fmt.segment_name(base))
         if segments and segments[-1].next_offset != base:
@@ -100,6 +102,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
         opened = _open_segment(path, base, interval_bytes, is_last, durable_to, floor_ms)
         segment = opened.segment
         segments.append(segment)
+        progress.step()
         damaged += opened.damaged
         tail_lost = opened.tail_lost
         truncated += opened.cut_bytes
@@ -131,6 +134,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
             deleted,
         )
     fsync_directory(directory)
+    progress.finish()
     return Recovered(segments, truncated, deleted, damaged)
 
 

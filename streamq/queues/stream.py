@@ -14,7 +14,7 @@ from retention.rules import RetentionRules, drop_before
 from streamq.log import format as fmt
 from streamq.log._streamwire import encode_publish as _encode_publish
 from streamq.log.log import RunMessage, SegmentLog
-from streamq.queues import chunks
+from streamq.queues import chunks, sub_entries
 from streamq.queues.chunks import Chunk, ChunkFilter
 from streamq.queues.offsets import OffsetStore
 from streamq.queues.publishers import NO_SEQUENCE, BadPublish, PublisherSequences
@@ -124,7 +124,8 @@ class StreamQueue:
         publishing id at or below the reference's sequence). `payload` is the frame's
         body from its message count on; `version` 1 or 2 (with filter values).
 
-        Parsed and encoded in C, no Python object per message. Buffered: readable and
+        Parsed and encoded in C, no Python object per message (a frame with compressed
+        sub-entry batches is decompressed first: `sub_entries`). Buffered: readable and
         durable after the log's next sync round, with the reference's new sequence.
         Raises BadPublish (a ValueError) for a malformed payload, appending nothing, and
         the log's errors (LogFailed, LogClosed).
@@ -134,18 +135,26 @@ class StreamQueue:
             timestamp_ms = log.last_timestamp_ms
         publishers = self.publishers
         sequence = publishers.sequence(reference) if reference else NO_SEQUENCE
+        arguments = (
+            log.next_offset,
+            timestamp_ms,
+            reference,
+            sequence,
+            log.config.record_bytes_max,
+        )
         try:
-            records, count, appended, ids, sequence = _encode_publish(
-                version,
-                payload,
-                log.next_offset,
-                timestamp_ms,
-                reference,
-                sequence,
-                log.config.record_bytes_max,
-            )
+            try:
+                encoded = _encode_publish(version, payload, *arguments)
+            except ValueError as exc:
+                if str(exc) != sub_entries.COMPRESSED_TEXT:
+                    raise
+                # Compressed sub-entry batches: decompressed, then parsed as any batch.
+                encoded = _encode_publish(
+                    version, sub_entries.uncompress_batches(version, payload), *arguments
+                )
         except (ValueError, OverflowError) as exc:
             raise BadPublish(str(exc)) from None
+        records, count, appended, ids, sequence = encoded
         if appended:
             log.append_encoded(records, appended, timestamp_ms)
             # The tail holds Record tuples of every record from its base: native records

@@ -80,6 +80,7 @@ class ClusterNode:
         self.extra = extra
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.code_root = ROOT  # the streamq it runs (another version's tree: an upgrade test)
 
     def argv(self) -> list[str]:
         return [
@@ -101,7 +102,7 @@ class ClusterNode:
         assert not self.alive, f"{self.name} is already running"
         with self.log_path.open("ab") as log:
             log.write(START_MARK)
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            env = {**os.environ, "PYTHONPATH": str(self.code_root)}
             argv = self.argv() if self.wrap is None else self.wrap(self.argv())
             self.process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.directory

@@ -11,8 +11,8 @@ import pyarrow as pa
 from rstream._pyamqp.message import Properties
 from rstream.amqp import AMQPMessage
 
-from spark_source.arrow import arrow_schema
-from spark_source.logdir import stream_directory
+from spark_source.arrow import _data_only_payloads, arrow_schema, to_batch
+from spark_source.logdir import read_range_columns, stream_directory
 from spark_source.options import parse_options
 from spark_source.source import BatchReader
 from streamq.log.amqp10 import native_properties
@@ -56,3 +56,72 @@ def test_native_records_have_the_columns_amqp_consumers_see(tmp_path: Path) -> N
             {"key": "n", "value": str(i).encode()},
             {"key": "x-stream-filter-value", "value": b"blue"},
         ]
+
+
+def data_only(n: int, size: int) -> Message:
+    """A native record whose body is one AMQP 1.0 data section (vbin8 or vbin32)."""
+    payload = bytes([n % 251]) * size
+    if size < 256:
+        body = b"\x00\x53\x75\xa0" + bytes([size]) + payload
+    else:
+        body = b"\x00\x53\x75\xb0" + size.to_bytes(4, "big") + payload
+    return Message(b"", [b"", b"eu", b"us"][n % 3], native_properties(n), body)
+
+
+def read_rows(directory: Path, stream: str) -> list[dict[str, object]]:
+    reader = BatchReader(
+        parse_options({"path": str(directory), "stream": stream, "includeHeaders": "true"})
+    )
+    batches = [batch for part in reader.partitions() for batch in reader.read(part)]
+    rows: list[dict[str, object]] = pa.Table.from_batches(
+        batches, schema=arrow_schema(True)
+    ).to_pylist()
+    return rows
+
+
+def test_data_only_native_records_take_the_vectorised_path_with_the_same_columns(
+    tmp_path: Path,
+) -> None:
+    """A stream of bodies only (what stream clients publish without properties): the
+    columns equal the per-record conversion's, vbin8 and vbin32 bodies, filter values
+    and none."""
+    log = SegmentLog.open(stream_directory(str(tmp_path), "/", "plain"), SMALL)
+    sizes = [0, 1, 200, 255, 256, 700]
+    for i in range(90):
+        log.append([data_only(i, sizes[i % len(sizes)])], 1_000 + i)
+    log.sync_blocking()
+    records = list(log.read(0, 100))
+    log.close_blocking()
+    reader = BatchReader(parse_options({"path": str(tmp_path), "stream": "plain"}))
+    ranges = [r for part in reader.partitions() for r in part.ranges]
+    chunks = [
+        columns
+        for r in ranges
+        for columns in read_range_columns(r.store, r.base, r.start, r.end, 1000)
+    ]
+    assert chunks and all(_data_only_payloads(columns) is not None for columns in chunks)
+    rows = read_rows(tmp_path, "plain")
+    expected = to_batch(records, "plain", arrow_schema(True), True).to_pylist()
+    assert rows == expected
+    assert [r["body"] for r in rows] == [bytes([i % 251]) * sizes[i % 6] for i in range(90)]
+    assert {r["routing_key"] for r in rows} == {"plain"}
+
+
+def test_a_record_with_more_than_a_data_section_keeps_the_batch_on_the_per_record_path(
+    tmp_path: Path,
+) -> None:
+    directory = stream_directory(str(tmp_path), "/", "mixed")
+    log = SegmentLog.open(directory, SMALL)
+    for i in range(30):
+        log.append([native(i) if i == 17 else data_only(i, 10 + i)], 1_000 + i)
+    log.sync_blocking()
+    records = list(log.read(0, 100))
+    log.close_blocking()
+    reader = BatchReader(parse_options({"path": str(tmp_path), "stream": "mixed"}))
+    ranges = [r for part in reader.partitions() for r in part.ranges]
+    part = next(r for r in ranges if r.start <= 17 < r.end)
+    chunks = read_range_columns(part.store, part.base, part.start, part.end, 1000)
+    assert any(_data_only_payloads(columns) is None for columns in chunks)
+    rows = read_rows(tmp_path, "mixed")
+    assert rows == to_batch(records, "mixed", arrow_schema(True), True).to_pylist()
+    assert rows[17]["properties"]["message_id"] == "id-17"
