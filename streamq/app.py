@@ -34,6 +34,12 @@ from amqp_gateway.listeners import (
 )
 from amqp_gateway.tuning import AmqpTuning
 from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
+from mqtt_gateway.server import (
+    MqttGateway,
+    MqttUnixListener,
+    start_mqtt_listener,
+    start_mqtt_unix_listener,
+)
 from stream_gateway.server import (
     StreamGateway,
     start_stream_listener,
@@ -99,6 +105,14 @@ class ServeConfig:
     amqp_unix_path: str = ""
     tcp_proxy_protocol: int = 0
     unix_proxy_protocol: int = 0
+    # MQTT (mqtt_gateway; LavinMQ's [mqtt] keys). Off here unless set: `streamq serve`'s
+    # default port is 1883 (streamq/config_keys.py), tests that build this need no port.
+    mqtt_bind: str | None = None  # None: `bind`
+    mqtt_port: int = -1
+    mqtt_unix_path: str = ""
+    mqtt_max_inflight_messages: int = 65535
+    mqtt_default_vhost: str = "/"
+    mqtt_max_packet_size: int = 1_048_576
     # What the AMQP connection tuning offers (connection.tune).
     heartbeat_s: int = 60
     frame_max: int = 131072
@@ -321,6 +335,35 @@ async def _serve_streams_tls(
     return await serve_tls(streams.protocol_factory, host, port, lambda: tls.amqps, "STREAMS")
 
 
+async def _listen_mqtt(
+    mqtt: MqttGateway,
+    config: ServeConfig,
+    servers: list[asyncio.Server],
+    unix: list[MqttUnixListener],
+) -> list[tuple[str, str, int]]:
+    """The MQTT listeners (TCP, unix socket); their entries for `broker.listeners`."""
+    listeners = []
+    host = config.bind if config.mqtt_bind is None else config.mqtt_bind
+    if config.mqtt_port >= 0:
+        plain = await _listen(
+            lambda: start_mqtt_listener(mqtt, host, config.mqtt_port),
+            host,
+            config.mqtt_port,
+            "MQTT",
+        )
+        servers.append(plain)
+        listeners.append(("mqtt", host, _bound_port(plain)))
+    if config.mqtt_unix_path:
+        path = config.mqtt_unix_path
+        try:
+            unix.append(await start_mqtt_unix_listener(mqtt, path))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ServeError(f"cannot listen for MQTT on unix socket {path!r}: {reason}") from exc
+        listeners.append(("mqtt", path, 0))
+    return listeners
+
+
 def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
@@ -363,6 +406,8 @@ async def run_broker(
     unix: UnixListener | None = None
     links: LinkSupervisor | None = None
     streams: StreamGateway | None = None
+    mqtt: MqttGateway | None = None
+    mqtt_unix: list[MqttUnixListener] = []
     try:
         if config.pidfile:
             try:
@@ -430,6 +475,14 @@ async def run_broker(
         if config.stream_port >= 0 or (tls is not None and config.streams_port >= 0):
             streams = _stream_gateway(broker, config)
             listeners += await _listen_streams(streams, config, tls, servers)
+        if config.mqtt_port >= 0 or config.mqtt_unix_path:
+            mqtt = MqttGateway(
+                broker,
+                max_inflight_messages=config.mqtt_max_inflight_messages,
+                default_vhost=config.mqtt_default_vhost,
+                packet_bytes_max=config.mqtt_max_packet_size,
+            )
+            listeners += await _listen_mqtt(mqtt, config, servers, mqtt_unix)
         broker.listeners[:] = listeners
         # Shovels and federation links start once this broker serves AMQP: an `amqp://`
         # URI (this broker) connects through the gateway directly.
@@ -455,6 +508,10 @@ async def run_broker(
             await links.stop()
         if streams is not None:
             streams.close_all("broker shutdown")
+        for listener in mqtt_unix:
+            listener.close()
+        if mqtt is not None:
+            mqtt.close_all("broker shutdown")
         if gateway is not None:
             # Before the HTTP server closes: its WebSocket clients get the 320 too.
             gateway.stop()

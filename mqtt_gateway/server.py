@@ -1,0 +1,189 @@
+"""The MQTT side of a broker: what all its MQTT connections share, and its listeners.
+
+Owns the `MqttGateway`: its sessions, the registry of connected client ids per vhost
+(a new connection with a client id already connected takes the session over and closes
+the old connection, MQTT-3.1.4-3), each vhost's retained messages (`RetainedStore`,
+opened on first use, written behind the publishes that change them), the settings all
+sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size), the
+listing of connections in `Broker.clients`, and opening the TCP and unix socket
+listeners. Deliveries are driven by the broker core's drain, which the AMQP gateway runs
+for every vhost (as for the stream gateway). It must not parse packets (session.py and
+the codec do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import logging
+import os
+import socket
+import stat
+from dataclasses import dataclass
+from typing import Final
+
+from mqtt_gateway import broker_side
+from mqtt_gateway.client_view import MqttClient
+from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
+from mqtt_gateway.retained import RetainedStore
+from mqtt_gateway.session import MqttSession
+from streamq.broker.broker import Broker
+from streamq.broker.vhost import VHost
+
+logger = logging.getLogger(__name__)
+
+MQTT_PORT_DEFAULT: Final = 1883
+MAX_INFLIGHT_MESSAGES_DEFAULT: Final = 65535  # LavinMQ's default
+UNIX_SOCKET_MODE: Final = 0o666  # as the AMQP socket: any local user may connect, then log in
+
+
+class MqttGateway:
+    """The MQTT side of a broker."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        max_inflight_messages: int = MAX_INFLIGHT_MESSAGES_DEFAULT,
+        default_vhost: str = "/",
+        packet_bytes_max: int = PACKET_BYTES_MAX_DEFAULT,
+    ) -> None:
+        self.broker = broker
+        self.max_inflight_messages = max_inflight_messages
+        self.default_vhost = default_vhost
+        self.packet_bytes_max = packet_bytes_max
+        self.sessions: set[MqttSession] = set()
+        self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
+        self._retained: dict[str, RetainedStore] = {}
+        self._retained_flushing: set[asyncio.Task[None]] = set()
+
+    def protocol_factory(self) -> MqttSession:
+        return MqttSession(self, None)
+
+    # -- client ids ------------------------------------------------------------------------
+
+    def take_over(self, s: MqttSession) -> None:
+        """`s` logged in with its client id: a connection with the same one ends first,
+        its session released before `s` resumes it (MQTT-3.1.4-3)."""
+        assert s.vhost is not None
+        key = (s.vhost.name, s.client_id)
+        old = self.connected.get(key)
+        if old is not None and old is not s:
+            logger.info(
+                "MQTT client id '%s' connected again from %s: closing %s",
+                s.client_id,
+                s.peer,
+                old.peer,
+            )
+            old.disconnect(ReasonCode.SESSION_TAKEN_OVER)
+            # Released now, not when its socket is gone: the new connection consumes
+            # from the same queues at once.
+            broker_side.release(old)
+            old.vhost = None  # released: connection_lost has nothing left to do
+        self.connected[key] = s
+
+    def register(self, s: MqttSession) -> None:
+        client = MqttClient(s)
+        self.broker.clients[client.name] = client
+
+    def unregister(self, s: MqttSession) -> None:
+        if s.vhost is not None and self.connected.get((s.vhost.name, s.client_id)) is s:
+            del self.connected[(s.vhost.name, s.client_id)]
+        self.broker.clients.pop(s.name, None)
+
+    # -- retained messages -----------------------------------------------------------------
+
+    def retained(self, vhost: VHost) -> RetainedStore:
+        store = self._retained.get(vhost.name)
+        if store is None:
+            directory = self.broker.vhost_directory(vhost.name)
+            store = self._retained[vhost.name] = RetainedStore(directory)
+        return store
+
+    def retained_changed(self, vhost: VHost) -> None:
+        """Write the change behind the publish (a QoS 1 publish's PUBACK waits for it
+        in `flush_retained`; a QoS 0 one's write goes on alone)."""
+        task = asyncio.get_running_loop().create_task(self._flush(vhost))
+        self._retained_flushing.add(task)
+        task.add_done_callback(self._retained_flushing.discard)
+
+    async def _flush(self, vhost: VHost) -> None:
+        try:
+            await self.retained(vhost).flush()
+        except OSError as exc:
+            logger.error("retained messages of vhost '%s' not written: %s", vhost.name, exc)
+
+    async def flush_retained(self, vhost: VHost) -> None:
+        """Return once the retained messages of `vhost` changed so far are on disk.
+        Raises OSError when they cannot be written."""
+        store = self._retained.get(vhost.name)
+        if store is not None:
+            await store.flush()
+
+    # -- connections -----------------------------------------------------------------------
+
+    def close_all(self, reason: str) -> None:
+        for s in list(self.sessions):
+            s.disconnect(ReasonCode.SERVER_SHUTTING_DOWN)
+        if self.sessions:
+            logger.info("closed %d MQTT connections: %s", len(self.sessions), reason)
+
+
+async def start_mqtt_listener(gateway: MqttGateway, host: str, port: int) -> asyncio.Server:
+    """Listen for MQTT over TCP on host:port. Raises OSError if it cannot bind."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(gateway.protocol_factory, host, port, reuse_address=True)
+
+
+@dataclass(frozen=True, slots=True)
+class MqttUnixListener:
+    """A listening unix socket and the inode of its file (removed at `close`)."""
+
+    server: asyncio.Server
+    path: str
+    inode: int
+
+    def close(self) -> None:
+        self.server.close()
+        try:
+            if os.lstat(self.path).st_ino == self.inode:
+                os.unlink(self.path)
+        except OSError:
+            pass  # gone already, or not ours to remove
+
+
+async def start_mqtt_unix_listener(gateway: MqttGateway, path: str) -> MqttUnixListener:
+    """Listen for MQTT on a unix socket at `path` (its clients count as loopback, as
+    on the AMQP socket), removing a socket file a dead broker left. Raises OSError if
+    `path` is something else, another process listens on it, or it cannot be bound."""
+    loop = asyncio.get_running_loop()
+    _remove_stale_socket(path)
+    numbers = itertools.count(1)
+
+    def factory() -> MqttSession:
+        return MqttSession(gateway, ("unix", next(numbers), path, 0))
+
+    server = await loop.create_unix_server(factory, path)
+    os.chmod(path, UNIX_SOCKET_MODE)
+    return MqttUnixListener(server, path, os.lstat(path).st_ino)
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a unix socket file nobody listens on; refuse anything else at `path`."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(errno.EEXIST, "the path exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            os.unlink(path)
+            return
+        except BlockingIOError:
+            pass
+    raise OSError(errno.EADDRINUSE, "another process listens on this socket")
