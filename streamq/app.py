@@ -105,10 +105,9 @@ class ServeConfig:
     amqp_unix_path: str = ""
     tcp_proxy_protocol: int = 0
     unix_proxy_protocol: int = 0
-    # MQTT (mqtt_gateway; LavinMQ's [mqtt] keys). Off here unless set: `streamq serve`'s
-    # default port is 1883 (streamq/config_keys.py), tests that build this need no port.
+    # MQTT (mqtt_gateway; LavinMQ's [mqtt] keys): the listener is off while its port is -1.
     mqtt_bind: str | None = None  # None: `bind`
-    mqtt_port: int = -1
+    mqtt_port: int = 1883
     mqtt_unix_path: str = ""
     mqtt_max_inflight_messages: int = 65535
     mqtt_default_vhost: str = "/"

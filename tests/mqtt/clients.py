@@ -58,9 +58,7 @@ class Paho:
         self._lock = threading.Lock()
         self.client.on_connect = lambda _c, _u, flags, code, _p: self.connack.put((flags, code))
         self.client.on_subscribe = lambda _c, _u, _m, codes, _p: self.subacks.put(list(codes))
-        self.client.on_unsubscribe = lambda _c, _u, _m, codes, _p: self.unsubacks.put(
-            list(codes)
-        )
+        self.client.on_unsubscribe = lambda _c, _u, _m, codes, _p: self.unsubacks.put(list(codes))
         self.client.on_message = lambda _c, _u, message: self.messages.put(message)
         self.client.on_publish = self._on_publish
         self.client.on_disconnect = lambda _c, _u, _f, code, _p: self.disconnects.put(code)
