@@ -7,6 +7,8 @@ from __future__ import annotations
 import queue
 import socket
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import paho.mqtt.client as mqtt
@@ -125,9 +127,14 @@ class Paho:
 class RawClient:
     """A socket speaking MQTT through the gateway's own codec."""
 
-    def __init__(self, port: int, level: ProtocolLevel = ProtocolLevel.MQTT_3_1_1) -> None:
+    def __init__(
+        self,
+        port: int,
+        level: ProtocolLevel = ProtocolLevel.MQTT_3_1_1,
+        sock: socket.socket | None = None,
+    ) -> None:
         self.level = level
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+        self.sock = sock or socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
         self.decoder = Decoder(protocol_level=level)
         self.pending: list[Packet] = []
 
@@ -161,3 +168,13 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
+    """Whether `check` comes true within `timeout_s` (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
