@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
 
 from mqtt_gateway.codec import Decoder, Packet, ProtocolLevel, encode
 

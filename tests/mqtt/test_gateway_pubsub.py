@@ -158,4 +158,3 @@ def test_the_unix_socket_listener(tmp_path: Path) -> None:
         raw.close()
     finally:
         running.stop()
-
