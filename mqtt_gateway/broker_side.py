@@ -87,6 +87,10 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         client_id = assigned = CLIENT_ID_ASSIGNED_PREFIX + secrets.token_hex(12)
     s.client_id = client_id
     if packet.protocol_level is _V5:
+        # The client's Receive Maximum bounds its QoS 1 deliveries in flight (3.1.2.11.3).
+        receive_maximum = packet.properties.receive_maximum
+        if receive_maximum is not None:
+            s.inflight_max = min(s.inflight_max, receive_maximum)
         expiry = packet.properties.session_expiry_interval_s or 0
         s.session_expiry_s = expiry
         s.persistent = expiry > 0
@@ -331,6 +335,8 @@ def send_retained(s: MqttSession, vhost: VHost, topic_filter: str, qos: int) -> 
     for topic, retained_qos, payload in store.matching(topic_filter):
         out_qos = min(qos, retained_qos)
         packet_id = s.take_packet_id() if out_qos else None
+        if packet_id is not None:
+            s.retained_inflight.add(packet_id)
         packet = Publish(topic, payload, out_qos, True, False, packet_id)
         s.reply(packet)
 

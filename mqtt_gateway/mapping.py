@@ -25,9 +25,20 @@ _PROPERTY_FLAG_HEADERS: Final = 0x2000
 _PROPERTY_FLAG_DELIVERY_MODE: Final = 0x1000
 _DELIVERY_MODE_TRANSIENT: Final = 1
 _DELIVERY_MODE_PERSISTENT: Final = 2
-# The header as it stands in an AMQP field table: its short-string length, its name, and
-# the field type of a signed byte ('b'); RabbitMQ writes {<<"x-mqtt-publish-qos">>, byte, Q}.
-_QOS_ENTRY: Final = bytes((len(QOS_HEADER),)) + QOS_HEADER + b"b"
+# The header as it stands in an AMQP field table: its short-string length and its name,
+# then a field type; RabbitMQ writes a signed byte ('b', {<<"x-mqtt-publish-qos">>, byte,
+# Q}), an AMQP client may write any integer type.
+_QOS_NAME: Final = bytes((len(QOS_HEADER),)) + QOS_HEADER
+_QOS_ENTRY: Final = _QOS_NAME + b"b"
+_INTEGER_FIELDS: Final = {
+    ord("b"): struct.Struct(">b"),
+    ord("B"): struct.Struct(">B"),
+    ord("s"): struct.Struct(">h"),
+    ord("u"): struct.Struct(">H"),
+    ord("I"): struct.Struct(">i"),
+    ord("i"): struct.Struct(">I"),
+    ord("l"): struct.Struct(">q"),
+}
 
 _TO_AMQP: Final = str.maketrans({"/": ".", "+": "*", ".": "/", "*": "+"})
 _TO_MQTT: Final = str.maketrans({".": "/", "*": "+", "/": ".", "+": "*"})
@@ -63,14 +74,19 @@ def published_qos(properties_raw: bytes) -> int | None:
     """The QoS an MQTT publisher sent a message with (its `x-mqtt-publish-qos` header);
     None for a message without it (an AMQP publisher's), which RabbitMQ delivers at the
     subscription's QoS. The header is found by its table entry's exact bytes (length,
-    name, type), which no other header's name or value can hold by accident unless it
-    holds these 20 bytes verbatim; a message without headers is not searched."""
+    name), which no other header's name or value holds unless it holds these 19 bytes
+    verbatim; a message without headers is not searched. A value that is no integer
+    from 0 to 2 counts as absent."""
     if len(properties_raw) < 2 or not properties_raw[0] & (_PROPERTY_FLAG_HEADERS >> 8):
         return None
-    at = properties_raw.find(_QOS_ENTRY)
-    if at < 0 or at + len(_QOS_ENTRY) >= len(properties_raw):
+    at = properties_raw.find(_QOS_NAME)
+    if at < 0:
         return None
-    value = struct.unpack_from(">b", properties_raw, at + len(_QOS_ENTRY))[0]
+    at += len(_QOS_NAME)
+    field = _INTEGER_FIELDS.get(properties_raw[at]) if at < len(properties_raw) else None
+    if field is None or at + 1 + field.size > len(properties_raw):
+        return None
+    value = int(field.unpack_from(properties_raw, at + 1)[0])
     return value if 0 <= value <= 2 else None
 
 

@@ -83,6 +83,7 @@ class MqttSession(asyncio.Protocol):
         self.inflight: dict[int, Inflight] = {}  # packet id -> a delivery awaiting PUBACK
         self.inflight_max = gateway.max_inflight_messages
         self.qos2_received: set[int] = set()  # packet ids PUBREC'd, awaiting PUBREL
+        self.retained_inflight: set[int] = set()  # QoS 1 retained messages sent, unacked
         self.unconfirmed = 0  # QoS 1 and 2 publishes whose acks wait for a sync round
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
@@ -249,7 +250,10 @@ class MqttSession(asyncio.Protocol):
     def _puback(self, packet_id: int) -> None:
         held = self.inflight.pop(packet_id, None)
         if held is None:
-            return  # an unknown packet id: 5.0 allows no reply (PUBACK has none to give)
+            # A retained message's (on no queue), or an unknown packet id: PUBACK has no
+            # answer to give.
+            self.retained_inflight.discard(packet_id)
+            return
         queue, offset, consumer = held
         vhost = self.vhost
         assert vhost is not None
@@ -419,8 +423,9 @@ class MqttSession(asyncio.Protocol):
         """A packet identifier no delivery in flight holds."""
         for _ in range(PACKET_ID_MAX):
             self._next_packet_id = self._next_packet_id % PACKET_ID_MAX + 1
-            if self._next_packet_id not in self.inflight:
-                return self._next_packet_id
+            candidate = self._next_packet_id
+            if candidate not in self.inflight and candidate not in self.retained_inflight:
+                return candidate
         raise AssertionError("more deliveries in flight than packet identifiers")
 
     def send_publish(
