@@ -2,9 +2,10 @@
 
 Runs the sessions of tests/mqtt/paho_sessions.py (CONNECT with will, credentials and 5.0
 properties; SUBSCRIBE, PUBLISH at QoS 0, 1 and 2 with their handshakes, UNSUBSCRIBE,
-DISCONNECT) at MQTT 3.1, 3.1.1 and 5.0 against the loopback `Responder` and writes:
+DISCONNECT) and MQTT.js's (tests/mqtt/node/mqtt_client.js, the same steps) at MQTT 3.1,
+3.1.1 and 5.0 against the loopback `Responder` and writes:
 
-- tests/data/mqtt/paho-<version>-<session>.bin: the client's bytes, which
+- tests/data/mqtt/paho-<version>-<session>.bin, mqttjs-<version>.bin: the client's bytes, which
   tests/unit/mqtt_gateway/test_captures.py decodes without a socket;
 - tests/fuzz/corpus/mqtt/: the same bytes as fuzz seeds (`level | step | bytes`, level 0:
   a server before CONNECT), and the responder's answers as client-side seeds (level 3, 4
@@ -39,6 +40,7 @@ from mqtt_gateway.codec import (
 from tests.fuzz.harness import CORPUS_ROOT
 from tests.mqtt.paho_sessions import PROTOCOLS, connect_only, subscribe_and_publish
 from tests.mqtt.responder import Responder
+from tests.mqtt.test_mqtt_js import run as run_mqtt_js
 
 DATA_ROOT: Final = Path(__file__).parent.parent / "data" / "mqtt"
 CORPUS: Final = "mqtt"
@@ -109,6 +111,15 @@ def main() -> None:
             answers = bytes([level, 0]) + connection.answered
             (corpus / f"answers-{version}-{name}.bin").write_bytes(answers)
             print(f"{stem}: {len(connection.sent)} bytes, answered {len(connection.answered)}")
+    for version, level in LEVELS.items():
+        with Responder(connack=connack) as responder:
+            status, report = run_mqtt_js(responder, level, "session")
+        if status or responder.errors:
+            raise SystemExit(f"MQTT.js {version}: {report} {responder.errors}")
+        (connection,) = responder.connections
+        (DATA_ROOT / f"mqttjs-{version}.bin").write_bytes(bytes(connection.sent))
+        (corpus / f"mqttjs-{version}.bin").write_bytes(bytes([SERVER_SIDE, 0]) + connection.sent)
+        print(f"mqttjs-{version}: {len(connection.sent)} bytes")
     level = ProtocolLevel.MQTT_5
     packets = every_property_packets()
     seed = b"".join(encode(packet, level) for packet in packets)
