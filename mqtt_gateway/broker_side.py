@@ -238,7 +238,7 @@ def subscribe(s: MqttSession, packet: Subscribe) -> None:
             durable = durable or s.persistent
             if subscription.retain_handling != 2:  # 5.0: 2 sends no retained messages
                 granted.append((subscription.topic_filter, code))
-    s.reply(SubAck(packet.packet_id, tuple(codes)), durable=durable)
+    s.reply(SubAck(packet.packet_id, tuple(codes)), definitions=durable)
     for topic_filter, qos in granted:
         send_retained(s, vhost, topic_filter, qos)
 
@@ -304,7 +304,7 @@ def unsubscribe(s: MqttSession, packet: Unsubscribe) -> None:
                 found = True
         codes.append(ReasonCode.SUCCESS if found else ReasonCode.NO_SUBSCRIPTION_EXISTED)
     reply = UnsubAck(packet.packet_id, tuple(codes) if s.level is _V5 else ())
-    s.reply(reply, durable=s.persistent)
+    s.reply(reply, definitions=s.persistent)
 
 
 def _bound(vhost: VHost, queue_name: str, routing_key: str) -> bool:

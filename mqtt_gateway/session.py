@@ -97,7 +97,8 @@ class MqttSession(asyncio.Protocol):
         self._flush_scheduled = False
         # Replies behind a sync round, in order: (packet, whether it is a publish's ack).
         self._owed: list[tuple[bytes, bool]] = []
-        self._owed_sync = False
+        self._owed_sync = False  # a reply waits for the message log's round
+        self._owed_sync_all = False  # one waits for the definitions too (a binding)
         self._confirming = False
         self._to_settle: list[Inflight] = []
         self._last_read_s = time.monotonic()
@@ -347,16 +348,21 @@ class MqttSession(asyncio.Protocol):
             self.transport.write(bytes(self._out))
         self._out.clear()
 
-    def reply(self, packet: Packet, *, durable: bool = False, counted: bool = False) -> None:
+    def reply(
+        self, packet: Packet, *, durable: bool = False, counted: bool = False,
+        definitions: bool = False,
+    ) -> None:  # fmt: skip
         """Send a reply now, or, with `durable` or while replies wait for a sync round,
         after the next round ends (in the order asked). `counted`: a publish's ack,
-        counted in `unconfirmed`."""
+        counted in `unconfirmed`; `definitions`: the round must cover the vhost's
+        definitions journal too (a durable queue or binding)."""
         data = encode(packet, self.level)
-        if not durable and not self._owed:
+        if not durable and not definitions and not self._owed:
             self.write(data)
             return
         self._owed.append((data, counted))
         self._owed_sync = self._owed_sync or durable
+        self._owed_sync_all = self._owed_sync_all or definitions
         if not self._confirming:
             self._confirming = True
             self.spawn(self._confirm_loop())
@@ -371,10 +377,14 @@ class MqttSession(asyncio.Protocol):
         try:
             while self._owed and not self.closed:
                 owed, self._owed = self._owed, []
-                if self._owed_sync:
+                vhost = self.vhost
+                assert vhost is not None
+                if self._owed_sync_all:
+                    self._owed_sync = self._owed_sync_all = False
+                    await vhost.sync_all()  # messages, queue journals and definitions
+                    await self.gateway.flush_retained(vhost)
+                elif self._owed_sync:
                     self._owed_sync = False
-                    vhost = self.vhost
-                    assert vhost is not None
                     await vhost.sync()
                     await self.gateway.flush_retained(vhost)
                 for data, counted in owed:
