@@ -26,6 +26,7 @@ from typing import Final
 from mqtt_gateway import broker_side
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
+from mqtt_gateway.proxy import ProxyHeaderReceiver, socket_endpoints
 from mqtt_gateway.retained import RetainedStore
 from mqtt_gateway.session import MqttSession
 from streamq.broker.broker import Broker
@@ -130,10 +131,20 @@ class MqttGateway:
             logger.info("closed %d MQTT connections: %s", len(self.sessions), reason)
 
 
-async def start_mqtt_listener(gateway: MqttGateway, host: str, port: int) -> asyncio.Server:
-    """Listen for MQTT over TCP on host:port. Raises OSError if it cannot bind."""
+async def start_mqtt_listener(
+    gateway: MqttGateway, host: str, port: int, proxy_protocol: int = 0
+) -> asyncio.Server:
+    """Listen for MQTT over TCP on host:port; with `proxy_protocol` (1 or 2: either
+    version's header is accepted) each connection must start with a PROXY header.
+    Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(gateway.protocol_factory, host, port, reuse_address=True)
+
+    def factory() -> asyncio.BaseProtocol:
+        if proxy_protocol:
+            return ProxyHeaderReceiver(gateway, socket_endpoints)
+        return gateway.protocol_factory()
+
+    return await loop.create_server(factory, host, port, reuse_address=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +164,9 @@ class MqttUnixListener:
             pass  # gone already, or not ours to remove
 
 
-async def start_mqtt_unix_listener(gateway: MqttGateway, path: str) -> MqttUnixListener:
+async def start_mqtt_unix_listener(
+    gateway: MqttGateway, path: str, proxy_protocol: int = 0
+) -> MqttUnixListener:
     """Listen for MQTT on a unix socket at `path` (its clients count as loopback, as
     on the AMQP socket), removing a socket file a dead broker left. Raises OSError if
     `path` is something else, another process listens on it, or it cannot be bound."""
@@ -161,7 +174,9 @@ async def start_mqtt_unix_listener(gateway: MqttGateway, path: str) -> MqttUnixL
     _remove_stale_socket(path)
     numbers = itertools.count(1)
 
-    def factory() -> MqttSession:
+    def factory() -> asyncio.BaseProtocol:
+        if proxy_protocol:
+            return ProxyHeaderReceiver(gateway, lambda _t: ("unix", next(numbers), path, 0))
         return MqttSession(gateway, ("unix", next(numbers), path, 0))
 
     server = await loop.create_unix_server(factory, path)

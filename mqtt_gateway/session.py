@@ -61,12 +61,13 @@ past it the connection is not read until the round ends."""
 PACKET_ID_MAX: Final = 0xFFFF
 
 Inflight = tuple[Queue, int, MqttConsumer]
+Endpoints = tuple[str, int, str, int]  # peer host, peer port, host, port
 
 
 class MqttSession(asyncio.Protocol):
     """One client connection speaking MQTT 3.1, 3.1.1 or 5.0."""
 
-    def __init__(self, gateway: MqttGateway, endpoints: tuple[str, int, str, int] | None) -> None:
+    def __init__(self, gateway: MqttGateway, endpoints: Endpoints | None) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
         self.decoder = Decoder(packet_bytes_max=gateway.packet_bytes_max)

@@ -345,7 +345,7 @@ async def _listen_mqtt(
     host = config.bind if config.mqtt_bind is None else config.mqtt_bind
     if config.mqtt_port >= 0:
         plain = await _listen(
-            lambda: start_mqtt_listener(mqtt, host, config.mqtt_port),
+            lambda: start_mqtt_listener(mqtt, host, config.mqtt_port, config.tcp_proxy_protocol),
             host,
             config.mqtt_port,
             "MQTT",
@@ -355,7 +355,7 @@ async def _listen_mqtt(
     if config.mqtt_unix_path:
         path = config.mqtt_unix_path
         try:
-            unix.append(await start_mqtt_unix_listener(mqtt, path))
+            unix.append(await start_mqtt_unix_listener(mqtt, path, config.unix_proxy_protocol))
         except OSError as exc:
             reason = exc.strerror or str(exc)
             raise ServeError(f"cannot listen for MQTT on unix socket {path!r}: {reason}") from exc

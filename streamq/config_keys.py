@@ -156,10 +156,11 @@ KEYS: Final[tuple[Key, ...]] = (
          help="largest message body accepted (bytes or a size); RabbitMQ's limit is 512MiB",
          ini=(("amqp", "max_message_size"),), metavar="SIZE"),
     Key("tcp_proxy_protocol", parse=v.proxy_protocol, default="0",
-         help="PROXY protocol version (1 or 2) that leads each TCP AMQP connection; 0: off",
+         help="PROXY protocol version (1 or 2) that leads each TCP AMQP (and MQTT) "
+         "connection; 0: off",
          ini=(("amqp", "tcp_proxy_protocol"), ("amqp", "proxy_protocol")), metavar="0|1|2"),
     Key("unix_proxy_protocol", parse=v.proxy_protocol, default="0",
-         help="PROXY protocol version on the unix socket; 0: off",
+         help="PROXY protocol version on the unix sockets (AMQP and MQTT); 0: off",
          ini=(("amqp", "unix_proxy_protocol"),), metavar="0|1|2"),
     # [stream] (RabbitMQ's stream plugin: stream.listeners.tcp.1, stream.frame_max, ...)
     Key("stream_port", parse=v.optional_port, default="5552",

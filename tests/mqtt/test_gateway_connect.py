@@ -23,6 +23,7 @@ from mqtt_gateway.codec import (
     SubAck,
     Subscribe,
     Subscription,
+    encode,
 )
 from tests.mqtt.clients import Paho, RawClient, eventually
 from tests.mqtt.conftest import MqttBroker
@@ -189,3 +190,30 @@ def _mqtt_connections(broker: MqttBroker) -> list[dict[str, object]]:
     status, connections, _ = broker.http("GET", "/api/connections")
     assert status == 200 and isinstance(connections, list)
     return [c for c in connections if str(c["protocol"]).startswith("MQTT")]
+
+
+def test_proxy_protocol_gives_the_clients_address(tmp_path: Path) -> None:
+    """With `tcp_proxy_protocol` on, each MQTT connection starts with a PROXY header
+    whose source address is the client's: guest from there is not local, and the
+    management API shows that address; a connection without a header is closed."""
+    running = MqttBroker(tmp_path / "data", tcp_proxy_protocol=1)
+    try:
+        add_user(running, "alice", "/")
+        port = running.mqtt_port
+        header = f"PROXY TCP4 203.0.113.7 127.0.0.1 40000 {port}\r\n".encode()
+        guest = RawClient(port)
+        guest.send_bytes(header)
+        guest.send(Connect(V311, "far-guest", username="guest", password=b"guest"))
+        assert guest.read() == ConnAck(4)  # guest only from loopback
+        alice = RawClient(port, V5)
+        alice.send_bytes(header + encode(Connect(V5, "far", username="alice", password=b"pw"), V5))
+        answer = alice.read()
+        assert isinstance(answer, ConnAck) and answer.reason_code == 0
+        [listed] = _mqtt_connections(running)
+        assert (listed["peer_host"], listed["peer_port"]) == ("203.0.113.7", 40000)
+        bare = RawClient(port)
+        bare.send(Connect(V311, "bare", username="guest", password=b"guest"))
+        assert bare.closed_by_peer()
+        alice.close()
+    finally:
+        running.stop()
