@@ -108,6 +108,7 @@ class ServeConfig:
     # MQTT (mqtt_gateway; LavinMQ's [mqtt] keys): the listener is off while its port is -1.
     mqtt_bind: str | None = None  # None: `bind`
     mqtt_port: int = 1883
+    mqtts_port: int = -1  # MQTT over TLS, with the AMQPS certificate
     mqtt_unix_path: str = ""
     mqtt_max_inflight_messages: int = 65535
     mqtt_default_vhost: str = "/"
@@ -241,7 +242,12 @@ def _tls_listen(
 
 def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
     """The TLS contexts when a TLS port is on. Raises ServeError for a bad TLS setting."""
-    if config.amqps_port < 0 and config.https_port < 0 and config.streams_port < 0:
+    if (
+        config.amqps_port < 0
+        and config.https_port < 0
+        and config.streams_port < 0
+        and config.mqtts_port < 0
+    ):
         return None
     try:
         return TlsContexts(config)
@@ -339,8 +345,10 @@ async def _listen_mqtt(
     config: ServeConfig,
     servers: list[asyncio.Server],
     unix: list[MqttUnixListener],
+    tls: TlsContexts | None,
 ) -> list[tuple[str, str, int]]:
-    """The MQTT listeners (TCP, unix socket); their entries for `broker.listeners`."""
+    """The MQTT listeners (TCP, TLS, unix socket); their entries for `broker.listeners`,
+    with RabbitMQ's protocol names."""
     listeners = []
     host = config.bind if config.mqtt_bind is None else config.mqtt_bind
     if config.mqtt_port >= 0:
@@ -352,6 +360,20 @@ async def _listen_mqtt(
         )
         servers.append(plain)
         listeners.append(("mqtt", host, _bound_port(plain)))
+    if tls is not None and config.mqtts_port >= 0:
+        contexts = tls
+        # The AMQPS context (client certificates when tls_verify_peer), read at each
+        # accept: a SIGHUP reload swaps it.
+        secure = await _listen(
+            lambda: serve_tls(
+                mqtt.protocol_factory, host, config.mqtts_port, lambda: contexts.amqps, "MQTTS"
+            ),
+            host,
+            config.mqtts_port,
+            "MQTT over TLS",
+        )
+        servers.append(secure)
+        listeners.append(("mqtt/ssl", host, _bound_port(secure)))
     if config.mqtt_unix_path:
         path = config.mqtt_unix_path
         try:
@@ -474,14 +496,14 @@ async def run_broker(
         if config.stream_port >= 0 or (tls is not None and config.streams_port >= 0):
             streams = _stream_gateway(broker, config)
             listeners += await _listen_streams(streams, config, tls, servers)
-        if config.mqtt_port >= 0 or config.mqtt_unix_path:
+        if config.mqtt_port >= 0 or config.mqtt_unix_path or config.mqtts_port >= 0:
             mqtt = MqttGateway(
                 broker,
                 max_inflight_messages=config.mqtt_max_inflight_messages,
                 default_vhost=config.mqtt_default_vhost,
                 packet_bytes_max=config.mqtt_max_packet_size,
             )
-            listeners += await _listen_mqtt(mqtt, config, servers, mqtt_unix)
+            listeners += await _listen_mqtt(mqtt, config, servers, mqtt_unix, tls)
         broker.listeners[:] = listeners
         # Shovels and federation links start once this broker serves AMQP: an `amqp://`
         # URI (this broker) connects through the gateway directly.

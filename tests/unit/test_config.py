@@ -216,6 +216,7 @@ on_leader_lost = touch /tmp/lost
 [mqtt]
 bind = 127.0.0.2
 port = 1884
+tls_port = 8884
 unix_path = /tmp/mqtt.sock
 max_inflight_messages = 10
 default_vhost = devices
@@ -261,6 +262,7 @@ max_packet_size = 65536
         clustering_on_leader_lost="touch /tmp/lost",
         mqtt_bind="127.0.0.2",
         mqtt_port=1884,
+        mqtts_port=8884,
         mqtt_unix_path="/tmp/mqtt.sock",
         mqtt_max_inflight_messages=10,
         mqtt_default_vhost="devices",
@@ -377,14 +379,14 @@ def test_unsupported_lavinmq_keys_make_one_warning(tmp_path: Path) -> None:
         tmp_path,
         "[main]\nsocket_buffer_size = 16384\nguest_only_loopback = true\n"
         "default_user_only_loopback = false\n[amqp]\ntcp_nodelay = true\n"
-        "[mqtt]\ntls_port = 8883\n[experimental]\nyield_each_received_bytes = 1\n",
+        "[mqtt]\npermission_check_enabled = true\n[experimental]\nyield_each_received_bytes = 1\n",
     )
     warning = unsupported_warning(resolved)
     assert warning is not None
     assert warning.endswith(
         "ignoring 5 setting(s) streamq does not support: [main] socket_buffer_size (line 2); "
         "[main] default_user_only_loopback = false (line 4; streamq always behaves as true); "
-        "[amqp] tcp_nodelay (line 6); [mqtt] tls_port (line 8); "
+        "[amqp] tcp_nodelay (line 6); [mqtt] permission_check_enabled (line 8); "
         "[experimental] yield_each_received_bytes (line 10)"
     )
     assert unsupported_warning(from_file(tmp_path, "[main]\nguest_only_loopback = yes\n")) is None
