@@ -50,6 +50,7 @@ from mqtt_gateway.consumer import MqttConsumer
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
+from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         return user_vhost
     user, vhost = user_vhost
     s.user, s.vhost = user, vhost
+    s.connect = packet  # from here on, the connection's end releases what it holds
     client_id = packet.client_id
     assigned = None
     if not client_id:
@@ -360,6 +362,7 @@ def publish(s: MqttSession, packet: Publish) -> None:
     if not (_permitted(s, "write", mapping.EXCHANGE) and _topic_permitted(s, "write", routing_key)):
         _refuse_publish(s, packet)
         return
+    s.note_publish()
     if packet.retain:
         store = s.gateway.retained(vhost)
         if not store.retain(packet.topic, packet.qos, packet.payload):
@@ -381,7 +384,15 @@ def store_message(vhost: VHost, routing_key: str, qos: int, dup: bool, payload: 
     properties_raw = mapping.publish_properties(qos, dup)
     queues = vhost.route(mapping.EXCHANGE, routing_key, None, properties_raw=properties_raw)
     now_ms = int(time.time() * 1000)
-    vhost.publish(mapping.EXCHANGE, routing_key, properties_raw, payload, queues, now_ms)
+    offset = vhost.publish(mapping.EXCHANGE, routing_key, properties_raw, payload, queues, now_ms)
+    stats = vhost.exchange_stats.get(mapping.EXCHANGE)
+    if stats is None:
+        stats = vhost.exchange_stats[mapping.EXCHANGE] = MessageStats()
+    stats.publish_in += 1
+    if offset is not None:
+        stats.publish_out += 1
+    else:
+        vhost.stats.drop_unroutable += 1
 
 
 def _refuse_publish(s: MqttSession, packet: Publish) -> None:

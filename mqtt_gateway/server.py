@@ -35,6 +35,10 @@ from streamq.broker.vhost import VHost
 logger = logging.getLogger(__name__)
 
 MQTT_PORT_DEFAULT: Final = 1883
+# Resource alarms (streamq.broker.resources) are looked at this often; while one lasts,
+# connections that publish are not read (as RabbitMQ blocks MQTT publishers), and the
+# others go on, so that subscribers can drain what fills memory.
+ALARM_CHECK_INTERVAL_S: Final = 0.2
 MAX_INFLIGHT_MESSAGES_DEFAULT: Final = 65535  # LavinMQ's default
 UNIX_SOCKET_MODE: Final = 0o666  # as the AMQP socket: any local user may connect, then log in
 
@@ -58,9 +62,33 @@ class MqttGateway:
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}
         self._retained_flushing: set[asyncio.Task[None]] = set()
+        self.alarm = ""  # a resource alarm's reason while publishers are blocked
+        self._alarm_timer: asyncio.TimerHandle | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start watching the resource alarms (once, whichever listener opens first)."""
+        if self._alarm_timer is None:
+            self._alarm_timer = loop.call_later(ALARM_CHECK_INTERVAL_S, self._check_alarm)
 
     def protocol_factory(self) -> MqttSession:
         return MqttSession(self, None)
+
+    def _check_alarm(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._alarm_timer = loop.call_later(ALARM_CHECK_INTERVAL_S, self._check_alarm)
+        if not self.sessions:
+            return
+        broker = self.broker
+        reason = broker.resources.check(log_out_of_space=bool(broker.syncer.out_of_space))
+        if reason == self.alarm:
+            return
+        self.alarm = reason
+        if reason:
+            logger.warning("resource alarm: %s; blocking MQTT publishers", reason)
+        else:
+            logger.warning("resource alarm cleared; unblocking MQTT publishers")
+        for s in list(self.sessions):
+            s.hold_for_alarm(bool(reason) and s.published)
 
     # -- client ids ------------------------------------------------------------------------
 
@@ -125,6 +153,9 @@ class MqttGateway:
     # -- connections -----------------------------------------------------------------------
 
     def close_all(self, reason: str) -> None:
+        if self._alarm_timer is not None:
+            self._alarm_timer.cancel()
+            self._alarm_timer = None
         for s in list(self.sessions):
             s.disconnect(ReasonCode.SERVER_SHUTTING_DOWN)
         if self.sessions:
@@ -138,6 +169,7 @@ async def start_mqtt_listener(
     version's header is accepted) each connection must start with a PROXY header.
     Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
+    gateway.attach(loop)
 
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
@@ -171,6 +203,7 @@ async def start_mqtt_unix_listener(
     on the AMQP socket), removing a socket file a dead broker left. Raises OSError if
     `path` is something else, another process listens on it, or it cannot be bound."""
     loop = asyncio.get_running_loop()
+    gateway.attach(loop)
     _remove_stale_socket(path)
     numbers = itertools.count(1)
 

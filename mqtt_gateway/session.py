@@ -92,7 +92,9 @@ class MqttSession(asyncio.Protocol):
         self.graceful = False  # DISCONNECT received: no will
         self.closed = False
         self.write_paused = False
-        self.read_paused = False
+        self.read_paused = False  # too many acknowledgements wait for the disk
+        self.published = False  # it has published: a resource alarm blocks it
+        self.blocked = False  # not read while a resource alarm lasts
         self._next_packet_id = 0
         self._out = bytearray()  # written once per read and per drain round
         self._flush_scheduled = False
@@ -278,6 +280,8 @@ class MqttSession(asyncio.Protocol):
             return
         limit_s = connect.keep_alive_s * KEEP_ALIVE_FACTOR
         silent_s = time.monotonic() - self._last_read_s
+        if self.blocked:
+            silent_s = 0.0  # held unread by a resource alarm: its pings wait in the socket
         if silent_s >= limit_s:
             logger.warning(
                 "closing MQTT connection %s (client id '%s'): keep-alive of %d s passed",
@@ -412,7 +416,27 @@ class MqttSession(asyncio.Protocol):
     def _resume_reading(self) -> None:
         if self.read_paused and self.unconfirmed < UNCONFIRMED_MAX:
             self.read_paused = False
-            if self.transport is not None and not self.closed:
+            if self.transport is not None and not self.closed and not self.blocked:
+                self.transport.resume_reading()
+
+    def note_publish(self) -> None:
+        """It publishes: while a resource alarm lasts, it is not read after this read."""
+        if not self.published:
+            self.published = True
+            if self.gateway.alarm:
+                self.hold_for_alarm(True)
+
+    def hold_for_alarm(self, hold: bool) -> None:
+        """Stop (or go on) reading while a resource alarm lasts; the keep-alive does not
+        count the time it is held (the client's PINGREQs wait unread)."""
+        if hold == self.blocked or self.transport is None or self.closed:
+            return
+        self.blocked = hold
+        if hold:
+            self.transport.pause_reading()
+        else:
+            self._last_read_s = time.monotonic()
+            if not self.read_paused:
                 self.transport.resume_reading()
 
     # -- deliveries ----------------------------------------------------------------------

@@ -351,6 +351,7 @@ async def _listen_mqtt(
     with RabbitMQ's protocol names."""
     listeners = []
     host = config.bind if config.mqtt_bind is None else config.mqtt_bind
+    mqtt.attach(asyncio.get_running_loop())  # the resource alarms, for every listener
     if config.mqtt_port >= 0:
         plain = await _listen(
             lambda: start_mqtt_listener(mqtt, host, config.mqtt_port, config.tcp_proxy_protocol),
