@@ -11,6 +11,7 @@ from streamq.log.errors import LogError
 _TABLE: Final[dict[type[domain.BrokerError], type[errors.AMQPError]]] = {
     domain.NotFound: errors.NotFound,
     domain.QueueUnavailable: errors.NotFound,
+    domain.MessageReadFailed: errors.NotFound,
     domain.PreconditionFailed: errors.PreconditionFailed,
     domain.AccessRefused: errors.AccessRefused,
     domain.ResourceLocked: errors.ResourceLocked,

@@ -154,6 +154,8 @@ class Gateway:
                 await asyncio.sleep(0)
                 if self.broker.vhosts.get(vhost.name) is not vhost:
                     continue  # deleted while an earlier one synced
+                if vhost.schedule.read_held:  # reads that failed (EIO) are tried again
+                    vhost.schedule.retry_reads(time.monotonic())
                 if vhost.expire_heads(now_ms):
                     self.schedule_drain()
                 vhost.expire_queues(time.monotonic())

@@ -53,11 +53,15 @@ async def start_tcp_listener(
     port: int,
     proxy_protocol: int = 0,
     trusted_proxy: TrustedProxy | None = None,
+    *,
+    start_serving: bool = True,
 ) -> asyncio.Server:
     """Listen for AMQP over TCP on host:port; with `proxy_protocol` (1 or 2: either
     version's header is accepted) each connection must start with a PROXY header. With
     `trusted_proxy` instead, a connection from a peer it accepts may start with one, and
-    a header from any other peer is refused. Raises OSError if it cannot bind."""
+    a header from any other peer is refused. `start_serving` False: bound, but accepting
+    only after `start_serving()` (the broker opens its listeners together). Raises
+    OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
 
@@ -68,7 +72,9 @@ async def start_tcp_listener(
             return OptionalProxyHeaderReceiver(gateway, socket_endpoints, trusted_proxy)
         return gateway.protocol_factory()
 
-    return await loop.create_server(factory, host, port, reuse_address=True)
+    return await loop.create_server(
+        factory, host, port, reuse_address=True, start_serving=start_serving
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +96,13 @@ class UnixListener:
             pass  # gone already, or not ours to remove
 
 
-async def start_unix_listener(gateway: Gateway, path: str, proxy_protocol: int = 0) -> UnixListener:
+async def start_unix_listener(
+    gateway: Gateway, path: str, proxy_protocol: int = 0, *, start_serving: bool = True
+) -> UnixListener:
     """Listen for AMQP on a unix socket at `path`, removing a socket file a dead broker
-    left there. Raises OSError if `path` is something else than a socket, another process
-    listens on it, or it cannot be bound."""
+    left there (`start_serving`: as for `start_tcp_listener`). Raises OSError if `path`
+    is something else than a socket, another process listens on it, or it cannot be
+    bound."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
     _remove_stale_socket(path)
@@ -107,7 +116,7 @@ async def start_unix_listener(gateway: Gateway, path: str, proxy_protocol: int =
             return ProxyHeaderReceiver(gateway, own)
         return gateway.protocol_factory(unix_endpoints(path, next(numbers)))
 
-    server = await loop.create_unix_server(factory, path)
+    server = await loop.create_unix_server(factory, path, start_serving=start_serving)
     os.chmod(path, UNIX_SOCKET_MODE)
     return UnixListener(server, path, os.lstat(path).st_ino)
 

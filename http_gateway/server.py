@@ -11,6 +11,7 @@ anything that blocks (file reads, fsync) goes to a worker thread or a sync round
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -19,10 +20,12 @@ from aiohttp import web
 
 from http_gateway import (
     accounts_api,
+    backup_api,
     bindings_api,
     connections_api,
     definitions_api,
     exchanges_api,
+    health_api,
     links_api,
     metrics_api,
     openapi_api,
@@ -65,6 +68,8 @@ ROUTE_MODULES: Final = (
     streams_api,
     super_streams_api,
     openapi_api,
+    health_api,
+    backup_api,
 )
 # Paths a user without a management tag may read (the Spark source's remote reads).
 ANY_USER_PREFIXES: Final = ("/api/stream-files/",)
@@ -147,22 +152,30 @@ class HttpServer:
         await self.runner.cleanup()
 
 
-async def _listen_tcp(factory: web.Server, host: str, port: int) -> asyncio.Server:
+async def _listen_tcp(
+    factory: web.Server, host: str, port: int, *, start_serving: bool = True
+) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(factory, host, port, reuse_address=True)
+    return await loop.create_server(
+        factory, host, port, reuse_address=True, start_serving=start_serving
+    )
 
 
 async def start_http_server(
     broker: Broker,
     host: str,
     port: int,
-    listen: Listen = _listen_tcp,
+    listen: Listen | None = None,
     *,
     websocket: websocket_api.AmqpWebSocketServer | None = None,
+    start_serving: bool = True,
 ) -> HttpServer:
-    """Listen on host:port (with `listen`: plain TCP, or the broker's TLS for HTTPS); with
+    """Listen on host:port (with `listen`: the broker's TLS for HTTPS; None: plain TCP,
+    accepting at once or, `start_serving` False, after `server.start_serving()`); with
     `websocket`, WebSocket upgrades carry AMQP connections (websocket_api.py). Raises
     OSError if the port cannot be bound."""
+    if listen is None:
+        listen = functools.partial(_listen_tcp, start_serving=start_serving)
     app = build_app(broker, websocket)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

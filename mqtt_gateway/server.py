@@ -163,11 +163,17 @@ class MqttGateway:
 
 
 async def start_mqtt_listener(
-    gateway: MqttGateway, host: str, port: int, proxy_protocol: int = 0
+    gateway: MqttGateway,
+    host: str,
+    port: int,
+    proxy_protocol: int = 0,
+    *,
+    start_serving: bool = True,
 ) -> asyncio.Server:
     """Listen for MQTT over TCP on host:port; with `proxy_protocol` (1 or 2: either
     version's header is accepted) each connection must start with a PROXY header.
-    Raises OSError if it cannot bind."""
+    `start_serving` False: bound, accepting only after `start_serving()` (the broker
+    opens its listeners together). Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
 
@@ -176,7 +182,9 @@ async def start_mqtt_listener(
             return ProxyHeaderReceiver(gateway, socket_endpoints)
         return gateway.protocol_factory()
 
-    return await loop.create_server(factory, host, port, reuse_address=True)
+    return await loop.create_server(
+        factory, host, port, reuse_address=True, start_serving=start_serving
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +205,7 @@ class MqttUnixListener:
 
 
 async def start_mqtt_unix_listener(
-    gateway: MqttGateway, path: str, proxy_protocol: int = 0
+    gateway: MqttGateway, path: str, proxy_protocol: int = 0, *, start_serving: bool = True
 ) -> MqttUnixListener:
     """Listen for MQTT on a unix socket at `path` (its clients count as loopback, as
     on the AMQP socket), removing a socket file a dead broker left. Raises OSError if
@@ -212,7 +220,7 @@ async def start_mqtt_unix_listener(
             return ProxyHeaderReceiver(gateway, lambda _t: ("unix", next(numbers), path, 0))
         return MqttSession(gateway, ("unix", next(numbers), path, 0))
 
-    server = await loop.create_unix_server(factory, path)
+    server = await loop.create_unix_server(factory, path, start_serving=start_serving)
     os.chmod(path, UNIX_SOCKET_MODE)
     return MqttUnixListener(server, path, os.lstat(path).st_ino)
 

@@ -84,7 +84,8 @@ def view_log(store: Store) -> LogView:
 
 def _load_index(store: Store, base: int, segment_bytes: int) -> fmt.IndexFile | None:
     try:
-        index = fmt.decode_index(store.read_file(fmt.index_name(base)))
+        name = fmt.index_name(base)
+        index = fmt.decode_index(store.read_file(name), name)
     except FileNotFoundError:
         return None
     if index is None or index.segment_bytes != segment_bytes or not index.entries:

@@ -27,6 +27,7 @@ from stream_gateway.subscriptions import Subscription
 from streamq.broker.broker import Broker
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
+from streamq.log.errors import ReadFailed
 
 logger = logging.getLogger(__name__)
 
@@ -141,12 +142,36 @@ class StreamGateway:
 
     def drain(self, subscription: Subscription) -> None:
         """Deliver what the subscription may take now; a drain cut at its per-turn limit
-        goes on one loop turn later."""
-        if subscriptions.drain(subscription):
+        goes on one loop turn later. A read that fails with an I/O error (EIO) ends that
+        subscription alone (`_read_failed`)."""
+        try:
+            more = subscriptions.drain(subscription)
+        except ReadFailed as exc:
+            self._read_failed(subscription, exc)
+            return
+        if more:
             self._again.add(subscription)
             if not self._again_scheduled and self._loop is not None:
                 self._again_scheduled = True
                 self._loop.call_soon(self._drain_again)
+
+    def _read_failed(self, subscription: Subscription, exc: ReadFailed) -> None:
+        """The subscription's read failed (EIO: the disk's fault, which may heal): it
+        ends, and its connection gets MetadataUpdate(STREAM_NOT_AVAILABLE), the stream
+        protocol's word for "subscribe again": clients do, from their last offset. The
+        stream, its other readers and its publishers go on."""
+        s = subscription.session
+        logger.warning(
+            "stream %r: subscription %d from offset %d ended: %s; the client is told the "
+            "stream is unavailable (it subscribes again)",
+            subscription.stream_name,
+            subscription.subscription_id,
+            subscription.offset,
+            exc,
+        )
+        subscriptions.remove(subscription)
+        s.send(c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, subscription.stream_name))
+        s.flush()
 
     def _drain_again(self) -> None:
         """Drains that stopped at their per-turn limit go on, one turn later."""
@@ -257,9 +282,14 @@ def _discard(index: dict[K, set[V]], key: K, value: V) -> None:
             del index[key]
 
 
-async def start_stream_listener(gateway: StreamGateway, host: str, port: int) -> asyncio.Server:
+async def start_stream_listener(
+    gateway: StreamGateway, host: str, port: int, *, start_serving: bool = True
+) -> asyncio.Server:
     """Listen for the stream protocol on host:port (TLS: streamq.app's `serve_tls` with
-    `protocol_factory`, after `attach`). Raises OSError if it cannot bind."""
+    `protocol_factory`, after `attach`); `start_serving` False: bound, accepting only
+    after `start_serving()`. Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
-    return await loop.create_server(gateway.protocol_factory, host, port, reuse_address=True)
+    return await loop.create_server(
+        gateway.protocol_factory, host, port, reuse_address=True, start_serving=start_serving
+    )

@@ -7,6 +7,12 @@ releases the lock. It must not parse protocol bytes itself.
 
 The AMQP port is served by `amqp_gateway`, the HTTP port by `http_gateway` (the
 management API: policies so far).
+
+Readiness: every listener (AMQP, AMQPS, the unix socket, the stream ports, HTTP and
+HTTPS with their WebSocket) is bound only after the broker has recovered its data
+directory, and they start accepting together, the AMQP port last: a client that reaches
+any port finds the whole node up. Under systemd (`Type=notify`) READY=1 follows
+(streamq.sd_notify).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Final, cast
 
 import uvloop
@@ -56,6 +63,7 @@ from streamq.heap import RestTrim, tune_collector
 from streamq.links.supervisor import LinkSupervisor
 from streamq.log.versions import NewerFormat
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.sd_notify import notifier
 from streamq.tls import TlsContexts, TlsError, serve_tls
 
 if TYPE_CHECKING:
@@ -213,16 +221,14 @@ async def _listen_http(
     tls: TlsContexts | None = None,
 ) -> HttpServer:
     """The management API (and AMQP over WebSocket) on plain HTTP, or on HTTPS with
-    `tls`."""
-    # The management gateway (aiohttp and its handlers, about half of the start-up's
-    # imports) is imported on a worker thread once the AMQP listener is up: a restart
-    # serves AMQP clients while it loads.
-    loop = asyncio.get_running_loop()
-    server = await loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
+    `tls`: bound, accepting once `_open_together` opens it."""
+    server = await _import_http()
     what = "HTTP" if tls is None else "HTTPS"
     try:
         if tls is None:
-            started = await server.start_http_server(broker, host, port, websocket=websocket)
+            started = await server.start_http_server(
+                broker, host, port, websocket=websocket, start_serving=False
+            )
         else:
             listen = _tls_listen(tls, what)
             started = await server.start_http_server(
@@ -233,11 +239,30 @@ async def _listen_http(
         raise ServeError(f"cannot listen for {what} on {host}:{port}: {exc.strerror}") from exc
 
 
+def _import_http() -> asyncio.Future[ModuleType]:
+    """The management gateway (aiohttp and its handlers, about half of the start-up's
+    imports), imported on a worker thread: started before the broker's recovery, it
+    loads meanwhile, and every listener opens together after both."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, importlib.import_module, "http_gateway.server")
+
+
 def _tls_listen(
     tls: TlsContexts, what: str
 ) -> Callable[[Callable[[], asyncio.BaseProtocol], str, int], Awaitable[asyncio.Server]]:
     # The https context is read at each accept: a SIGHUP reload swaps it.
-    return lambda factory, host, port: serve_tls(factory, host, port, lambda: tls.https, what)
+    return lambda factory, host, port: serve_tls(
+        factory, host, port, lambda: tls.https, what, start_serving=False
+    )
+
+
+async def _open_together(servers: list[asyncio.Server], last: asyncio.Server) -> None:
+    """Start accepting on every bound listener, `last` (the AMQP port) after the others:
+    a client that reaches the AMQP port finds the HTTP API, and every other port, open.
+    Nothing is awaited between two listen() calls (uvloop's start_serving does not
+    yield), so they open within one turn of the event loop."""
+    for server in [*(s for s in servers if s is not last), last]:
+        await server.start_serving()
 
 
 def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
@@ -258,7 +283,9 @@ def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
 async def _listen_amqps(gateway: Gateway, tls: TlsContexts, host: str, port: int) -> asyncio.Server:
     # The amqps context is read at each accept: a SIGHUP reload swaps it.
     return await _listen(
-        lambda: serve_tls(gateway.protocol_factory, host, port, lambda: tls.amqps, "AMQPS"),
+        lambda: serve_tls(
+            gateway.protocol_factory, host, port, lambda: tls.amqps, "AMQPS", start_serving=False
+        ),
         host,
         port,
         "AMQPS",
@@ -284,7 +311,9 @@ def amqp_tuning(config: ServeConfig) -> AmqpTuning:
 async def _listen_unix(gateway: Gateway, config: ServeConfig) -> UnixListener:
     path = config.amqp_unix_path
     try:
-        return await start_unix_listener(gateway, path, config.unix_proxy_protocol)
+        return await start_unix_listener(
+            gateway, path, config.unix_proxy_protocol, start_serving=False
+        )
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise ServeError(f"cannot listen for AMQP on unix socket {path!r}: {reason}") from exc
@@ -312,7 +341,7 @@ async def _listen_streams(
     host = config.bind
     if config.stream_port >= 0:
         plain = await _listen(
-            lambda: start_stream_listener(streams, host, config.stream_port),
+            lambda: start_stream_listener(streams, host, config.stream_port, start_serving=False),
             host,
             config.stream_port,
             "the stream protocol",
@@ -337,7 +366,19 @@ async def _serve_streams_tls(
     # The AMQPS context (client certificates when tls_verify_peer), read at each accept:
     # a SIGHUP reload swaps it.
     streams.attach(asyncio.get_running_loop())
-    return await serve_tls(streams.protocol_factory, host, port, lambda: tls.amqps, "STREAMS")
+    return await serve_tls(
+        streams.protocol_factory, host, port, lambda: tls.amqps, "STREAMS", start_serving=False
+    )
+
+
+def serving_status(broker: Broker) -> str:
+    """The STATUS= line of a serving broker (systemctl status shows it)."""
+    queues = sum(len(vhost.queues) for vhost in broker.vhosts.values())
+    role = "" if broker.cluster is None else "cluster leader, "
+    return (
+        f"{role}serving {len(broker.clients)} connections, {queues} queues "
+        f"in {len(broker.vhosts)} vhosts"
+    )
 
 
 async def _listen_mqtt(
@@ -354,7 +395,9 @@ async def _listen_mqtt(
     mqtt.attach(asyncio.get_running_loop())  # the resource alarms, for every listener
     if config.mqtt_port >= 0:
         plain = await _listen(
-            lambda: start_mqtt_listener(mqtt, host, config.mqtt_port, config.tcp_proxy_protocol),
+            lambda: start_mqtt_listener(
+                mqtt, host, config.mqtt_port, config.tcp_proxy_protocol, start_serving=False
+            ),
             host,
             config.mqtt_port,
             "MQTT",
@@ -367,7 +410,12 @@ async def _listen_mqtt(
         # accept: a SIGHUP reload swaps it.
         secure = await _listen(
             lambda: serve_tls(
-                mqtt.protocol_factory, host, config.mqtts_port, lambda: contexts.amqps, "MQTTS"
+                mqtt.protocol_factory,
+                host,
+                config.mqtts_port,
+                lambda: contexts.amqps,
+                "MQTTS",
+                start_serving=False,
             ),
             host,
             config.mqtts_port,
@@ -378,7 +426,11 @@ async def _listen_mqtt(
     if config.mqtt_unix_path:
         path = config.mqtt_unix_path
         try:
-            unix.append(await start_mqtt_unix_listener(mqtt, path, config.unix_proxy_protocol))
+            unix.append(
+                await start_mqtt_unix_listener(
+                    mqtt, path, config.unix_proxy_protocol, start_serving=False
+                )
+            )
         except OSError as exc:
             reason = exc.strerror or str(exc)
             raise ServeError(f"cannot listen for MQTT on unix socket {path!r}: {reason}") from exc
@@ -409,7 +461,8 @@ async def run_broker(
     on_tls: Callable[[TlsContexts], None] | None = None,
     cluster: ClusterRole | None = None,
 ) -> None:
-    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening,
+    """Run until `stop` is set; `on_ready(amqp_port, http_port)` is called once listening
+    (every listener opens at once, after the broker's recovery: `_open_together`),
     `on_tls` with the TLS contexts (for their reload) when a TLS port is on, `on_broker`
     with the broker before anything else sees it.
 
@@ -430,6 +483,7 @@ async def run_broker(
     streams: StreamGateway | None = None
     mqtt: MqttGateway | None = None
     mqtt_unix: list[MqttUnixListener] = []
+    http_import = _import_http()  # loads while the broker recovers
     try:
         if config.pidfile:
             try:
@@ -444,6 +498,7 @@ async def run_broker(
             first_user=first_user(config),
             failover=cluster is not None and cluster.failover,
         )
+        notifier().status(f"recovering {os.path.abspath(config.data_dir)}")
         try:
             if cluster is None:
                 broker = open_broker()
@@ -459,6 +514,7 @@ async def run_broker(
         if config.load_definitions:
             await load_definitions(broker, config.load_definitions)
         http_bind = config.bind if config.http_bind is None else config.http_bind
+        await http_import
         amqp = await _listen(
             lambda: start_tcp_listener(
                 gateway,
@@ -466,6 +522,7 @@ async def run_broker(
                 config.amqp_port,
                 config.tcp_proxy_protocol,
                 None if cluster is None else cluster.trusted_proxy,
+                start_serving=False,
             ),
             config.bind,
             config.amqp_port,
@@ -506,6 +563,11 @@ async def run_broker(
             )
             listeners += await _listen_mqtt(mqtt, config, servers, mqtt_unix, tls)
         broker.listeners[:] = listeners
+        if tls is not None:
+            broker.tls_files = (config.tls_cert, config.tls_ca_cert)
+        unix_servers = [unix.server] if unix is not None else []
+        unix_servers += [listener.server for listener in mqtt_unix]
+        await _open_together(servers + unix_servers, amqp)
         # Shovels and federation links start once this broker serves AMQP: an `amqp://`
         # URI (this broker) connects through the gateway directly.
         links = LinkSupervisor(broker, gateway.direct_connector(), _bound_port(amqp))
@@ -515,11 +577,13 @@ async def run_broker(
             " ".join(f"{name}={host}:{port}" for name, host, port in listeners),
             os.path.abspath(config.data_dir),
         )
+        notifier().ready(serving_status(broker), functools.partial(serving_status, broker))
         if on_ready is not None:
             on_ready(_bound_port(amqp), _bound_port(http.server))
         await stop.wait()
         logger.info("shutting down")
     finally:
+        notifier().serving_ended()
         for server in servers:
             server.close()
         if unix is not None:
@@ -569,19 +633,28 @@ def _one_broker(
     return run_broker(config, stop, on_tls=tls.append)
 
 
+def _stopping(stop: asyncio.Event) -> None:
+    """SIGTERM or SIGINT: tell systemd (STOPPING=1), then stop."""
+    if not stop.is_set():
+        notifier().stopping()
+    stop.set()
+
+
 async def _main(config: ServeConfig, run: Runner) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, _stopping, stop)
     tls: list[TlsContexts] = []
     loop.add_signal_handler(signal.SIGHUP, _reload, tls)
     rest_trim = RestTrim()  # freed memory back to the kernel at rest (heap.py)
     rest_trim.start()
+    notifier().start()  # the watchdog's pings (under systemd with WatchdogSec)
     try:
         await run(config, stop, tls)
     finally:
         rest_trim.stop()
+        await notifier().stop()
 
 
 def serve(config: ServeConfig, run: Runner = _one_broker) -> None:

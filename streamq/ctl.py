@@ -24,16 +24,21 @@ from contextlib import contextmanager
 from typing import Final
 
 from streamq.broker.accounts import AccountStore, Permission, TopicPermission
+from streamq.broker.backup_files import BackupFailed, BackupRefused, copy_stopped
 from streamq.broker.errors import BrokerError
 from streamq.ctlhttp import commands
-from streamq.ctlhttp.client import EXIT_USAGE, CtlError
-from streamq.ctlhttp.output import Done, Result, Row, Table, render
+from streamq.ctlhttp.backup import summary
+from streamq.ctlhttp.client import EXIT_USAGE, CtlError, JsonValue
+from streamq.ctlhttp.output import Done, Result, Row, Table, Value, render
 
 LOCK_FILE: Final = ".lock"  # the file `streamq.app.lock_data_dir` locks: keep them in step
 LOCK_PID_BYTES_MAX: Final = 32
 PERMISSION_COLUMNS: Final = ("configure", "write", "read")
 TOPIC_PERMISSION_COLUMNS: Final = ("exchange", "write", "read")
 OFFLINE_HINT: Final = "(if the broker is stopped, give --data-dir to edit its accounts)"
+BACKUP_OFFLINE_HINT: Final = (
+    "(if the broker is stopped, give --data-dir DATA to copy its data directory)"
+)
 
 OfflineHandler = Callable[[AccountStore, argparse.Namespace], Result]
 
@@ -60,12 +65,16 @@ def main(args: argparse.Namespace) -> int:
     commands.resolve_vhost(args)
     if args.data_dir is None or args.ctl_command in commands.LOCAL_VERBS:
         offline = args.ctl_command in OFFLINE_VERBS
-        return commands.run(args, unavailable_hint=OFFLINE_HINT if offline else "")
+        hint = OFFLINE_HINT if offline else ""
+        if args.ctl_command == "backup":
+            hint = BACKUP_OFFLINE_HINT
+        return commands.run(args, unavailable_hint=hint)
     try:
-        result = _run_offline(args)
+        run_offline = _backup_offline if args.ctl_command == "backup" else _run_offline
+        result = run_offline(args)
     except CtlError as exc:
         return commands.report(exc)
-    except (BrokerError, OSError) as exc:
+    except (BrokerError, BackupRefused, BackupFailed, OSError) as exc:
         return commands.report(CtlError(str(exc)))
     return commands.emit(render(result, args.output_format))
 
@@ -84,6 +93,21 @@ def _run_offline(args: argparse.Namespace) -> Result:
         )
     with locked_data_dir(args.data_dir):
         return handler(AccountStore.open(args.data_dir), args)
+
+
+def _backup_offline(args: argparse.Namespace) -> Result:
+    """`backup DIR` of a stopped broker's data directory: copied under its lock."""
+    if args.uri is not None:
+        raise CtlError(
+            "give --uri (a running broker) or --data-dir (a stopped one), not both", EXIT_USAGE
+        )
+    if not os.path.isdir(args.data_dir):
+        raise CtlError(f"{args.data_dir} is not a data directory")
+    with locked_data_dir(args.data_dir):
+        source, target = os.path.abspath(args.data_dir), os.path.abspath(args.directory)
+        manifest = copy_stopped(source, target, links=not args.copy)
+    report: dict[str, JsonValue] = dict(manifest)
+    return Value(report, summary(report))
 
 
 @contextmanager

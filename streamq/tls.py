@@ -174,12 +174,19 @@ async def serve_tls(
     port: int,
     context: Callable[[], ssl.SSLContext],
     what: str,
+    *,
+    start_serving: bool = True,
 ) -> asyncio.Server:
     """Listen on host:port; each connection gets `context()`'s TLS, then a protocol from
-    `factory`. `what` names the listener in log lines. Raises OSError if it cannot bind."""
+    `factory`. `what` names the listener in log lines; `start_serving` False: bound,
+    accepting only after `start_serving()`. Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: _accept(factory, context, what), host, port, reuse_address=True
+        lambda: _accept(factory, context, what),
+        host,
+        port,
+        reuse_address=True,
+        start_serving=start_serving,
     )
 
 

@@ -6,12 +6,14 @@
 # rabbitmq-stream-js-client, and @cloudamqp/amqp-client in the browser), which the tests
 # install with `npm ci`; etcd-server
 # for the clustering tests, which start their own etcd on free loopback ports; iproute2
-# for the fault suite's test hosts (`ip netns`, tests/faults/netns.py); a Java runtime
-# for the Spark tests' local SparkSession. As root it
+# for the fault suite's test hosts (`ip netns`, tests/faults/netns.py); libfaketime for
+# its wall-clock steps on one node (tests/faults/clock.py); a Java runtime
+# for the Spark tests' local SparkSession; systemd for `systemd-analyze`, which checks the
+# unit file (packaging/systemd/streamq.service). As root it
 # installs them with apt-get; otherwise through
 # `sudo -n` when that needs no password; else it prints the one command to run and stops.
 set -eu
-PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server iproute2 openjdk-17-jre-headless"
+PACKAGES="rabbitmq-server chromium chromium-driver nodejs npm etcd-server iproute2 libfaketime openjdk-17-jre-headless systemd"
 missing=""
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$missing rabbitmq-server"
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
@@ -20,7 +22,9 @@ command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
 command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || missing="$missing libfaketime"
 command -v java >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || missing="$missing openjdk-17-jre-headless"
+command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ]; then
     run=""

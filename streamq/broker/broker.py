@@ -75,6 +75,9 @@ class Broker:
         self.started_s = time.monotonic()
         # (protocol, address, port) of each listener, as the serving process records them.
         self.listeners: list[tuple[str, str, int]] = []
+        # The certificate and CA files of the TLS listeners ("": none), for the
+        # certificate-expiration health check; the serving process sets them.
+        self.tls_files: tuple[str, str] = ("", "")
         # The links runtime hears of each runtime parameter change through these (and of
         # every parameter there is when it appends itself), and registers what it runs
         # in `links` for the management API.

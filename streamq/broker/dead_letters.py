@@ -39,6 +39,7 @@ from streamq.broker.queue import Queue
 from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_routing import Router
 from streamq.broker.vhost_schedule import Schedule
+from streamq.log.errors import ReadFailed
 from streamq.log.format import Record
 from streamq.log.log import SegmentLog
 from streamq.queues.journal import dead_mark, dead_of
@@ -99,7 +100,7 @@ class DeadLetters:
         self.name = publisher.name
         self._router = router  # routes the copies; the registry; the gateway's codec
         self._publisher = publisher  # publishes the copies; the vhost's log
-        self._schedule = schedule  # fails a queue whose message cannot be read
+        self._schedule = schedule  # fails (holds back, for EIO) a queue it cannot read
         # Wired in by the vhost (delivery is a component above this one): a drain round.
         self.drain: Callable[[], None] = _unwired
         self.held: dict[Queue, QueueDeadLetters] = {}
@@ -111,24 +112,27 @@ class DeadLetters:
 
     def hold(
         self, queue: Queue, offset: int, reason: str, now_ms: int, *, taken: Record | None = None
-    ) -> None:
+    ) -> bool:
         """Dead-letter the message at `offset` of `queue` at least once: in flight
         (`taken` None), or just taken from the cursor with its record `taken`. The queue
-        holds it until every target has it; its copy goes out now where it can."""
+        holds it until every target has it; its copy goes out now where it can. Returns
+        False when the message in flight could not be read for an I/O error (EIO): it
+        is still in flight, for the caller to requeue."""
         record = taken
         if record is None:
             try:
                 record = read_message(self._publisher.log, offset)
             except MessageUnreadable as exc:
-                self._schedule.fail_queue(queue, str(exc))
-                return
+                self._schedule.unreadable(queue, exc)
+                return not isinstance(exc.__cause__, ReadFailed)
         time_s = now_ms // 1000
         size = None if taken is None else len(record.body)
         if not queue.cursor.hold_dead(offset, size, dead_mark(reason, time_s)):
-            return  # no longer in flight: settled meanwhile
+            return True  # no longer in flight: settled meanwhile
         held = HeldDeadLetter(offset, reason, time_s)
         self._send(queue, held, record, now_ms)
         self.held.setdefault(queue, QueueDeadLetters()).file(held)
+        return True
 
     @staticmethod
     def bounded(expired: Callable[[int], Record | None]) -> Callable[[int], Record | None]:
@@ -202,8 +206,8 @@ class DeadLetters:
             budget -= 1
             try:
                 record = read_message(self._publisher.log, held.offset)
-            except MessageUnreadable as exc:
-                self._schedule.fail_queue(queue, str(exc))
+            except MessageUnreadable as exc:  # EIO: sent again at a later tick
+                self._schedule.unreadable(queue, exc)
                 break
             if self._send(queue, held, record, now_ms):
                 # Hand the copy to the target's consumers now, as a publish is handed

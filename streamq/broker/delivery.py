@@ -49,7 +49,11 @@ consumers, a share of a few messages each would cost a socket write per few mess
 
 
 class MessageUnreadable(Exception):
-    """A queued message could not be read back from the log."""
+    """A queued message could not be read back from the log. Its cause says why: a
+    ReadFailed (an I/O error, which may heal) or damage. `consumer` is the one the
+    delivery was for, if any (set by the drain round)."""
+
+    consumer: Consumer | None = None
 
 
 def deliver_run(log: SegmentLog, queue: Queue, consumer: Consumer, first: int, count: int) -> int:
@@ -141,35 +145,40 @@ def round_robin(
     budget_given = budget
     no_ack = 0
     single = count > 1 or (take is not None and run_length is None)
-    while idle < count and budget > 0:
-        consumer = consumers[index % count]
-        index += 1
-        credit = consumer.credit()
-        if credit <= 0:
-            idle += 1
-            continue
-        idle = 0
-        if not single:
-            sent = _deliver_fresh(log, queue, consumer, min(credit, budget), run_length)
-            if sent:
-                if consumer.no_ack:
-                    no_ack += sent
-                budget -= sent
+    try:
+        while idle < count and budget > 0:
+            consumer = consumers[index % count]
+            index += 1
+            credit = consumer.credit()
+            if credit <= 0:
+                idle += 1
                 continue
-        taken = _take_one(log, queue, take)
-        if taken is None:
-            # This consumer got nothing: its turn is the next message's, as in
-            # RabbitMQ, where only a consumer that received moves to the back.
-            index -= 1
-            empty = True
-            break
-        no_ack += _deliver_one(queue, consumer, taken)
-        budget -= 1
-    queue.next_consumer = index % count
-    # Counted once per batch, not per message (the hot path).
-    stats = queue.stats
-    stats.deliver += budget_given - budget - no_ack
-    stats.deliver_no_ack += no_ack
+            idle = 0
+            if not single:
+                sent = _deliver_fresh(log, queue, consumer, min(credit, budget), run_length)
+                if sent:
+                    if consumer.no_ack:
+                        no_ack += sent
+                    budget -= sent
+                    continue
+            taken = _take_one(log, queue, take)
+            if taken is None:
+                # This consumer got nothing: its turn is the next message's, as in
+                # RabbitMQ, where only a consumer that received moves to the back.
+                index -= 1
+                empty = True
+                break
+            no_ack += _deliver_one(queue, consumer, taken)
+            budget -= 1
+    except MessageUnreadable as exc:
+        exc.consumer = consumer  # the delivery that failed was this one's
+        raise
+    finally:
+        queue.next_consumer = index % count
+        # Counted once per batch, not per message (the hot path).
+        stats = queue.stats
+        stats.deliver += budget_given - budget - no_ack
+        stats.deliver_no_ack += no_ack
     return budget, empty
 
 
@@ -207,36 +216,41 @@ def _rotate(
             (turns if consumer.credit() > 0 else queue.parked).append(consumer)
     empty, budget_given, no_ack = False, budget, 0
     runs = take is None or run_length is not None
-    while turns and budget > 0:
-        ready = cursor.message_count
-        if not ready:
-            # Nothing to hand out: no consumer is tried, so none is parked (RabbitMQ's
-            # run_message_queue looks at the queue before its consumers).
-            empty = True
-            break
-        consumer = turns[0]
-        credit = consumer.credit()
-        if credit <= 0:
-            queue.parked.append(turns.popleft())
-            continue
-        sent = 0
-        if runs:
-            size = run_size(ready, len(turns), credit, budget)
-            sent = _deliver_fresh(log, queue, consumer, size, run_length)
-        if not sent:
-            taken = _take_one(log, queue, take)
-            if taken is None:
-                empty = True  # the head keeps its turn for the next message, as in RabbitMQ
+    try:
+        while turns and budget > 0:
+            ready = cursor.message_count
+            if not ready:
+                # Nothing to hand out: no consumer is tried, so none is parked (RabbitMQ's
+                # run_message_queue looks at the queue before its consumers).
+                empty = True
                 break
-            _deliver_one(queue, consumer, taken)
-            sent = 1
-        turns.rotate(-1)
-        if consumer.no_ack:
-            no_ack += sent
-        budget -= sent
-    stats = queue.stats
-    stats.deliver += budget_given - budget - no_ack
-    stats.deliver_no_ack += no_ack
+            consumer = turns[0]
+            credit = consumer.credit()
+            if credit <= 0:
+                queue.parked.append(turns.popleft())
+                continue
+            sent = 0
+            if runs:
+                size = run_size(ready, len(turns), credit, budget)
+                sent = _deliver_fresh(log, queue, consumer, size, run_length)
+            if not sent:
+                taken = _take_one(log, queue, take)
+                if taken is None:
+                    empty = True  # the head keeps its turn for the next message, as in RabbitMQ
+                    break
+                _deliver_one(queue, consumer, taken)
+                sent = 1
+            turns.rotate(-1)
+            if consumer.no_ack:
+                no_ack += sent
+            budget -= sent
+    except MessageUnreadable as exc:
+        exc.consumer = turns[0] if turns else None  # the head: the delivery was its
+        raise
+    finally:
+        stats = queue.stats
+        stats.deliver += budget_given - budget - no_ack
+        stats.deliver_no_ack += no_ack
     return budget, empty
 
 

@@ -23,6 +23,17 @@ class QueueUnavailable(BrokerError):
         super().__init__(f"queue '{name}' in vhost '{vhost}' is unavailable: {reason}")
 
 
+class MessageReadFailed(QueueUnavailable):
+    """AMQP 404 as QueueUnavailable (RabbitMQ's code for a queue it cannot serve now),
+    HTTP 503: reading a message of the queue failed with an I/O error (EIO). Only that
+    read failed: the queue goes on, the message stays in it, a later read may work."""
+
+    def __init__(self, name: str, vhost: str, reason: str) -> None:
+        BrokerError.__init__(
+            self, f"queue '{name}' in vhost '{vhost}': {reason}; the message stays queued"
+        )
+
+
 class PreconditionFailed(BrokerError):
     """AMQP 406: inequivalent redeclare, bad argument, queue in use or not empty."""
 

@@ -18,12 +18,13 @@ from collections.abc import Mapping
 from typing import Final
 
 from retention.rules import RuleInvalid, rules_from_arguments
+from streamq.broker.delivery import MessageUnreadable, unreadable_text
 from streamq.broker.equivalence import type_name
 from streamq.broker.errors import PreconditionFailed
 from streamq.broker.queue import Consumer, Queue
 from streamq.log import files
 from streamq.log.amqp10 import NATIVE_MARK, as_amqp091, filter_properties
-from streamq.log.errors import LogError
+from streamq.log.errors import LogError, ReadFailed
 from streamq.log.format import Record
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
@@ -116,10 +117,17 @@ def delete_stream_files(directory: str) -> None:
 
 def drain_stream(queue: Queue, stream: StreamQueue) -> bool:
     """Deliver the next records to every consumer of `stream` that has credit, one
-    consumer after the other; returns True if it stopped at its limit with more to do."""
+    consumer after the other; returns True if it stopped at its limit with more to do.
+    Raises MessageUnreadable naming the consumer whose read failed with an I/O error
+    (the stream goes on), LogError when the log failed."""
     budget = DRAIN_RECORDS_MAX
     for consumer in list(queue.consumers):
-        budget = _drain_consumer(queue, stream, consumer, budget)
+        try:
+            budget = _drain_consumer(queue, stream, consumer, budget)
+        except ReadFailed as exc:
+            unreadable = MessageUnreadable(unreadable_text(consumer.stream_position, exc))
+            unreadable.consumer = consumer
+            raise unreadable from exc
         if budget <= 0:
             return True
     return False

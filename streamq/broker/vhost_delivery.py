@@ -31,13 +31,13 @@ from streamq.broker.delivery import (
     round_robin,
     unexpired_runs,
 )
-from streamq.broker.errors import AccessRefused, QueueUnavailable
+from streamq.broker.errors import AccessRefused, MessageReadFailed, QueueUnavailable
 from streamq.broker.queue import Consumer, Queue
 from streamq.broker.streams import drain_stream
 from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_settle import Settler
-from streamq.log.errors import LogError
+from streamq.log.errors import LogError, ReadFailed
 from streamq.log.format import Record
 from streamq.queues.classic import ReadyMessage
 
@@ -129,10 +129,15 @@ class Delivery:
 
     def get(self, queue: Queue, now_ms: int) -> tuple[ReadyMessage, Record] | None:
         """basic.get: `take`, and the message is in flight (settle or requeue it).
-        Raises QueueUnavailable when the message cannot be read (the queue fails)."""
+        Raises QueueUnavailable when the message cannot be read (the queue fails), and
+        MessageReadFailed for an I/O error reading it (the queue goes on, the message
+        stays in it)."""
         try:
             taken = self.take(queue, now_ms)
         except MessageUnreadable as exc:
+            if isinstance(exc.__cause__, ReadFailed):  # EIO: this get fails, not the queue
+                self.schedule.read_failed(queue, str(exc))
+                raise MessageReadFailed(queue.name, self.name, str(exc)) from exc
             self.fail_queue(queue, str(exc))
             raise QueueUnavailable(queue.name, self.name, str(exc)) from exc
         if taken is not None:
@@ -182,10 +187,14 @@ class Delivery:
                 self._queue_changed(queue)
 
     def _drain_queue(self, queue: Queue) -> None:
+        if self.schedule.read_held and queue in self.schedule.read_held:
+            return  # its last read failed (EIO): the retry comes (`Schedule.retry_reads`)
         if queue.stream is not None:
             try:
                 if drain_stream(queue, queue.stream):
                     self.kick(queue)
+            except MessageUnreadable as exc:  # EIO: that consumer's read, not the stream
+                self.schedule.read_failed(queue, str(exc), exc.consumer)
             except LogError as exc:
                 self.fail_queue(queue, f"its log failed: {exc}")
             return
@@ -222,7 +231,7 @@ class Delivery:
             try:
                 budget, empty = round_robin(self.log, queue, group, take, budget, runs_from)
             except MessageUnreadable as exc:
-                self.fail_queue(queue, str(exc))
+                self.schedule.unreadable(queue, exc, exc.consumer)
                 return
             if empty:
                 queue.in_flow = False

@@ -7,7 +7,9 @@ work due (a publish, an ack, a requeue, a stream append) adds to it here and, wh
 was idle, calls `wakeup` once: the gateway then runs `VHost.drain` and the streams'
 sync rounds in its next loop turn, so that deliveries and fsyncs are batched per turn.
 
-It also takes a failed queue out of all of it (`fail_queue`). It is the lowest of the
+It also takes a failed queue out of all of it (`fail_queue`), and holds back for a while
+the deliveries of a queue whose read met an I/O error (`unreadable`, `retry_reads`: the
+disk's fault, which may heal, not the queue's). It is the lowest of the
 vhost's components (see docs/architecture.md, "The vhost's components"): it imports
 none of them and knows no AMQP; it never reads the log.
 """
@@ -17,11 +19,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Final
 
-from streamq.broker.queue import Queue
+from streamq.broker.queue import Consumer, Queue
+from streamq.log.errors import ReadFailed
 from streamq.log_fields import QUEUE, VHOST
 
 logger = logging.getLogger(__name__)
+
+READ_RETRY_S: Final = 1.0
+"""How long a queue whose read failed with an I/O error (EIO) waits before reading again
+(`Schedule.unreadable`): one failed delivery, one cancelled consumer and one log line per
+queue per interval at most while the fault lasts."""
 
 
 class Schedule:
@@ -31,6 +40,7 @@ class Schedule:
         "_streams_syncing",
         "dirty",
         "name",
+        "read_held",
         "stream_synced_listeners",
         "streams_unsynced",
         "wakeup",
@@ -43,6 +53,9 @@ class Schedule:
         # The gateway's: called when work becomes due while none was (once per turn).
         self.wakeup: Callable[[], None] = lambda: None
         self.streams_unsynced: set[Queue] = set()  # streams with appends not yet durable
+        # Queues whose last read failed with an I/O error, and when (time.monotonic())
+        # they may read again: their drain rounds and expiry wait until then.
+        self.read_held: dict[Queue, float] = {}
         self._streams_syncing: set[Queue] = set()
         # Followers of streams outside the AMQP gateway (stream_gateway): called with the
         # queue after each sync round of a stream (its appends became durable: confirms
@@ -112,3 +125,50 @@ class Schedule:
             consumer.cancel_by_broker()
         self.dirty.discard(queue)
         self.streams_unsynced.discard(queue)
+        self.read_held.pop(queue, None)
+
+    def unreadable(self, queue: Queue, exc: Exception, consumer: Consumer | None = None) -> None:
+        """A message of `queue` could not be read (`exc`, a MessageUnreadable): an I/O
+        error (ReadFailed, EIO) holds the queue's reads back (`read_failed`); anything
+        else (damage, a missing record) fails the queue (`fail_queue`)."""
+        if isinstance(exc.__cause__, ReadFailed):
+            self.read_failed(queue, str(exc), consumer)
+        else:
+            self.fail_queue(queue, str(exc))
+
+    def read_failed(self, queue: Queue, reason: str, consumer: Consumer | None = None) -> None:
+        """A read of `queue`'s messages failed with an I/O error: the disk's fault, which
+        may heal, so the queue does not fail. The message stays where it was (queued,
+        not delivered, not acked); the consumer the delivery was for, if any, is
+        cancelled (basic.cancel: its clear error; the queue's other consumers stay);
+        the queue's deliveries and expiry wait READ_RETRY_S, then read again
+        (`retry_reads`); publishing to it goes on."""
+        cancelled = ""
+        if consumer is not None and consumer in queue.consumers:
+            queue.consumers.remove(consumer)
+            if consumer in queue.turns:
+                queue.turns.remove(consumer)
+            elif consumer in queue.parked:
+                queue.parked.remove(consumer)
+            consumer.cancel_by_broker()
+            cancelled = f"its consumer {consumer.tag!r} cancelled, "
+        logger.warning(
+            "vhost %s: queue %r: %s; %sthe message stays queued, read again in %.1f s",
+            self.name,
+            queue.name,
+            reason,
+            cancelled,
+            READ_RETRY_S,
+        )
+        queue.window.release()
+        queue.in_flow = False
+        self.read_held[queue] = time.monotonic() + READ_RETRY_S
+        self.dirty.discard(queue)
+
+    def retry_reads(self, now_s: float) -> None:
+        """Let the queues whose read failed READ_RETRY_S ago read again (a drain round
+        each; the housekeeping timer calls it)."""
+        for queue, until_s in list(self.read_held.items()):
+            if until_s <= now_s:
+                del self.read_held[queue]
+                self.kick(queue)

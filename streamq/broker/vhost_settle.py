@@ -33,6 +33,7 @@ from streamq.broker.streams import track
 from streamq.broker.vhost_publish import Publisher
 from streamq.broker.vhost_routing import Router
 from streamq.broker.vhost_schedule import Schedule
+from streamq.log.errors import ReadFailed
 from streamq.log.format import Record
 from streamq.log.log import RunMessage
 
@@ -205,12 +206,14 @@ class Settler:
             return 0
         if queue.message_ttl_ms is None and not queue.holds_expiring:
             return 0
+        if queue in self.schedule.read_held:
+            return 0  # its last read failed (EIO): read again after the retry interval
         expired_runs = 0
         if not queue.holds_expiring and queue.max_priority is None and not queue.at_least_once:
             try:
                 expired_runs = self._expire_head_runs(queue, now_ms, fresh_from)
             except MessageUnreadable as exc:
-                self.fail_queue(queue, str(exc))
+                self.schedule.unreadable(queue, exc)
                 return 0
         run: list[DeadLetterRun | None] = [None]
         cursor = queue.cursor
@@ -232,7 +235,7 @@ class Settler:
         try:
             taken = cursor.take_expired(expired, dead_letter)
         except MessageUnreadable as exc:
-            self.fail_queue(queue, str(exc))
+            self.schedule.unreadable(queue, exc)
             return 0
         return expired_runs + len(taken)
 
@@ -318,13 +321,16 @@ class Settler:
         dead-letter exchange with its death recorded, or drop it (no DLX, a missing one,
         or a cycle); an at-least-once queue holds it until its targets have it."""
         if queue.at_least_once:
-            self.dead_letters.hold(queue, offset, reason, now_ms)
+            if not self.dead_letters.hold(queue, offset, reason, now_ms):
+                self.requeue(queue, offset)  # its read failed (EIO): it stays queued
             return
         if queue.dead_letter_exchange is not None:
             try:
                 record = read_message(self.log, offset)
             except MessageUnreadable as exc:
-                self.fail_queue(queue, str(exc))
+                self.schedule.unreadable(queue, exc)
+                if isinstance(exc.__cause__, ReadFailed):
+                    self.requeue(queue, offset)  # not lost: dead-lettered when rejected again
                 return
             self.dead_letter_record(queue, record, reason, now_ms)
         self.settle(queue, offset)
@@ -335,7 +341,7 @@ class Settler:
             record = read_queued(self.log, queue, offset)
         except MessageUnreadable as exc:
             queue.cursor.untake(offset)
-            self.fail_queue(queue, str(exc))
+            self.schedule.unreadable(queue, exc)
             return
         self.dead_letter_record(queue, record, reason, now_ms)
         queue.cursor.dropped(offset, len(record.body))

@@ -39,8 +39,10 @@ from streamq.cluster.link_tls import LinkTls, link_tls
 from streamq.cluster.membership import Membership, NodeInfo, load_node_id
 from streamq.cluster.sync import SYNCING_MARKER
 from streamq.cluster.view import LeaderView
+from streamq.log.errors import OutOfSpace
 from streamq.log.tap import FileTap, set_tap
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.sd_notify import notifier
 from streamq.tls import TlsContexts
 
 logger = logging.getLogger("streamq")
@@ -50,6 +52,7 @@ ETCD_RETRY_S_MAX: Final = 5.0
 LEASE_CHECK_S: Final = 0.1  # how often a leader looks at its lease's validity
 RECHECK_S: Final = 5.0  # a follower re-reads the leader and ISR at least this often
 RESIGN_TIMEOUT_S: Final = 3.0
+NODE_ID_RETRY_S: Final = 1.0  # a first start on a full disk tries to write its id again
 WILDCARDS: Final = frozenset({"", "0.0.0.0", "::"})
 
 
@@ -111,7 +114,7 @@ class Node:
                     write_pidfile(self.config.pidfile)
                 except PidfileError as exc:
                     raise ServeError(str(exc)) from exc
-            self.node_id = load_node_id(self.config.data_dir)
+            self.node_id = await self._load_node_id()
             self._hooks = Hooks(self.node_id, advertised_uri(self.config))
             endpoints = self.config.clustering_etcd_endpoints.split(",")
             self._etcd = Etcd(endpoints)
@@ -129,6 +132,20 @@ class Node:
         logger.info("stopped")
 
     # Membership: a lease in etcd, renewed by starting over when it is lost.
+
+    async def _load_node_id(self) -> str:
+        """The node's id (`load_node_id`); a first start on a full disk, which cannot write
+        it yet, is held and tries again every NODE_ID_RETRY_S until there is room."""
+        while True:
+            try:
+                return await asyncio.to_thread(load_node_id, self.config.data_dir)
+            except OutOfSpace as exc:
+                logger.warning(
+                    "clustering: no room to write the node id (%s); trying again in %.0f s",
+                    exc.strerror,
+                    NODE_ID_RETRY_S,
+                )
+                await asyncio.sleep(NODE_ID_RETRY_S)
 
     async def _member_loop(self) -> None:
         while not self.stop.is_set():
@@ -232,12 +249,19 @@ class Node:
         if current is not None:
             self.following = None
             await current.close()
-        if leader is not None:
+        if leader is None:
+            if not self.stop.is_set():
+                notifier().status("cluster node, no leader to follow")
+        else:
             link = self._link_tls
             client_tls = (lambda: link.client) if link is not None else None
             self.following = Following(self.config, self.node_id, self.secret, leader,
                                        client_tls)  # fmt: skip
             await self.following.start()
+            # Ready as a follower: its client ports forward to the leader (systemd's
+            # READY=1 once, the first time; STATUS= says which role, each time).
+            notifier().ready(f"cluster follower, forwarding to leader {leader.node_id} "
+                             f"at {leader.amqp}")  # fmt: skip
 
     # Leading.
 

@@ -230,7 +230,7 @@ class ReplicationClient:
                     fd = await self._on_thread(open_copy, self.data_dir, path, start)
                 elif kind == wire.FILE_DATA and fd is not None:
                     position, data = wire.decode_positioned(body)
-                    await self._on_thread(os.pwrite, fd, data, position)
+                    await self._on_thread(write_at, fd, data, position)
                 elif kind == wire.FILE_END and fd is not None:
                     await self._on_thread(finish_copy, fd, wire.parse_u64(body))
                     fd = None
@@ -388,6 +388,17 @@ def open_copy(root: str, path: str, start: int) -> int:
     fd = os.open(full, os.O_WRONLY | os.O_CREAT, 0o644)
     os.ftruncate(fd, start)
     return fd
+
+
+def write_at(fd: int, data: bytes | memoryview, position: int) -> None:
+    """Write all of `data` at `position`: a short write (a filling disk) goes on from
+    where it stopped; a full disk raises OSError (ENOSPC), which ends the connection,
+    and the next one's full sync asks for the file again."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
 
 
 def finish_copy(fd: int, size: int) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from streamq.argtypes import non_negative_int
-from streamq.ctlhttp import accounts, entities, links, node
+from streamq.ctlhttp import accounts, backup, entities, links, node
 from streamq.ctlhttp.client import (
     DEFAULT_URI,
     EXIT_ERROR,
@@ -101,7 +101,7 @@ def add_global_flags(parser: argparse.ArgumentParser, *, on_verb: bool) -> None:
         default=default(None),
         metavar="DIR",
         help="edit the users, vhosts and permissions of a stopped broker's data directory "
-        "instead of calling a running broker",
+        "(or back it up) instead of calling a running broker",
     )
 
 
@@ -394,5 +394,13 @@ VERBS: Final = (
         "cluster_status",
         "list the cluster's nodes: role, in-sync replica membership and replication lag",
         node.cluster_status,
+    ),
+    Verb(
+        "backup",
+        "copy the running broker's data directory into DIR (on the broker's host; empty or "
+        "new), consistent and without stopping it",
+        backup.backup,
+        ("directory",),
+        backup.options,
     ),
 )

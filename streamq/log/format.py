@@ -66,6 +66,7 @@ from typing import Final, NamedTuple
 
 from streamq.log._records import crc32c
 from streamq.log.errors import SegmentCorrupted
+from streamq.log.versions import refuse_newer
 
 SEGMENT_MAGIC: Final = b"SQSG"
 INDEX_MAGIC: Final = b"SQIX"
@@ -162,13 +163,17 @@ def decode_segment_floor(data: bytes) -> int:
 def decode_segment_header(data: bytes, path: str) -> int:
     """Validate a segment header and return its base offset.
 
-    Raises SegmentCorrupted when the magic, version, size or checksum is wrong.
+    Raises SegmentCorrupted when the magic, version, size or checksum is wrong, and
+    NewerFormat (streamq/log/versions.py) for a version above this streamq's.
     """
     if len(data) < SEGMENT_HEADER_BYTES:
         raise SegmentCorrupted(path, 0, "segment header is truncated")
     magic, version, header_bytes, base, _floor, _reserved, crc = SEGMENT_HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise SegmentCorrupted(path, 0, f"bad segment magic {magic!r}")
+    # Before any check a newer layout may fail: a newer segment is never taken for a
+    # damaged one (whose header recovery rewrites).
+    refuse_newer_segment(data, path)
     if version != FORMAT_VERSION:
         raise SegmentCorrupted(path, 0, f"unsupported segment format version {version}")
     if header_bytes != SEGMENT_HEADER_BYTES:
@@ -176,6 +181,19 @@ def decode_segment_header(data: bytes, path: str) -> int:
     if crc32c(data[:28]) != crc:
         raise SegmentCorrupted(path, 0, "segment header checksum mismatch")
     return int(base)
+
+
+def refuse_newer_segment(data: bytes, path: str) -> None:
+    """Raise NewerFormat when `data` starts with an intact segment header of a version
+    above this streamq's: its magic, and the CRC32C of its first 28 bytes at byte 28,
+    which every segment format version keeps (docs/log-format.md). A header whose CRC
+    fails is damage (a flipped bit in the version field is not a newer streamq), left to
+    the checks of `decode_segment_header`."""
+    if len(data) < SEGMENT_HEADER.size or data[:4] != SEGMENT_MAGIC:
+        return
+    fields = SEGMENT_HEADER.unpack_from(data, 0)
+    if fields[1] > FORMAT_VERSION and crc32c(data[:28]) == fields[6]:
+        refuse_newer(path, "segment", fields[1], FORMAT_VERSION)
 
 
 def record_size(message: Message) -> int:
@@ -339,12 +357,12 @@ def encode_index(
     return head[:44] + _crc_u32.pack(crc) + body
 
 
-def decode_index(data: bytes) -> IndexFile | None:
-    """Decode an index file, or None if it is truncated, corrupt or of another version.
+def decode_index(data: bytes, path: str = "index") -> IndexFile | None:
+    """Decode an index file, or None if it is truncated, corrupt or of an older version.
 
     An index can always be rebuilt from its segment, so a bad one is not an error.
     """
-    if not index_intact(data):
+    if not index_intact(data, path):
         return None
     _, _, _, base, next_off, seg_bytes, last_ts, _, _ = INDEX_HEADER.unpack_from(data, 0)
     # C-level: a tuple of ints per entry, no Python step each (a 64 MiB segment of small
@@ -353,9 +371,11 @@ def decode_index(data: bytes) -> IndexFile | None:
     return IndexFile(base, next_off, seg_bytes, last_ts, entries)
 
 
-def index_intact(data: bytes) -> bool:
+def index_intact(data: bytes, path: str = "index") -> bool:
     """Whether `data` is a whole index file of this version with a matching CRC (the
-    entries are not decoded)."""
+    entries are not decoded). One of another version is rebuilt from its segment, and a
+    newer streamq's segment is refused (`refuse_newer_segment`) before that; `path`
+    names the file in errors."""
     if len(data) < INDEX_HEADER_BYTES:
         return False
     magic, version, header_bytes, _, _, _, _, count, crc = INDEX_HEADER.unpack_from(data, 0)

@@ -184,6 +184,8 @@ def _open_segment(
         return _Opened(segment, 0, [], False)
     indexed = _load_index(path, base, file_bytes, interval_bytes) if not is_last else None
     if indexed is not None:
+        with open(path, "rb") as f:  # a newer streamq's segment stops the start
+            fmt.refuse_newer_segment(f.read(fmt.SEGMENT_HEADER_BYTES), path)
         return _Opened(indexed, 0, [], False)
     _check_header(path, base, floor_ms)
     scan = scan_segment(path, base, interval_bytes, 1 << 64)
@@ -263,7 +265,7 @@ def _load_index(path: str, base: int, file_bytes: int, interval_bytes: int) -> S
     index_path = os.path.join(os.path.dirname(path), fmt.index_name(base))
     try:
         with open(index_path, "rb") as f:
-            decoded = fmt.decode_index(f.read())
+            decoded = fmt.decode_index(f.read(), index_path)
     except FileNotFoundError:
         return None
     if decoded is None or decoded.base_offset != base or not decoded.entries:
@@ -288,8 +290,9 @@ def _sealed_flags(directory: str, bases: list[int]) -> list[bool]:
     flags = []
     for base in bases:
         try:
-            with open(os.path.join(directory, fmt.index_name(base)), "rb") as f:
-                flags.append(fmt.index_intact(f.read()))
+            index_path = os.path.join(directory, fmt.index_name(base))
+            with open(index_path, "rb") as f:
+                flags.append(fmt.index_intact(f.read(), index_path))
         except FileNotFoundError:
             flags.append(False)
     return flags

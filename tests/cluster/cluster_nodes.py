@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from tests.differential.peers import free_port
+from tests.process_pause import pause
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 LEASE_TTL_S: Final = 3  # the tests' lease: failovers in seconds, not tens of seconds
@@ -143,7 +144,7 @@ class ClusterNode:
 
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets and lease keep-alive task, but runs nothing."""
-        os.kill(self.pid, signal.SIGSTOP)
+        pause(self.pid)
         self.paused = True
 
     def resume(self) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.differential.peers import free_port
+from tests.process_pause import pause
 
 ETCD = Path("/usr/bin/etcd")
 START_TIMEOUT_S = 30.0
@@ -104,7 +105,7 @@ class EtcdServer:
 
     def pause(self) -> None:
         """SIGSTOP: etcd keeps its sockets open but answers nothing."""
-        os.kill(self.process.pid, signal.SIGSTOP)
+        pause(self.process.pid)
 
     def resume(self) -> None:
         os.kill(self.process.pid, signal.SIGCONT)

@@ -10,7 +10,9 @@ namespace of its own (tests/faults/netns.py), started with the cluster tests' he
 - **writes tenures**, as each node logged them: from its "listening amqp=" line after
   "clustering: elected leader" to its "clustering: lost leadership" line, cut at the
   moment the suite killed, stopped or paused it (a paused node accepts nothing; once
-  resumed, what it does is judged by its confirms against its lease).
+  resumed, what it does is judged by its confirms against its lease). The log's times
+  are the node's wall clock, which the suite steps (tests/faults/clock.py: each node
+  runs under libfaketime): they are mapped back to host time with the steps.
 
 Every fault goes through here, so that it is recorded with its time (`faults`).
 """
@@ -24,6 +26,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -33,6 +36,7 @@ from streamq.broker.users import hash_password
 from tests.cluster.cluster_nodes import START_MARK, Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 from tests.faults.clients import USER, Endpoint
+from tests.faults.clock import NodeClock
 from tests.faults.history import Tenure
 from tests.faults.netns import Host, Network
 
@@ -66,6 +70,7 @@ class FaultCluster:
         self.network = Network()
         self.faults: list[Fault] = []
         self.hosts: dict[str, Host] = {}
+        self.clocks: dict[str, NodeClock] = {}  # node name -> its wall clock
         self.etcd: EtcdServer | None = None
         self.cluster: Cluster | None = None
         self._cuts: dict[str, list[float]] = {}  # node name -> kill/stop/pause times
@@ -83,10 +88,12 @@ class FaultCluster:
             for index in range(self.size):
                 name = f"n{index}"
                 host = self.hosts[name] = self.network.add_host(name)
+                clock = self.clocks[name] = NodeClock(self.base / f"{name}.clock")
                 self.cluster.nodes.append(
                     ClusterNode(
                         name, self.base / name, self.etcd.endpoint,
-                        lease_ttl_s=self.lease_ttl_s, address=host.address, wrap=host.wrap,
+                        lease_ttl_s=self.lease_ttl_s, address=host.address,
+                        wrap=lambda argv, h=host, c=clock: h.wrap(c.wrap(argv)),
                         user=USER, extra=config,
                     )
                 )  # fmt: skip
@@ -135,6 +142,11 @@ class FaultCluster:
         self.record("restart", node.name)
         node.start()
 
+    def step_clock(self, node: ClusterNode, offset_s: int) -> None:
+        """The node's wall clock reads host time + `offset_s` from now on."""
+        self.record(f"clock {offset_s:+d} s", node.name)
+        self.clocks[node.name].step(offset_s)
+
     def _cut_writes(self, node: ClusterNode) -> None:
         self._cuts.setdefault(node_name(node), []).append(time.time())
 
@@ -145,7 +157,8 @@ class FaultCluster:
         assert self._watcher is not None
         found = self._watcher.tenures()
         for node in self.nodes:
-            found += writes_tenures(node, self._cuts.get(node_name(node), []))
+            cuts = self._cuts.get(node_name(node), [])
+            found += writes_tenures(node, cuts, self.clocks[node.name].host_time)
         return found
 
     # -- teardown ---------------------------------------------------------------------
@@ -196,9 +209,12 @@ def node_name(node: ClusterNode) -> str:
     return f"streamq@{node.node_id}"
 
 
-def writes_tenures(node: ClusterNode, cuts: list[float]) -> list[Tenure]:
+def writes_tenures(
+    node: ClusterNode, cuts: list[float], host_time: Callable[[float], float]
+) -> list[Tenure]:
     """The node's writes tenures from its whole log (every process it ran), each ended at
-    its "lost leadership" line or at the first of `cuts` after its start."""
+    its "lost leadership" line or at the first of `cuts` after its start; `host_time`
+    maps the log's times (the node's wall clock) to the host's."""
     if not node.log_path.exists():
         return []
     name = node_name(node)
@@ -207,7 +223,7 @@ def writes_tenures(node: ClusterNode, cuts: list[float]) -> list[Tenure]:
         elected = False
         start: float | None = None
         for match in LOG_LINE.finditer(run):
-            at = _log_time(match.group(1), match.group(2))
+            at = host_time(_log_time(match.group(1), match.group(2)))
             what = match.group(3)
             if what == b"clustering: elected leader":
                 elected = True

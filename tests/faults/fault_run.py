@@ -31,7 +31,7 @@ from tests.faults.clients import (
     stop_all,
 )
 from tests.faults.fault_cluster import Fault, FaultCluster
-from tests.faults.history import Event, Publish, write_history
+from tests.faults.history import Event, Publish, Tenure, write_history
 from tests.faults.nemesis import IN_SYNC_TIMEOUT_S, SETTLE_TIMEOUT_S, Step, run_schedule
 
 QUEUE: Final = "faults"
@@ -55,10 +55,30 @@ class RunResult:
         for name, gap in self.confirm_gaps():
             longest[name] = max(gap, longest.get(name, 0.0))
         gaps = ", ".join(f"{name} {gap:.1f} s" for name, gap in sorted(longest.items()))
+        elected = Counter[str]()
+        for name, count in self.lease_changes():
+            elected[name] += count
+        changes = ", ".join(f"{name} {count}" for name, count in sorted(elected.items()))
         return (
             f"{self.seconds:.0f} s, faults: {injected}\n{self.verdict.report()}\n"
-            f"longest time without a confirm, per kind of fault: {gaps}\nhistory: {self.history}"
+            f"longest time without a confirm, per kind of fault: {gaps}\n"
+            f"leaders elected (lease changes), per kind of fault: {changes}\n"
+            f"history: {self.history}"
         )
+
+    def lease_changes(self) -> list[tuple[str, int]]:
+        """Per fault step, how many leases etcd granted while it ran and the cluster
+        settled after it: the failovers it caused."""
+        starts = sorted(e.start for e in self.events if isinstance(e, Tenure) and e.role == "lease")
+        changes = []
+        start = self.faults[0].at if self.faults else 0.0
+        for fault in self.faults:
+            if fault.kind != "settled":
+                continue
+            first, last = bisect.bisect(starts, start), bisect.bisect(starts, fault.at)
+            changes.append((fault.target, last - first))
+            start = fault.at
+        return changes
 
     def confirm_gaps(self) -> list[tuple[str, float]]:
         """Per fault step, the longest time between two confirms (or the step's bounds)

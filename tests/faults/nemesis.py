@@ -19,6 +19,7 @@ from tests.faults.fault_cluster import FaultCluster
 SETTLE_TIMEOUT_S: Final = 45.0  # a serving leader again after a fault is healed
 IN_SYNC_TIMEOUT_S: Final = 90.0  # and every node in sync again
 FLAP_PERIOD_S: Final = 0.5
+CLOCK_STEP_S: Final = 3600  # how far a node's wall clock jumps (tests/faults/clock.py)
 TRAFFIC_S: Final = 1.0  # clients run undisturbed between two faults
 
 Step = Callable[[FaultCluster], None]
@@ -134,6 +135,36 @@ def kill_etcd(fc: FaultCluster) -> None:
     fc.etcd.restart(down_s=fc.lease_ttl_s)
 
 
+def clock_steps(fc: FaultCluster) -> None:
+    """The wall clocks of the leader and of a follower jump an hour, one forward and the
+    other back, then the other way round, each held past the lease, then back to true
+    (libfaketime: tests/faults/clock.py; the host's clock is not touched). Leases,
+    replication and timeouts run on the monotonic clock: nothing may fail over for it
+    (test_faults checks that no lease changed hands)."""
+    leader = _leader(fc)
+    follower = _followers(fc, leader)[0]
+    for sign in (1, -1):
+        fc.step_clock(leader, sign * CLOCK_STEP_S)
+        fc.step_clock(follower, -sign * CLOCK_STEP_S)
+        time.sleep(_past_lease(fc))
+    fc.step_clock(leader, 0)
+    fc.step_clock(follower, 0)
+
+
+def leader_clock_back_from_etcd(fc: FaultCluster) -> None:
+    """The leader is cut from etcd and its wall clock jumps back an hour at once: a lease
+    timed on the wall clock would look valid for that hour, and the node would go on
+    confirming after etcd had let its lease go (the checker's fencing and one-writer
+    rules catch that); on the monotonic clock it steps down within its lease."""
+    leader = _leader(fc)
+    fc.record("partition leader|etcd", leader.name)
+    fc.network.cut(fc.host(leader), fc.hosts["etcd"])
+    fc.step_clock(leader, -CLOCK_STEP_S)
+    time.sleep(_past_lease(fc))
+    fc.network.heal()
+    fc.step_clock(leader, 0)
+
+
 SCHEDULE: Final[list[Step]] = [
     leader_from_followers,
     pause_leader,
@@ -146,6 +177,8 @@ SCHEDULE: Final[list[Step]] = [
     follower_from_everyone,
     pause_etcd,
     kill_follower,
+    clock_steps,
+    leader_clock_back_from_etcd,
 ]
 
 

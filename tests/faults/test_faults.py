@@ -1,8 +1,9 @@
 """The bounded fault suite: a three-node cluster and etcd, each on a test host of its
 own (network namespaces), publishers with confirms and consumers with acks on every
 node throughout, and every kind of fault of tests/faults/nemesis.py once (partitions,
-pauses, kills of nodes and of etcd, a flapping link); then heal, drain, and the checker
-(tests/faults/checker.py) on the whole history. `make chaos` runs the long soak."""
+pauses, kills of nodes and of etcd, a flapping link, wall-clock steps); then heal, drain,
+and the checker (tests/faults/checker.py) on the whole history. `make chaos` runs the
+long soak."""
 
 from __future__ import annotations
 
@@ -30,3 +31,9 @@ def test_no_confirmed_message_is_lost_through_every_kind_of_fault(tmp_path: Path
     assert len(leases) >= 2, leases
     settled = {fault.target for fault in result.faults if fault.kind == "settled"}
     assert settled == {step.__name__ for step in SCHEDULE}
+    # Wall-clock steps of an hour (leader and follower) cost no failover: leases and
+    # timeouts run on the monotonic clock.
+    stepped = [f.at for f in result.faults if f.kind.startswith("clock")]
+    done = next(f.at for f in result.faults if f.kind == "settled" and f.target == "clock_steps")
+    elected = [t for t in leases if stepped and min(stepped) <= t.start <= done]
+    assert stepped and not elected, f"a lease changed hands in a clock step: {elected}"

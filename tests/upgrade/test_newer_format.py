@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from streamq.broker import definitions, delayed
+from streamq.log import format as fmt
+from streamq.log._records import crc32c
 from streamq.queues import journal, offset_file, publishers
 from tests.integration.broker_process import STARTUP_TIMEOUT_S, streamq
 
@@ -31,6 +33,13 @@ KINDS = {
     "delayed messages": ("vhosts/*/delayed", delayed.VERSION),
     "stream offsets": ("vhosts/*/streams/*.offsets", offset_file.VERSION),
     "stream publishers": ("vhosts/*/streams/*/publishers", publishers.VERSION),
+}
+# Segments: (glob, which of the sorted matches, kind in the message). Indexes are not
+# versioned apart: one this streamq cannot read is rebuilt from its segment.
+SEGMENT_FILES = {
+    "message log segment": ("vhosts/*/messages/*.seg", 0, "segment"),
+    "sealed stream segment": ("vhosts/*/streams/*/*.seg", 0, "segment"),
+    "active stream segment": ("vhosts/*/streams/*/*.seg", -1, "segment"),
 }
 
 
@@ -79,3 +88,27 @@ def test_a_newer_accounts_file_stops_the_broker_naming_both_versions(tmp_path: P
     assert "(version 2, this streamq reads 1)" in stderr
     assert "Traceback" not in stderr
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", SEGMENT_FILES)
+def test_a_newer_segment_or_index_stops_the_broker_naming_both_versions(
+    name: str, tmp_path: Path
+) -> None:
+    """Segments and indexes too, sealed ones included (today's recovery rewrites a header
+    it cannot read and rebuilds an index it cannot read: a newer streamq's file must never
+    be taken for a damaged one)."""
+    pattern, which, kind = SEGMENT_FILES[name]
+    data_dir = unpacked(tmp_path)
+    found = sorted(data_dir.glob(pattern))
+    assert len(found) >= (2 if name != "message log segment" else 1), found
+    path = found[which]
+    data = bytearray(path.read_bytes())
+    assert struct.unpack_from("<H", data, VERSION_AT)[0] == fmt.FORMAT_VERSION
+    struct.pack_into("<H", data, VERSION_AT, NEWER)
+    struct.pack_into("<I", data, 28, crc32c(bytes(data[:28])))  # as a newer streamq writes it
+    path.write_bytes(bytes(data))
+    stderr = serve_refused(data_dir)
+    assert f"{path}: {kind} format version {NEWER} was written by a newer streamq" in stderr
+    assert f"reads {kind} format versions up to {fmt.FORMAT_VERSION}" in stderr
+    assert "Traceback" not in stderr
+    assert path.read_bytes() == bytes(data)

@@ -1,18 +1,23 @@
 """The checksum cache of full syncs (streamq/cluster/checksums.py), on real files: an
 unchanged file is not read again, across processes too (the cache file); every kind of
 change is seen (append, a rewrite of the same size, a replace); a file hashed while it
-was just written is hashed again; a damaged cache file only costs hashing; and the
-cache never crosses to a follower (a local file, left out of listings)."""
+was just written is hashed again; a damaged cache file, or one a full disk kept from
+being saved, only costs hashing; and the cache never crosses to a follower (a local
+file, left out of listings)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from pathlib import Path
 
+import pytest
+
 from streamq.cluster.checksums import CACHE_FILE, RACY_NS, ChecksumCache, cache_for
 from streamq.cluster.sync import list_tree, plan_sync
+from tests.small_fs import fill, small_filesystem
 
 SETTLED_S = RACY_NS / 1e9 + 1  # an mtime this far back is past the racy window
 
@@ -105,3 +110,31 @@ def test_listings_use_the_cache_and_never_list_it(tmp_path: Path) -> None:
     assert (follower / CACHE_FILE).exists()
     again = plan_sync(str(follower), second)  # the follower's seg1 from its cache now
     assert [e.path for e in again.request] == ["vhost/seg2"]
+
+
+def test_a_full_disk_keeps_the_old_cache_file_and_costs_only_hashing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with small_filesystem(tmp_path / "small", "1m") as root:
+        (root / "seg0").write_bytes(b"0" * 1000)
+        aged(root / "seg0")
+        cache = ChecksumCache(str(root))
+        cache.sha1("seg0")
+        cache.save()
+        saved = (root / CACHE_FILE).read_bytes()
+        for n in range(1, 40):
+            (root / f"seg{n}").write_bytes(bytes([n]) * 1000)
+            aged(root / f"seg{n}")
+            cache.sha1(f"seg{n}")
+        filler = fill(root / "filler", 0)
+        with caplog.at_level(logging.WARNING):
+            cache.save()  # no room: logged, nothing raised
+        assert "cannot save the checksum cache" in caplog.text
+        assert (root / CACHE_FILE).read_bytes() == saved
+        assert not (root / (CACHE_FILE + ".tmp")).exists()
+        again = ChecksumCache(str(root))  # from the old file: right, only slower
+        assert again.sha1("seg7") == (1000, sha1(bytes([7]) * 1000))
+        assert (again.hashed, again.reused) == (1, 0)
+        filler.unlink()
+        cache.save()
+        assert len((root / CACHE_FILE).read_text().splitlines()) == 40

@@ -3,12 +3,16 @@ file and both versions, and still reads its own version (streamq/log/versions.py
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from streamq.broker import definitions, delayed
+from streamq.log import format as fmt
+from streamq.log._records import crc32c
+from streamq.log.errors import SegmentCorrupted
 from streamq.log.versions import NewerFormat
 from streamq.queues import journal, offset_file, publishers
 
@@ -60,3 +64,15 @@ def test_a_newer_version_is_refused_naming_both(kind: str, tmp_path: Path) -> No
     assert f"{kind} format version {current + NEWER} was written by a newer streamq" in message
     assert f"reads {kind} format versions up to {current}" in message
     assert (refused.value.found, refused.value.supported) == (current + NEWER, current)
+
+
+def test_a_newer_segment_header_is_refused_not_taken_for_damage() -> None:
+    header = bytearray(fmt.encode_segment_header(0, 0))
+    assert fmt.decode_segment_header(bytes(header), "s.seg") == 0
+    struct.pack_into("<H", header, 4, fmt.FORMAT_VERSION + NEWER)
+    damaged = bytes(header)  # the version changed, the CRC not: a flipped bit
+    with pytest.raises(SegmentCorrupted, match="unsupported segment format version 8"):
+        fmt.decode_segment_header(damaged, "s.seg")
+    struct.pack_into("<I", header, 28, crc32c(bytes(header[:28])))  # as a newer streamq
+    with pytest.raises(NewerFormat, match=r"s\.seg: segment format version 8 .* up to 1"):
+        fmt.decode_segment_header(bytes(header), "s.seg")
