@@ -35,6 +35,7 @@ from mqtt_gateway.codec import (
     Properties,
     ProtocolLevel,
     PubAck,
+    PubComp,
     Publish,
     PubRec,
     ReasonCode,
@@ -42,7 +43,6 @@ from mqtt_gateway.codec import (
     Subscribe,
     UnsubAck,
     Unsubscribe,
-    encode,
     parse_shared,
 )
 from mqtt_gateway.codec.reason_codes import SUBACK_FAILURE_V311
@@ -99,9 +99,13 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
     else:
         s.persistent = not packet.clean_start
     gateway.take_over(s)
+    forgotten = False
     if packet.clean_start:
         _delete_session_queues(s, vhost)
+        forgotten = gateway.qos2(vhost).drop(client_id)
     present = _resume(s, vhost)
+    if s.persistent:
+        s.qos2_received = gateway.qos2(vhost).of(client_id)
     properties = Properties()
     if s.level is _V5:
         properties = Properties(
@@ -115,7 +119,10 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
             retain_available=None,
             maximum_packet_size=gateway.packet_bytes_max,
         )
-    s.write(encode_connack(s, present, properties))
+    connack = ConnAck(0, present and s.level is not ProtocolLevel.MQTT_3_1, properties)
+    # A clean start that dropped a previous session's QoS 2 identifiers answers once that
+    # is on disk: after a restart, a stale one would drop the client's next publish.
+    s.reply(connack, durable=forgotten)
     logger.info(
         "accepted MQTT connection %s: client id '%s', user '%s', vhost '%s'",
         s.peer,
@@ -125,11 +132,6 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
     )
     gateway.register(s)
     return None
-
-
-def encode_connack(s: MqttSession, present: bool, properties: Properties) -> bytes:
-    session_present = present and s.level is not ProtocolLevel.MQTT_3_1
-    return encode(ConnAck(0, session_present, properties), s.level)
 
 
 def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
@@ -375,7 +377,22 @@ def publish(s: MqttSession, packet: Publish) -> None:
     elif packet.qos == 2:
         assert packet.packet_id is not None
         s.qos2_received.add(packet.packet_id)
+        if s.persistent:
+            s.gateway.qos2(vhost).add(s.client_id, packet.packet_id)
         s.owe_publish_ack(PubRec(packet.packet_id))
+
+
+def release_qos2(s: MqttSession, packet_id: int) -> None:
+    """PUBREL: the identifier may be used again; PUBCOMP once that is on disk for a
+    persistent session (MQTT-4.3.3-9: PUBCOMP with the same identifier)."""
+    s.qos2_received.discard(packet_id)
+    if s.persistent:
+        vhost = s.vhost
+        assert vhost is not None
+        s.gateway.qos2(vhost).remove(s.client_id, packet_id)
+        s.reply(PubComp(packet_id), durable=True)
+    else:
+        s.reply(PubComp(packet_id))
 
 
 def store_message(vhost: VHost, routing_key: str, qos: int, dup: bool, payload: bytes) -> None:
@@ -436,6 +453,9 @@ def release(s: MqttSession) -> None:
     gateway.unregister(s)
     if not s.persistent:
         _delete_session_queues(s, vhost)
+        if s.connect is not None and not s.connect.clean_start:
+            # 5.0 with no session expiry: a session that ends with its connection.
+            gateway.qos2(vhost).drop(s.client_id)
 
 
 def _publish_will(s: MqttSession, vhost: VHost, connect: Connect) -> None:

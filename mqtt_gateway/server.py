@@ -27,6 +27,7 @@ from mqtt_gateway import broker_side
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
 from mqtt_gateway.proxy import ProxyHeaderReceiver, socket_endpoints
+from mqtt_gateway.qos2_store import Qos2Store
 from mqtt_gateway.retained import RetainedStore
 from mqtt_gateway.session import MqttSession
 from streamq.broker.broker import Broker
@@ -61,6 +62,7 @@ class MqttGateway:
         self.sessions: set[MqttSession] = set()
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}
+        self._qos2: dict[str, Qos2Store] = {}
         self._retained_flushing: set[asyncio.Task[None]] = set()
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
         self._alarm_timer: asyncio.TimerHandle | None = None
@@ -143,12 +145,23 @@ class MqttGateway:
         except OSError as exc:
             logger.error("retained messages of vhost '%s' not written: %s", vhost.name, exc)
 
-    async def flush_retained(self, vhost: VHost) -> None:
-        """Return once the retained messages of `vhost` changed so far are on disk.
-        Raises OSError when they cannot be written."""
+    def qos2(self, vhost: VHost) -> Qos2Store:
+        """The unreleased QoS 2 packet identifiers of the vhost's persistent sessions."""
+        store = self._qos2.get(vhost.name)
+        if store is None:
+            directory = self.broker.vhost_directory(vhost.name)
+            store = self._qos2[vhost.name] = Qos2Store(directory)
+        return store
+
+    async def flush_stores(self, vhost: VHost) -> None:
+        """Return once the retained messages and QoS 2 state of `vhost` changed so far
+        are on disk. Raises OSError when they cannot be written."""
         store = self._retained.get(vhost.name)
         if store is not None:
             await store.flush()
+        qos2 = self._qos2.get(vhost.name)
+        if qos2 is not None:
+            await qos2.flush()
 
     # -- connections -----------------------------------------------------------------------
 

@@ -32,7 +32,6 @@ from mqtt_gateway.codec import (
     PingResp,
     ProtocolLevel,
     PubAck,
-    PubComp,
     Publish,
     PubRel,
     ReasonCode,
@@ -205,8 +204,7 @@ class MqttSession(asyncio.Protocol):
         elif isinstance(packet, PubAck):
             self._puback(packet.packet_id)
         elif isinstance(packet, PubRel):
-            self.qos2_received.discard(packet.packet_id)
-            self.reply(PubComp(packet.packet_id))
+            broker_side.release_qos2(self, packet.packet_id)
         elif isinstance(packet, Subscribe):
             broker_side.subscribe(self, packet)
         elif isinstance(packet, Unsubscribe):
@@ -387,11 +385,11 @@ class MqttSession(asyncio.Protocol):
                 if self._owed_sync_all:
                     self._owed_sync = self._owed_sync_all = False
                     await vhost.sync_all()  # messages, queue journals and definitions
-                    await self.gateway.flush_retained(vhost)
+                    await self.gateway.flush_stores(vhost)
                 elif self._owed_sync:
                     self._owed_sync = False
                     await vhost.sync()
-                    await self.gateway.flush_retained(vhost)
+                    await self.gateway.flush_stores(vhost)
                 for data, counted in owed:
                     self.write(data)
                     self.unconfirmed -= counted
