@@ -442,7 +442,16 @@ def release(s: MqttSession) -> None:
     gateway = s.gateway
     connect = s.connect
     if connect is not None and connect.will is not None and not s.graceful:
-        _publish_will(s, vhost, connect)
+        delay_s = connect.will.properties.will_delay_interval_s or 0
+        if s.persistent:
+            # MQTT 5.0 3.1.3.2.2: at the Will Delay Interval's end or the session's,
+            # whichever is first, unless the session reconnects before (MQTT-3.1.3-9).
+            delay_s = min(delay_s, s.session_expiry_s)
+            gateway.delay_will(
+                vhost, s.client_id, delay_s, lambda: _publish_will(s, vhost, connect)
+            )
+        else:
+            _publish_will(s, vhost, connect)
     held = list(s.inflight.values())
     s.inflight.clear()
     if held:

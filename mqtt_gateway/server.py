@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -63,6 +64,7 @@ class MqttGateway:
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}
         self._qos2: dict[str, Qos2Store] = {}
+        self._wills: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (vhost, client id)
         self._retained_flushing: set[asyncio.Task[None]] = set()
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
         self._alarm_timer: asyncio.TimerHandle | None = None
@@ -113,6 +115,26 @@ class MqttGateway:
             broker_side.release(old)
             old.vhost = None  # released: connection_lost has nothing left to do
         self.connected[key] = s
+        will = self._wills.pop(key, None)
+        if will is not None:
+            will.cancel()  # MQTT-3.1.3-9: the session came back before the will's delay
+
+    def delay_will(
+        self, vhost: VHost, client_id: str, delay_s: int, publish: Callable[[], None]
+    ) -> None:
+        """Publish a will after `delay_s` (now when 0), unless its session reconnects
+        first (`take_over`). Held in memory: a broker restart forgets a delayed will."""
+        key = (vhost.name, client_id)
+        if delay_s <= 0:
+            publish()
+            return
+
+        def due() -> None:
+            self._wills.pop(key, None)
+            if vhost.name in self.broker.vhosts:
+                publish()
+
+        self._wills[key] = asyncio.get_running_loop().call_later(delay_s, due)
 
     def register(self, s: MqttSession) -> None:
         client = MqttClient(s)
@@ -166,6 +188,9 @@ class MqttGateway:
     # -- connections -----------------------------------------------------------------------
 
     def close_all(self, reason: str) -> None:
+        for will in self._wills.values():
+            will.cancel()
+        self._wills.clear()
         if self._alarm_timer is not None:
             self._alarm_timer.cancel()
             self._alarm_timer = None

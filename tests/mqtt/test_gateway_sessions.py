@@ -16,6 +16,7 @@ from mqtt_gateway.codec import (
     Disconnect,
     PingReq,
     PingResp,
+    Properties,
     ProtocolLevel,
     PubAck,
     Publish,
@@ -199,3 +200,39 @@ def test_a_will_goes_out_on_an_abnormal_end_only(
     got = watcher.receive(1)
     assert [(m.topic, m.payload, m.qos) for m in got] == [("wills/dev", b"dev died", 1)]
     assert watcher.nothing_more()
+
+
+def test_mqtt5_will_delay(mqtt_broker: MqttBroker) -> None:
+    """5.0's Will Delay Interval: the will waits for it (or the session's end), and a
+    reconnection of the session before then cancels it (MQTT-3.1.3-9)."""
+    port = mqtt_broker.mqtt_port
+    watcher = Paho(port, "watcher")
+    watcher.connect()
+    watcher.subscribe("wills/#", 1)
+    will = Will("wills/late", b"late", 1, properties=Properties(will_delay_interval_s=1))
+    session = Properties(session_expiry_interval_s=60)
+
+    def hello(client_id: str) -> Connect:
+        return Connect(
+            V5, client_id, False, will=will, properties=session,
+            username="guest", password=b"guest",
+        )  # fmt: skip
+
+    back = RawClient(port, V5)
+    back.send(hello("comes-back"))
+    assert isinstance(back.read(), ConnAck)
+    back.close()
+    again = RawClient(port, V5)
+    again.send(
+        Connect(V5, "comes-back", False, properties=session, username="guest", password=b"guest")
+    )
+    assert isinstance(again.read(), ConnAck)  # within the delay: no will
+    gone = RawClient(port, V5)
+    gone.send(hello("stays-away"))
+    assert isinstance(gone.read(), ConnAck)
+    gone.close()
+    assert watcher.nothing_more(0.5)  # not at once
+    [message] = watcher.receive(1)
+    assert (message.topic, message.payload) == ("wills/late", b"late")
+    assert watcher.nothing_more(1.5)  # and not the cancelled one
+    again.close()
