@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final, cast
 from mqtt_gateway import broker_side
 from mqtt_gateway.codec import (
     ConnAck,
+    ConnackReturnCode,
     Connect,
     Decoder,
     Disconnect,
@@ -134,10 +135,6 @@ class MqttSession(asyncio.Protocol):
         peer_host, peer_port, host, port = self.endpoints
         return f"{peer_host}:{peer_port} -> {host}:{port}"
 
-    @property
-    def loopback(self) -> bool:
-        return self.endpoints is not None and self.endpoints[0] in ("127.0.0.1", "::1", "unix")
-
     def data_received(self, data: bytes) -> None:
         if self.is_closed():
             return
@@ -225,7 +222,14 @@ class MqttSession(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        refusal = broker_side.connect(self, packet)
+        try:
+            refusal = broker_side.connect(self, packet)
+        except Exception:
+            # Nothing may precede CONNACK (MQTT-3.2.0-1): the refusal is "server
+            # unavailable"; what the session took is released when the socket closes.
+            logger.exception("refusing MQTT connection %s: internal error", self.peer)
+            v5 = self.level is ProtocolLevel.MQTT_5
+            refusal = ReasonCode.SERVER_UNAVAILABLE if v5 else ConnackReturnCode.SERVER_UNAVAILABLE
         if refusal is not None:
             self.write(encode(ConnAck(refusal), self.level))
             self.close_transport()
@@ -247,6 +251,7 @@ class MqttSession(asyncio.Protocol):
                 self.disconnect(ReasonCode.PROTOCOL_ERROR)
                 return
             self.session_expiry_s = expiry
+            self.persistent = expiry > 0  # 0: the session ends with this connection
         self.close_transport()
 
     def _puback(self, packet_id: int) -> None:
