@@ -38,6 +38,7 @@ from mqtt_gateway.codec import (
     ReasonCode,
     Subscribe,
     Unsubscribe,
+    UnsupportedProtocolVersion,
     check_topic_name,
     encode,
 )
@@ -308,6 +309,11 @@ class MqttSession(asyncio.Protocol):
                 self.write(encode(ConnAck(exc.reason_code), level))
             elif level is not None and exc.connack_return_code is not None:
                 self.write(encode(ConnAck(exc.connack_return_code), level))
+            elif isinstance(exc, UnsupportedProtocolVersion):
+                # A level we do not speak: 3.1.1's CONNACK 0x01 (MQTT-3.1.2-2), which
+                # every level's client reads (its two bytes are the same in each).
+                unacceptable = ConnackReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
+                self.write(encode(ConnAck(unacceptable), ProtocolLevel.MQTT_3_1_1))
             self.close_transport()
             return
         self.disconnect(exc.reason_code)
