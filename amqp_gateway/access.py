@@ -12,6 +12,7 @@ connection.py); no socket is touched here.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Final
 
@@ -103,6 +104,11 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
         vhost = s.broker.vhost(virtual_host)
     except BrokerError as exc:
         raise to_amqp(exc, 10, 40) from exc
+    # The vhost's and the user's connection limits come before its permissions, as
+    # rabbit_reader checks them.
+    refusal = s.broker.tracking.open_refusal(virtual_host, s.user)
+    if refusal is not None:
+        raise errors.NotAllowed(refusal, 10, 40)
     if not s.internal and not s.broker.accounts.vhost_access(s.user, virtual_host):
         raise errors.NotAllowed(
             f"access to vhost '{virtual_host}' refused for user '{s.user}'", 10, 40
@@ -110,6 +116,9 @@ def open_vhost(s: AmqpSession, virtual_host: str) -> None:
     s.vhost = vhost
     s.permissions = Permissions(s.broker.accounts, s.user, vhost.name, allow_all=s.internal)
     s.conn.accept_open(virtual_host)
+    s.broker.tracking.add(s, vhost.name, s.user)
+    # A partial, not a closure over the session: no reference cycle through the protocol.
+    s.conn.channel_gate = functools.partial(s.broker.tracking.channel_refusal, s.user)
     _register(s)
     s.log.fields[VHOST] = vhost.name
     s.opened = True

@@ -26,6 +26,7 @@ never stop it: the hot path is unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from amqp_gateway import assembly, codec, handshake, states
@@ -72,6 +73,10 @@ _DEFAULT_TUNING: Final = AmqpTuning()
 _NO_READ: Final = bytearray()
 
 
+def _no_refusal() -> str | None:
+    return None
+
+
 class _AnswerLater(Exception):
     """Rule 3: the frame being parsed needs the protocol's own answer while events read
     before it wait for the server (raised before any state changes)."""
@@ -106,6 +111,9 @@ class Connection:
         # the events read before it; `_buffer` holds that frame and what followed.
         self.parse_paused = False
         self._channels: dict[int, assembly.ProtocolChannel] = {}
+        # Asked at each channel.open, after channel_max: RabbitMQ's 530 text when the
+        # server refuses one more channel (a user's max-channels), else None.
+        self.channel_gate: Callable[[], str | None] = _no_refusal
         self._last_received_s = now_s
         self._last_sent_s = now_s
         # We answered the client's connection.close: it hangs up once it reads the
@@ -373,6 +381,9 @@ class Connection:
                     f"number of channels opened ({open_count}) has reached the "
                     f"negotiated channel_max ({self.channel_max})"
                 )
+            refusal = self.channel_gate()
+            if refusal is not None:  # a user's max-channels, with no method to blame
+                raise NotAllowed(refusal)
             self._channels[channel_id] = assembly.ProtocolChannel()
             self.send_method(channel_id, m.ChannelOpenOk())
             events.append(MethodReceived(channel_id, method))  # the server lists it now
@@ -488,6 +499,10 @@ class Connection:
 
     def note_sent(self, now_s: float) -> None:
         self._last_sent_s = now_s
+
+    def open_channel_count(self) -> int:
+        """Channels open or closing (a channel we closed counts until its close-ok)."""
+        return len(self._channels)
 
     def is_channel_open(self, channel: int) -> bool:
         state = self._channels.get(channel)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from amqp_gateway import access, errors, reply_to
 from amqp_gateway.channels import ChannelSession, GatewayConsumer
 from amqp_gateway.codec import methods as m
+from streamq.broker.account_limits import MAX_QUEUES
 from streamq.broker.exchange import Destination
 from streamq.broker.vhost_entities import DEFAULT_EXCHANGE_REFUSED
 
@@ -100,6 +101,7 @@ def queue_declare(h: AmqpSession, channel: ChannelSession, method: m.Method) -> 
         method.auto_delete,
         method.arguments,
         h,
+        queue_max=h.broker.accounts.vhost_limit(vhost.name, MAX_QUEUES),
     )
     channel.last_queue = queue.name
     if not method.nowait:

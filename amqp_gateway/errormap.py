@@ -6,6 +6,7 @@ from typing import Final
 
 from amqp_gateway import errors
 from streamq.broker import errors as domain
+from streamq.broker.account_limits import QueueLimitReached
 from streamq.log.errors import LogError
 
 _TABLE: Final[dict[type[domain.BrokerError], type[errors.AMQPError]]] = {
@@ -17,6 +18,7 @@ _TABLE: Final[dict[type[domain.BrokerError], type[errors.AMQPError]]] = {
     domain.ResourceLocked: errors.ResourceLocked,
     domain.CommandInvalid: errors.CommandInvalid,
     domain.NotAllowed: errors.NotAllowed,
+    QueueLimitReached: errors.PreconditionFailed,
 }
 
 

@@ -552,7 +552,13 @@ class AmqpSession(asyncio.BufferedProtocol):
         if self.client is not None:
             self.broker.clients.pop(self.client.name, None)
             self.client = None
+        if self.vhost is not None:
+            self.broker.tracking.remove(self, self.vhost.name, self.user)
         self.flush()
+
+    def open_channel_count(self) -> int:
+        """For the user's max-channels (streamq/broker/connection_tracking.py)."""
+        return self.conn.open_channel_count()
 
     # -- heartbeats ------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from http_gateway.errors import HttpError
 from http_gateway.fields import flag
 from http_gateway.listing import list_response
 from http_gateway.views import NODE
+from streamq.broker.account_limits import Limits
 from streamq.broker.account_values import VHOST_QUEUE_TYPES, check_tags, check_vhost_metadata
 from streamq.broker.accounts import (
     PERMISSION_KINDS,
@@ -50,13 +51,14 @@ BULK_DELETE_USERS_MAX: Final = 10_000
 routes = web.RouteTableDef()
 
 
-def user_json(user: User) -> dict[str, object]:
+def user_json(user: User, limits: Limits) -> dict[str, object]:
+    """A user as RabbitMQ shows it, with its limits (`{}` when it has none)."""
     return {
         "name": user.name,
         "password_hash": user.password_hash,
         "hashing_algorithm": HASHING_ALGORITHM,
         "tags": list(user.tags),
-        "limits": {},
+        "limits": dict(limits),
     }
 
 
@@ -113,7 +115,8 @@ async def whoami(request: web.Request) -> web.Response:
 @routes.get("/api/users")
 async def list_users(request: web.Request) -> web.Response:
     who = administrator(request)
-    users = [user_json(u) for u in who.broker.accounts.list_users()]
+    accounts = who.broker.accounts
+    users = [user_json(u, accounts.user_limits(u.name)) for u in accounts.list_users()]
     return list_response(request, users, pageable=False)  # RabbitMQ sorts users, pages not
 
 
@@ -121,7 +124,13 @@ async def list_users(request: web.Request) -> web.Response:
 async def users_without_permissions(request: web.Request) -> web.Response:
     accounts = administrator(request).broker.accounts
     granted = {p.user for p in accounts.list_permissions()}
-    return web.json_response([user_json(u) for u in accounts.list_users() if u.name not in granted])
+    return web.json_response(
+        [
+            user_json(u, accounts.user_limits(u.name))
+            for u in accounts.list_users()
+            if u.name not in granted
+        ]
+    )
 
 
 @routes.post("/api/users/bulk-delete")
@@ -157,7 +166,8 @@ def _user(who: Caller, name: str) -> User:
 @routes.get("/api/users/{name}")
 async def get_user(request: web.Request) -> web.Response:
     who = administrator(request)
-    return web.json_response(user_json(_user(who, request.match_info["name"])))
+    user = _user(who, request.match_info["name"])
+    return web.json_response(user_json(user, who.broker.accounts.user_limits(user.name)))
 
 
 def parse_tags(value: object) -> list[str]:

@@ -24,6 +24,7 @@ from http_gateway.errors import HttpError
 from http_gateway.parameters_api import vhost_parameters
 from http_gateway.topic_permissions_api import topic_permission_json
 from streamq import __version__
+from streamq.broker.account_limits import Limits
 from streamq.broker.account_values import NO_METADATA
 from streamq.broker.accounts import VHostMetadata
 from streamq.broker.broker import Broker
@@ -59,9 +60,10 @@ def _arguments(arguments: Mapping[str, object]) -> dict[str, object]:
     return {str(k): json_value(v) for k, v in arguments.items()}
 
 
-def vhost_entities(vhost: VHost, with_vhost: bool) -> dict[str, list[Entry]]:
-    """The policies, operator policies, queues, exchanges and bindings that survive a
-    restart, as RabbitMQ exports them (`vhost` keys only in a whole-broker export)."""
+def vhost_entities(vhost: VHost, with_vhost: bool, limits: Limits | None) -> dict[str, list[Entry]]:
+    """The parameters (`limits`, the vhost's limits, among them as RabbitMQ exports them),
+    policies, operator policies, queues, exchanges and bindings that survive a restart, as
+    RabbitMQ exports them (`vhost` keys only in a whole-broker export)."""
     tag: Entry = {"vhost": vhost.name} if with_vhost else {}
     queues = [q for _, q in sorted(vhost.queues.items()) if q.persisted]
     exchanges = [
@@ -90,7 +92,7 @@ def vhost_entities(vhost: VHost, with_vhost: bool) -> dict[str, list[Entry]]:
     if not with_vhost:
         for shown in policies:
             del shown["vhost"]
-    parameters = vhost_parameters(vhost, None, admin=True)
+    parameters = vhost_parameters(vhost, None, admin=True, limits=limits)
     return {
         "parameters": parameters,
         "policies": policies,
@@ -146,7 +148,7 @@ def export_broker(broker: Broker) -> dict[str, object]:
                 "password_hash": u.password_hash,
                 "hashing_algorithm": HASHING_ALGORITHM,
                 "tags": list(u.tags),
-                "limits": {},
+                "limits": dict(accounts.user_limits(u.name)),
             }
             for u in accounts.list_users()
         ],
@@ -174,7 +176,7 @@ def export_broker(broker: Broker) -> dict[str, object]:
         "bindings": [],
     }
     for _, vhost in sorted(broker.vhosts.items()):
-        for key, entries in vhost_entities(vhost, True).items():
+        for key, entries in vhost_entities(vhost, True, accounts.vhost_limits(vhost.name)).items():
             parts[key] += entries
     return {**document, **parts}
 
@@ -195,8 +197,12 @@ def _vhost(who: Caller, name: str) -> VHost:
 
 @routes.get("/api/definitions/{vhost}")
 async def export_vhost(request: web.Request) -> web.Response:
-    vhost = _vhost(administrator(request), request.match_info["vhost"])
-    return web.json_response({"rabbit_version": __version__, **vhost_entities(vhost, False)})
+    who = administrator(request)
+    vhost = _vhost(who, request.match_info["vhost"])
+    limits = who.broker.accounts.vhost_limits(vhost.name)
+    return web.json_response(
+        {"rabbit_version": __version__, **vhost_entities(vhost, False, limits)}
+    )
 
 
 # -- import (the work is streamq.broker.definitions_import) ---------------------------

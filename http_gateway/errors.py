@@ -26,16 +26,20 @@ ERROR_KINDS: Final = {
 
 
 class HttpError(Exception):
-    """A request answered with `status` and a JSON error body giving `reason`."""
+    """A request answered with `status` and a JSON error body giving `reason`; `kind`
+    replaces the status's usual `error` field where RabbitMQ answers otherwise, and a
+    reason may be a list of strings where RabbitMQ's is an Erlang tuple
+    (`["no_such_user", "u"]`)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str | list[str], kind: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.kind = kind
 
 
-def error_response(status: int, reason: str) -> web.Response:
-    kind = ERROR_KINDS.get(status, "error")
+def error_response(status: int, reason: str | list[str], kind: str | None = None) -> web.Response:
+    kind = kind or ERROR_KINDS.get(status, "error")
     response = web.json_response({"error": kind, "reason": reason}, status=status)
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Basic realm="streamq"'

@@ -26,6 +26,7 @@ from http_gateway.views import (
     queue_json,
     require_permission,
 )
+from streamq.broker.account_limits import MAX_QUEUES
 from streamq.broker.exchange import Destination
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
@@ -97,7 +98,10 @@ async def put(request: web.Request) -> web.Response:
     arguments = _arguments(body)
     require_permission(who, vhost.name, "configure", "queue", name)
     existed = name in vhost.queues
-    vhost.declare_queue(name, False, durable, False, auto_delete, arguments, None)
+    queue_max = who.broker.accounts.vhost_limit(vhost.name, MAX_QUEUES)
+    vhost.declare_queue(
+        name, False, durable, False, auto_delete, arguments, None, queue_max=queue_max
+    )
     await vhost.sync_all()
     return web.Response(status=204 if existed else 201)
 

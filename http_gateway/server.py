@@ -26,6 +26,7 @@ from http_gateway import (
     definitions_api,
     exchanges_api,
     health_api,
+    limits_api,
     links_api,
     metrics_api,
     openapi_api,
@@ -64,6 +65,7 @@ ROUTE_MODULES: Final = (
     overview_api,
     definitions_api,
     parameters_api,
+    limits_api,
     links_api,
     streams_api,
     super_streams_api,
@@ -102,7 +104,7 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
             refuse_sample_ranges(request.query)
         return await handler(request)
     except HttpError as exc:
-        return error_response(exc.status, exc.reason)
+        return error_response(exc.status, exc.reason, exc.kind)
     except web.HTTPException as exc:  # the router's 404 and 405, aiohttp's 413
         if exc.status < 400:
             raise

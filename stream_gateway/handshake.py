@@ -183,6 +183,9 @@ def open_vhost(s: StreamSession, m: c.Open) -> None:
     properties = {"advertised_host": host, "advertised_port": str(port)}
     s.send(c.OpenResponse(m.correlation_id, OK, properties))
     s.opened()
+    # Counted towards the vhost's and user's max-connections (AMQP opens meet them), but
+    # never refused by them: RabbitMQ 3.10's stream reader tracks, and does not check.
+    s.broker.tracking.add(s, vhost.name, s.user)
     client_view.register(s)
 
 

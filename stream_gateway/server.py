@@ -234,6 +234,8 @@ class StreamGateway:
         for by_session in self.confirms.values():
             by_session.pop(s, None)
         client_view.unregister(s)
+        if s.vhost is not None:
+            s.broker.tracking.remove(s, s.vhost.name, s.user)
 
     def forget(self, s: StreamSession) -> None:
         self.release(s)

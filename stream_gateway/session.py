@@ -299,6 +299,10 @@ class StreamSession(asyncio.Protocol):
             )
             self.abort()
 
+    def open_channel_count(self) -> int:
+        """The stream protocol has no channels (for streamq/broker/connection_tracking.py)."""
+        return 0
+
     def opened(self) -> None:
         """The handshake is done: heartbeats take over the timer."""
         if self._timer is not None:

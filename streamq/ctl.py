@@ -26,7 +26,7 @@ from typing import Final
 from streamq.broker.accounts import AccountStore, Permission, TopicPermission
 from streamq.broker.backup_files import BackupFailed, BackupRefused, copy_stopped
 from streamq.broker.errors import BrokerError
-from streamq.ctlhttp import commands
+from streamq.ctlhttp import commands, limits
 from streamq.ctlhttp.backup import summary
 from streamq.ctlhttp.client import EXIT_USAGE, CtlError, JsonValue
 from streamq.ctlhttp.output import Done, Result, Row, Table, Value, render
@@ -257,6 +257,42 @@ def _topic_row(key: str, topic: TopicPermission) -> Row:
     return {key: name, "exchange": topic.exchange, "write": topic.write, "read": topic.read}
 
 
+# Limits.
+
+
+def _set_vhost_limits(store: AccountStore, args: argparse.Namespace) -> Result:
+    store.set_vhost_limits(args.vhost, limits.parse_definition(args.definition))
+    return Done(f'Set the limits of vhost "{args.vhost}".')
+
+
+def _clear_vhost_limits(store: AccountStore, args: argparse.Namespace) -> Result:
+    store.set_vhost_limits(args.vhost, None)
+    return Done(f'Cleared the limits of vhost "{args.vhost}".')
+
+
+def _list_vhost_limits(store: AccountStore, args: argparse.Namespace) -> Result:
+    rows = [limits.vhost_limits_row(v, dict(found)) for v, found in store.list_vhost_limits()]
+    if not args.global_:
+        rows = [row for row in rows if row["vhost"] == args.vhost]
+    return Table(("vhost", "limits"), rows)
+
+
+def _set_user_limits(store: AccountStore, args: argparse.Namespace) -> Result:
+    store.set_user_limits(args.user, limits.parse_definition(args.definition))
+    return Done(f'Set the limits of user "{args.user}".')
+
+
+def _clear_user_limits(store: AccountStore, args: argparse.Namespace) -> Result:
+    store.clear_user_limit(args.user, args.name)
+    return Done(f'Cleared the limit "{args.name}" of user "{args.user}".')
+
+
+def _list_user_limits(store: AccountStore, args: argparse.Namespace) -> Result:
+    found = store.list_user_limits()
+    rows = [limits.user_limits_row(u, dict(v)) for u, v in found if args.user in (None, u)]
+    return Table(("user", "limits"), rows)
+
+
 # The verbs that work offline, with --data-dir; the others need a running broker.
 OFFLINE_VERBS: Final[dict[str, OfflineHandler]] = {
     "add_user": _add_user,
@@ -277,4 +313,10 @@ OFFLINE_VERBS: Final[dict[str, OfflineHandler]] = {
     "clear_topic_permissions": _clear_topic_permissions,
     "list_topic_permissions": _list_topic_permissions,
     "list_user_topic_permissions": _list_user_topic_permissions,
+    "set_vhost_limits": _set_vhost_limits,
+    "clear_vhost_limits": _clear_vhost_limits,
+    "list_vhost_limits": _list_vhost_limits,
+    "set_user_limits": _set_user_limits,
+    "clear_user_limits": _clear_user_limits,
+    "list_user_limits": _list_user_limits,
 }

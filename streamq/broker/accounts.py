@@ -1,9 +1,10 @@
 """The accounts of a broker: users, vhosts (and their metadata), the permissions of users
-on vhosts and their topic permissions on exchanges.
+on vhosts and their topic permissions on exchanges, and vhost and user limits.
 
 Owns `<data_dir>/definitions/accounts.json` (its format is streamq/broker/accounts_file.py)
-and the checks made on the connection path: `authenticate`, `vhost_access`, `permitted`
-and `topic_grants`, each a dict lookup and at most one precompiled regex.
+and the checks made on the connection path: `authenticate`, `vhost_access`, `permitted`,
+`topic_grants`, `vhost_limit` and `user_limit`, each a dict lookup or two and at most one
+precompiled regex. The state and its pure changes are streamq/broker/account_state.py's.
 
 Rule 1: memory never runs ahead of the disk. A mutator builds the new state, replaces the
 file with it (temp file, fsync, rename, fsync directory) and only then swaps it in with a
@@ -21,13 +22,30 @@ directories (the broker creates and deletes those).
 from __future__ import annotations
 
 import os
-import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Final
 
-from streamq.broker import accounts_file
+from streamq.broker import account_limits, account_state, accounts_file
+from streamq.broker.account_limits import Limits
+from streamq.broker.account_state import (
+    State,
+    check_topic_permission,
+    compile_grant,
+    decode_state,
+    encode_state,
+    keep_topic_permissions,
+    make_state,
+    require_user,
+    require_vhost,
+    scoped,
+    with_metadata,
+    with_permissions,
+    with_topic_permissions,
+    with_user_limits,
+    with_vhost_limits,
+)
 from streamq.broker.account_values import (
     NAME_BYTES_MAX,
     NO_METADATA,
@@ -48,11 +66,9 @@ from streamq.broker.account_values import (
     check_password_hash,
     check_tags,
     check_vhost_metadata,
-    compile_regex,
     hashed,
-    utf8,
 )
-from streamq.broker.topic_permissions import TOPIC_KINDS, TopicGrants, TopicPermission
+from streamq.broker.topic_permissions import TopicGrants, TopicPermission
 from streamq.broker.users import (
     DEFAULT_PASSWORD,
     DEFAULT_TAGS,
@@ -96,21 +112,6 @@ FULL_ACCESS: Final = ".*"
 # RabbitMQ checks the default exchange "" under this name (rabbit_access_control).
 DEFAULT_EXCHANGE_ALIAS: Final = "amq.default"
 
-# The compiled regex per kind; None for "", which RabbitMQ turns into a match of nothing.
-_Grant = Mapping[str, "re.Pattern[str] | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class _State:
-    users: Mapping[str, User]
-    vhosts: frozenset[str]
-    permissions: Mapping[tuple[str, str], Permission]
-    grants: Mapping[tuple[str, str], _Grant]
-    # By (user, vhost, exchange); their grants by (user, vhost), only for pairs with some.
-    topic_permissions: Mapping[tuple[str, str, str], TopicPermission] = field(default_factory=dict)
-    topic_grants: Mapping[tuple[str, str], TopicGrants] = field(default_factory=dict)
-    vhost_metadata: Mapping[str, VHostMetadata] = field(default_factory=dict)  # if not none
-
 
 @dataclass(frozen=True, slots=True)
 class FirstUser:
@@ -138,7 +139,7 @@ class AccountStore:
     `AccountError` subclasses they name or OSError, and fsync before returning.
     """
 
-    def __init__(self, path: str, state: _State) -> None:
+    def __init__(self, path: str, state: State) -> None:
         self.path = path
         self._state = state
         self._lock = threading.Lock()
@@ -166,7 +167,7 @@ class AccountStore:
             store = cls(path, _default_state(first_user))
             store._commit(store._state)
             return store
-        return cls(path, _decode(path, data))
+        return cls(path, decode_state(path, data))
 
     # Users.
 
@@ -204,10 +205,11 @@ class AccountStore:
         """
         with self._lock:
             state = self._state
-            _require_user(state, name)
+            require_user(state, name)
             users = {key: user for key, user in state.users.items() if key != name}
-            trimmed = _with_permissions(replace(state, users=users), lambda p: p.user != name)
-            self._commit(_keep_topic_permissions(trimmed, lambda t: t.user != name))
+            trimmed = with_permissions(replace(state, users=users), lambda p: p.user != name)
+            trimmed = with_user_limits(trimmed, name, {})
+            self._commit(keep_topic_permissions(trimmed, lambda t: t.user != name))
 
     def change_password(self, name: str, password: str) -> None:
         """Fsyncs file and directory before returning. Raises UserNotFound, AccountValueInvalid."""
@@ -247,8 +249,10 @@ class AccountStore:
             state = self._state
             users = {key: user for key, user in state.users.items() if key not in wanted}
             if len(users) != len(state.users):
-                trimmed = _with_permissions(replace(state, users=users), lambda p: p.user in users)
-                self._commit(_keep_topic_permissions(trimmed, lambda t: t.user in users))
+                trimmed = with_permissions(replace(state, users=users), lambda p: p.user in users)
+                limits = {k: v for k, v in state.user_limits.items() if k in users}
+                trimmed = replace(trimmed, user_limits=limits)
+                self._commit(keep_topic_permissions(trimmed, lambda t: t.user in users))
         return sorted(wanted.difference(state.users))
 
     def merge(self, users: Iterable[User], permissions: Iterable[Permission]) -> None:
@@ -262,13 +266,13 @@ class AccountStore:
             )
             for u in users
         }
-        granted = {(p.user, p.vhost): (p, _compile(p)) for p in permissions}
+        granted = {(p.user, p.vhost): (p, compile_grant(p)) for p in permissions}
         with self._lock:
             state = self._state
             merged = replace(state, users={**state.users, **added})
             for user, vhost in granted:
-                _require_user(merged, user)
-                _require_vhost(merged, vhost)
+                require_user(merged, user)
+                require_vhost(merged, vhost)
             merged = replace(
                 merged,
                 permissions={**state.permissions, **{k: p for k, (p, _) in granted.items()}},
@@ -282,7 +286,7 @@ class AccountStore:
     ) -> None:
         with self._lock:
             state = self._state
-            user = _require_user(state, name)
+            user = require_user(state, name)
             if password_hash is not None:
                 user = replace(user, password_hash=password_hash)
             if tags is not None:
@@ -306,7 +310,7 @@ class AccountStore:
             if name in state.vhosts:
                 raise VHostExists(name)
             added = replace(state, vhosts=state.vhosts | {name})
-            self._commit(_with_metadata(added, name, metadata))
+            self._commit(with_metadata(added, name, metadata))
 
     def vhost_metadata(self, name: str) -> VHostMetadata:
         """The description, tags and default queue type of vhost `name` (none if unknown)."""
@@ -318,9 +322,9 @@ class AccountStore:
         metadata = check_vhost_metadata(metadata)
         with self._lock:
             state = self._state
-            _require_vhost(state, name)
+            require_vhost(state, name)
             if self.vhost_metadata(name) != metadata:
-                self._commit(_with_metadata(state, name, metadata))
+                self._commit(with_metadata(state, name, metadata))
 
     def delete_vhost(self, name: str) -> None:
         """Delete a vhost's definition and the permissions and topic permissions on it
@@ -330,11 +334,12 @@ class AccountStore:
         """
         with self._lock:
             state = self._state
-            _require_vhost(state, name)
+            require_vhost(state, name)
             vhosts = state.vhosts - {name}
-            without = _with_metadata(replace(state, vhosts=vhosts), name, NO_METADATA)
-            trimmed = _with_permissions(without, lambda p: p.vhost != name)
-            self._commit(_keep_topic_permissions(trimmed, lambda t: t.vhost != name))
+            without = with_metadata(replace(state, vhosts=vhosts), name, NO_METADATA)
+            without = with_vhost_limits(without, name, None)
+            trimmed = with_permissions(without, lambda p: p.vhost != name)
+            self._commit(keep_topic_permissions(trimmed, lambda t: t.vhost != name))
 
     # Permissions.
 
@@ -349,7 +354,7 @@ class AccountStore:
         Raises VHostNotFound, UserNotFound for a name given that does not exist.
         """
         state = self._state
-        found = _scoped(state, state.permissions.values(), vhost, user)
+        found = scoped(state, state.permissions.values(), vhost, user)
         return sorted(found, key=lambda permission: (permission.vhost, permission.user))
 
     def set_permissions(
@@ -361,11 +366,11 @@ class AccountStore:
         AccountValueInvalid for a regex that does not compile.
         """
         permission = Permission(user, vhost, configure, write, read)
-        grant = _compile(permission)
+        grant = compile_grant(permission)
         with self._lock:
             state = self._state
-            _require_user(state, user)
-            _require_vhost(state, vhost)
+            require_user(state, user)
+            require_vhost(state, vhost)
             key = (user, vhost)
             permissions = {**state.permissions, key: permission}
             self._commit(
@@ -380,10 +385,10 @@ class AccountStore:
         """
         with self._lock:
             state = self._state
-            _require_user(state, user)
-            _require_vhost(state, vhost)
+            require_user(state, user)
+            require_vhost(state, vhost)
             if (user, vhost) in state.permissions:
-                self._commit(_with_permissions(state, lambda p: (p.user, p.vhost) != (user, vhost)))
+                self._commit(with_permissions(state, lambda p: (p.user, p.vhost) != (user, vhost)))
 
     def vhost_access(self, user: str, vhost: str) -> bool:
         """RabbitMQ's rule: a user may open a vhost iff it has permissions on it."""
@@ -418,7 +423,7 @@ class AccountStore:
         by vhost, user and exchange. Raises UserNotFound, VHostNotFound for a name given
         that does not exist."""
         state = self._state
-        found = _scoped(state, state.topic_permissions.values(), vhost, user)
+        found = scoped(state, state.topic_permissions.values(), vhost, user)
         return sorted(found, key=lambda topic: (topic.vhost, topic.user, topic.exchange))
 
     def set_topic_permissions(
@@ -429,13 +434,13 @@ class AccountStore:
         returning. Raises UserNotFound, VHostNotFound, AccountValueInvalid for a regex that
         does not compile."""
         topic = TopicPermission(user, vhost, exchange, write, read)
-        _check_topic_permission(topic)
+        check_topic_permission(topic)
         with self._lock:
             state = self._state
-            _require_user(state, user)
-            _require_vhost(state, vhost)
+            require_user(state, user)
+            require_vhost(state, vhost)
             topics = {**state.topic_permissions, (user, vhost, exchange): topic}
-            self._commit(_with_topic_permissions(state, topics.values()))
+            self._commit(with_topic_permissions(state, topics.values()))
         return topic
 
     def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> None:
@@ -444,9 +449,9 @@ class AccountStore:
         before returning. Raises UserNotFound, VHostNotFound."""
         with self._lock:
             state = self._state
-            _require_user(state, user)
-            _require_vhost(state, vhost)
-            trimmed = _keep_topic_permissions(
+            require_user(state, user)
+            require_vhost(state, vhost)
+            trimmed = keep_topic_permissions(
                 state,
                 lambda t: (t.user, t.vhost) != (user, vhost) or exchange not in (None, t.exchange),
             )
@@ -458,131 +463,96 @@ class AccountStore:
         directory before returning. Raises AccountValueInvalid, UserNotFound, VHostNotFound."""
         added = {(t.user, t.vhost, t.exchange): t for t in topics}
         for topic in added.values():
-            _check_topic_permission(topic)
+            check_topic_permission(topic)
         with self._lock:
             state = self._state
             for user, vhost, _ in added:
-                _require_user(state, user)
-                _require_vhost(state, vhost)
-            merged = _with_topic_permissions(state, {**state.topic_permissions, **added}.values())
+                require_user(state, user)
+                require_vhost(state, vhost)
+            merged = with_topic_permissions(state, {**state.topic_permissions, **added}.values())
             if merged != state:
                 self._commit(merged)
 
-    def _commit(self, state: _State) -> None:
+    # Limits (their names and checks: account_limits.py; their changes: account_state.py).
+    # Each mutator fsyncs file and directory before returning (nothing to write if it
+    # changes nothing) and raises VHostNotFound or UserNotFound, and LimitInvalid with
+    # RabbitMQ's words.
+
+    def vhost_limits(self, vhost: str) -> Limits | None:
+        """Vhost `vhost`'s `vhost-limits` parameter; None when it has none."""
+        return self._state.vhost_limits.get(vhost)
+
+    def list_vhost_limits(self) -> list[tuple[str, Limits]]:
+        return sorted(self._state.vhost_limits.items())
+
+    def vhost_limit(self, vhost: str, name: str) -> int | None:
+        """The limit `name` in force on `vhost` (None: none); a dict lookup or two."""
+        return account_limits.limit_of(self._state.vhost_limits.get(vhost), name)
+
+    def set_vhost_limits(self, vhost: str, limits: object) -> None:
+        """Replace the whole `vhost-limits` parameter with `limits` (a JSON object, [] for
+        none; None removes it), as `rabbitmqctl set_vhost_limits` and imports do."""
+        checked = None if limits is None else account_limits.check_vhost_limits(limits)
+        self._change(lambda state: account_state.vhost_limits_set(state, vhost, checked))
+
+    def update_vhost_limit(self, vhost: str, name: str, value: object) -> None:
+        """Set one limit, keeping the others (RabbitMQ's `update_limit`, the API's PUT)."""
+        self._change(lambda state: account_state.vhost_limit_updated(state, vhost, name, value))
+
+    def clear_vhost_limit(self, vhost: str, name: str) -> None:
+        """Remove one limit (RabbitMQ's `clear_limit`: the parameter stays, maybe empty)."""
+        self._change(lambda state: account_state.vhost_limit_cleared(state, vhost, name))
+
+    def user_limits(self, user: str) -> Limits:
+        """User `user`'s limits (empty when none or no such user)."""
+        return self._state.user_limits.get(user, {})
+
+    def list_user_limits(self) -> list[tuple[str, Limits]]:
+        return sorted(self._state.user_limits.items())
+
+    def user_limit(self, user: str, name: str) -> int | None:
+        """The limit `name` in force for `user` (None: none); a dict lookup or two."""
+        return account_limits.limit_of(self._state.user_limits.get(user), name)
+
+    def set_user_limits(self, user: str, limits: object) -> None:
+        """Add or replace the limits in `limits`, keeping the user's others (RabbitMQ's
+        `set_user_limits`)."""
+        checked = account_limits.check_user_limits(limits)
+        self._change(lambda state: account_state.user_limits_added(state, user, checked))
+
+    def clear_user_limit(self, user: str, name: str) -> None:
+        """Remove limit `name`, or every one for "all" (RabbitMQ's `clear_user_limits`)."""
+        self._change(lambda state: account_state.user_limit_cleared(state, user, name))
+
+    def merge_limits(
+        self, vhost_limits: Iterable[tuple[str, object]], user_limits: Iterable[tuple[str, object]]
+    ) -> None:
+        """Replace vhosts' `vhost-limits` parameters and add users' limits in one change
+        (a definitions import)."""
+        vhosts = [(v, account_limits.check_vhost_limits(found)) for v, found in vhost_limits]
+        users = [(u, account_limits.check_user_limits(found)) for u, found in user_limits]
+        self._change(lambda state: account_state.limits_merged(state, vhosts, users))
+
+    def _change(self, change: Callable[[State], State]) -> None:
+        """Apply the pure `change` to the state under the lock; commit what it changed."""
+        with self._lock:
+            state = self._state
+            changed = change(state)
+            if changed != state:
+                self._commit(changed)
+
+    def _commit(self, state: State) -> None:
         """Replace the file with `state`, then use it; fsyncs file and directory first."""
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
             files.makedirs(directory)
             fsync_directory(os.path.dirname(directory))
-        write_file_atomic(self.path, _encode(state), fsync_dir=True)
+        write_file_atomic(self.path, encode_state(state), fsync_dir=True)
         self._state = state
         self.generation += 1  # after the state: a reader that sees it sees the new state
 
 
-def _compile(permission: Permission) -> _Grant:
-    grant: dict[str, re.Pattern[str] | None] = {}
-    for kind in PERMISSION_KINDS:
-        regex: str = getattr(permission, kind)
-        grant[kind] = compile_regex(kind, regex)
-    return grant
-
-
-def _require_user(state: _State, name: str) -> User:
-    user = state.users.get(name)
-    if user is None:
-        raise UserNotFound(name)
-    return user
-
-
-def _require_vhost(state: _State, name: str) -> None:
-    if name not in state.vhosts:
-        raise VHostNotFound(name)
-
-
-_Scoped = TypeVar("_Scoped", Permission, TopicPermission)
-
-
-def _scoped(
-    state: _State, entries: Iterable[_Scoped], vhost: str | None, user: str | None
-) -> list[_Scoped]:
-    """Those of `entries` on `vhost` and/or of `user` (all without either). Raises
-    VHostNotFound, UserNotFound for a name given that does not exist."""
-    if vhost is not None:
-        _require_vhost(state, vhost)
-    if user is not None:
-        _require_user(state, user)
-    return [
-        entry for entry in entries if vhost in (None, entry.vhost) and user in (None, entry.user)
-    ]
-
-
-def _with_metadata(state: _State, name: str, metadata: VHostMetadata) -> _State:
-    """`state` with vhost `name`'s metadata set (kept only when not empty)."""
-    kept = {key: value for key, value in state.vhost_metadata.items() if key != name}
-    if metadata != NO_METADATA:
-        kept[name] = metadata
-    return replace(state, vhost_metadata=kept)
-
-
-def _with_permissions(state: _State, keep: Callable[[Permission], bool]) -> _State:
-    """`state` with only the permissions `keep` accepts."""
-    permissions = {key: value for key, value in state.permissions.items() if keep(value)}
-    grants = {key: state.grants[key] for key in permissions}
-    return replace(state, permissions=permissions, grants=grants)
-
-
-def _keep_topic_permissions(state: _State, keep: Callable[[TopicPermission], bool]) -> _State:
-    """`state` with only the topic permissions `keep` accepts."""
-    return _with_topic_permissions(state, filter(keep, state.topic_permissions.values()))
-
-
-def _with_topic_permissions(state: _State, topics: Iterable[TopicPermission]) -> _State:
-    """`state` with exactly `topics` as its topic permissions, their grants rebuilt."""
-    by_key = {(t.user, t.vhost, t.exchange): t for t in topics}
-    by_pair: dict[tuple[str, str], list[TopicPermission]] = {}
-    for topic in by_key.values():
-        by_pair.setdefault((topic.user, topic.vhost), []).append(topic)
-    grants = {pair: TopicGrants(found) for pair, found in by_pair.items()}
-    return replace(state, topic_permissions=by_key, topic_grants=grants)
-
-
-def _check_topic_permission(topic: TopicPermission) -> None:
-    """Raises AccountValueInvalid for a regex that does not compile or an exchange name
-    that is not a valid shortstr."""
-    if len(utf8("exchange name", topic.exchange)) > NAME_BYTES_MAX:
-        raise AccountValueInvalid(f"exchange name is longer than {NAME_BYTES_MAX} bytes")
-    for kind in TOPIC_KINDS:
-        compile_regex(kind, getattr(topic, kind))
-
-
-def _make_state(
-    users: Iterable[User], vhosts: Iterable[str], permissions: Iterable[Permission]
-) -> _State:
-    by_key = {(permission.user, permission.vhost): permission for permission in permissions}
-    grants = {key: _compile(permission) for key, permission in by_key.items()}
-    return _State({user.name: user for user in users}, frozenset(vhosts), by_key, grants)
-
-
-def _default_state(first_user: FirstUser) -> _State:
+def _default_state(first_user: FirstUser) -> State:
     user = User(first_user.name, first_user.password_hash, DEFAULT_TAGS)
     full = Permission(first_user.name, DEFAULT_VHOST, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
-    return _make_state([user], [DEFAULT_VHOST], [full])
-
-
-def _decode(path: str, data: bytes) -> _State:
-    """The state in `data`; raises AccountsCorrupted naming `path` if it is not valid."""
-    record = accounts_file.decode(path, data)
-    state = _make_state(record.users, record.vhosts, record.permissions)
-    state = replace(state, vhost_metadata=record.vhost_metadata)
-    return _with_topic_permissions(state, record.topic_permissions)
-
-
-def _encode(state: _State) -> bytes:
-    record = accounts_file.AccountsRecord(
-        list(state.users.values()),
-        list(state.vhosts),
-        list(state.permissions.values()),
-        list(state.topic_permissions.values()),
-        dict(state.vhost_metadata),
-    )
-    return accounts_file.encode(record)
+    return make_state([user], [DEFAULT_VHOST], [full])

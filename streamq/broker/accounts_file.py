@@ -19,14 +19,31 @@ File format, version 1, with the field names of RabbitMQ's definitions export:
 "topic_permissions" came later within version 1: a file without it holds none; a streamq
 that predates it reads a newer file, ignoring the key. So did a vhost's "description",
 "tags" and "default_queue_type", written only when set (absent: "", [] and unset).
+
+Version 2 adds limits: a vhost's `vhost-limits` parameter as "limits" in its entry (an
+object, possibly empty once its last limit was cleared) and a user's limits as "limits" in
+its entry (written only when it has some):
+     "vhosts": [{"name": "b", "limits": {"max-connections": 10, "max-queues": -1}}],
+     "users": [{"name": "app", ..., "limits": {"max-channels": 64}}]
+A file is written as version 2 only when it holds limits, else as version 1, which every
+streamq reads. A streamq that reads only version 1 ignores keys it does not know, so it
+would run without the limits and drop them on its next write: version 2 makes it refuse
+the file instead ("version 2, this streamq reads 1"). This streamq reads both.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from streamq.broker.account_limits import (
+    LimitInvalid,
+    Limits,
+    check_user_limits,
+    check_vhost_limits,
+)
 from streamq.broker.account_values import (
     PERMISSION_KINDS,
     AccountsCorrupted,
@@ -41,7 +58,11 @@ from streamq.broker.account_values import (
 from streamq.broker.topic_permissions import TOPIC_KINDS, TopicPermission
 from streamq.broker.users import HASHING_ALGORITHM, User, is_password_hash
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2  # the newest this streamq reads and writes
+LIMITS_VERSION: Final = 2  # the first version with "limits"
+READ_VERSIONS: Final = (1, 2)
+BASE_VERSION: Final = 1  # written when the file holds no limits
+LIMITS_KEY: Final = "limits"
 TOPIC_KEY: Final = "topic_permissions"  # absent from files written before them
 
 
@@ -54,19 +75,13 @@ class AccountsRecord:
     permissions: list[Permission]
     topic_permissions: list[TopicPermission]
     vhost_metadata: dict[str, VHostMetadata]  # only of vhosts that have some
+    vhost_limits: dict[str, Limits]  # only of vhosts with a vhost-limits parameter
+    user_limits: dict[str, Limits]  # only of users with limits
 
 
 def encode(record: AccountsRecord) -> bytes:
     """The file's bytes for `record` (sorted by name, two-space indented UTF-8 JSON)."""
-    users = [
-        {
-            "name": user.name,
-            "password_hash": user.password_hash,
-            "hashing_algorithm": HASHING_ALGORITHM,
-            "tags": list(user.tags),
-        }
-        for user in sorted(record.users, key=lambda user: user.name)
-    ]
+    users = [_encode_user(user, record.user_limits) for user in sorted(record.users, key=_name)]
     permissions = [
         {
             "user": p.user,
@@ -77,10 +92,11 @@ def encode(record: AccountsRecord) -> bytes:
         }
         for p in sorted(record.permissions, key=lambda p: (p.vhost, p.user))
     ]
+    limited = bool(record.vhost_limits or record.user_limits)
     document: dict[str, object] = {
-        "version": FORMAT_VERSION,
+        "version": LIMITS_VERSION if limited else BASE_VERSION,
         "users": users,
-        "vhosts": [_encode_vhost(name, record.vhost_metadata) for name in sorted(record.vhosts)],
+        "vhosts": [_encode_vhost(name, record) for name in sorted(record.vhosts)],
         "permissions": permissions,
     }
     document[TOPIC_KEY] = [
@@ -96,14 +112,32 @@ def encode(record: AccountsRecord) -> bytes:
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def _encode_vhost(name: str, metadata: dict[str, VHostMetadata]) -> dict[str, object]:
+def _name(user: User) -> str:
+    return user.name
+
+
+def _encode_user(user: User, limits: dict[str, Limits]) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "name": user.name,
+        "password_hash": user.password_hash,
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": list(user.tags),
+    }
+    if user.name in limits:
+        entry[LIMITS_KEY] = dict(limits[user.name])
+    return entry
+
+
+def _encode_vhost(name: str, record: AccountsRecord) -> dict[str, object]:
     entry: dict[str, object] = {"name": name}
-    found = metadata.get(name)
+    found = record.vhost_metadata.get(name)
     if found is not None:
         entry["description"] = found.description
         entry["tags"] = list(found.tags)
         if found.default_queue_type is not None:
             entry["default_queue_type"] = found.default_queue_type
+    if name in record.vhost_limits:
+        entry[LIMITS_KEY] = dict(record.vhost_limits[name])
     return entry
 
 
@@ -116,9 +150,10 @@ def decode(path: str, data: bytes) -> AccountsRecord:
     try:
         document = _object(json.loads(data.decode("utf-8")), "the document")
         version = document.get("version")
-        if type(version) is not int or version != FORMAT_VERSION:
-            raise _FormatError(f"version {version!r}, this streamq reads {FORMAT_VERSION}")
-        users = [_decode_user(entry) for entry in _array(document, "users")]
+        if type(version) is not int or version not in READ_VERSIONS:
+            raise _FormatError(f"version {version!r}, this streamq reads up to {FORMAT_VERSION}")
+        user_entries = _array(document, "users")
+        users = [_decode_user(entry) for entry in user_entries]
         entries = _array(document, "vhosts")
         vhosts = [check_name("vhost", _string(entry, "name")) for entry in entries]
         metadata = {
@@ -131,11 +166,39 @@ def decode(path: str, data: bytes) -> AccountsRecord:
             _decode_topic_permission(entry)
             for entry in (_array(document, TOPIC_KEY) if TOPIC_KEY in document else [])
         ]
-        record = AccountsRecord(users, vhosts, permissions, topics, metadata)
+        vhost_limits = _decode_limits(version, vhosts, entries, check_vhost_limits)
+        user_limits = _decode_limits(
+            version, [u.name for u in users], user_entries, check_user_limits
+        )
+        record = AccountsRecord(
+            users, vhosts, permissions, topics, metadata, vhost_limits, user_limits
+        )
         _check_references(record)
         return record
-    except (ValueError, _FormatError, AccountValueInvalid) as exc:  # JSONDecodeError, UnicodeError
+    except (
+        ValueError,
+        _FormatError,
+        AccountValueInvalid,
+        LimitInvalid,
+    ) as exc:  # JSONDecodeError, UnicodeError
         raise AccountsCorrupted(path, str(exc)) from None
+
+
+def _decode_limits(
+    version: int,
+    names: list[str],
+    entries: list[object],
+    check: Callable[[object], dict[str, int]],
+) -> dict[str, Limits]:
+    """The "limits" of the entries that have them (none before LIMITS_VERSION)."""
+    if version < LIMITS_VERSION:
+        return {}
+    found: dict[str, Limits] = {}
+    for name, entry in zip(names, entries, strict=True):
+        fields = _object(entry, "an entry")
+        if LIMITS_KEY in fields:
+            found[name] = check(fields[LIMITS_KEY])
+    return found
 
 
 def _decode_user(entry: object) -> User:

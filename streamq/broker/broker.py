@@ -20,6 +20,7 @@ from streamq.broker.account_values import NO_METADATA, VHostMetadata
 from streamq.broker.accounts import AccountStore, FirstUser, VHostNotFound
 from streamq.broker.clients import Client, PropertiesJson
 from streamq.broker.cluster_view import ClusterView
+from streamq.broker.connection_tracking import ConnectionTracking
 from streamq.broker.errors import BrokerError, NotAllowed
 from streamq.broker.links import Link, LinkKey
 from streamq.broker.parameters import ParameterListener
@@ -62,6 +63,8 @@ class Broker:
         self.syncer = Syncer(direct_io=direct_io)
         self.resources = ResourceMonitor(data_dir, limits or ResourceLimits.defaults())
         self.accounts = AccountStore.open(data_dir, first_user)
+        # Open connections by vhost and user, for the vhost and user limits.
+        self.tracking = ConnectionTracking(self.accounts)
         self.vhosts: dict[str, VHost] = {}
         self.failed_vhosts: dict[str, str] = {}  # name: why it could not be opened
         # Client connections by name (the AMQP gateway registers them, the management

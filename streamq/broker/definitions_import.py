@@ -7,11 +7,13 @@ boot-time `load_definitions` setting both run. Import is idempotent (declaration
 exists with the same attributes change nothing) and durable on return: accounts fsync in a
 worker thread, each vhost touched waits for a sync round. A vhost's description, tags
 and default queue type are kept (top-level or under `metadata`, as RabbitMQ 3.10 reads
-them); a vhost with `tracing: true` or with limits, and a user with limits, are refused
-(streamq has neither).
-So are vhost limits and parameters of other plugins (RabbitMQ refuses those too), before
-anything is applied. Global parameters (`cluster_name`, `internal_cluster_id`), which
-change no behaviour, are accepted and ignored with a log line.
+them); a vhost with `tracing: true` is refused (streamq has no tracer), and so are
+`limits` inside a vhost entry, which RabbitMQ 3.10 ignores: its exports carry vhost limits
+as parameters of component `vhost-limits`, which are imported (as RabbitMQ, after the
+check that the document's new queues fit the limits in force: "Adding N queue(s) ...
+Import aborted!"), and so are users' `limits`. Parameters of other plugins are refused
+(RabbitMQ refuses those too), before anything is applied. Global parameters (`cluster_name`,
+`internal_cluster_id`), which change no behaviour, are accepted and ignored with a log line.
 A malformed document raises DefinitionsInvalid; the vhost's own checks raise their
 domain errors (PreconditionFailed...). It knows neither HTTP nor status codes.
 """
@@ -23,6 +25,16 @@ from collections.abc import Mapping
 from typing import BinaryIO, Final
 
 from streamq.broker import json_text
+from streamq.broker.account_limits import (
+    MAX_QUEUES,
+    VHOST_COMPONENT,
+    VHOST_PARAMETER,
+    LimitInvalid,
+    Limits,
+    check_user_limits,
+    check_vhost_limits,
+    queues_would_exceed,
+)
 from streamq.broker.account_values import AccountValueInvalid, check_vhost_metadata
 from streamq.broker.accounts import PERMISSION_KINDS, Permission, VHostMetadata, check_tags
 from streamq.broker.broker import Broker
@@ -41,7 +53,7 @@ ENTRIES_MAX: Final = 1_000_000  # per list of a document (the body or file is ca
 FILE_BYTES_MAX: Final = 16 * 1024 * 1024  # as the management API's body limit
 READ_CHUNK_BYTES: Final = 64 * 1024
 OPERATOR_POLICY_COMPONENT: Final = "operator_policy"  # RabbitMQ's runtime parameter component
-VHOST_LIMITS_COMPONENT: Final = "vhost-limits"  # RabbitMQ exports vhost limits so
+VHOST_LIMITS_COMPONENT: Final = VHOST_COMPONENT  # RabbitMQ exports vhost limits so
 # Who sets the parameters of an import at boot (RabbitMQ's ?INTERNAL_USER).
 INTERNAL_USER: Final = "rmq-internal"
 # How RabbitMQ's management plugin reads a boolean field (rabbit_mgmt_util:parse_bool/1).
@@ -124,9 +136,30 @@ def _mapping(entry: Entry, key: str) -> dict[str, object]:
     return value
 
 
+def parse_user_limits(entry: Entry) -> tuple[str, Limits] | None:
+    """A user entry's `limits` (RabbitMQ 3.10 exports `{}` for none): None without."""
+    if not entry.get("limits"):
+        return None
+    try:
+        return _text(entry, "name"), check_user_limits(entry["limits"])
+    except LimitInvalid as exc:
+        raise DefinitionsInvalid(f"user {entry.get('name')!r}: {exc}") from None
+
+
+def parse_vhost_limits(entry: Entry) -> Limits:
+    """The value of a `vhost-limits` parameter (name `limits`, the only one RabbitMQ has)."""
+    if entry.get("name") != VHOST_PARAMETER:
+        raise DefinitionsInvalid(
+            f"{VHOST_LIMITS_COMPONENT} has one parameter, '{VHOST_PARAMETER}', "
+            f"not {entry.get('name')!r}"
+        )
+    try:
+        return check_vhost_limits(entry.get("value"))
+    except LimitInvalid as exc:
+        raise DefinitionsInvalid(f"vhost limits of {entry.get('vhost')!r}: {exc}") from None
+
+
 def parse_user(entry: Entry) -> User:
-    if entry.get("limits"):  # RabbitMQ 3.10 exports "limits": {} for users without
-        raise DefinitionsInvalid(f"user {entry.get('name')!r}: user limits are not supported")
     algorithm = _text(entry, "hashing_algorithm", HASHING_ALGORITHM)
     if algorithm != HASHING_ALGORITHM:
         raise DefinitionsInvalid(
@@ -155,12 +188,15 @@ def parse_vhost(entry: Entry) -> tuple[str, VHostMetadata]:
     """A vhost entry's name and metadata, read as RabbitMQ's `rabbit_definitions:add_vhost`
     (description and tags top-level first, then under `metadata`; the default queue type
     under `metadata`, or top-level as RabbitMQ 3.11 exports it). Refuses `tracing: true`
-    and limits, which streamq would otherwise ignore."""
+    and limits in the entry (RabbitMQ ignores those; see the module docstring)."""
     name = _text(entry, "name")
     if _flag(entry, "tracing", False):
         raise DefinitionsInvalid(f"vhost {name!r}: tracing is not supported by streamq")
     if entry.get("limits"):
-        raise DefinitionsInvalid(f"vhost {name!r}: vhost limits are not supported by streamq")
+        raise DefinitionsInvalid(
+            f"vhost {name!r}: limits inside a vhost entry are ignored by RabbitMQ 3.10; give "
+            f"them as a parameter of component {VHOST_LIMITS_COMPONENT}, as its exports do"
+        )
     metadata = _mapping(entry, "metadata")
     description = entry.get("description", metadata.get("description", ""))
     tags = entry.get("tags", metadata.get("tags", []))
@@ -209,6 +245,7 @@ class Importer:
         doc = self.document
         vhosts = [parse_vhost(e) for e in _entries(doc, "vhosts")]
         users = [parse_user(e) for e in _entries(doc, "users")]
+        user_limits = [found for e in _entries(doc, "users") if (found := parse_user_limits(e))]
         permissions = [parse_permission(e) for e in _entries(doc, "permissions")]
         topics = [parse_topic_permission(e) for e in _entries(doc, "topic_permissions")]
         accounts = self.broker.accounts
@@ -225,6 +262,8 @@ class Importer:
             await self.broker.change_durably(self.broker.accounts.merge, users, permissions)
         if topics:
             await self.broker.change_durably(accounts.merge_topic_permissions, topics)
+        if user_limits:
+            await self.broker.change_durably(accounts.merge_limits, [], user_limits)
         self.progress.step(len(vhosts) + len(users) + len(permissions) + len(topics))
         if _entries(doc, "global_parameters"):
             logger.info("definitions import: global_parameters are not supported; ignored")
@@ -246,6 +285,33 @@ class Importer:
             component = entry.get("component")
             if component == OPERATOR_POLICY_COMPONENT:
                 self._policy(entry, _mapping(entry, "value"), operator=True)
+
+    def check_queue_limits(self) -> None:
+        """RabbitMQ's `validate_limits`: the queues of the document that do not exist yet
+        must fit each vhost's max-queues in force before the import (not the limits it
+        sets); raises DefinitionsInvalid with RabbitMQ's text before any is declared."""
+        added: dict[str, set[str]] = {}
+        for entry in _entries(self.document, "queues"):
+            name = self.only_vhost if self.only_vhost is not None else entry.get("vhost")
+            vhost = self.broker.vhosts.get(name) if isinstance(name, str) else None
+            queue = entry.get("name")
+            if vhost is not None and isinstance(queue, str) and queue not in vhost.queues:
+                added.setdefault(vhost.name, set()).add(queue)
+        for name, queues in sorted(added.items()):
+            limit = self.broker.accounts.vhost_limit(name, MAX_QUEUES)
+            count = len(self.broker.vhosts[name].queues)
+            if limit is not None and count + len(queues) > limit:
+                raise DefinitionsInvalid(queues_would_exceed(name, len(queues), limit, count))
+
+    async def vhost_limits(self) -> None:
+        """The `vhost-limits` parameters, each replacing its vhost's limits."""
+        found = [
+            (self.vhost_of(entry).name, parse_vhost_limits(entry))
+            for entry in _entries(self.document, "parameters")
+            if entry.get("component") == VHOST_LIMITS_COMPONENT
+        ]
+        if found:
+            await self.broker.change_durably(self.broker.accounts.merge_limits, found, [])
 
     def parameters(self) -> None:
         """Shovels and federation upstreams, after the queues and exchanges they use.
@@ -325,7 +391,9 @@ class Importer:
         try:
             if self.only_vhost is None:
                 await self.accounts()
+            self.check_queue_limits()
             self.policies()
+            await self.vhost_limits()
             self.entities()
             self.parameters()
             self.progress.finish()
@@ -335,16 +403,14 @@ class Importer:
 
 
 def check_components(document: Mapping[str, object]) -> None:
-    """Raises DefinitionsInvalid for a runtime parameter streamq cannot honour: vhost
-    limits, and a component of a plugin streamq does not have (RabbitMQ's import fails on
-    those too: "component ... not found")."""
+    """Raises DefinitionsInvalid for a runtime parameter streamq cannot honour: a
+    component of a plugin streamq does not have (RabbitMQ's import fails on those too:
+    "component ... not found"), or vhost limits that are not valid."""
     for entry in _entries(document, "parameters"):
         component = entry.get("component")
         if component == VHOST_LIMITS_COMPONENT:
-            raise DefinitionsInvalid(
-                f"vhost limits are not supported by streamq: {entry.get('value')!r} "
-                f"of vhost {entry.get('vhost')!r}"
-            )
+            parse_vhost_limits(entry)
+            continue
         if component != OPERATOR_POLICY_COMPONENT and component not in COMPONENTS:
             raise DefinitionsInvalid(f"component {component!r} not found")
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from streamq.broker.account_limits import QueueLimitReached
 from streamq.broker.dedup import deduper_for
 from streamq.broker.errors import (
     AccessRefused,
@@ -266,7 +267,14 @@ class Entities:
         auto_delete: bool,
         arguments: Mapping[str, object],
         owner: object,
+        *,
+        queue_max: int | None = None,
     ) -> Queue:
+        """Declare a queue. `queue_max`: the vhost's max-queues in force, checked for a
+        new queue only, after its name and equivalence and before its arguments (as
+        rabbit_channel does); None where RabbitMQ does not check it (definitions imports,
+        which count beforehand, and the stream protocol). Raises QueueLimitReached and
+        the declare's other domain errors."""
         if passive:
             found = self.queue(name, owner)
             found.last_used_s = time.monotonic()  # a declare renews the x-expires lease
@@ -285,6 +293,8 @@ class Entities:
             existing.last_used_s = time.monotonic()  # a declare renews the x-expires lease
             self.expire_head(existing, int(time.time() * 1000))
             return existing
+        if queue_max is not None and len(self.queues) >= queue_max:
+            raise QueueLimitReached(name, self.name, queue_max)
         arguments = with_default_queue_type(
             arguments, self.default_queue_type, durable, exclusive, auto_delete
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from streamq.argtypes import non_negative_int
-from streamq.ctlhttp import accounts, backup, entities, links, node
+from streamq.ctlhttp import accounts, backup, entities, limits, links, node
 from streamq.ctlhttp.client import (
     DEFAULT_URI,
     EXIT_ERROR,
@@ -270,6 +270,40 @@ VERBS: Final = (
         "list a user's topic permissions",
         accounts.list_user_topic_permissions,
         ("user",),
+    ),
+    # Limits.
+    Verb(
+        "set_vhost_limits",
+        "set a vhost's limits, a JSON object: max-connections, max-queues (replaces them all)",
+        limits.set_vhost_limits,
+        ("definition",),
+    ),
+    Verb("clear_vhost_limits", "remove a vhost's limits", limits.clear_vhost_limits),
+    Verb(
+        "list_vhost_limits",
+        "list a vhost's limits (--global: every vhost's)",
+        limits.list_vhost_limits,
+        (),
+        limits.list_vhost_limits_options,
+    ),
+    Verb(
+        "set_user_limits",
+        "set limits of a user, a JSON object: max-connections, max-channels",
+        limits.set_user_limits,
+        ("user", "definition"),
+    ),
+    Verb(
+        "clear_user_limits",
+        "remove a limit of a user (all: every one)",
+        limits.clear_user_limits,
+        ("user", "name"),
+    ),
+    Verb(
+        "list_user_limits",
+        "list the users' limits (--user: one user's)",
+        limits.list_user_limits,
+        (),
+        limits.list_user_limits_options,
     ),
     # Queues.
     Verb("list_queues", "list the queues of a vhost", entities.list_queues, ("columns...",)),

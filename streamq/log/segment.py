@@ -24,6 +24,17 @@ _U64_MAX = (1 << 64) - 1
 SCAN_CHUNK_BYTES = 1 << 20  # read unit of scans, bounded so a scan never holds a whole file
 
 
+class SegmentInfo(NamedTuple):
+    """What retention and operators see of a segment."""
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    first_timestamp_ms: int
+    last_timestamp_ms: int
+    active: bool
+
+
 class Segment:
     """Metadata of one segment. `next_offset` and `size_bytes` include buffered appends."""
 

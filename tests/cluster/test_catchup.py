@@ -15,11 +15,11 @@ import pytest
 from tests.cluster.cluster_nodes import Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 from tests.cluster.workload import (
-    Consumer,
     Ledger,
     Publisher,
     check_ledger,
     drain,
+    start_workload,
     stop_workload,
 )
 
@@ -52,12 +52,7 @@ def only_survivor_leads(cluster: Cluster, survivor: ClusterNode) -> ClusterNode:
 async def test_a_killed_follower_catches_up_under_load(etcd: EtcdServer, tmp_path: Path) -> None:
     with Cluster(tmp_path / "cluster", etcd.endpoint, 3, lease_ttl_s=LEASE_TTL_S) as cluster:
         leader = await asyncio.to_thread(cluster.start)
-        ports = lambda: [node.amqp_port for node in cluster.nodes]  # noqa: E731
-        ledger, stop = Ledger(), asyncio.Event()
-        tasks = [
-            asyncio.create_task(Publisher(ports, ledger).run(stop)),
-            asyncio.create_task(Consumer(ports, ledger).run(stop)),
-        ]
+        ledger, stop, tasks = start_workload(lambda: [node.amqp_port for node in cluster.nodes])
         try:
             follower = next(node for node in cluster.nodes if node is not leader)
             await load_for(LOAD_S, ledger, time.monotonic())

@@ -22,12 +22,12 @@ from tests.cluster.cluster_nodes import ROOT, Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 from tests.cluster.workload import (
     QUEUE,
-    Consumer,
     Ledger,
-    Publisher,
     check_ledger,
     drain,
+    start_workload,
     stop_workload,
+    wait_confirms_after,
 )
 
 KILLS = 20
@@ -37,15 +37,6 @@ CONFIRM_BOUND_S = SERVING_BOUND_S + 8  # plus the clients' reconnect and confirm
 IN_SYNC_TIMEOUT_S = 30.0
 PROGRESS_TIMEOUT_S = 15.0
 STOP_WORKLOAD_S = 15.0
-
-
-async def wait_confirms_after(ledger: Ledger, since: float, timeout_s: float, what: str) -> float:
-    """Seconds from `since` to the first confirm of a message published after it (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    while ledger.confirmed_sent_at <= since:
-        assert time.monotonic() < deadline, f"no confirm {what} within {timeout_s} s"
-        await asyncio.sleep(0.05)
-    return ledger.last_confirm_at - since
 
 
 async def kill_leader(cluster: Cluster, leader: ClusterNode, ledger: Ledger) -> ClusterNode:
@@ -71,12 +62,7 @@ async def test_sigkill_the_leader_20_times_loses_no_confirmed_message(
 ) -> None:
     with Cluster(tmp_path / "cluster", etcd.endpoint, 3, lease_ttl_s=LEASE_TTL_S) as cluster:
         leader = await asyncio.to_thread(cluster.start)
-        ports = lambda: [node.amqp_port for node in cluster.nodes]  # noqa: E731
-        ledger, stop = Ledger(), asyncio.Event()
-        tasks = [
-            asyncio.create_task(Publisher(ports, ledger).run(stop)),
-            asyncio.create_task(Consumer(ports, ledger).run(stop)),
-        ]
+        ledger, stop, tasks = start_workload(lambda: [node.amqp_port for node in cluster.nodes])
         try:
             for kill in range(KILLS):
                 waited = time.monotonic()

@@ -24,12 +24,12 @@ import pytest
 from tests.cluster.cluster_nodes import ROOT, Cluster, ClusterNode
 from tests.cluster.etcd_server import EtcdServer
 from tests.cluster.workload import (
-    Consumer,
     Ledger,
-    Publisher,
     check_ledger,
     drain,
+    start_workload,
     stop_workload,
+    wait_confirms_after,
 )
 
 OLD_VERSION: Final = "0.1.0"
@@ -89,11 +89,7 @@ async def wait_started(cluster: Cluster, node: ClusterNode) -> None:
 
 async def wait_progress(ledger: Ledger, what: str) -> None:
     """Until a message published from now on is confirmed (bounded)."""
-    since = time.monotonic()
-    deadline = since + PROGRESS_TIMEOUT_S
-    while ledger.confirmed_sent_at <= since:
-        assert time.monotonic() < deadline, f"no confirm {what} within {PROGRESS_TIMEOUT_S} s"
-        await asyncio.sleep(0.05)
+    await wait_confirms_after(ledger, time.monotonic(), PROGRESS_TIMEOUT_S, what)
 
 
 async def upgrade(cluster: Cluster, node: ClusterNode, ledger: Ledger) -> None:
@@ -117,12 +113,7 @@ async def test_a_rolling_upgrade_under_load_loses_no_confirmed_message(
             node.code_root = old_tree
         leader = await asyncio.to_thread(cluster.start)
         assert {runs_code_of(node) for node in cluster.nodes} == {old_tree.resolve()}
-        ports = lambda: [node.amqp_port for node in cluster.nodes]  # noqa: E731
-        ledger, stop = Ledger(), asyncio.Event()
-        tasks = [
-            asyncio.create_task(Publisher(ports, ledger).run(stop)),
-            asyncio.create_task(Consumer(ports, ledger).run(stop)),
-        ]
+        ledger, stop, tasks = start_workload(lambda: [node.amqp_port for node in cluster.nodes])
         try:
             await wait_progress(ledger, f"on {OLD_VERSION}")
             for follower in [node for node in cluster.nodes if node is not leader]:

@@ -244,3 +244,26 @@ async def stop_workload(
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def start_workload(
+    ports: Callable[[], list[int]],
+) -> tuple[Ledger, asyncio.Event, list[asyncio.Task[None]]]:
+    """A Publisher and a Consumer running against `ports` until the event is set (see
+    `stop_workload`): the ledger, the event and their tasks."""
+    ledger, stop = Ledger(), asyncio.Event()
+    tasks = [
+        asyncio.create_task(Publisher(ports, ledger).run(stop)),
+        asyncio.create_task(Consumer(ports, ledger).run(stop)),
+    ]
+    return ledger, stop, tasks
+
+
+async def wait_confirms_after(ledger: Ledger, since: float, timeout_s: float, what: str) -> float:
+    """Seconds from `since` (monotonic) to the first confirm of a message published after
+    it; fails after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while ledger.confirmed_sent_at <= since:
+        assert time.monotonic() < deadline, f"no confirm {what} within {timeout_s} s"
+        await asyncio.sleep(0.05)
+    return ledger.last_confirm_at - since

@@ -89,7 +89,10 @@ REQUESTS: Final[list[Request]] = [
         {"value": {"src-uri": "amqp://", "src-queue": "hq", "dest-uri": "amqp://"}},
     ),
     ("PUT", "/api/parameters/federation-upstream/%2F/hf", "", {"value": {"uri": "amqp://"}}),
-    ("PUT", "/api/vhost-limits/%2F/max-queues", "", {"value": 100}),
+    # Limits of the import's vhost and user, not of "/": a fuzzed value (0) takes effect,
+    # and later inputs and tests use "/".
+    ("PUT", "/api/vhost-limits/fv/max-queues", "", {"value": 100}),
+    ("PUT", "/api/user-limits/fu/max-channels", "", {"value": 100}),
     ("POST", "/api/definitions", "", _DEFINITIONS),
     ("POST", "/api/definitions/%2F", "", {"queues": [{"name": "dq", "durable": False}]}),
     (

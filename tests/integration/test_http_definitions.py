@@ -6,8 +6,8 @@ permissions, policies, an operator policy, durable queues (classic, stream,
 TTL, dead-lettering, priority), exchanges of four types and bindings to queues and
 exchanges, some with arguments. Passwords: admin1/admin-secret, app1/app-secret,
 hashed1/hashed-secret (set by hash), mgmt1/mgmt-secret, monitor1/monitor-secret. Its
-vhost limit (a "vhost-limits" parameter) was taken out: streamq refuses those
-(tests/integration/test_http_fields.py).
+vhost limit (a "vhost-limits" parameter) was taken out when streamq refused those; limits
+in definitions are tested in tests/integration/test_limits.py.
 """
 
 from __future__ import annotations

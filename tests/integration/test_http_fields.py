@@ -176,7 +176,7 @@ def test_tracing_false_is_accepted(broker: Broker) -> None:
     [
         {"vhosts": [{"name": "limited", "limits": {"max-queues": 1}}]},
         {"vhosts": [{"name": "traced", "tracing": True}]},
-        {"users": [{"name": "u", "password_hash": "", "tags": [], "limits": {"max-channels": 2}}]},
+        {"users": [{"name": "u", "password_hash": "", "tags": [], "limits": {"max-chans": 2}}]},
     ],
 )
 def test_definitions_limits_and_tracing_are_refused(broker: Broker, document: object) -> None:
@@ -190,8 +190,8 @@ def test_definitions_limits_and_tracing_are_refused(broker: Broker, document: ob
     ("parameter", "reason"),
     [
         (
-            {"component": "vhost-limits", "name": "limits", "value": {"max-connections": 1}},
-            "vhost limits",
+            {"component": "vhost-limits", "name": "limits", "value": {"max-connections": "1"}},
+            "max-connections should be a number, actually was <<",
         ),
         ({"component": "mqtt-retained", "name": "x", "value": {}}, "not found"),
     ],

@@ -459,11 +459,20 @@ def test_policies_operator_policies_and_parameters(admin: Admin, broker: Running
     assert status_of(broker, "/api/policies/%2F/cap") == 404
     queue = api(broker, "/api/queues/%2F/capped.q")
     assert isinstance(queue, dict) and queue["policy"] is None
-    # streamq has no vhost limits: listed empty, and setting one says so.
+    # Vhost limits: declared, listed, and in force on the next connection.open.
     assert admin.raw("list", "vhost_limits") == []
-    assert "streamq has no vhost limits" in admin.fails(
-        "declare", "vhost_limit", "vhost=/", "name=max-connections", "value=10"
-    )
+    admin.ok("declare", "vhost", "name=limited")
+    admin.ok("declare", "vhost_limit", "vhost=limited", "name=max-connections", "value=0")
+    assert admin.raw("list", "vhost_limits") == [
+        {"vhost": "limited", "value": {"max-connections": 0}}
+    ]
+    with pytest.raises(pika.exceptions.ProbableAccessDeniedError, match="connection limit \\(0\\)"):
+        pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.amqp_port, virtual_host="limited")
+        )
+    admin.ok("delete", "vhost_limit", "vhost=limited", "name=max-connections")
+    assert admin.raw("list", "vhost_limits") == [{"vhost": "limited", "value": []}]
+    admin.ok("delete", "vhost", "name=limited")
 
 
 # -- listing, formats, close ---------------------------------------------------------------

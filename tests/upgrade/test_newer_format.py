@@ -81,11 +81,11 @@ def test_a_newer_accounts_file_stops_the_broker_naming_both_versions(tmp_path: P
     path = data_dir / "definitions" / "accounts.json"
     accounts = json.loads(path.read_text())
     assert accounts["version"] == 1
-    accounts["version"] = 2
+    accounts["version"] = NEWER
     path.write_text(json.dumps(accounts))
     before = path.read_bytes()
     stderr = serve_refused(data_dir)
-    assert "(version 2, this streamq reads 1)" in stderr
+    assert f"(version {NEWER}, this streamq reads up to 2)" in stderr
     assert "Traceback" not in stderr
     assert path.read_bytes() == before
 

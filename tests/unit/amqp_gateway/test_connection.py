@@ -294,6 +294,23 @@ def test_channel_max_limits_how_many_channels_are_open_not_their_numbers() -> No
     )
 
 
+def test_the_channel_gate_refuses_a_channel_open_with_its_text() -> None:
+    """A user's max-channels (streamq/broker/connection_tracking.py): the server's gate
+    is asked at each channel.open after channel_max; its text closes the connection with
+    530 and no method to blame, as rabbit_reader:create_channel/2 does."""
+    client = open_with_channel_max(10)
+    refusals: list[str | None] = [None, "over the user's limit"]
+    client.server.channel_gate = lambda: refusals.pop(0)
+    client.send_method(1, m.ChannelOpen())
+    assert client.methods() == [(1, m.ChannelOpenOk())]
+    assert client.server.open_channel_count() == 1
+    client.send_method(2, m.ChannelOpen())
+    [(channel, close)] = client.methods()
+    assert channel == 0 and isinstance(close, m.ConnectionClose)
+    assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
+    assert close.reply_text == "NOT_ALLOWED - over the user's limit"
+
+
 def test_channel_max_is_ours_at_most() -> None:
     client = open_with_channel_max(CHANNEL_MAX)
     for channel in range(1, CHANNEL_MAX + 1):

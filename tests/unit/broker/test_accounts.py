@@ -291,7 +291,7 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     [
         (b"{not json", "Expecting property name"),
         (b"[]", "not a JSON object"),
-        (b'{"version": 2, "users": [], "vhosts": [], "permissions": []}', "version 2"),
+        (b'{"version": 3, "users": [], "vhosts": [], "permissions": []}', "version 3, this"),
         (b'{"version": true, "users": [], "vhosts": [], "permissions": []}', "version True"),
         (b'{"version": 1, "users": {}, "vhosts": [], "permissions": []}', "'users' is not a list"),
         (

@@ -1,0 +1,217 @@
+"""The read path of a segment log: `LogReader`, a part of `SegmentLog` (see `state`).
+
+Owns reading: records from an offset (`read`, durable records only, damaged ones passed
+over), bytes at a segment position (`read_at`, and `view_at` without a copy from sealed
+segments), one record (`read_record`), lookups by offset and time (`locate`,
+`segment_after`, `seek_timestamp`), resolving damage found on the way (`resolve_damage`),
+and the read descriptors and mappings it keeps (up to `read_fds_max` each).
+
+It never appends, syncs or drops segments, and holds no state of its own. `read_at` and
+`view_at` serve the stream protocol and deliveries for every chunk: keep them free of
+extra calls and attribute hops.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from bisect import bisect_right
+from functools import partial
+
+from streamq.log import format as fmt
+from streamq.log.damage import DamagedSpan, resolve
+from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCorrupted
+from streamq.log.segment import Segment, find_record, read_records
+from streamq.log.state import LogState
+
+
+class LogReader(LogState):
+    """Reads and lookups of a `SegmentLog`."""
+
+    def read(self, offset: int, records_max: int) -> list[fmt.Record]:
+        """Durable records from `offset` on, at most `records_max`, possibly fewer.
+
+        Returns [] at the durable end. Damaged records are passed over, never returned
+        (`resolve_damage`): the offsets of those returned may have gaps. Raises
+        OffsetOutOfRange below `start_offset`, and ReadFailed for an I/O error reading
+        (that read fails; the log goes on).
+        """
+        self._check_usable()
+        if offset < self.start_offset:
+            raise OffsetOutOfRange(offset, self.start_offset)
+        out: list[fmt.Record] = []
+        end = self._durable_next
+        while offset < end and len(out) < records_max:
+            segment = self._segments[bisect_right(self._bases, offset) - 1]
+            rel, position = segment.index.floor_offset(offset - segment.base_offset)
+            try:
+                _, offset = read_records(
+                    self._read_fd(segment),
+                    segment,
+                    position,
+                    segment.base_offset + rel,
+                    end,
+                    records_max - len(out),
+                    offset,
+                    self.config.read_chunk_bytes,
+                    out,
+                    partial(self.resolve_damage, segment.base_offset),
+                )
+            except SegmentCorrupted as exc:
+                if segment.sealed and segment is not self._active:
+                    # A sealed segment never changes again: its damage fails the readers
+                    # of its offsets, not the log, which goes on appending and reading.
+                    raise
+                raise self._fail(exc) from exc
+            except LogError as exc:
+                raise self._fail(exc) from exc
+            except OSError as exc:  # EIO: this read fails, not the log
+                raise ReadFailed(segment.path, position, exc) from exc
+        return out
+
+    def resolve_damage(self, base_offset: int, position: int, offset: int) -> DamagedSpan:
+        """The damaged span at `position` (a bad record that should hold `offset`) of the
+        segment at `base_offset`: readers pass over it (`damage.resolve`). LogFailed for
+        an I/O error."""
+        segment = self._segments[bisect_right(self._bases, base_offset) - 1]
+        try:
+            fd = self._read_fd(segment)
+            return resolve(self.damage, segment, fd, os.fstat(fd).st_size, position, offset)
+        except OSError as exc:
+            raise self._fail(exc) from exc
+
+    def locate(self, offset: int) -> tuple[int, int, int]:
+        """Where to read on from for the record at `offset`, durable or not: (the base
+        offset of its segment, the position of a record at or before it there, from
+        the sparse index, and that record's offset). Raises OffsetOutOfRange outside
+        the log's records."""
+        self._check_usable()
+        if not self.start_offset <= offset < self._next_offset:
+            raise OffsetOutOfRange(offset, self.start_offset)
+        segment = self._segments[bisect_right(self._bases, offset) - 1]
+        rel, position = segment.index.floor_offset(offset - segment.base_offset)
+        return segment.base_offset, position, segment.base_offset + rel
+
+    def segment_after(self, base_offset: int) -> int | None:
+        """The base offset of the segment after the one at `base_offset`, if any."""
+        i = bisect_right(self._bases, base_offset)
+        return self._bases[i] if i < len(self._bases) else None
+
+    def read_at(self, base_offset: int, position: int, size: int) -> bytes:
+        """Up to `size` bytes of the segment at `base_offset` from `position` (a record
+        boundary) on, records appended but not yet durable included: from the buffers in
+        memory when they hold them, else from the file. The result holds whole records
+        and maybe a partial one at its end (read on from that record's position); it is
+        empty at the segment's end. Records are not checked here: the reader checks
+        each record's length and offset (the CRC is checked when `read` reads them).
+
+        Raises OffsetOutOfRange for a segment that was dropped, ReadFailed for an I/O
+        error (the log goes on)."""
+        self._check_usable()
+        i = bisect_right(self._bases, base_offset) - 1
+        if i < 0 or self._bases[i] != base_offset:
+            raise OffsetOutOfRange(base_offset, self.start_offset)
+        segment = self._segments[i]
+        end = segment.size_bytes
+        if position >= end:
+            return b""
+        memory_from = end
+        if segment is self._active:
+            memory_from = end - len(self._buffer)
+            if position >= memory_from:
+                start = position - memory_from
+                with memoryview(self._buffer) as view:  # a copy: the buffer grows
+                    return bytes(view[start : start + size])
+        data, start = self._recent.find(segment, position)
+        if data is not None:
+            with memoryview(data) as view:
+                return bytes(view[position - start : position - start + size])
+        if start >= 0:
+            memory_from = min(memory_from, start)
+        size = min(size, memory_from - position)
+        try:
+            return os.pread(self._read_fd(segment), size, position)
+        except OSError as exc:  # EIO: this read fails, not the log
+            raise ReadFailed(segment.path, position, exc) from exc
+
+    def view_at(self, base_offset: int, position: int, size: int) -> bytes | memoryview:
+        """`read_at` without a copy where it can: the bytes of a sealed segment (complete,
+        durable, never written again) are a view of the file's mapping, so that building
+        a stream-protocol chunk does not first copy them out of the page cache. The view
+        keeps its mapping alive; release it promptly. Other segments: `read_at`."""
+        self._check_usable()
+        i = bisect_right(self._bases, base_offset) - 1
+        if i < 0 or self._bases[i] != base_offset:
+            raise OffsetOutOfRange(base_offset, self.start_offset)
+        segment = self._segments[i]
+        if not segment.sealed or self._recent.holds(segment):
+            return self.read_at(base_offset, position, size)
+        end = min(position + size, segment.size_bytes)
+        if position >= end:
+            return b""
+        mapping = self._maps.get(base_offset)
+        if mapping is None:
+            try:
+                mapping = mmap.mmap(self._read_fd(segment), segment.size_bytes, prot=mmap.PROT_READ)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            if len(self._maps) >= self.config.read_fds_max:
+                # Not closed: a view still held keeps its mapping until it is released.
+                del self._maps[next(iter(self._maps))]
+            self._maps[base_offset] = mapping
+        return memoryview(mapping)[position:end]
+
+    def read_record(self, offset: int) -> fmt.Record:
+        """The record at `offset`, durable or not, its CRC checked (and those read on the
+        way from the index entry before it, in C): `segment.find_record`. Raises
+        OffsetOutOfRange, RecordDamaged (lost to bit rot), SegmentCorrupted, LogFailed."""
+        base, position, first_offset = self.locate(offset)
+        if (lost := self.damage.covering(offset)) is not None:
+            raise lost.error()
+        path = self._segments[bisect_right(self._bases, base) - 1].path
+        read, resolve = partial(self.read_at, base), partial(self.resolve_damage, base)
+        # The index entry is at most an interval before it: read about that much.
+        size = self.config.index_interval_bytes + 1024
+        return find_record(read, resolve, path, position, first_offset, offset, size)
+
+    def seek_timestamp(self, timestamp_ms: int) -> int:
+        """The first durable offset whose timestamp is `timestamp_ms` or later, or
+        `durable_next` if there is none. O(log segments + one index interval).
+        """
+        self._check_usable()
+        i = bisect_right(self._segments, timestamp_ms - 1, key=_last_timestamp_key)
+        if i == len(self._segments):
+            return self._durable_next
+        segment = self._segments[i]
+        if segment.record_count == 0:
+            return self._durable_next
+        rel, _position = segment.index.floor_timestamp(timestamp_ms)
+        offset = segment.base_offset + rel
+        while offset < self._durable_next:
+            batch = self.read(offset, 64)
+            for record in batch:
+                if record.timestamp_ms >= timestamp_ms:
+                    return record.offset
+            if not batch:
+                break
+            offset = batch[-1].offset + 1
+        return self._durable_next
+
+    def _read_fd(self, segment: Segment) -> int:
+        fd = self._read_fds.get(segment.base_offset)
+        if fd is None:
+            if len(self._read_fds) >= self.config.read_fds_max:
+                oldest = next(iter(self._read_fds))
+                os.close(self._read_fds.pop(oldest))
+            fd = os.open(segment.path, os.O_RDONLY)
+            # Segments are written past the page cache (see `writer`), so reads come from
+            # the disk: readers go forward, and a larger readahead keeps them ahead of it.
+            if hasattr(os, "posix_fadvise"):  # not on macOS
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            self._read_fds[segment.base_offset] = fd
+        return fd
+
+
+def _last_timestamp_key(segment: Segment) -> int:
+    # Only the active segment can be empty; it sorts last, after every timestamp.
+    return segment.last_timestamp_ms if segment.record_count else (1 << 63) - 1
