@@ -157,6 +157,13 @@ def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
             s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
         )
     vhost = s.broker.vhosts.get(vhost_name)
+    if vhost is not None and accounts.vhost_access(found.name, vhost_name):
+        limit = s.broker.tracking.open_refusal(vhost_name, found.name)
+        if limit is not None:
+            # The vhost's or the user's max-connections, as RabbitMQ 3.10's MQTT plugin
+            # checks them: "not authorized" (5.0: quota exceeded).
+            logger.warning("MQTT connection %s refused: %s", s.peer, limit)
+            return _refusal(s, ReasonCode.QUOTA_EXCEEDED, ConnackReturnCode.NOT_AUTHORIZED)
     if vhost is None or not accounts.vhost_access(found.name, vhost_name):
         logger.warning(
             "MQTT access to vhost '%s' refused for user '%s' from %s",

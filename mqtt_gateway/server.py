@@ -137,12 +137,18 @@ class MqttGateway:
         self._wills[key] = asyncio.get_running_loop().call_later(delay_s, due)
 
     def register(self, s: MqttSession) -> None:
+        """List the open connection in `Broker.clients`, and count it for the vhost's
+        and user's `max-connections` (streamq/broker/connection_tracking.py)."""
+        assert s.vhost is not None
         client = MqttClient(s)
         self.broker.clients[client.name] = client
+        self.broker.tracking.add(s, s.vhost.name, s.user)
 
     def unregister(self, s: MqttSession) -> None:
-        if s.vhost is not None and self.connected.get((s.vhost.name, s.client_id)) is s:
-            del self.connected[(s.vhost.name, s.client_id)]
+        if s.vhost is not None:
+            if self.connected.get((s.vhost.name, s.client_id)) is s:
+                del self.connected[(s.vhost.name, s.client_id)]
+            self.broker.tracking.remove(s, s.vhost.name, s.user)
         self.broker.clients.pop(s.name, None)
 
     # -- retained messages -----------------------------------------------------------------

@@ -156,6 +156,10 @@ class MqttSession(asyncio.Protocol):
                 break  # the rest of the read goes unanswered
         self.flush()
 
+    def open_channel_count(self) -> int:
+        """MQTT has no channels (for streamq/broker/connection_tracking.py)."""
+        return 0
+
     def is_closed(self) -> bool:
         return self.closed
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import pika
 import pytest
 
 from mqtt_gateway.codec import (
@@ -217,3 +218,18 @@ def test_proxy_protocol_gives_the_clients_address(tmp_path: Path) -> None:
         alice.close()
     finally:
         running.stop()
+
+
+def test_connection_limits_count_and_refuse_mqtt(mqtt_broker: MqttBroker) -> None:
+    """A vhost's max-connections counts MQTT connections with AMQP ones and refuses an
+    MQTT login over it with CONNACK 5 (5.0: 0x97), as RabbitMQ 3.10's plugin does."""
+    limit = {"value": 1}
+    assert mqtt_broker.http("PUT", "/api/vhost-limits/%2F/max-connections", limit)[0] == 204
+    first = Paho(mqtt_broker.mqtt_port, "first")
+    assert first.connect() == (False, 0)
+    assert connack(mqtt_broker.mqtt_port, V311, "guest", b"guest") == 5
+    assert connack(mqtt_broker.mqtt_port, V5, "guest", b"guest") == 0x97
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", mqtt_broker.amqp_port))
+    first.disconnect()
+    assert eventually(lambda: connack(mqtt_broker.mqtt_port, V311, "guest", b"guest") == 0)
