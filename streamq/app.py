@@ -41,6 +41,12 @@ from amqp_gateway.listeners import (
 )
 from amqp_gateway.tuning import AmqpTuning
 from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
+from mqtt_gateway.server import (
+    MqttGateway,
+    MqttUnixListener,
+    start_mqtt_listener,
+    start_mqtt_unix_listener,
+)
 from stream_gateway.server import (
     StreamGateway,
     start_stream_listener,
@@ -107,6 +113,14 @@ class ServeConfig:
     amqp_unix_path: str = ""
     tcp_proxy_protocol: int = 0
     unix_proxy_protocol: int = 0
+    # MQTT (mqtt_gateway; LavinMQ's [mqtt] keys): the listener is off while its port is -1.
+    mqtt_bind: str | None = None  # None: `bind`
+    mqtt_port: int = 1883
+    mqtts_port: int = -1  # MQTT over TLS, with the AMQPS certificate
+    mqtt_unix_path: str = ""
+    mqtt_max_inflight_messages: int = 65535
+    mqtt_default_vhost: str = "/"
+    mqtt_max_packet_size: int = 1_048_576
     # What the AMQP connection tuning offers (connection.tune).
     heartbeat_s: int = 60
     frame_max: int = 131072
@@ -253,7 +267,12 @@ async def _open_together(servers: list[asyncio.Server], last: asyncio.Server) ->
 
 def _tls_contexts(config: ServeConfig) -> TlsContexts | None:
     """The TLS contexts when a TLS port is on. Raises ServeError for a bad TLS setting."""
-    if config.amqps_port < 0 and config.https_port < 0 and config.streams_port < 0:
+    if (
+        config.amqps_port < 0
+        and config.https_port < 0
+        and config.streams_port < 0
+        and config.mqtts_port < 0
+    ):
         return None
     try:
         return TlsContexts(config)
@@ -362,6 +381,63 @@ def serving_status(broker: Broker) -> str:
     )
 
 
+async def _listen_mqtt(
+    mqtt: MqttGateway,
+    config: ServeConfig,
+    servers: list[asyncio.Server],
+    unix: list[MqttUnixListener],
+    tls: TlsContexts | None,
+) -> list[tuple[str, str, int]]:
+    """The MQTT listeners (TCP, TLS, unix socket); their entries for `broker.listeners`,
+    with RabbitMQ's protocol names."""
+    listeners = []
+    host = config.bind if config.mqtt_bind is None else config.mqtt_bind
+    mqtt.attach(asyncio.get_running_loop())  # the resource alarms, for every listener
+    if config.mqtt_port >= 0:
+        plain = await _listen(
+            lambda: start_mqtt_listener(
+                mqtt, host, config.mqtt_port, config.tcp_proxy_protocol, start_serving=False
+            ),
+            host,
+            config.mqtt_port,
+            "MQTT",
+        )
+        servers.append(plain)
+        listeners.append(("mqtt", host, _bound_port(plain)))
+    if tls is not None and config.mqtts_port >= 0:
+        contexts = tls
+        # The AMQPS context (client certificates when tls_verify_peer), read at each
+        # accept: a SIGHUP reload swaps it.
+        secure = await _listen(
+            lambda: serve_tls(
+                mqtt.protocol_factory,
+                host,
+                config.mqtts_port,
+                lambda: contexts.amqps,
+                "MQTTS",
+                start_serving=False,
+            ),
+            host,
+            config.mqtts_port,
+            "MQTT over TLS",
+        )
+        servers.append(secure)
+        listeners.append(("mqtt/ssl", host, _bound_port(secure)))
+    if config.mqtt_unix_path:
+        path = config.mqtt_unix_path
+        try:
+            unix.append(
+                await start_mqtt_unix_listener(
+                    mqtt, path, config.unix_proxy_protocol, start_serving=False
+                )
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ServeError(f"cannot listen for MQTT on unix socket {path!r}: {reason}") from exc
+        listeners.append(("mqtt", path, 0))
+    return listeners
+
+
 def _bound_port(server: asyncio.Server) -> int:
     return int(server.sockets[0].getsockname()[1])
 
@@ -405,6 +481,8 @@ async def run_broker(
     unix: UnixListener | None = None
     links: LinkSupervisor | None = None
     streams: StreamGateway | None = None
+    mqtt: MqttGateway | None = None
+    mqtt_unix: list[MqttUnixListener] = []
     http_import = _import_http()  # loads while the broker recovers
     try:
         if config.pidfile:
@@ -476,10 +554,20 @@ async def run_broker(
         if config.stream_port >= 0 or (tls is not None and config.streams_port >= 0):
             streams = _stream_gateway(broker, config)
             listeners += await _listen_streams(streams, config, tls, servers)
+        if config.mqtt_port >= 0 or config.mqtt_unix_path or config.mqtts_port >= 0:
+            mqtt = MqttGateway(
+                broker,
+                max_inflight_messages=config.mqtt_max_inflight_messages,
+                default_vhost=config.mqtt_default_vhost,
+                packet_bytes_max=config.mqtt_max_packet_size,
+            )
+            listeners += await _listen_mqtt(mqtt, config, servers, mqtt_unix, tls)
         broker.listeners[:] = listeners
         if tls is not None:
             broker.tls_files = (config.tls_cert, config.tls_ca_cert)
-        await _open_together(servers + ([unix.server] if unix is not None else []), amqp)
+        unix_servers = [unix.server] if unix is not None else []
+        unix_servers += [listener.server for listener in mqtt_unix]
+        await _open_together(servers + unix_servers, amqp)
         # Shovels and federation links start once this broker serves AMQP: an `amqp://`
         # URI (this broker) connects through the gateway directly.
         links = LinkSupervisor(broker, gateway.direct_connector(), _bound_port(amqp))
@@ -506,6 +594,10 @@ async def run_broker(
             await links.stop()
         if streams is not None:
             streams.close_all("broker shutdown")
+        for listener in mqtt_unix:
+            listener.close()
+        if mqtt is not None:
+            mqtt.close_all("broker shutdown")
         if gateway is not None:
             # Before the HTTP server closes: its WebSocket clients get the 320 too.
             gateway.stop()

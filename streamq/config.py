@@ -37,7 +37,7 @@ from streamq.config_values import boolean
 
 DEFAULT_SOURCE: Final = "default"
 FILE_SOURCE: Final = "file "
-TLS_PORTS: Final = ("amqps_port", "https_port", "streams_port")
+TLS_PORTS: Final = ("amqps_port", "https_port", "streams_port", "mqtts_port")
 BIND_FLAG: Final = "--bind"
 
 

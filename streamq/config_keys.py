@@ -20,11 +20,11 @@ from streamq import config_values as v
 
 ENV_PREFIX: Final = "STREAMQ_"
 # LavinMQ's sections; [http] is its old name for [mgmt].
-SECTIONS: Final = ("main", "amqp", "stream", "mgmt", "clustering")
+SECTIONS: Final = ("main", "amqp", "stream", "mgmt", "clustering", "mqtt")
 SECTION_ALIASES: Final = {"http": "mgmt"}
 # Sections LavinMQ reads that streamq does not (yet): their keys are named in the start-up
 # warning, as unsupported keys are; any other section is a mistake and refused.
-LAVINMQ_ONLY_SECTIONS: Final = frozenset({"mqtt", "experimental", "oauth", "replication"})
+LAVINMQ_ONLY_SECTIONS: Final = frozenset({"experimental", "oauth", "replication"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +156,11 @@ KEYS: Final[tuple[Key, ...]] = (
          help="largest message body accepted (bytes or a size); RabbitMQ's limit is 512MiB",
          ini=(("amqp", "max_message_size"),), metavar="SIZE"),
     Key("tcp_proxy_protocol", parse=v.proxy_protocol, default="0",
-         help="PROXY protocol version (1 or 2) that leads each TCP AMQP connection; 0: off",
+         help="PROXY protocol version (1 or 2) that leads each TCP AMQP (and MQTT) "
+         "connection; 0: off",
          ini=(("amqp", "tcp_proxy_protocol"), ("amqp", "proxy_protocol")), metavar="0|1|2"),
     Key("unix_proxy_protocol", parse=v.proxy_protocol, default="0",
-         help="PROXY protocol version on the unix socket; 0: off",
+         help="PROXY protocol version on the unix sockets (AMQP and MQTT); 0: off",
          ini=(("amqp", "unix_proxy_protocol"),), metavar="0|1|2"),
     # [stream] (RabbitMQ's stream plugin: stream.listeners.tcp.1, stream.frame_max, ...)
     Key("stream_port", parse=v.optional_port, default="5552",
@@ -184,6 +185,28 @@ KEYS: Final[tuple[Key, ...]] = (
          "stream.advertised_port); 0: the listener's port the client connected to",
          ini=(("stream", "advertised_port"),), flags=("--stream-advertised-port",),
          metavar="PORT"),
+    # [mqtt] (LavinMQ's section and keys; issue 33, docs/mqtt.md)
+    Key("mqtt_bind", parse=v.address, default="127.0.0.1",
+         help="address of the MQTT listener", ini=(("mqtt", "bind"),),
+         flags=("--mqtt-bind",), metavar="ADDRESS"),
+    Key("mqtt_port", parse=v.optional_port, default="1883", help="MQTT port; -1: off",
+         ini=(("mqtt", "port"),), flags=("--mqtt-port",), metavar="PORT"),
+    Key("mqtts_port", parse=v.optional_port, default="-1",
+         help="MQTT over TLS port (the AMQPS certificate); -1: off",
+         ini=(("mqtt", "tls_port"),), flags=("--mqtts-port",), metavar="PORT"),
+    Key("mqtt_unix_path", parse=v.text, default="",
+         help="also listen for MQTT on this unix socket (its clients count as local)",
+         ini=(("mqtt", "unix_path"),), flags=("--mqtt-unix-path",), metavar="PATH"),
+    Key("mqtt_max_inflight_messages", parse=v.in_range(1, 65535), default="65535",
+         help="QoS 1 deliveries an MQTT session has unacknowledged at most (its prefetch)",
+         ini=(("mqtt", "max_inflight_messages"),), metavar="N"),
+    Key("mqtt_default_vhost", parse=v.text, default="/",
+         help="vhost of an MQTT login whose user name names none (`vhost:user` does)",
+         ini=(("mqtt", "default_vhost"),), metavar="VHOST"),
+    Key("mqtt_max_packet_size", parse=v.in_range(64, 268435460), default="1048576",
+         help="largest MQTT packet accepted (bytes, fixed header included); larger "
+         "closes the connection (5.0: reason 0x95)",
+         ini=(("mqtt", "max_packet_size"),), metavar="BYTES"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),
@@ -258,9 +281,9 @@ class Flag:
 
 BY_NAME: Final = {key.name: key for key in KEYS}
 BY_INI: Final = {ini: key for key in KEYS for ini in key.ini}
-# `--bind` / STREAMQ_BIND (LavinMQ's -b): both listeners' address. A key of its own layer
-# names it over the shorthand (`--amqp-bind` beats `--bind`).
-BIND_TARGETS: Final = ("amqp_bind", "http_bind")
+# `--bind` / STREAMQ_BIND (LavinMQ's -b): the AMQP, HTTP and MQTT listeners' address. A
+# key of its own layer names it over the shorthand (`--amqp-bind` beats `--bind`).
+BIND_TARGETS: Final = ("amqp_bind", "http_bind", "mqtt_bind")
 BIND_ENV: Final = ENV_PREFIX + "BIND"
 CONFIG_ENV: Final = ENV_PREFIX + "CONFIG"
 # LavinMQ keys whose one behaviour streamq has built in: the value it always has is

@@ -88,7 +88,7 @@ class ClusterNode:
             sys.executable, "-m", "streamq", "serve",
             "--data-dir", str(self.data_dir), "--bind", self.address,
             "--amqp-port", str(self.amqp_port), "--http-port", str(self.http_port),
-            "--stream-port", "-1",
+            "--stream-port", "-1", "--mqtt-port", "-1",
             "--clustering", "--clustering-bind", self.address,
             "--clustering-port", str(self.clustering_port),
             "--clustering-advertised-uri", f"tcp://{self.address}:{self.clustering_port}",

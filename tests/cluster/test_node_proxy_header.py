@@ -58,7 +58,9 @@ class LeaderBroker(RunningBroker):
             def keep(broker: Broker) -> None:
                 self.broker = broker
 
-            config = ServeConfig(str(self.data_dir), "127.0.0.1", 0, 0, stream_port=-1)
+            config = ServeConfig(
+                str(self.data_dir), "127.0.0.1", 0, 0, stream_port=-1, mqtt_port=-1
+            )
             role = ClusterRole(trusted_proxy=lambda ip: ip == FOLLOWER_IP, failover=False)
             await run_broker(config, self._stop, ready, keep, cluster=role)
 

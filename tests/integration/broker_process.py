@@ -49,6 +49,8 @@ class BrokerProcess:
                 "0",
                 "--stream-port",
                 "0",
+                "--mqtt-port",  # never 1883 in tests: a test that wants MQTT passes a port
+                "-1",
                 "--stream-advertised-host",  # as RunningBroker: the tests dial 127.0.0.1
                 "127.0.0.1",
                 *options,

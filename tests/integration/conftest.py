@@ -38,6 +38,7 @@ class RunningBroker:
         # Never RabbitMQ's 5552 in tests: the stream listener is off unless a test asks
         # for it (stream_port=0: a port from the OS).
         settings.setdefault("stream_port", -1)
+        settings.setdefault("mqtt_port", -1)  # nor 1883: tests/mqtt/conftest.py asks for one
         # The tests' clients dial 127.0.0.1; the default (the host name, as RabbitMQ)
         # need not resolve on a test machine, and rstream connects to what it names.
         settings.setdefault("stream_advertised_host", "127.0.0.1")

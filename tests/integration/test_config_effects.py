@@ -27,7 +27,7 @@ from tests.integration.broker_process import (
 from tests.stream.test_gateway_protocol import RawClient
 
 TIMEOUT_S = 10
-PORTS = ("--amqp-port", "0", "--http-port", "0", "--stream-port", "0")
+PORTS = ("--amqp-port", "0", "--http-port", "0", "--stream-port", "0", "--mqtt-port", "-1")
 CONFIG = """\
 [amqp]
 heartbeat = 17

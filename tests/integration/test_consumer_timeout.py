@@ -148,7 +148,13 @@ class ShortTimeoutBroker(RunningBroker):
                 self.broker = broker
 
             config = ServeConfig(
-                str(self.data_dir), "127.0.0.1", 0, 0, consumer_timeout_ms=300, stream_port=-1
+                str(self.data_dir),
+                "127.0.0.1",
+                0,
+                0,
+                consumer_timeout_ms=300,
+                stream_port=-1,
+                mqtt_port=-1,
             )
             await run_broker(config, self._stop, ready, keep)
 

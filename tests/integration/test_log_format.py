@@ -186,7 +186,7 @@ def run_with_journal_stream(data_dir: Path, journal: str, *options: str) -> list
     value = f"{info.st_dev}:{info.st_ino}" if journal == "match" else journal
     args = ("--data-dir", str(data_dir), "--amqp-port", "0", "--http-port", "0")
     process = subprocess.Popen(
-        streamq("serve", *args, "--stream-port", "-1", *options),
+        streamq("serve", *args, "--stream-port", "-1", "--mqtt-port", "-1", *options),
         stderr=write_fd,
         env={**os.environ, "JOURNAL_STREAM": value},
     )
@@ -275,7 +275,7 @@ def test_an_error_that_stops_serve_is_a_json_line(brokers: Brokers, tmp_path: Pa
     result = subprocess.run(
         streamq(
             *("serve", "--data-dir", str(tmp_path / "other"), "--log-format", "json"),
-            *("--amqp-port", str(running.amqp_port), "--stream-port", "-1"),
+            *("--amqp-port", str(running.amqp_port), "--stream-port", "-1", "--mqtt-port", "-1"),
         ),
         capture_output=True,
         timeout=STARTUP_TIMEOUT_S,

@@ -35,6 +35,7 @@ def serve(data_dir: Path, amqp: int, http_port: int, stream: int) -> subprocess.
             "serve",
             *("--data-dir", str(data_dir), "--amqp-port", str(amqp)),
             *("--http-port", str(http_port), "--stream-port", str(stream)),
+            *("--mqtt-port", "-1"),
         ),
         stderr=subprocess.PIPE,
     )

@@ -66,6 +66,7 @@ def start(
             "serve",
             *("--data-dir", str(data_dir), "--amqp-port", str(amqp)),
             *("--http-port", str(http_port), "--stream-port", str(stream)),
+            *("--mqtt-port", "-1"),
         ),
         env={**os.environ, "NOTIFY_SOCKET": notify_socket, **env},
         stderr=subprocess.DEVNULL,

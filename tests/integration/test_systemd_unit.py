@@ -94,7 +94,7 @@ def test_the_exec_start_line_starts_a_broker_that_notifies(tmp_path: Path) -> No
     argv = [
         str(tmp_path / "data") if arg == UNIT_DATA_DIR else arg for arg in shlex.split(exec_start)
     ]
-    ports = ("--amqp-port", "0", "--http-port", "0", "--stream-port", "0")
+    ports = ("--amqp-port", "0", "--http-port", "0", "--stream-port", "0", "--mqtt-port", "-1")
     with tempfile.TemporaryDirectory(prefix="sdn-", dir="/tmp") as directory:
         address = str(Path(directory) / "notify")
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:

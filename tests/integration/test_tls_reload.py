@@ -149,7 +149,15 @@ def test_sighup_without_tls_does_not_stop_the_broker(tmp_path: Path) -> None:
 def test_a_tls_port_without_a_certificate_is_a_start_error(tmp_path: Path) -> None:
     done = subprocess.run(
         streamq(
-            "serve", "--data-dir", str(tmp_path / "d"), "--amqps-port", "0", "--stream-port", "-1"
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--amqps-port",
+            "0",
+            "--stream-port",
+            "-1",
+            "--mqtt-port",
+            "-1",
         ),
         capture_output=True,
         timeout=STARTUP_TIMEOUT_S,

@@ -146,7 +146,7 @@ class InstalledBroker:
             "--bind",
             "127.0.0.1",
         ]
-        argv += ["--amqp-port", "0", "--http-port", "0", "--stream-port", "0"]
+        argv += ["--amqp-port", "0", "--http-port", "0", "--stream-port", "0", "--mqtt-port", "-1"]
         self.process = subprocess.Popen(
             argv, stderr=subprocess.PIPE, env=installed.env, cwd=data_dir.parent
         )

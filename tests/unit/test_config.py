@@ -158,7 +158,8 @@ def test_every_default_is_serve_configs_own() -> None:
     assert built.limits.disk_free_limit_bytes == DISK_FREE_LIMIT_DEFAULT_BYTES
     # ServeConfig's http_bind None means "as bind"; the table names the address itself.
     assert built.http_bind == ServeConfig().bind
-    assert dataclasses.replace(built, limits=None, http_bind=None) == ServeConfig()
+    assert built.mqtt_bind == ServeConfig().bind  # the same for mqtt_bind
+    assert dataclasses.replace(built, limits=None, http_bind=None, mqtt_bind=None) == ServeConfig()
 
 
 def test_every_serve_config_field_has_a_key() -> None:
@@ -212,6 +213,14 @@ etcd_prefix = q1
 lease_ttl = 5
 on_leader_elected = touch /tmp/elected
 on_leader_lost = touch /tmp/lost
+[mqtt]
+bind = 127.0.0.2
+port = 1884
+tls_port = 8884
+unix_path = /tmp/mqtt.sock
+max_inflight_messages = 10
+default_vhost = devices
+max_packet_size = 65536
 """,
     )
     assert serve_config(resolved) == ServeConfig(
@@ -251,6 +260,13 @@ on_leader_lost = touch /tmp/lost
         clustering_lease_ttl_s=5,
         clustering_on_leader_elected="touch /tmp/elected",
         clustering_on_leader_lost="touch /tmp/lost",
+        mqtt_bind="127.0.0.2",
+        mqtt_port=1884,
+        mqtts_port=8884,
+        mqtt_unix_path="/tmp/mqtt.sock",
+        mqtt_max_inflight_messages=10,
+        mqtt_default_vhost="devices",
+        mqtt_max_packet_size=65536,
     )
     limits = serve_config(resolved).limits
     assert limits is not None
@@ -363,14 +379,14 @@ def test_unsupported_lavinmq_keys_make_one_warning(tmp_path: Path) -> None:
         tmp_path,
         "[main]\nsocket_buffer_size = 16384\nguest_only_loopback = true\n"
         "default_user_only_loopback = false\n[amqp]\ntcp_nodelay = true\n"
-        "[mqtt]\nport = 1883\n[experimental]\nyield_each_received_bytes = 1\n",
+        "[mqtt]\npermission_check_enabled = true\n[experimental]\nyield_each_received_bytes = 1\n",
     )
     warning = unsupported_warning(resolved)
     assert warning is not None
     assert warning.endswith(
         "ignoring 5 setting(s) streamq does not support: [main] socket_buffer_size (line 2); "
         "[main] default_user_only_loopback = false (line 4; streamq always behaves as true); "
-        "[amqp] tcp_nodelay (line 6); [mqtt] port (line 8); "
+        "[amqp] tcp_nodelay (line 6); [mqtt] permission_check_enabled (line 8); "
         "[experimental] yield_each_received_bytes (line 10)"
     )
     assert unsupported_warning(from_file(tmp_path, "[main]\nguest_only_loopback = yes\n")) is None

@@ -52,7 +52,7 @@ def unpacked(tmp_path: Path) -> Path:
 def serve_refused(data_dir: Path) -> str:
     """Run `streamq serve` on `data_dir`: it must exit 1; its stderr."""
     command = streamq("serve", "--data-dir", str(data_dir), "--amqp-port", "0")
-    command += ["--http-port", "0", "--stream-port", "-1"]
+    command += ["--http-port", "0", "--stream-port", "-1", "--mqtt-port", "-1"]
     done = subprocess.run(command, capture_output=True, timeout=STARTUP_TIMEOUT_S, check=False)
     stderr = done.stderr.decode(errors="replace")
     assert done.returncode == 1, stderr[-3000:]

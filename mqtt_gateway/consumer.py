@@ -1,0 +1,167 @@
+"""A session's consumer of one of its subscription queues, as the broker core wants it.
+
+Owns `MqttConsumer`, the broker core's `Consumer` protocol (streamq/broker/queue.py) for
+an MQTT session: the QoS 0 queue's consumer settles on delivery (no-ack, as RabbitMQ
+consumes it), the QoS 1 queue's holds each delivery until the client's PUBACK, at most
+the session's `max_inflight_messages` at a time (its prefetch). Each delivery becomes a
+PUBLISH on the session's output, at the lower of the subscription's QoS and the QoS it
+was published with (`mapping.delivery_qos`), with DUP set for a redelivery (a message
+the session held unacknowledged when it last went away, MQTT-4.4.0-1). A message of the
+QoS 1 queue that goes out at QoS 0 needs no PUBACK: the session settles it after the
+drain round (`MqttSession.settle_later`). Nothing here reads a socket.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+from mqtt_gateway import mapping
+from streamq.broker.queue import Queue
+from streamq.log import format as fmt
+from streamq.queues.classic import ReadyMessage
+
+if TYPE_CHECKING:
+    from mqtt_gateway.session import MqttSession
+    from streamq.queues.offsets import AckWatermark
+    from streamq.queues.window import ReadWindow
+
+_UNLIMITED: Final = 1 << 30
+_RECORD_HEADER: Final = fmt.RECORD_HEADER
+_RECORD_HEADER_BYTES: Final = fmt.RECORD_HEADER_BYTES
+
+
+class MqttConsumer:
+    """The consumer of a session's QoS 0 or QoS 1 subscription queue."""
+
+    __slots__ = (
+        "exclusive",
+        "no_ack",
+        "priority",
+        "qos",
+        "queue",
+        "session",
+        "stream_position",
+        "stream_redeliver",
+        "stream_tracker",
+        "stream_window",
+        "tag",
+    )
+
+    def __init__(self, session: MqttSession, queue: Queue, qos: int) -> None:
+        self.session = session
+        self.queue = queue
+        self.qos = qos
+        self.tag = f"mqtt-{session.client_id}-qos{qos}"
+        self.no_ack = qos == 0
+        self.exclusive = False
+        self.priority = 0
+        # Subscription queues are classic queues: the stream fields are never read.
+        self.stream_position = 0
+        self.stream_redeliver: deque[int] = deque()
+        self.stream_tracker: AckWatermark | None = None
+        self.stream_window: ReadWindow | None = None
+
+    @property
+    def stream_filtered(self) -> bool:
+        return False
+
+    def accepts(self, properties_raw: bytes) -> bool:
+        return True
+
+    def can_take(self) -> bool:
+        return self.credit() > 0
+
+    def credit(self) -> int:
+        session = self.session
+        if not session.deliverable():
+            return 0
+        if self.no_ack:
+            return _UNLIMITED
+        return max(session.inflight_max - len(session.inflight), 0)
+
+    def cancel_by_broker(self) -> None:
+        """The queue was deleted (by an operator) or failed: MQTT has no way to say so
+        but closing the connection, which RabbitMQ 3.10 does too."""
+        self.session.consumers.pop(self.qos, None)
+        self.session.close_soon(f"subscription queue '{self.queue.name}' is gone")
+
+    def deliver(self, queue: Queue, message: ReadyMessage, record: fmt.Record) -> None:
+        self._send(
+            queue,
+            message.offset,
+            record.routing_key,
+            record.properties,
+            record.body,
+            message.redelivered,
+        )
+
+    def deliver_records(
+        self,
+        queue: Queue,
+        records: bytes | bytearray | memoryview,
+        position: int,
+        first: int,
+        count: int,
+    ) -> tuple[int, int, int, list[int]]:
+        """Deliver the records from offset `first` on, one PUBLISH each (the records are
+        checked already: the queue's read window checked their CRCs)."""
+        sizes: list[int] = []
+        end = len(records)
+        limit = min(count, self.credit())
+        next_offset = -1  # the offset of the record at `position`, once one was read
+        while len(sizes) < limit and position + _RECORD_HEADER_BYTES <= end:
+            length, _crc, offset, _ts, lex, lrk, _flags, lprops = _RECORD_HEADER.unpack_from(
+                records, position
+            )
+            record_end = position + 4 + length
+            if record_end > end:
+                break
+            position = record_end
+            next_offset = offset + 1
+            if offset < first:
+                continue
+            a = record_end - length - 4 + _RECORD_HEADER_BYTES + lex
+            b = a + lrk
+            c = b + lprops
+            body = bytes(records[c:record_end])
+            self._send(queue, offset, bytes(records[a:b]), bytes(records[b:c]), body, False)
+            sizes.append(len(body))
+        return len(sizes), position, next_offset, sizes
+
+    def deliver_stream_records(
+        self,
+        queue: Queue,
+        records: bytes | bytearray | memoryview,
+        position: int,
+        first: int,
+        count: int,
+    ) -> tuple[int, int, int, bool]:
+        raise AssertionError("MQTT subscription queues are never streams")
+
+    def _send(
+        self,
+        queue: Queue,
+        offset: int,
+        routing_key: bytes,
+        properties_raw: bytes,
+        body: bytes,
+        redelivered: bool,
+    ) -> None:
+        session = self.session
+        qos = mapping.delivery_qos(self.qos, properties_raw)
+        topic = mapping.to_topic(routing_key.decode(errors="replace"))
+        if not session.can_name(topic):
+            # An AMQP publisher's routing key that is no MQTT topic name (a wildcard, an
+            # empty level list): nothing to deliver it as; it leaves the queue.
+            if not self.no_ack:
+                session.settle_later(queue, offset, self)
+            return
+        if qos == 0:
+            session.send_publish(topic, body, 0, None, False)
+            if not self.no_ack:
+                session.settle_later(queue, offset, self)
+            return
+        packet_id = session.take_packet_id()
+        session.inflight[packet_id] = (queue, offset, self)
+        session.send_publish(topic, body, qos, packet_id, redelivered)

@@ -1,0 +1,507 @@
+"""One MQTT connection: bytes read to packets, the packets' work, replies written in order.
+
+Owns `MqttSession`, the asyncio Protocol of one connection: it feeds what the socket
+reads to the sans-IO codec (`mqtt_gateway.codec.Decoder`, capped at the maximum packet
+size), enforces the connection's rules the codec leaves to it (CONNECT first and once,
+MQTT-3.1.0-2; keep-alive, closing a client silent for 1.5 times its keep-alive,
+MQTT-3.1.2-24), and answers each packet. Replies that promise durability wait for a
+sync round of the vhost's log (PUBACK and PUBREC of a publish, SUBACK and UNSUBACK of a
+persistent session's subscriptions, as a publisher confirm and a durable binding's
+Bind-Ok do); every reply queued behind one waits with it, so replies leave in the order
+of the packets (MQTT-4.6.0-2). The work on the broker (login, subscriptions, publishes,
+retained messages, wills, clean-up) is `mqtt_gateway.broker_side`'s; this module must
+not open listeners nor hold state shared by connections (`MqttGateway`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Final, cast
+
+from mqtt_gateway import broker_side
+from mqtt_gateway.codec import (
+    ConnAck,
+    ConnackReturnCode,
+    Connect,
+    Decoder,
+    Disconnect,
+    MqttCodecError,
+    Packet,
+    PingReq,
+    PingResp,
+    ProtocolLevel,
+    PubAck,
+    Publish,
+    PubRel,
+    ReasonCode,
+    Subscribe,
+    Unsubscribe,
+    UnsupportedProtocolVersion,
+    check_topic_name,
+    encode,
+)
+from mqtt_gateway.consumer import MqttConsumer
+from streamq.broker.errors import BrokerError
+from streamq.broker.queue import Queue
+from streamq.broker.vhost import VHost
+from streamq.log.errors import LogError
+
+if TYPE_CHECKING:
+    from mqtt_gateway.server import MqttGateway
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: CONNECT within this
+KEEP_ALIVE_FACTOR: Final = 1.5  # MQTT-3.1.2-24: one and a half keep-alive periods
+WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
+UNCONFIRMED_MAX: Final = 4096
+"""QoS 1 and 2 publishes read but not yet acknowledged (waiting for the log's sync);
+past it the connection is not read until the round ends."""
+PACKET_ID_MAX: Final = 0xFFFF
+
+Inflight = tuple[Queue, int, MqttConsumer]
+Endpoints = tuple[str, int, str, int]  # peer host, peer port, host, port
+
+
+class MqttSession(asyncio.Protocol):
+    """One client connection speaking MQTT 3.1, 3.1.1 or 5.0."""
+
+    def __init__(self, gateway: MqttGateway, endpoints: Endpoints | None) -> None:
+        self.gateway = gateway
+        self.broker = gateway.broker
+        self.decoder = Decoder(packet_bytes_max=gateway.packet_bytes_max)
+        self.transport: asyncio.Transport | None = None
+        self.endpoints = endpoints  # (peer host, peer port, host, port); None: from socket
+        self.level = ProtocolLevel.MQTT_3_1_1
+        self.connect: Connect | None = None
+        self.client_id = ""
+        self.user = ""
+        self.vhost: VHost | None = None
+        self.persistent = False  # the session outlives the connection
+        self.session_expiry_s = 0  # MQTT 5.0's Session Expiry Interval
+        self.consumers: dict[int, MqttConsumer] = {}  # by the queue's QoS, 0 or 1
+        self.inflight: dict[int, Inflight] = {}  # packet id -> a delivery awaiting PUBACK
+        self.inflight_max = gateway.max_inflight_messages
+        self.qos2_received: set[int] = set()  # packet ids PUBREC'd, awaiting PUBREL
+        self.retained_inflight: set[int] = set()  # QoS 1 retained messages sent, unacked
+        self.unconfirmed = 0  # QoS 1 and 2 publishes whose acks wait for a sync round
+        self.connected_at_ms = int(time.time() * 1000)
+        self.recv_oct = 0
+        self.send_oct = 0
+        self.graceful = False  # DISCONNECT received: no will
+        self.closed = False
+        self.write_paused = False
+        self.read_paused = False  # too many acknowledgements wait for the disk
+        self.published = False  # it has published: a resource alarm blocks it
+        self.blocked = False  # not read while a resource alarm lasts
+        self._next_packet_id = 0
+        self._out = bytearray()  # written once per read and per drain round
+        self._flush_scheduled = False
+        # Replies behind a sync round, in order: (packet, whether it is a publish's ack).
+        self._owed: list[tuple[bytes, bool]] = []
+        self._owed_sync = False  # a reply waits for the message log's round
+        self._owed_sync_all = False  # one waits for the definitions too (a binding)
+        self._confirming = False
+        self._to_settle: list[Inflight] = []
+        self._last_read_s = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- socket events -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        if self.endpoints is None:
+            own = transport.get_extra_info("sockname")
+            peer = transport.get_extra_info("peername")
+            if isinstance(own, tuple) and isinstance(peer, tuple):
+                self.endpoints = (str(peer[0]), int(peer[1]), str(own[0]), int(own[1]))
+        self.gateway.sessions.add(self)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(CONNECT_TIMEOUT_S, self._connect_timeout)
+
+    @property
+    def peer(self) -> str:
+        return "?" if self.endpoints is None else f"{self.endpoints[0]}:{self.endpoints[1]}"
+
+    @property
+    def name(self) -> str:
+        """As the management API names a connection."""
+        if self.endpoints is None:
+            return self.peer
+        peer_host, peer_port, host, port = self.endpoints
+        return f"{peer_host}:{peer_port} -> {host}:{port}"
+
+    def data_received(self, data: bytes) -> None:
+        if self.is_closed():
+            return
+        self._last_read_s = time.monotonic()
+        self.recv_oct += len(data)
+        try:
+            packets = self.decoder.feed(data)
+        except MqttCodecError as exc:
+            for packet in exc.packets_before:
+                if not self.closed:
+                    self._handle_safely(packet)
+            if not self.closed:
+                self._refuse_bytes(exc)
+            return
+        for packet in packets:
+            self._handle_safely(packet)
+            if self.is_closed():
+                break  # the rest of the read goes unanswered
+        self.flush()
+
+    def open_channel_count(self) -> int:
+        """MQTT has no channels (for streamq/broker/connection_tracking.py)."""
+        return 0
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in self._tasks:
+            task.cancel()
+        self.gateway.sessions.discard(self)
+        if self.connect is not None and self.vhost is not None:
+            broker_side.release(self)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.kick()
+
+    # -- packets -------------------------------------------------------------------------
+
+    def _handle_safely(self, packet: Packet) -> None:
+        try:
+            self._handle(packet)
+        except (BrokerError, LogError) as exc:
+            logger.warning("closing MQTT connection %s: %s", self.peer, exc)
+            self.disconnect(ReasonCode.UNSPECIFIED_ERROR)
+        except Exception:
+            logger.exception("closing MQTT connection %s: internal error", self.peer)
+            self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR)
+
+    def _handle(self, packet: Packet) -> None:
+        if isinstance(packet, Connect):
+            if self.connect is not None:
+                # MQTT-3.1.0-2: a second CONNECT is a protocol violation; close.
+                self.disconnect(ReasonCode.PROTOCOL_ERROR)
+                return
+            self._connect(packet)
+            return
+        if isinstance(packet, Publish):
+            broker_side.publish(self, packet)
+        elif isinstance(packet, PubAck):
+            self._puback(packet.packet_id)
+        elif isinstance(packet, PubRel):
+            broker_side.release_qos2(self, packet.packet_id)
+        elif isinstance(packet, Subscribe):
+            broker_side.subscribe(self, packet)
+        elif isinstance(packet, Unsubscribe):
+            broker_side.unsubscribe(self, packet)
+        elif isinstance(packet, PingReq):
+            self.reply(PingResp())
+        elif isinstance(packet, Disconnect):
+            self._disconnect_received(packet)
+        else:
+            # CONNACK, SUBACK, UNSUBACK, PINGRESP are the server's to send; PUBREC and
+            # PUBCOMP answer a QoS 2 delivery, which this server never sends; AUTH
+            # exchanges need an authentication method, which CONNECT never names here.
+            self.disconnect(ReasonCode.PROTOCOL_ERROR)
+
+    def _connect(self, packet: Connect) -> None:
+        self.level = packet.protocol_level
+        self.decoder.protocol_level = packet.protocol_level
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        try:
+            refusal = broker_side.connect(self, packet)
+        except Exception:
+            # Nothing may precede CONNACK (MQTT-3.2.0-1): the refusal is "server
+            # unavailable"; what the session took is released when the socket closes.
+            logger.exception("refusing MQTT connection %s: internal error", self.peer)
+            v5 = self.level is ProtocolLevel.MQTT_5
+            refusal = ReasonCode.SERVER_UNAVAILABLE if v5 else ConnackReturnCode.SERVER_UNAVAILABLE
+        if refusal is not None:
+            self.write(encode(ConnAck(refusal), self.level))
+            self.close_transport()
+            return
+        self.connect = packet
+        keep_alive_s = packet.keep_alive_s
+        if keep_alive_s:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(keep_alive_s, self._check_keep_alive)
+
+    def _disconnect_received(self, packet: Disconnect) -> None:
+        # MQTT 5.0: reason 0x04 asks for the will all the same (3.14.2.1).
+        self.graceful = packet.reason_code != ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        expiry = packet.properties.session_expiry_interval_s
+        if expiry is not None:
+            if self.session_expiry_s == 0 and expiry:
+                # MQTT-3.14.2-2: not from zero to non-zero at DISCONNECT.
+                self.graceful = False
+                self.disconnect(ReasonCode.PROTOCOL_ERROR)
+                return
+            self.session_expiry_s = expiry
+            self.persistent = expiry > 0  # 0: the session ends with this connection
+        self.close_transport()
+
+    def _puback(self, packet_id: int) -> None:
+        held = self.inflight.pop(packet_id, None)
+        if held is None:
+            # A retained message's (on no queue), or an unknown packet id: PUBACK has no
+            # answer to give.
+            self.retained_inflight.discard(packet_id)
+            return
+        queue, offset, consumer = held
+        vhost = self.vhost
+        assert vhost is not None
+        queue.stats.ack += 1
+        vhost.settle(queue, offset, consumer)
+        vhost.kick(queue)
+
+    # -- keep-alive and closing ----------------------------------------------------------
+
+    def _connect_timeout(self) -> None:
+        self._timer = None
+        if self.connect is None and not self.closed:
+            logger.warning("closing MQTT connection %s: no CONNECT in time", self.peer)
+            self.close_transport()
+
+    def _check_keep_alive(self) -> None:
+        self._timer = None
+        connect = self.connect
+        if self.closed or connect is None:
+            return
+        limit_s = connect.keep_alive_s * KEEP_ALIVE_FACTOR
+        silent_s = time.monotonic() - self._last_read_s
+        if self.blocked:
+            silent_s = 0.0  # held unread by a resource alarm: its pings wait in the socket
+        if silent_s >= limit_s:
+            logger.warning(
+                "closing MQTT connection %s (client id '%s'): keep-alive of %d s passed",
+                self.peer,
+                self.client_id,
+                connect.keep_alive_s,
+            )
+            self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT)
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(limit_s - silent_s, self._check_keep_alive)
+
+    def _refuse_bytes(self, exc: MqttCodecError) -> None:
+        """Answer bytes the codec refused: a CONNACK with the refusal while CONNECT is
+        being read (3.x only where a return code exists), else a 5.0 DISCONNECT, else
+        just close (3.1.1 section 4.8)."""
+        logger.warning("closing MQTT connection %s: %s", self.peer, exc)
+        level = exc.protocol_level
+        if self.connect is None:
+            if level is ProtocolLevel.MQTT_5:
+                self.write(encode(ConnAck(exc.reason_code), level))
+            elif level is not None and exc.connack_return_code is not None:
+                self.write(encode(ConnAck(exc.connack_return_code), level))
+            elif isinstance(exc, UnsupportedProtocolVersion):
+                # A level we do not speak: 3.1.1's CONNACK 0x01 (MQTT-3.1.2-2), which
+                # every level's client reads (its two bytes are the same in each).
+                unacceptable = ConnackReturnCode.UNACCEPTABLE_PROTOCOL_VERSION
+                self.write(encode(ConnAck(unacceptable), ProtocolLevel.MQTT_3_1_1))
+            self.close_transport()
+            return
+        self.disconnect(exc.reason_code)
+
+    def disconnect(self, reason: int) -> None:
+        """Close the connection after our DISCONNECT with `reason` (5.0 only: 3.x has
+        none, the server just closes)."""
+        if self.closed:
+            return
+        if self.connect is not None and self.level is ProtocolLevel.MQTT_5:
+            self._owed.clear()  # nothing after a DISCONNECT (MQTT-3.14.4-1 by analogy)
+            self.write(encode(Disconnect(reason), self.level))
+        self.close_transport()
+
+    def close_by_admin(self, reason: str) -> None:
+        logger.warning("closing MQTT connection %s: %s", self.peer, reason)
+        self.disconnect(ReasonCode.ADMINISTRATIVE_ACTION)
+
+    def close_soon(self, reason: str) -> None:
+        logger.warning("closing MQTT connection %s: %s", self.peer, reason)
+        self.disconnect(ReasonCode.UNSPECIFIED_ERROR)
+
+    def close_transport(self) -> None:
+        """Write what is pending, then close; the clean-up runs in `connection_lost`."""
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- output --------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self._out += data
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if self._to_settle:
+            self._settle_pending()
+        if self._out and self.transport is not None and not self.transport.is_closing():
+            self.send_oct += len(self._out)
+            self.transport.write(bytes(self._out))
+        self._out.clear()
+
+    def reply(
+        self, packet: Packet, *, durable: bool = False, counted: bool = False,
+        definitions: bool = False,
+    ) -> None:  # fmt: skip
+        """Send a reply now, or, with `durable` or while replies wait for a sync round,
+        after the next round ends (in the order asked). `counted`: a publish's ack,
+        counted in `unconfirmed`; `definitions`: the round must cover the vhost's
+        definitions journal too (a durable queue or binding)."""
+        data = encode(packet, self.level)
+        if not durable and not definitions and not self._owed:
+            self.write(data)
+            return
+        self._owed.append((data, counted))
+        self._owed_sync = self._owed_sync or durable
+        self._owed_sync_all = self._owed_sync_all or definitions
+        if not self._confirming:
+            self._confirming = True
+            self.spawn(self._confirm_loop())
+
+    def spawn(self, work: object) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]  # a coroutine
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _confirm_loop(self) -> None:
+        """Send the owed replies once a sync round covers what they promise."""
+        try:
+            while self._owed and not self.closed:
+                owed, self._owed = self._owed, []
+                vhost = self.vhost
+                assert vhost is not None
+                if self._owed_sync_all:
+                    self._owed_sync = self._owed_sync_all = False
+                    await vhost.sync_all()  # messages, queue journals and definitions
+                    await self.gateway.flush_stores(vhost)
+                elif self._owed_sync:
+                    self._owed_sync = False
+                    await vhost.sync()
+                    await self.gateway.flush_stores(vhost)
+                for data, counted in owed:
+                    self.write(data)
+                    self.unconfirmed -= counted
+                self._resume_reading()
+                self.flush()
+        except (LogError, OSError) as exc:
+            logger.error("message store failed; closing MQTT connection %s: %s", self.peer, exc)
+            self.disconnect(ReasonCode.UNSPECIFIED_ERROR)
+        finally:
+            self._confirming = False
+
+    def owe_publish_ack(self, packet: Packet) -> None:
+        """A PUBACK or PUBREC, once the publish is on disk; reading stops while too
+        many wait (UNCONFIRMED_MAX)."""
+        self.unconfirmed += 1
+        self.reply(packet, durable=True, counted=True)
+        if self.unconfirmed >= UNCONFIRMED_MAX and not self.read_paused:
+            self.read_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self.read_paused and self.unconfirmed < UNCONFIRMED_MAX:
+            self.read_paused = False
+            if self.transport is not None and not self.closed and not self.blocked:
+                self.transport.resume_reading()
+
+    def note_publish(self) -> None:
+        """It publishes: while a resource alarm lasts, it is not read after this read."""
+        if not self.published:
+            self.published = True
+            if self.gateway.alarm:
+                self.hold_for_alarm(True)
+
+    def hold_for_alarm(self, hold: bool) -> None:
+        """Stop (or go on) reading while a resource alarm lasts; the keep-alive does not
+        count the time it is held (the client's PINGREQs wait unread)."""
+        if hold == self.blocked or self.transport is None or self.closed:
+            return
+        self.blocked = hold
+        if hold:
+            self.transport.pause_reading()
+        else:
+            self._last_read_s = time.monotonic()
+            if not self.read_paused:
+                self.transport.resume_reading()
+
+    # -- deliveries ----------------------------------------------------------------------
+
+    def deliverable(self) -> bool:
+        return not self.closed and not self.write_paused and self.connect is not None
+
+    def can_name(self, topic: str) -> bool:
+        """Whether `topic` can go out as an MQTT topic name."""
+        if not topic:
+            return False
+        try:
+            check_topic_name(topic)
+        except MqttCodecError:
+            return False
+        return True
+
+    def take_packet_id(self) -> int:
+        """A packet identifier no delivery in flight holds."""
+        for _ in range(PACKET_ID_MAX):
+            self._next_packet_id = self._next_packet_id % PACKET_ID_MAX + 1
+            candidate = self._next_packet_id
+            if candidate not in self.inflight and candidate not in self.retained_inflight:
+                return candidate
+        raise AssertionError("more deliveries in flight than packet identifiers")
+
+    def send_publish(
+        self, topic: str, payload: bytes, qos: int, packet_id: int | None, dup: bool, *,
+        retain: bool = False,
+    ) -> None:  # fmt: skip
+        self.write(encode(Publish(topic, payload, qos, retain, dup, packet_id), self.level))
+
+    def settle_later(self, queue: Queue, offset: int, consumer: MqttConsumer) -> None:
+        """Settle a delivery that needs no PUBACK once the drain round that made it is
+        over (the queue's cursor counts it delivered only after the consumer returns)."""
+        self._to_settle.append((queue, offset, consumer))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def _settle_pending(self) -> None:
+        settled, self._to_settle = self._to_settle, []
+        vhost = self.vhost
+        if vhost is None:
+            return
+        for queue, offset, consumer in settled:
+            vhost.settle(queue, offset, consumer)
+            vhost.kick(queue)
+
+    def kick(self) -> None:
+        """The session can take deliveries again: ask for a drain of its queues."""
+        vhost = self.vhost
+        if vhost is not None:
+            for consumer in self.consumers.values():
+                vhost.kick(consumer.queue)
