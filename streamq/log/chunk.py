@@ -55,7 +55,9 @@ MAGIC_VERSION: Final = MAGIC << 4 | CHUNK_FORMAT  # 0x50
 CHUNK_TYPE_USER: Final = 0
 CHUNK_TYPE_TRACKING_DELTA: Final = 1
 CHUNK_TYPE_TRACKING_SNAPSHOT: Final = 2
-CHUNK_TYPES: Final = frozenset({CHUNK_TYPE_USER, CHUNK_TYPE_TRACKING_DELTA, CHUNK_TYPE_TRACKING_SNAPSHOT})
+CHUNK_TYPES: Final = frozenset(
+    {CHUNK_TYPE_USER, CHUNK_TYPE_TRACKING_DELTA, CHUNK_TYPE_TRACKING_SNAPSHOT}
+)
 
 HEADER: Final = struct.Struct(">BBHIqQQIIIB3x")
 HEADER_BYTES: Final = HEADER.size  # 48
@@ -183,7 +185,9 @@ def encode_chunk(
     make_chunk writes it: the filter from the entries' filter values (`bloom_size`
     bytes, or none when no entry has one), the CRC32 of the entries."""
     if not BLOOM_SIZE_MIN <= bloom_size <= BLOOM_SIZE_MAX:
-        raise ValueError(f"bloom filter size {bloom_size} outside {BLOOM_SIZE_MIN}..{BLOOM_SIZE_MAX}")
+        raise ValueError(
+            f"bloom filter size {bloom_size} outside {BLOOM_SIZE_MIN}..{BLOOM_SIZE_MAX}"
+        )
     if chunk_type not in CHUNK_TYPES:
         raise ValueError(f"unknown chunk type {chunk_type}")
     parts: list[bytes] = []
@@ -212,11 +216,15 @@ def decode_header(buffer: bytes | bytearray | memoryview, pos: int = 0) -> Chunk
     version, an unknown chunk type, a filter size of 1..15, no entries, or fewer records
     than entries."""
     if len(buffer) - pos < HEADER_BYTES:
-        raise ChunkTruncated(f"{len(buffer) - pos} bytes left for a {HEADER_BYTES}-byte chunk header")
+        raise ChunkTruncated(
+            f"{len(buffer) - pos} bytes left for a {HEADER_BYTES}-byte chunk header"
+        )
     fields = HEADER.unpack_from(buffer, pos)
     magic_version, header = fields[0], ChunkHeader(*fields[1:])
     if magic_version != MAGIC_VERSION:
-        raise ChunkInvalid(f"chunk magic and version {magic_version:#04x}, not {MAGIC_VERSION:#04x}")
+        raise ChunkInvalid(
+            f"chunk magic and version {magic_version:#04x}, not {MAGIC_VERSION:#04x}"
+        )
     if header.chunk_type not in CHUNK_TYPES:
         raise ChunkInvalid(f"unknown chunk type {header.chunk_type}")
     if 0 < header.bloom_size < BLOOM_SIZE_MIN:
@@ -269,7 +277,10 @@ def iter_entries(
             if size > end - at - SIMPLE_SIZE.size:
                 raise ChunkInvalid("a simple entry crosses the end of the entries")
             body = view[at + SIMPLE_SIZE.size : at + SIMPLE_SIZE.size + size]
-            entry, at = EntryView(offset, 1, False, COMPRESSION_NONE, size, body), at + SIMPLE_SIZE.size + size
+            entry, at = (
+                EntryView(offset, 1, False, COMPRESSION_NONE, size, body),
+                at + SIMPLE_SIZE.size + size,
+            )
         entries += 1
         offset += entry.records
         if entries > header.num_entries:
