@@ -11,10 +11,9 @@ import asyncio
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 from typing import Any
 
+import pytest
 from rstream import CompressionType, ConfirmationStatus, Consumer, schema
 
 from streamq.log import chunk as ck
