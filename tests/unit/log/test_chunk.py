@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from rstream import schema
 from rstream.encoding import decode_frame
 
+from streamq.log import bloom
 from streamq.log import chunk as ck
 
 ERL_TIMEOUT_S = 60.0
@@ -47,7 +48,7 @@ tracking = st.builds(
     timestamp=st.integers(-(2**63), 2**63 - 1),
     epoch=st.integers(0, ck.U64_MAX),
     trailer=st.lists(tracking, max_size=4),
-    bloom_size=st.integers(ck.BLOOM_SIZE_MIN, ck.BLOOM_SIZE_MAX),
+    bloom_size=st.integers(bloom.BLOOM_SIZE_MIN, bloom.BLOOM_SIZE_MAX),
 )
 def test_round_trip(
     entries: list[ck.Entry],
@@ -84,9 +85,9 @@ def test_round_trip(
             )
         offset += view.records
     assert ck.parse_tracking(ck.trailer_of(data, 0, header)) == trailer
-    bloom = ck.bloom_of(data, 0, header)
+    bits = ck.bloom_of(data, 0, header)
     for entry in entries:  # no false negatives
-        assert ck.bloom_may_match(bloom, [entry.filter_value], not entry.filter_value)
+        assert bloom.bloom_may_match(bits, [entry.filter_value], not entry.filter_value)
     # What a Deliver carries: the header unchanged, then the entries.
     (hpos, hlen), (dpos, dlen) = ck.deliver_spans(header)
     assert zlib.crc32(data[dpos : dpos + dlen]) == header.crc
@@ -238,15 +239,15 @@ def test_trailer_refusals() -> None:
 
 
 def test_bloom_without_values_and_unfiltered_bit() -> None:
-    assert ck.bloom_filter([b"", b""]) == b""
-    assert ck.bloom_filter([]) == b""
-    bloom = ck.bloom_filter([b"", b"x"])
-    assert bloom[0] & 0x80  # bit 0: an entry without a value
-    assert not ck.bloom_filter([b"x"])[0] & 0x80
-    assert ck.bloom_may_match(b"", [b"x"], True)
-    assert not ck.bloom_may_match(b"", [b"x"], False)
-    assert ck.bloom_may_match(bloom, [b"nope"], True)
-    assert not ck.bloom_may_match(ck.bloom_filter([b"x"]), [], True)
+    assert bloom.bloom_filter([b"", b""]) == b""
+    assert bloom.bloom_filter([]) == b""
+    bits = bloom.bloom_filter([b"", b"x"])
+    assert bits[0] & 0x80  # bit 0: an entry without a value
+    assert not bloom.bloom_filter([b"x"])[0] & 0x80
+    assert bloom.bloom_may_match(b"", [b"x"], True)
+    assert not bloom.bloom_may_match(b"", [b"x"], False)
+    assert bloom.bloom_may_match(bits, [b"nope"], True)
+    assert not bloom.bloom_may_match(bloom.bloom_filter([b"x"]), [], True)
 
 
 # Erlang's own phash2 and osiris_bloom's layout (osiris 1.7's to_binary/make_hash, in
@@ -296,13 +297,16 @@ def test_bloom_matches_erlang(tmp_path: Path) -> None:
     ).stdout.split("\n")  # fmt: skip
     for i, (size, values) in enumerate(cases):
         if any(values):
-            assert ck.bloom_filter(values, size) == bytes.fromhex(out[i]), (size, values)
+            assert bloom.bloom_filter(values, size) == bytes.fromhex(out[i]), (size, values)
         else:  # osiris' to_binary leaves the filter out when no entry has a value
-            assert ck.bloom_filter(values, size) == b""
+            assert bloom.bloom_filter(values, size) == b""
     hashes = [line.split() for line in out[len(cases) :] if line]
     flat = [v for _, vs in cases for v in vs]
     for value, (h1, h2) in zip(flat, hashes, strict=True):
-        assert (ck.phash2_binary(value), ck.phash2_list_of_binary(value)) == (int(h1), int(h2))
+        assert (bloom.phash2_binary(value), bloom.phash2_list_of_binary(value)) == (
+            int(h1),
+            int(h2),
+        )
 
 
 def _deliver_frame(data: bytes) -> schema.Deliver:
