@@ -250,25 +250,21 @@ def test_bloom_without_values_and_unfiltered_bit() -> None:
     assert not bloom.bloom_may_match(bloom.bloom_filter([b"x"]), [], True)
 
 
-# Erlang's own phash2 and osiris_bloom's layout (osiris 1.7's to_binary/make_hash, in
-# bit syntax, as the broker computes a chunk's filter).
+# Erlang's own phash2, and the filter laid out as osiris_bloom reads it: bit N of the
+# filter is `<<_:N, 1:1, _/bitstring>>`, i.e. counted from the most significant bit.
 _ERLANG_BLOOM = r"""
 -module(sqbloom).
 -export([main/1]).
-make_hash(<<>>, _) -> {0, 0};
-make_hash(V, Bits) -> {erlang:phash2(V, Bits - 1) + 1, erlang:phash2([V], Bits - 1) + 1}.
-set_bit(N, Bin) ->
-    case Bin of
-        <<_:N/bitstring, 1:1, _/bitstring>> -> Bin;
-        <<Before:N/bitstring, 0:1, After/bitstring>> -> <<Before/bitstring, 1:1, After/bitstring>>
-    end.
-to_binary(Size, Values) ->
+bits(<<>>, _) -> [0];
+bits(V, Bits) -> [erlang:phash2(V, Bits - 1) + 1, erlang:phash2([V], Bits - 1) + 1].
+filter(Size, Values) ->
     Bits = Size * 8,
-    lists:foldl(fun(V, Acc) -> {H1, H2} = make_hash(V, Bits), set_bit(H2, set_bit(H1, Acc)) end,
-                <<0:Bits>>, Values).
+    Set = lists:usort(lists:append([bits(V, Bits) || V <- Values])),
+    Int = lists:foldl(fun(N, Acc) -> Acc bor (1 bsl (Bits - 1 - N)) end, 0, Set),
+    <<Int:Bits>>.
 main([File]) ->
     {ok, Cases} = file:consult(File),
-    [io:format("~s~n", [binary:encode_hex(to_binary(S, Vs))]) || {S, Vs} <- Cases],
+    [io:format("~s~n", [binary:encode_hex(filter(S, Vs))]) || {S, Vs} <- Cases],
     [io:format("~b ~b~n", [erlang:phash2(V, 4294967296), erlang:phash2([V], 4294967296)])
      || {_, Vs} <- Cases, V <- Vs].
 """
