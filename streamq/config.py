@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from streamq.app import ServeConfig
 from streamq.broker.resources import ResourceLimits
 from streamq.config_ini import ConfigError, Entry, read_ini, where
 from streamq.config_keys import (
@@ -34,6 +33,7 @@ from streamq.config_keys import (
 )
 from streamq.config_refused import refusal
 from streamq.config_values import boolean
+from streamq.serve_config import ServeConfig
 
 DEFAULT_SOURCE: Final = "default"
 FILE_SOURCE: Final = "file "

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final, cast
 from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # not in uvloop's stubs
 
 if TYPE_CHECKING:
-    from streamq.app import ServeConfig
+    from streamq.serve_config import ServeConfig
 
 logger = logging.getLogger(__name__)
 
