@@ -27,14 +27,14 @@ from typing import Final, cast
 
 from amqp_gateway.endpoints import Endpoints, ip_endpoints, socket_endpoints, unix_endpoints
 from amqp_gateway.gateway import Gateway
-from amqp_gateway.proxy_protocol import (
+from amqp_gateway.session import HANDSHAKE_TIMEOUT_S, AmqpSession
+from streamq.proxy_protocol import (
     V1_SIGNATURE,
     V2_SIGNATURE,
     ProxyHeader,
     ProxyHeaderError,
     parse_header,
 )
-from amqp_gateway.session import HANDSHAKE_TIMEOUT_S, AmqpSession
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from amqp_gateway.proxy_protocol import ProxyHeader, ProxyHeaderError, parse_header
 from mqtt_gateway.session import CONNECT_TIMEOUT_S, Endpoints, MqttSession
+from streamq.proxy_protocol import ProxyHeader, ProxyHeaderError, parse_header
 
 if TYPE_CHECKING:
     from mqtt_gateway.server import MqttGateway

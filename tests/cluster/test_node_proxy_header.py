@@ -22,9 +22,9 @@ import pytest
 import uvloop
 
 from amqp_gateway.listeners import starts_with_header
-from amqp_gateway.proxy_protocol import V2_SIGNATURE
 from streamq.app import ClusterRole, ServeConfig, lock_data_dir, run_broker
 from streamq.broker.broker import Broker
+from streamq.proxy_protocol import V2_SIGNATURE
 from tests.integration.conftest import RunningBroker
 from tests.integration.test_publish_runs import TIMEOUT_S
 from tests.integration.test_transports import (

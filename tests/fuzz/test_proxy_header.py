@@ -1,4 +1,4 @@
-"""Fuzz the PROXY protocol v1/v2 header parser (amqp_gateway/proxy_protocol.py), which
+"""Fuzz the PROXY protocol v1/v2 header parser (streamq/proxy_protocol.py), which
 reads the first bytes of a connection on a listener with `proxy_protocol` on.
 
 An input is the bytes of a connection's start, fed as the listener does: the whole of
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from amqp_gateway.proxy_protocol import (
+from streamq.proxy_protocol import (
     V1_HEADER_BYTES_MAX,
     V1_SIGNATURE,
     V2_BLOCK_BYTES_MAX,

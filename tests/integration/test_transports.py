@@ -31,8 +31,8 @@ import pytest
 
 from amqp_gateway import codec, listeners
 from amqp_gateway.codec import methods as m
-from amqp_gateway.proxy_protocol import V2_SIGNATURE
 from streamq.app import ServeError
+from streamq.proxy_protocol import V2_SIGNATURE
 from tests.integration.conftest import RunningBroker
 from tests.integration.test_publish_runs import FRAME_MAX, TIMEOUT_S, Reader, received
 

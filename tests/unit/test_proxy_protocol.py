@@ -1,4 +1,4 @@
-"""amqp_gateway.proxy_protocol: PROXY protocol v1 and v2 headers as HAProxy's
+"""streamq.proxy_protocol: PROXY protocol v1 and v2 headers as HAProxy's
 doc/proxy-protocol.txt writes them, fed whole, split at every byte and one byte at a
 time, with what follows the header left untouched, and every malformed or oversized
 header refused with a reason."""
@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from amqp_gateway.proxy_protocol import (
+from streamq.proxy_protocol import (
     V1_HEADER_BYTES_MAX,
     V2_BLOCK_BYTES_MAX,
     V2_SIGNATURE,
