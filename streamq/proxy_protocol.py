@@ -4,8 +4,8 @@ Owns parsing the header a load balancer (HAProxy, AWS NLB, LavinMQ's `[amqp]
 proxy_protocol` peers) puts in front of a connection's first byte to tell the client's
 real address: `parse_header(data)` takes the bytes read so far and returns the header and
 the number of bytes it took, or None while it needs more. It has no sockets and no clock
-(amqp_gateway/listeners.py and mqtt_gateway/proxy.py read the bytes and bound the time); everything after the
-header is the client's own and is not looked at here.
+(amqp_gateway/listeners.py and mqtt_gateway/proxy.py read the bytes and bound the time);
+everything after the header is the client's own and is not looked at here.
 
 The format is HAProxy's doc/proxy-protocol.txt. A header is refused (ProxyHeaderError)
 as soon as the bytes cannot start one: a connection without a header is closed at its
