@@ -80,12 +80,18 @@ def read_partition(
     """The records of `part` as record batches of at most BATCH_RECORDS_MAX rows.
 
     Raises DataLoss when the segment was deleted since planning and fail_on_data_loss is
-    true (else logs a warning and yields nothing for it); SegmentCorrupted for damage.
+    true (else logs a warning and yields nothing for it); SegmentCorrupted for damage
+    when fail_on_data_loss is true (else the damaged records are skipped with a warning).
     """
     schema = arrow_schema(include_headers)
     try:
         for columns in logdir.read_range_columns(
-            part.store, part.base, part.start, part.end, BATCH_RECORDS_MAX
+            part.store,
+            part.base,
+            part.start,
+            part.end,
+            BATCH_RECORDS_MAX,
+            skip_damage=not fail_on_data_loss,
         ):
             yield columns_to_batch(columns, part.stream, schema, include_headers)
     except logdir.SegmentGone as exc:

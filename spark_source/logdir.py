@@ -15,6 +15,7 @@ Rules:
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Final, NamedTuple
@@ -22,7 +23,10 @@ from typing import Final, NamedTuple
 from spark_source.columns import RecordColumns, decode_columns
 from spark_source.store import SegmentFile, Store, stream_directory
 from streamq.log import format as fmt
+from streamq.log.damage import find_resync_with
 from streamq.log.errors import SegmentCorrupted
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "LogView",
@@ -141,17 +145,33 @@ def read_range(
 
 
 def read_range_columns(
-    store: Store, base: int, start: int, end: int, records_max: int
+    store: Store, base: int, start: int, end: int, records_max: int, skip_damage: bool = False
 ) -> Iterator[RecordColumns]:
-    """`read_range`, decoded in bulk: the same records and errors, as columns."""
+    """`read_range`, decoded in bulk: the same records and errors, as columns. With
+    `skip_damage` (failOnDataLoss=false), damaged records (bit rot: a bad record followed
+    by a valid one, docs/durability.md) are skipped with a warning instead of failing
+    the read, as the broker's consumers skip them."""
     segment, where = _open_segment(store, base)
     try:
         offset, position = _seek(store, segment, where, base, start)
         while offset < end:
             data = _read_chunk(segment, position)
-            columns, result = decode_columns(
-                data, position, 0, offset, end, records_max, where, skip_before=start
-            )
+            try:
+                columns, result = decode_columns(
+                    data, position, 0, offset, end, records_max, where, skip_before=start
+                )
+            except SegmentCorrupted:
+                if not skip_damage:
+                    raise
+                columns, resumed = _around_damage(
+                    segment, where, data, (position, offset), start, end
+                )
+                if columns.record_count:
+                    yield columns
+                if resumed is None:
+                    return  # nothing valid after the damage in this segment
+                position, offset = resumed
+                continue
             position, offset = _advance(where, position, offset, result)
             if columns.record_count:
                 yield columns
@@ -159,6 +179,42 @@ def read_range_columns(
         raise SegmentGone(where) from exc
     finally:
         segment.close()
+
+
+def _around_damage(
+    segment: SegmentFile,
+    where: str,
+    data: bytes,
+    at: tuple[int, int],
+    start: int,
+    end: int,
+) -> tuple[RecordColumns, tuple[int, int] | None]:
+    """The good records of the chunk read at `at` (position, offset) before its damaged
+    one, and where the next valid record is after it ((position, offset), None if none:
+    the rest of the segment is lost). Logs what was skipped."""
+    position, offset = at
+    good: list[fmt.Record] = []
+    try:
+        fmt.decode_records(data, position, 0, offset, end, good, end - offset, where)
+    except SegmentCorrupted:
+        pass  # at the damaged record, as decode_columns did: `good` holds those before
+    else:
+        raise SegmentCorrupted(where, position, "the bulk and per-record decodes disagree")
+    columns, result = decode_columns(
+        data, position, 0, offset, offset + len(good), len(good), where, skip_before=start
+    )
+    bad_position, bad_offset = position + result.position, offset + len(good)
+    last_ms = good[-1].timestamp_ms if good else 0
+    resumed = find_resync_with(segment.pread, bad_position, segment.size(), bad_offset, last_ms)
+    lost = "to the end of the segment" if resumed is None else f"to {resumed[1] - 1}"
+    log.warning(
+        "%s: damaged records from offset %d %s at position %d skipped (failOnDataLoss=false)",
+        where,
+        bad_offset,
+        lost,
+        bad_position,
+    )
+    return columns, resumed
 
 
 def _seek(store: Store, segment: SegmentFile, where: str, base: int, start: int) -> tuple[int, int]:

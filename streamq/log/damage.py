@@ -17,7 +17,8 @@ of that with a probability of about 2**-32 per position that already has an offs
 range, which payload bytes almost never have. The search is bounded by the segment's size
 and reads `RESYNC_CHUNK_BYTES` at a time.
 
-No I/O beyond `os.pread` on a descriptor the caller owns; no asyncio.
+No I/O beyond `os.pread` on a descriptor the caller owns (or the positional read the
+caller passes to `find_resync_with`); no asyncio.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from streamq.log import format as fmt
@@ -70,10 +72,28 @@ def find_resync(
     `file_bytes`; None when nothing valid follows (a torn tail).
 
     Reads at most the rest of the file, `RESYNC_CHUNK_BYTES` at a time. Raises OSError."""
+    return find_resync_with(
+        lambda length, at: os.pread(fd, length, at),
+        position,
+        file_bytes,
+        expected_offset,
+        last_timestamp_ms,
+    )
+
+
+def find_resync_with(
+    pread: Callable[[int, int], bytes],
+    position: int,
+    file_bytes: int,
+    expected_offset: int,
+    last_timestamp_ms: int,
+) -> tuple[int, int] | None:
+    """`find_resync` over any positional read, `pread(length, position)` (the Spark
+    source reads segments through its own stores, local or remote)."""
     start = position + 1
     chunk_at = start
     while chunk_at + fmt.RECORD_HEADER_BYTES <= file_bytes:
-        data = os.pread(fd, min(RESYNC_CHUNK_BYTES, file_bytes - chunk_at), chunk_at)
+        data = pread(min(RESYNC_CHUNK_BYTES, file_bytes - chunk_at), chunk_at)
         if len(data) < fmt.RECORD_HEADER_BYTES:
             return None  # the file shrank under us
         bound = expected_offset + 1 + (chunk_at - start) // _RECORD_BYTES_MIN
@@ -88,7 +108,7 @@ def find_resync(
         if complete:
             return chunk_at + at, offset
         # A candidate larger than the chunk: read it whole and check it.
-        record = os.pread(fd, 4 + int.from_bytes(data[at : at + 4], "little"), chunk_at + at)
+        record = pread(4 + int.from_bytes(data[at : at + 4], "little"), chunk_at + at)
         checked = fmt.check_record(record, 0)
         if checked is not None and checked[0] == offset:
             return chunk_at + at, offset
