@@ -22,9 +22,13 @@ from amqp_gateway.channels import (
     with_long_header,
 )
 from amqp_gateway.codec import methods as m
+from amqp_gateway.errormap import to_amqp
+from amqp_gateway.events import AckRun, MethodReceived
 from amqp_gateway.stream_offsets import parse_stream_filter, parse_stream_offset
 from streamq.broker.equivalence import type_name
+from streamq.broker.errors import BrokerError
 from streamq.broker.streams import track_run
+from streamq.log.errors import LogError
 from streamq.queues.offsets import AckWatermark
 
 if TYPE_CHECKING:
@@ -392,6 +396,48 @@ def _ack_stream(queue: Queue, settled: list[Unacked]) -> None:
             offsets.append(entry.offset)
     for consumer, offsets in runs.items():
         track_run(stream, consumer, offsets)
+
+
+def settle_ack_run(h: AmqpSession, run: AckRun) -> None:
+    """Settle a run of acks, nacks and rejects, in their order, as one per-method
+    event after another would: the plain acks (multiple=false, the common case) in
+    one step each stretch (`settle_plain_acks`), every other entry through the
+    per-method path, which knows every rule (transactions, requeue, `multiple`, the 406
+    of an unknown tag). The rest of a run is discarded once its channel closes, and held
+    when a reply waits, as `AmqpSession.handle_events` does with events."""
+    channel_id, tags, kinds = run.channel, run.tags, run.kinds
+    start, count = 0, len(tags)
+    piece = h.channel(channel_id).ack_piece()
+    while start < count:
+        if h.conn.is_channel_closing(channel_id):
+            return  # connection.py, rule 2: see MethodReceived in handle_events
+        if h.reply_pending():
+            h.hold(AckRun(channel_id, tags[start:], kinds[start:], run.flags))
+            return
+        if h.acks_since_drain >= piece and h.gateway.drain_pending:
+            # The credit of a piece of acks goes out as deliveries before the next
+            # piece is settled (channels.PIECES_PER_WINDOW).
+            h.acks_since_drain = 0
+            h.gateway.drain_early()
+        end = min(count, start + piece)
+        try:
+            settled = settle_plain_acks(h, h.channel(channel_id), tags, kinds, start, end)
+        except (BrokerError, LogError) as exc:
+            raise to_amqp(exc, 60, 80) from exc  # as _method maps basic.ack's
+        h.acks_since_drain += settled - start
+        start = settled
+        if start < end:
+            channel = h.channel(channel_id)
+            try:
+                given = requeue_stretch(h, channel, tags, kinds, start, end)
+            except (BrokerError, LogError) as exc:
+                raise to_amqp(exc, 60, 120) from exc  # as _method maps basic.nack's
+            if given > start:
+                start = given
+                continue
+            method = ack_method(tags[start], kinds[start])
+            h.handle_events([MethodReceived(channel_id, method)])
+            start += 1
 
 
 def ack_method(tag: int, kind: int) -> m.BasicAck | m.BasicNack | m.BasicReject:

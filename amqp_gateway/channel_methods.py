@@ -7,7 +7,7 @@ and broker and log errors become AMQP ones), and `release_channel`: when a chann
 its consumers leave their queues and its unacked deliveries go back to them. The
 functions take the session they work for, as amqp_gateway/publishing.py's do. The fast
 path's runs of publishes and acks do not come through here (publishing.py,
-`AmqpSession._ack_run`), and the protocol's own channel methods (open-ok, close,
+`basic_methods.settle_ack_run`), and the protocol's own channel methods (open-ok, close,
 close-ok) are amqp_gateway/connection.py's.
 """
 

@@ -92,7 +92,7 @@ _UNLIMITED: Final = 1 << 30  # the credit of a consumer without a prefetch limit
 DELIVER_OUT_BYTES_MAX: Final = 1 << 20
 # Credit moves in pieces of a quarter of a consumer's prefetch: a run of deliveries is
 # written to the socket piece by piece, and a read full of acks is settled piece by piece
-# with the deliveries their credit allows in between (`AmqpSession._ack_run`). The client
+# with the deliveries their credit allows in between (`basic_methods.settle_ack_run`). The client
 # works on the first piece while the broker frames the next, and acks come back while
 # later pieces are in flight. A whole window per write made the broker and the client
 # take turns (docs/benchmarks.md, "Draining a deep backlog").

@@ -250,7 +250,7 @@ class Gateway:
 
     def drain_early(self) -> None:
         """The deliveries of the pending drain, now, from within a connection's events (a
-        piece of acks settled: `AmqpSession._ack_run`), and their writes. The drain stays
+        piece of acks settled: `basic_methods.settle_ack_run`), and their writes. The drain stays
         scheduled for the rest of its work (held readers, flow, stream syncs)."""
         self.clock.now_ms = monotonic_ms()
         for vhost in self.broker.vhosts.values():

@@ -103,7 +103,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.paused = False
         self.clock = gateway.clock
         self.unflushed = 0  # deliveries framed since the last write (channels.piece_of)
-        self._acks_since_drain = 0  # plain acks settled since deliveries last had a turn
+        self.acks_since_drain = 0  # plain acks settled since deliveries last had a turn
         # Given by the listener (a PROXY header's, a unix socket's), else read off the
         # socket at connection_made; None for a socket that is not IP nor unix.
         self.endpoints = endpoints
@@ -173,7 +173,7 @@ class AmqpSession(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.now_ms = int(time.time() * 1000)  # the append timestamp of this read
-        self._acks_since_drain = 0
+        self.acks_since_drain = 0
         self._read_full = nbytes >= self._read_max
         self.recv_oct += nbytes
         events = self.conn.receive_read(nbytes, time.monotonic())
@@ -192,7 +192,7 @@ class AmqpSession(asyncio.BufferedProtocol):
                 cut = _slice_end(events)
                 if cut < len(events):
                     events, self._held = events[:cut], events[cut:]
-            self._handle_events(events)
+            self.handle_events(events)
             if self._held or self._waiting is not None or not self.conn.parse_paused:
                 break
             # Every event of the read is handled: the protocol goes on from the frame it
@@ -326,7 +326,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.conn.close(320, f"CONNECTION_FORCED - {reason}", 0, 0, events)
         if wait_close_ok and self.conn.state is State.CLOSING:
             self._start_closing_timer()
-        self._handle_events(events)
+        self.handle_events(events)
         self.flush()
         if self._transport is not None and not wait_close_ok:
             self._transport.close()
@@ -359,7 +359,7 @@ class AmqpSession(asyncio.BufferedProtocol):
 
     # -- events ----------------------------------------------------------------------------
 
-    def _handle_events(self, events: list[Event]) -> None:
+    def handle_events(self, events: list[Event]) -> None:
         confirm_needed = False
         for index, event in enumerate(events):
             if self._waiting is not None:
@@ -373,7 +373,7 @@ class AmqpSession(asyncio.BufferedProtocol):
                     self._published = True
                     confirm_needed |= publishing.publish(self, event)
                 elif type(event) is AckRun:
-                    self._ack_run(event)
+                    basic_methods.settle_ack_run(self, event)
                 elif isinstance(event, MethodReceived):
                     # An error earlier in this read may have closed the channel after the
                     # protocol parsed this method: discard it (connection.py, rule 2).
@@ -481,7 +481,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.conn.fail(exc, channel, events)
         if self.conn.state is State.CLOSING:
             self._start_closing_timer()
-        self._handle_events(events)
+        self.handle_events(events)
 
     def _start_closing_timer(self) -> None:
         if self._closing_timer is None:
@@ -585,51 +585,16 @@ class AmqpSession(asyncio.BufferedProtocol):
 
     # -- publish and confirms --------------------------------------------------------------
 
-    def _ack_run(self, run: AckRun) -> None:
-        """Settle a run of acks, nacks and rejects, in their order, as one per-method
-        event after another would: the plain acks (multiple=false, the common case) in
-        one step each stretch (`basic_methods.settle_plain_acks`), every other entry
-        through the per-method path, which knows every rule (transactions, requeue,
-        `multiple`, the 406 of an unknown tag). The rest of a run is discarded once its
-        channel closes, and held when a reply waits, as `_handle_events` does with
-        events."""
-        channel_id, tags, kinds = run.channel, run.tags, run.kinds
-        start, count = 0, len(tags)
-        piece = self.channel(channel_id).ack_piece()
-        while start < count:
-            if self.conn.is_channel_closing(channel_id):
-                return  # connection.py, rule 2: see MethodReceived in _handle_events
-            if self._waiting is not None:
-                self._held.append(AckRun(channel_id, tags[start:], kinds[start:], run.flags))
-                return
-            if self._acks_since_drain >= piece and self.gateway.drain_pending:
-                # The credit of a piece of acks goes out as deliveries before the next
-                # piece is settled (channels.PIECES_PER_WINDOW).
-                self._acks_since_drain = 0
-                self.gateway.drain_early()
-            end = min(count, start + piece)
-            try:
-                settled = basic_methods.settle_plain_acks(
-                    self, self.channel(channel_id), tags, kinds, start, end
-                )
-            except (BrokerError, LogError) as exc:
-                raise to_amqp(exc, 60, 80) from exc  # as _method maps basic.ack's
-            self._acks_since_drain += settled - start
-            start = settled
-            if start < end:
-                channel = self.channel(channel_id)
-                try:
-                    given = basic_methods.requeue_stretch(self, channel, tags, kinds, start, end)
-                except (BrokerError, LogError) as exc:
-                    raise to_amqp(exc, 60, 120) from exc  # as _method maps basic.nack's
-                if given > start:
-                    start = given
-                    continue
-                method = basic_methods.ack_method(tags[start], kinds[start])
-                self._handle_events([MethodReceived(channel_id, method)])
-                start += 1
-
     # -- methods (amqp_gateway.entity_methods and basic_methods) ---------------------------
+
+    def reply_pending(self) -> bool:
+        """Whether a reply (a durable declare's, a confirm's fsync) holds the events
+        after it (`reply_durable`): what comes meanwhile waits in order (`hold`)."""
+        return self._waiting is not None
+
+    def hold(self, event: Event) -> None:
+        """Keep `event` until the pending reply went out (`reply_pending`)."""
+        self._held.append(event)
 
     def current_vhost(self) -> VHost:
         assert self.vhost is not None
@@ -650,7 +615,7 @@ def _slice_end(events: list[Event]) -> int:
         if type(event) is PublishRun:
             weight += len(event.messages)
         elif type(event) is AckRun:
-            continue  # it gives deliveries their turns itself, piece by piece (_ack_run)
+            continue  # it gives deliveries their turns itself, piece by piece (settle_ack_run)
         else:
             weight += 1
         if weight > EVENTS_PER_SLICE:

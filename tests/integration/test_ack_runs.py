@@ -1,5 +1,5 @@
 """Ack runs end to end: the acks, nacks and rejects of one read are settled as a run
-(amqp_gateway/session.py `_ack_run`), with the outcome of one method after another.
+(amqp_gateway/basic_methods.py `settle_ack_run`), with the outcome of one method after another.
 
 Method: pika acks every message with its own basic.ack, as Celery and kombu do; a raw
 socket writes a whole sequence of acks, nacks and rejects in one `sendall`, so that the
