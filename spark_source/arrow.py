@@ -10,7 +10,8 @@ Columns: offset, timestamp (append time, UTC), stream, exchange, routing_key, bo
 properties (a struct of the 13 basic properties other than headers), and headers
 (key/value pairs, when includeHeaders) decoded by `properties.py`. A record a stream client
 published (AMQP 1.0, `streamq.log.amqp10`) has the columns an AMQP 0-9-1 consumer would see:
-it is converted first, and a batch holding one takes the per-record path.
+it is converted first, column-wise in C (`_amqp10.convert_records`), and a batch holding one
+the C leaves to Python takes the per-record path.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from spark_source import logdir
 from spark_source.columns import Ints, RecordColumns
 from spark_source.planning import DataLoss, SegmentRange
 from spark_source.properties import PROPERTY_NAMES, PropertyValue, decode_properties
+from streamq.log import _amqp10
 from streamq.log import format as fmt
 from streamq.log.amqp10 import NATIVE_MARK, as_amqp091, filter_properties
 
@@ -110,13 +112,17 @@ def columns_to_batch(
     count = c.record_count
     if _has_native(c):
         payloads = _data_only_payloads(c)
-        if payloads is None:
+        if payloads is not None:
+            return _data_only_batch(c, payloads, stream, schema, include_headers)
+        converted = _converted(c, stream)
+        if converted is None:
             return to_batch(_records(c), stream, schema, include_headers)
-        return _data_only_batch(c, payloads, stream, schema, include_headers)
-    spans = _spans(c)
-    exchange, routing_key, properties, body = (
-        spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
-    )
+        exchange, routing_key, properties, body = converted
+    else:
+        spans = _spans(c)
+        exchange, routing_key, properties, body = (
+            spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
+        )
     encoded = properties.dictionary_encode()
     decoded = [decode_properties(raw) for raw in encoded.dictionary.to_pylist()]
     take = encoded.indices
@@ -132,6 +138,25 @@ def columns_to_batch(
     if include_headers:
         arrays.append(pa.array([d.get("headers") for d in decoded], HEADERS_TYPE).take(take))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _converted(c: RecordColumns, stream: str) -> tuple[pa.Array, ...] | None:
+    """Exchange, routing key, properties and body of each record as AMQP 0-9-1 readers
+    see them, native records converted in C (`_amqp10.convert_records`, equal to
+    `as_amqp091`) without a Python object per record; None when a record is one only the
+    Python converts (then the batch takes `to_batch`)."""
+    key = stream.encode("utf-8", "surrogateescape")
+    lens = (c.exchange_lens, c.routing_key_lens, c.properties_lens)
+    arrays = [np.ascontiguousarray(a, np.int64) for a in (c.positions, c.ends, *lens)]
+    columns = _amqp10.convert_records(c.buffer, *arrays, key)
+    if columns is None:
+        return None
+    return tuple(
+        pa.Array.from_buffers(
+            pa.binary(), c.record_count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+        for data, offsets in columns
+    )
 
 
 def _has_native(c: RecordColumns) -> bool:
