@@ -118,6 +118,10 @@ def columns_to_batch(
         if converted is None:
             return to_batch(_records(c), stream, schema, include_headers)
         exchange, routing_key, properties, body = converted
+        split = _split_properties(properties, count, include_headers)
+        if split is not None:
+            columns = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
+            return pa.RecordBatch.from_arrays([*columns, *split], schema=schema)
     else:
         spans = _spans(c)
         exchange, routing_key, properties, body = (
@@ -157,6 +161,49 @@ def _converted(c: RecordColumns, stream: str) -> tuple[pa.Array, ...] | None:
         )
         for data, offsets in columns
     )
+
+
+def _fixed_columns(c: RecordColumns, stream: str) -> list[pa.Array]:
+    count = c.record_count
+    return [
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(c.offsets)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(c.timestamps_ms * 1000)]),
+        _repeated(stream, count),
+    ]
+
+
+def _split_properties(
+    properties: pa.Array, count: int, include_headers: bool
+) -> list[pa.Array] | None:
+    """The properties struct column (and the headers, when asked) straight from the 0-9-1
+    property lists split in C (`_amqp10.split_properties`), each header table decoded
+    once per distinct value: what the dictionary path gives when (nearly) every record's
+    properties differ, as with a message id per message. None when the C declines or a
+    string is not UTF-8 (then the dictionary path decodes, and raises as it does)."""
+    _validity, offsets, data = properties.buffers()
+    split = _amqp10.split_properties(data if data is not None else b"", offsets)
+    if split is None:
+        return None
+    children = {}
+    for name, parts in zip(PROPERTY_NAMES, split, strict=True):
+        bitmap = pa.py_buffer(np.packbits(np.frombuffer(parts[-1], np.uint8), bitorder="little"))
+        kind = HEADERS_TYPE if name == "headers" else PROPERTIES_TYPE.field(name).type
+        buffers = [bitmap, *(pa.py_buffer(part) for part in reversed(parts[:-1]))]
+        raw_type = pa.binary() if len(buffers) == 3 else kind
+        array = pa.Array.from_buffers(raw_type, count, buffers)
+        if kind == pa.string():
+            try:
+                array = array.cast(pa.string())
+            except pa.ArrowInvalid:
+                return None
+        children[name] = array
+    tables = children.pop("headers").dictionary_encode()
+    decoded = [decode_properties(b"\x20\x00" + raw) for raw in tables.dictionary.to_pylist()]
+    struct = pa.StructArray.from_arrays(list(children.values()), fields=list(PROPERTIES_TYPE))
+    if not include_headers:
+        return [struct]
+    headers = pa.array([d.get("headers") for d in decoded], HEADERS_TYPE)
+    return [struct, headers.take(tables.indices)]
 
 
 def _has_native(c: RecordColumns) -> bool:

@@ -275,10 +275,170 @@ done:
     return result;
 }
 
+/* -- split_properties: 0-9-1 property lists as Arrow-ready columns ---------------------- */
+
+enum { PROPERTY_COUNT = 14, FIELD_HEADERS = 2, FIELD_DELIVERY_MODE = 3, FIELD_PRIORITY = 4,
+       FIELD_TIMESTAMP = 9 };
+#define MICROS_PER_S 1000000
+#define TIMESTAMP_S_MAX ((uint64_t)INT64_MAX / MICROS_PER_S) /* microseconds fit an int64 */
+
+/* Column k of the 14 (amqp091.PROPERTY_NAMES order): values (a binary column's data and
+ * offsets, or fixed-width numbers in `data`) and one validity byte per row. */
+typedef struct {
+    Column values;
+    A10Out valid;
+} PropertyColumn;
+
+/* One property list's fields appended to the columns; 1 when it is malformed (Python's
+ * decode_properties raises then) or a timestamp's microseconds pass an int64. */
+static int
+split_one(PropertyColumn *cols, const uint8_t *p, size_t n)
+{
+    if (n < 2) {
+        return 1;
+    }
+    unsigned flags = (unsigned)p[0] << 8 | p[1];
+    size_t at = 2;
+    for (int k = 0; k < PROPERTY_COUNT; k++) {
+        PropertyColumn *c = &cols[k];
+        int present = (flags >> (15 - k)) & 1;
+        a10_put_byte(&c->valid, (uint8_t)present);
+        /* bytes needed before the field's own size is known: its size field, or all */
+        size_t size = k == FIELD_HEADERS ? 4 : k == FIELD_TIMESTAMP ? 8 : 1;
+        if (present && n - at < size) {
+            return 1;
+        }
+        if (k == FIELD_DELIVERY_MODE || k == FIELD_PRIORITY) {
+            int32_t value = present ? p[at] : 0;
+            a10_put(&c->values.data, &value, 4);
+            at += present ? 1 : 0;
+            continue;
+        }
+        if (k == FIELD_TIMESTAMP) {
+            uint64_t seconds = present ? a10_be(p + at, 8) : 0;
+            if (seconds > TIMESTAMP_S_MAX) {
+                return 1;
+            }
+            int64_t micros = (int64_t)seconds * MICROS_PER_S;
+            a10_put(&c->values.data, &micros, 8);
+            at += present ? 8 : 0;
+            continue;
+        }
+        size_t start = at;
+        if (present) {
+            size = k == FIELD_HEADERS ? 4 + (size_t)a10_be(p + at, 4) : 1 + (size_t)p[at];
+            if (n - at < size) {
+                return 1;
+            }
+            at += size;
+        }
+        size_t skip = k == FIELD_HEADERS ? 0 : 1; /* the headers keep their size field */
+        if (column_add(&c->values, p + start + (present ? skip : 0), present ? size - skip : 0)) {
+            return 1;
+        }
+    }
+    return at == n ? 0 : 1;
+}
+
+PyDoc_STRVAR(split_properties_doc,
+"split_properties($module, data, offsets, /)\n"
+"--\n"
+"\n"
+"The AMQP 0-9-1 property lists of a binary column (`data` and its int32 `offsets`, count\n"
+"+ 1 of them) split into the 14 properties, in amqp091.PROPERTY_NAMES order: per\n"
+"property a tuple (data, offsets, valid) for the shortstrs and for headers (the field\n"
+"table with its size field), (values, valid) for delivery_mode and priority (int32) and\n"
+"timestamp (int64 microseconds), `valid` one byte per row. None when a list is\n"
+"malformed or a timestamp's microseconds pass an int64 (the Python decode then raises or\n"
+"overflows as it does). Raises ValueError for offsets that do not fit `data`.");
+
+static PyObject *
+property_tuple(PropertyColumn *c, int k)
+{
+    const char *valid = not_null(c->valid.data);
+    Py_ssize_t rows = (Py_ssize_t)c->valid.len;
+    if (k == FIELD_DELIVERY_MODE || k == FIELD_PRIORITY || k == FIELD_TIMESTAMP) {
+        return Py_BuildValue("(y#y#)", not_null(c->values.data.data),
+                             (Py_ssize_t)c->values.data.len, valid, rows);
+    }
+    return Py_BuildValue("(y#y#y#)", not_null(c->values.data.data), (Py_ssize_t)c->values.data.len,
+                         not_null(c->values.offsets.data), (Py_ssize_t)c->values.offsets.len,
+                         valid, rows);
+}
+
+static PyObject *
+split_properties(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "split_properties() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer views[2];
+    A10Span spans[2];
+    int got = 0;
+    PyObject *result = NULL;
+    PropertyColumn cols[PROPERTY_COUNT];
+    memset(cols, 0, sizeof cols);
+    for (; got < 2; got++) {
+        if (get_span(args[got], &views[got], &spans[got]) < 0) {
+            goto done;
+        }
+    }
+    const uint8_t *offsets = spans[1].p;
+    size_t count = spans[1].n / 4;
+    if (count == 0 || spans[1].n % 4) {
+        PyErr_SetString(PyExc_ValueError, "split_properties: offsets must hold count + 1 int32");
+        goto done;
+    }
+    count--;
+    int fallback = 0;
+    for (int k = 0; k < PROPERTY_COUNT; k++) {
+        if (k != FIELD_DELIVERY_MODE && k != FIELD_PRIORITY && k != FIELD_TIMESTAMP) {
+            fallback |= column_end(&cols[k].values);
+        }
+    }
+    for (size_t i = 0; i < count && !fallback; i++) {
+        int32_t start, end;
+        memcpy(&start, offsets + 4 * i, 4);
+        memcpy(&end, offsets + 4 * (i + 1), 4);
+        if (start < 0 || end < start || (size_t)end > spans[0].n) {
+            PyErr_SetString(PyExc_ValueError, "split_properties: offsets past the data");
+            goto done;
+        }
+        fallback = split_one(cols, spans[0].p + start, (size_t)(end - start));
+    }
+    if (fallback) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    result = PyTuple_New(PROPERTY_COUNT);
+    for (int k = 0; result != NULL && k < PROPERTY_COUNT; k++) {
+        PyObject *item = property_tuple(&cols[k], k);
+        if (item == NULL) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyTuple_SET_ITEM(result, k, item);
+    }
+done:
+    while (got-- > 0) {
+        PyBuffer_Release(&views[got]);
+    }
+    for (int k = 0; k < PROPERTY_COUNT; k++) {
+        a10_out_free(&cols[k].values.data);
+        a10_out_free(&cols[k].values.offsets);
+        a10_out_free(&cols[k].valid);
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"convert", (PyCFunction)(void (*)(void))convert, METH_FASTCALL, convert_doc},
     {"convert_records", (PyCFunction)(void (*)(void))convert_records, METH_FASTCALL,
      convert_records_doc},
+    {"split_properties", (PyCFunction)(void (*)(void))split_properties, METH_FASTCALL,
+     split_properties_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -63,7 +63,7 @@ _values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
     max_leaves=6,
 )
-_ids = st.none() | _texts | st.binary(max_size=300) | st.uuids() | st.integers(0, 1 << 64 - 1)
+_ids = st.none() | _texts | st.binary(max_size=300) | st.uuids() | st.integers(0, (1 << 64) - 1)
 _annotation_names = st.sampled_from(
     ["x-exchange", "x-routing-key", "x-basic-type", "x-basic-priority", "x-cc", "x-opt-a"]
     + ["x-basic-delivery-mode", "x-basic-expiration", "x-stream-offset", "plain"]

@@ -12,6 +12,7 @@ fast batch with `to_batch` of records converted beforehand by `to_amqp091_refere
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
@@ -20,14 +21,18 @@ from rstream._pyamqp.message import Properties
 from rstream.amqp import AMQPMessage
 
 from spark_source import arrow
+from spark_source import properties as spark_properties
 from spark_source.arrow import arrow_schema, columns_to_batch, to_batch
 from spark_source.columns import RecordColumns, decode_columns
+from streamq.log import amqp091
 from streamq.log import format as fmt
+from streamq.log.amqp091 import PropertiesMalformed
 from streamq.log.amqp10 import native_properties, to_amqp091_reference
 from streamq.log.format import Record
 from tests.unit.log.test_amqp10_c import rstream_messages
 
 STREAM = "events"
+T = TypeVar("T")
 
 
 def columns_of(records: list[Record]) -> RecordColumns:
@@ -72,10 +77,10 @@ def test_native_batches_equal_the_reference(
         assert type(fast) is type(expected)
 
 
-def outcome(make: Callable[[], pa.RecordBatch]) -> pa.RecordBatch | Exception:
+def outcome(make: Callable[[], T]) -> T | Exception:
     try:
         return make()
-    except UnicodeEncodeError as exc:
+    except (UnicodeEncodeError, PropertiesMalformed, OverflowError) as exc:
         return exc
 
 
@@ -103,6 +108,7 @@ def test_messages_with_properties_take_the_c_columns() -> None:
     assert arrow._data_only_payloads(columns) is None
     converted = arrow._converted(columns, STREAM)
     assert converted is not None
+    assert arrow._split_properties(converted[2], 50, True) is not None
     assert converted[3].to_pylist() == [b"p%d" % i for i in range(50)]
     fast = columns_to_batch(columns, STREAM, arrow_schema(True), True)
     assert fast.equals(reference_batch(records, True))
@@ -116,3 +122,46 @@ def test_a_message_only_python_converts_sends_the_batch_to_to_batch() -> None:
     assert arrow._converted(columns, STREAM) is None
     fast = columns_to_batch(columns, STREAM, arrow_schema(True), True)
     assert fast.equals(reference_batch(records, True))
+
+
+_shortstrs = st.none() | st.text(max_size=5)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "content_type": _shortstrs,
+                "headers": st.none()
+                | st.lists(
+                    st.tuples(st.text(max_size=3), st.just("S"), st.text(max_size=3)), max_size=2
+                ),
+                "delivery_mode": st.none() | st.integers(0, 255),
+                "timestamp": st.none() | st.integers(0, 1 << 40) | st.integers(0, (1 << 64) - 1),
+                "message_id": _shortstrs,
+                "cluster_id": _shortstrs,
+            }
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.just(b"") | st.binary(max_size=6),
+)
+def test_split_properties_equals_the_dictionary_path(
+    fields: list[dict[str, object]], junk: bytes
+) -> None:
+    """0-9-1 property lists (and junk) split in C give the struct and headers the
+    per-distinct decode gives, or the C declines."""
+    raws = [amqp091.encode_properties(f) for f in fields] + ([junk] if junk else [])
+    properties = pa.array(raws, pa.binary())
+    split = outcome(lambda: arrow._split_properties(properties, len(raws), True))
+    if split is None:  # malformed, or a timestamp past int64 microseconds: the Python's
+        return
+    decoded = outcome(lambda: [spark_properties.decode_properties(raw) for raw in raws])
+    if isinstance(decoded, Exception) or isinstance(split, Exception):
+        assert type(decoded) is type(split)
+        return
+    struct = arrow._properties_array(decoded)
+    headers = pa.array([d.get("headers") for d in decoded], arrow.HEADERS_TYPE)
+    assert split[0].equals(struct) and split[1].equals(headers)
