@@ -59,6 +59,13 @@ def declare(amqp_port: int) -> None:
     connection.close()
 
 
+def thread_cpu_s(native_id: int) -> float:
+    """User + system CPU seconds of one thread of this process, from /proc."""
+    with open(f"/proc/self/task/{native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_amqp(amqp_port: int, messages: int) -> tuple[int, float]:
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", amqp_port))
     channel = connection.channel()
@@ -260,9 +267,15 @@ def main() -> None:
                         f"{rows / elapsed / args.cores:,.0f} rows/s/core (wall), "
                         f"{rows / cpu:,.0f} rows per CPU-second (JVM, workers, this process)"
                     )
+            thread = broker._thread.native_id  # the broker's event loop (RunningBroker)
+            assert thread is not None
+            cpu = thread_cpu_s(thread)
             rows, elapsed = bench_amqp(broker.amqp_port, min(args.amqp_messages, args.messages))
+            cpu = thread_cpu_s(thread) - cpu
             print(
-                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, {rows / elapsed:,.0f}/s"
+                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, {rows / elapsed:,.0f}/s;"
+                f" broker thread {cpu:.2f} CPU s, {rows / max(cpu, 1e-9):,.0f} messages per "
+                "broker CPU-second"
             )
         finally:
             broker.stop()
