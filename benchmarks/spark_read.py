@@ -273,9 +273,9 @@ def main() -> None:
             rows, elapsed = bench_amqp(broker.amqp_port, min(args.amqp_messages, args.messages))
             cpu = thread_cpu_s(thread) - cpu
             print(
-                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, {rows / elapsed:,.0f}/s;"
-                f" broker thread {cpu:.2f} CPU s, {rows / max(cpu, 1e-9):,.0f} messages per "
-                "broker CPU-second"
+                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, "
+                f"{rows / elapsed:,.0f}/s; broker thread {cpu:.2f} CPU s, "
+                f"{rows / max(cpu, 1e-9):,.0f} messages per broker CPU-second"
             )
         finally:
             broker.stop()

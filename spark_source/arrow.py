@@ -120,8 +120,8 @@ def columns_to_batch(
         exchange, routing_key, properties, body = converted
         split = _split_properties(properties, count, include_headers)
         if split is not None:
-            columns = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
-            return pa.RecordBatch.from_arrays([*columns, *split], schema=schema)
+            fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
+            return pa.RecordBatch.from_arrays([*fields, *split], schema=schema)
     else:
         spans = _spans(c)
         exchange, routing_key, properties, body = (
@@ -150,9 +150,13 @@ def _converted(c: RecordColumns, stream: str) -> tuple[pa.Array, ...] | None:
     `as_amqp091`) without a Python object per record; None when a record is one only the
     Python converts (then the batch takes `to_batch`)."""
     key = stream.encode("utf-8", "surrogateescape")
-    lens = (c.exchange_lens, c.routing_key_lens, c.properties_lens)
-    arrays = [np.ascontiguousarray(a, np.int64) for a in (c.positions, c.ends, *lens)]
-    columns = _amqp10.convert_records(c.buffer, *arrays, key)
+    positions, ends, exchange_lens, routing_key_lens, properties_lens = (
+        np.ascontiguousarray(a, np.int64).data  # memoryviews: what the stub takes
+        for a in (c.positions, c.ends, c.exchange_lens, c.routing_key_lens, c.properties_lens)
+    )
+    columns = _amqp10.convert_records(
+        c.buffer, positions, ends, exchange_lens, routing_key_lens, properties_lens, key
+    )
     if columns is None:
         return None
     return tuple(

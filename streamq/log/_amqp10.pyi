@@ -29,3 +29,13 @@ def convert_records(
     int32 offsets) pairs, for exchange, routing key, properties and body, each an Arrow
     binary column's buffers. None when a record is the Python's or a column passes 2 GiB.
     Raises ValueError when the arrays' sizes differ."""
+
+def split_properties(
+    data: Buffer, offsets: Buffer, /
+) -> tuple[tuple[bytes, bytes] | tuple[bytes, bytes, bytes], ...] | None:
+    """The AMQP 0-9-1 property lists of a binary column (`data`, int32 `offsets`) split
+    into the 14 properties (amqp091.PROPERTY_NAMES order): (data, offsets, valid) for the
+    shortstrs and the headers (the field table with its size field), (values, valid) for
+    delivery_mode and priority (int32) and timestamp (int64 microseconds); `valid` one
+    byte per row. None when a list is malformed or a timestamp's microseconds pass an
+    int64. Raises ValueError for offsets that do not fit `data`."""

@@ -29,7 +29,7 @@ from streamq.log import format as fmt
 from streamq.log.amqp091 import PropertiesMalformed
 from streamq.log.amqp10 import native_properties, to_amqp091_reference
 from streamq.log.format import Record
-from tests.unit.log.test_amqp10_c import rstream_messages
+from tests.unit.log.test_amqp10_c import SANITIZED, rstream_messages
 
 STREAM = "events"
 T = TypeVar("T")
@@ -51,7 +51,9 @@ def reference_batch(records: list[Record], include_headers: bool) -> pa.RecordBa
     return to_batch(converted, STREAM, arrow_schema(include_headers), include_headers)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=40 if SANITIZED else 150, deadline=None, suppress_health_check=list(HealthCheck)
+)
 @given(
     st.lists(st.tuples(rstream_messages(), st.sampled_from([b"", b"eu"])), min_size=1, max_size=8),
     st.booleans(),
@@ -127,7 +129,9 @@ def test_a_message_only_python_converts_sends_the_batch_to_to_batch() -> None:
 _shortstrs = st.none() | st.text(max_size=5)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=50 if SANITIZED else 200, deadline=None, suppress_health_check=list(HealthCheck)
+)
 @given(
     st.lists(
         st.fixed_dictionaries(
