@@ -24,6 +24,7 @@ setup(
         Extension(
             "amqp_gateway.codec._deliver",
             ["amqp_gateway/codec/_deliver.c"],
+            depends=["streamq/log/_amqp10_convert.h", "streamq/log/_amqp10_values.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
