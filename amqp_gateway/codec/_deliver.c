@@ -758,9 +758,11 @@ done:
  * table, whose size grows by the entry's, or as a new table (the headers flag set) after
  * content-type and content-encoding. A record it cannot splice that way stops the run
  * before it, for the caller's per-record path (`channels.with_long_header`): a native
- * record (properties starting with streamq.log.amqp10.NATIVE_MARK, converted there from
- * AMQP 1.0), properties that already name x-stream-offset anywhere, a property list too short or malformed
- * to find the headers table's place, or properties that would no longer fit one frame.
+ * record (properties starting with streamq.log.amqp10.NATIVE_MARK) when no stream key is
+ * given or the C conversion (`native_as_091`) leaves it to Python, properties that
+ * already name x-stream-offset anywhere, a property list too short or malformed to find
+ * the headers table's place, or properties that would no longer fit one frame. A native
+ * record converted here is spliced as the 0-9-1 record it converts to.
  */
 #define STREAM_OFFSET_NAME "x-stream-offset"
 enum {
