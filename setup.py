@@ -5,7 +5,8 @@ docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into runs,
 `amqp_gateway.codec._deliver` writes a delivery's frames (and a run of deliveries
 straight from log records), and `streamq.log._records` encodes a run of log records
 with their CRC32C, and `streamq.log._streamwire` turns a stream-protocol Publish frame into
-records and builds chunks for stream consumers. They need a C
+records and builds chunks for stream consumers, and `streamq.log._amqp10` converts stream clients'
+AMQP 1.0 messages for AMQP 0-9-1 consumers and the Spark source. They need a C
 compiler and Python's headers at install time (`pip install -e .` builds them in place).
 """
 
@@ -23,6 +24,7 @@ setup(
         Extension(
             "amqp_gateway.codec._deliver",
             ["amqp_gateway/codec/_deliver.c"],
+            depends=["streamq/log/_amqp10_convert.h", "streamq/log/_amqp10_values.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
@@ -35,6 +37,12 @@ setup(
             "streamq.log._streamwire",
             ["streamq/log/_streamwire.c"],
             depends=["streamq/log/_crc32.h", "streamq/log/_crc32c.h"],
+            extra_compile_args=_FLAGS,
+        ),
+        Extension(
+            "streamq.log._amqp10",
+            ["streamq/log/_amqp10.c"],
+            depends=["streamq/log/_amqp10_convert.h", "streamq/log/_amqp10_values.h"],
             extra_compile_args=_FLAGS,
         ),
     ]

@@ -503,8 +503,10 @@ class GatewayConsumer:
         count: int,
     ) -> tuple[int, int, int, bool]:
         """`deliver_records` for a stream: the deliveries carry `x-stream-offset` (as
-        `deliver` adds it), and a record the C splice leaves to the per-record path
-        stops the run before it (`stopped`). Counts the deliveries in the queue's stats."""
+        `deliver` adds it), stream clients' native records converted in C as
+        `amqp10.as_amqp091` converts them, and a record the C splice leaves to the
+        per-record path stops the run before it (`stopped`). Counts the deliveries in
+        the queue's stats."""
         channel = self.channel
         tag = channel.next_delivery_tag
         connection = channel.connection
@@ -521,6 +523,7 @@ class GatewayConsumer:
             tag,
             connection.frame_max,
             DELIVER_OUT_BYTES_MAX,
+            queue.name.encode("utf-8", "surrogateescape"),  # native records convert in C
         )
         self._sent_run(queue, first, tag, result[0])
         queue.stats.deliver += result[0]

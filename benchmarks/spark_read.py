@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 
 import pika
+from rstream._pyamqp.message import Properties
+from rstream.amqp import AMQPMessage
 
 from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from spark_source.logdir import stream_directory
@@ -42,6 +44,11 @@ from streamq.log.log import LogConfig, SegmentLog
 from tests.integration.conftest import RunningBroker
 
 APPEND_BATCH = 10_000
+WRITERS = {
+    "amqp": "content-type + 1 header",
+    "stream": "AMQP 1.0, one data section",
+    "stream-props": "AMQP 1.0 with message id, content type, creation time, 2 app properties",
+}
 PREFETCH = 1000
 CONSUME_TIMEOUT_S = 30
 
@@ -50,6 +57,13 @@ def declare(amqp_port: int) -> None:
     connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", amqp_port))
     connection.channel().queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     connection.close()
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """User + system CPU seconds of one thread of this process, from /proc."""
+    with open(f"/proc/self/task/{native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_amqp(amqp_port: int, messages: int) -> tuple[int, float]:
@@ -76,8 +90,12 @@ def write_log(data_dir: str, messages: int, body_bytes: int, writer: str) -> Non
     """`messages` records as `writer` stores them: "amqp", an AMQP 0-9-1 publisher's
     (content-type and one header); "stream", a stream-protocol producer's native record of
     an AMQP 1.0 message that is one data section (as rstream's `send` of bytes in an
-    AMQPMessage without properties, and the Java client's `addData`)."""
+    AMQPMessage without properties, and the Java client's `addData`); "stream-props",
+    `write_props_log`'s."""
     payload = b"x" * body_bytes
+    if writer == "stream-props":
+        write_props_log(data_dir, messages, payload)
+        return
     if writer == "amqp":
         properties = encode_properties(
             BasicProperties(content_type="application/json", headers={"source": "bench"})
@@ -96,6 +114,35 @@ def write_log(data_dir: str, messages: int, body_bytes: int, writer: str) -> Non
             [Message(b"", b"" if writer == "stream" else b"events", properties, body)] * count,
             now_ms,
         )
+    log.sync_blocking()
+    log.close_blocking()
+
+
+def props_message(n: int, payload: bytes) -> bytes:
+    """What an rstream or Java producer sends with properties: a message id (unique), a
+    content type, a creation time and 2 application properties, then the data section."""
+    message = AMQPMessage(
+        body=payload,
+        properties=Properties(
+            message_id=f"m-{n}", content_type="application/json", creation_time=1_700_000_000_000
+        ),
+        application_properties={"region": ("eu", "us")[n % 2], "kind": "order"},
+    )
+    return bytes(message)
+
+
+def write_props_log(data_dir: str, messages: int, payload: bytes) -> None:
+    """The "stream-props" writer: native records of `props_message`, as the stream
+    protocol stores what such a producer publishes."""
+    log = SegmentLog.open(stream_directory(data_dir, "/", "events"), LogConfig())
+    now_ms = int(time.time() * 1000)
+    for first in range(0, messages, APPEND_BATCH):
+        count = min(APPEND_BATCH, messages - first)
+        batch = [
+            Message(b"", b"", native_properties(n), props_message(n, payload))
+            for n in range(first, first + count)
+        ]
+        log.append(batch, now_ms)
     log.sync_blocking()
     log.close_blocking()
 
@@ -173,14 +220,17 @@ def main() -> None:
     parser.add_argument("--amqp-messages", type=int, default=200_000)
     parser.add_argument("--no-spark", action="store_true")
     parser.add_argument(
-        "--writer", choices=("amqp", "stream"), default="amqp", help="who wrote the stream"
+        "--writer",
+        choices=("amqp", "stream", "stream-props"),
+        default="amqp",
+        help="who wrote the stream",
     )
     args = parser.parse_args()
     print(
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
         f"{args.messages} messages, {args.body_bytes}-byte bodies, "
-        f"{'content-type + 1 header' if args.writer == 'amqp' else 'AMQP 1.0, one data section'}; "
+        f"{WRITERS[args.writer]}; "
         "log written with fsync at the end (reads are from the page cache)"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,9 +267,15 @@ def main() -> None:
                         f"{rows / elapsed / args.cores:,.0f} rows/s/core (wall), "
                         f"{rows / cpu:,.0f} rows per CPU-second (JVM, workers, this process)"
                     )
+            thread = broker._thread.native_id  # the broker's event loop (RunningBroker)
+            assert thread is not None
+            cpu = thread_cpu_s(thread)
             rows, elapsed = bench_amqp(broker.amqp_port, min(args.amqp_messages, args.messages))
+            cpu = thread_cpu_s(thread) - cpu
             print(
-                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, {rows / elapsed:,.0f}/s"
+                f"amqp consumer (pika): {rows} messages in {elapsed:.2f} s, "
+                f"{rows / elapsed:,.0f}/s; broker thread {cpu:.2f} CPU s, "
+                f"{rows / max(cpu, 1e-9):,.0f} messages per broker CPU-second"
             )
         finally:
             broker.stop()

@@ -10,7 +10,8 @@ Columns: offset, timestamp (append time, UTC), stream, exchange, routing_key, bo
 properties (a struct of the 13 basic properties other than headers), and headers
 (key/value pairs, when includeHeaders) decoded by `properties.py`. A record a stream client
 published (AMQP 1.0, `streamq.log.amqp10`) has the columns an AMQP 0-9-1 consumer would see:
-it is converted first, and a batch holding one takes the per-record path.
+it is converted first, column-wise in C (`_amqp10.convert_records`), and a batch holding one
+the C leaves to Python takes the per-record path.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from spark_source import logdir
 from spark_source.columns import Ints, RecordColumns
 from spark_source.planning import DataLoss, SegmentRange
 from spark_source.properties import PROPERTY_NAMES, PropertyValue, decode_properties
+from streamq.log import _amqp10
 from streamq.log import format as fmt
 from streamq.log.amqp10 import NATIVE_MARK, as_amqp091, filter_properties
 
@@ -116,13 +118,21 @@ def columns_to_batch(
     count = c.record_count
     if _has_native(c):
         payloads = _data_only_payloads(c)
-        if payloads is None:
+        if payloads is not None:
+            return _data_only_batch(c, payloads, stream, schema, include_headers)
+        converted = _converted(c, stream)
+        if converted is None:
             return to_batch(_records(c), stream, schema, include_headers)
-        return _data_only_batch(c, payloads, stream, schema, include_headers)
-    spans = _spans(c)
-    exchange, routing_key, properties, body = (
-        spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
-    )
+        exchange, routing_key, properties, body = converted
+        split = _split_properties(properties, count, include_headers)
+        if split is not None:
+            fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
+            return pa.RecordBatch.from_arrays([*fields, *split], schema=schema)
+    else:
+        spans = _spans(c)
+        exchange, routing_key, properties, body = (
+            spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
+        )
     encoded = properties.dictionary_encode()
     decoded = [decode_properties(raw) for raw in encoded.dictionary.to_pylist()]
     take = encoded.indices
@@ -138,6 +148,72 @@ def columns_to_batch(
     if include_headers:
         arrays.append(pa.array([d.get("headers") for d in decoded], HEADERS_TYPE).take(take))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _converted(c: RecordColumns, stream: str) -> tuple[pa.Array, ...] | None:
+    """Exchange, routing key, properties and body of each record as AMQP 0-9-1 readers
+    see them, native records converted in C (`_amqp10.convert_records`, equal to
+    `as_amqp091`) without a Python object per record; None when a record is one only the
+    Python converts (then the batch takes `to_batch`)."""
+    key = stream.encode("utf-8", "surrogateescape")
+    positions, ends, exchange_lens, routing_key_lens, properties_lens = (
+        np.ascontiguousarray(a, np.int64).data  # memoryviews: what the stub takes
+        for a in (c.positions, c.ends, c.exchange_lens, c.routing_key_lens, c.properties_lens)
+    )
+    columns = _amqp10.convert_records(
+        c.buffer, positions, ends, exchange_lens, routing_key_lens, properties_lens, key
+    )
+    if columns is None:
+        return None
+    return tuple(
+        pa.Array.from_buffers(
+            pa.binary(), c.record_count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+        for data, offsets in columns
+    )
+
+
+def _fixed_columns(c: RecordColumns, stream: str) -> list[pa.Array]:
+    count = c.record_count
+    return [
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(c.offsets)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(c.timestamps_ms * 1000)]),
+        _repeated(stream, count),
+    ]
+
+
+def _split_properties(
+    properties: pa.Array, count: int, include_headers: bool
+) -> list[pa.Array] | None:
+    """The properties struct column (and the headers, when asked) straight from the 0-9-1
+    property lists split in C (`_amqp10.split_properties`), each header table decoded
+    once per distinct value: what the dictionary path gives when (nearly) every record's
+    properties differ, as with a message id per message. None when the C declines or a
+    string is not UTF-8 (then the dictionary path decodes, and raises as it does)."""
+    _validity, offsets, data = properties.buffers()
+    split = _amqp10.split_properties(data if data is not None else b"", offsets)
+    if split is None:
+        return None
+    children = {}
+    for name, parts in zip(PROPERTY_NAMES, split, strict=True):
+        bitmap = pa.py_buffer(np.packbits(np.frombuffer(parts[-1], np.uint8), bitorder="little"))
+        kind = HEADERS_TYPE if name == "headers" else PROPERTIES_TYPE.field(name).type
+        buffers = [bitmap, *(pa.py_buffer(part) for part in reversed(parts[:-1]))]
+        raw_type = pa.binary() if len(buffers) == 3 else kind
+        array = pa.Array.from_buffers(raw_type, count, buffers)
+        if kind == pa.string():
+            try:
+                array = array.cast(pa.string())
+            except pa.ArrowInvalid:
+                return None
+        children[name] = array
+    tables = children.pop("headers").dictionary_encode()
+    decoded = [decode_properties(b"\x20\x00" + raw) for raw in tables.dictionary.to_pylist()]
+    struct = pa.StructArray.from_arrays(list(children.values()), fields=list(PROPERTIES_TYPE))
+    if not include_headers:
+        return [struct]
+    headers = pa.array([d.get("headers") for d in decoded], HEADERS_TYPE)
+    return [struct, headers.take(tables.indices)]
 
 
 def _has_native(c: RecordColumns) -> bool:

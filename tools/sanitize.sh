@@ -25,7 +25,9 @@ if [ $# -eq 0 ]; then
         tests/unit/amqp_gateway/test_scan_acks.py tests/unit/log/test_records_c.py \
         tests/unit/log/test_check_records_c.py tests/unit/log/test_format_crc_chain.py \
         tests/unit/log/test_streamwire_c.py tests/unit/queues/test_stream_native.py \
-        tests/unit/broker/test_vhost.py tests/unit/log/test_damage.py
+        tests/unit/broker/test_vhost.py tests/unit/log/test_damage.py \
+        tests/unit/log/test_amqp10_c.py tests/unit/spark_source/test_native_columns.py \
+        tests/unit/amqp_gateway/test_deliver_stream_native_c.py
 fi
 # Leak checking is off: CPython keeps its interned objects and arenas to the end.
 LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \

@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../streamq/log/_amqp10_convert.h" /* native records' conversion */
+
 PyDoc_STRVAR(MODULE_DOC,
 "Append a whole delivery to a connection's output bytearray in one call.\n"
 "\n"
@@ -756,9 +758,11 @@ done:
  * table, whose size grows by the entry's, or as a new table (the headers flag set) after
  * content-type and content-encoding. A record it cannot splice that way stops the run
  * before it, for the caller's per-record path (`channels.with_long_header`): a native
- * record (properties starting with streamq.log.amqp10.NATIVE_MARK, converted there from
- * AMQP 1.0), properties that already name x-stream-offset anywhere, a property list too short or malformed
- * to find the headers table's place, or properties that would no longer fit one frame.
+ * record (properties starting with streamq.log.amqp10.NATIVE_MARK) when no stream key is
+ * given or the C conversion (`native_as_091`) leaves it to Python, properties that
+ * already name x-stream-offset anywhere, a property list too short or malformed to find
+ * the headers table's place, or properties that would no longer fit one frame. A native
+ * record converted here is spliced as the 0-9-1 record it converts to.
  */
 #define STREAM_OFFSET_NAME "x-stream-offset"
 enum {
@@ -883,9 +887,51 @@ spliced_size(uint32_t size, const Splice *s)
     return size + STREAM_OFFSET_ENTRY_BYTES + (s->has_table ? 0 : 4);
 }
 
+/* Native records (streamq.log.amqp10.NATIVE_MARK): converted here as `amqp10.as_amqp091`
+ * converts them (streamq/log/_amqp10_convert.h), so that a stream written by stream
+ * clients is delivered in runs too. Scratch space reused across calls: the GIL is held
+ * and no Python code runs while it is in use. */
+static A10Scratch native_scratch;
+static A10Out native_props;
+
+static int
+is_native_record(const Record *rec)
+{
+    return rec->properties_len >= 2 && rec->properties[0] == 0x00 && rec->properties[1] == 0x02;
+}
+
+/* `rec` as the 0-9-1 record AMQP consumers get, its parts pointing at the converted ones
+ * (the properties in native_props, valid until the next call). -1 leaves the record to
+ * the per-record path: the C conversion declines it, its body is several data sections,
+ * or its exchange or routing key would not fit a shortstr. */
+static int
+native_as_091(Record *rec, A10Span stream_key)
+{
+    A10Result r;
+    A10Span filter = {rec->routing_key, rec->routing_key_len};
+    native_props.len = 0;
+    native_props.failed = 0;
+    if (a10_convert(rec->body, rec->body_len, stream_key, filter, &native_scratch, &native_props,
+                    &r) != A10_OK ||
+        native_scratch.data_count > 1 || r.exchange.n > SHORTSTR_BYTES_MAX ||
+        r.routing_key.n > SHORTSTR_BYTES_MAX || native_props.len > UINT32_MAX) {
+        return -1;
+    }
+    rec->exchange = r.exchange.p;
+    rec->exchange_len = (uint32_t)r.exchange.n;
+    rec->routing_key = r.routing_key.p;
+    rec->routing_key_len = (uint32_t)r.routing_key.n;
+    rec->properties = native_props.data;
+    rec->properties_len = (uint32_t)native_props.len;
+    rec->body_len = native_scratch.data_count ? native_scratch.data[0].n : 0;
+    rec->body = native_scratch.data_count ? native_scratch.data[0].p : rec->body;
+    return 0;
+}
+
 PyDoc_STRVAR(deliver_stream_records_doc,
 "deliver_stream_records($module, out, records, position, first_offset, count, channel,\n"
-"                       consumer_tag, first_delivery_tag, frame_max, out_bytes_max, /)\n"
+"                       consumer_tag, first_delivery_tag, frame_max, out_bytes_max,\n"
+"                       stream_key=None, /)\n"
 "--\n"
 "\n"
 "`deliver_records` for a stream: each delivery's properties carry the header\n"
@@ -893,6 +939,10 @@ PyDoc_STRVAR(deliver_stream_records_doc,
 "`properties.add_long_header` does. Stops, besides where deliver_records stops,\n"
 "before a record it leaves to the per-record path: one whose properties already hold\n"
 "the name x-stream-offset, cannot be spliced simply, or would no longer fit one frame.\n"
+"With `stream_key` (the stream's name in UTF-8), a stream client's native record is\n"
+"delivered converted as `amqp10.as_amqp091` converts it (in C, streamq/log/_amqp10.c),\n"
+"or stops the run when that conversion leaves it to Python; without, every native\n"
+"record stops the run.\n"
 "Returns `(delivered, position, next_offset, stopped)`: how many, where the next\n"
 "record starts and its offset (-1 when no record was read), and whether it stopped\n"
 "before such a record (then `position` is that record's and `next_offset` its\n"
@@ -906,9 +956,9 @@ static PyObject *
 deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "deliver_stream_records() takes 10 arguments (%zd given)",
-                     nargs);
+    if (nargs != 10 && nargs != 11) {
+        PyErr_Format(PyExc_TypeError,
+                     "deliver_stream_records() takes 10 or 11 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *out = args[0];
@@ -942,6 +992,14 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         bytes_release(&tag);
         return NULL;
     }
+    Py_buffer key_view = {0};
+    int has_key = nargs == 11 && args[10] != Py_None;
+    if (has_key && PyObject_GetBuffer(args[10], &key_view, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&in);
+        bytes_release(&tag);
+        return NULL;
+    }
+    A10Span stream_key = {key_view.buf, has_key ? (size_t)key_view.len : 0};
     PyObject *result = NULL;
     const unsigned char *data = in.buf;
     Py_ssize_t length = in.len;
@@ -989,7 +1047,8 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             goto done;
         }
         size_t header_size = 0;
-        if (plan_splice(rec.properties, rec.properties_len, &splice) == 0) {
+        int converted = has_key && is_native_record(&rec) ? native_as_091(&rec, stream_key) : 0;
+        if (converted == 0 && plan_splice(rec.properties, rec.properties_len, &splice) == 0) {
             header_size = HEADER_FIELDS_BYTES + spliced_size(rec.properties_len, &splice);
         }
         if (header_size == 0 || header_size > piece_max) {
@@ -1024,6 +1083,9 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         uint32_t record_length = get_le32(r);
         pos += 4 + (Py_ssize_t)record_length;
         (void)parse_record(r, record_length, pos, &rec); /* checked in pass 1 */
+        if (has_key && is_native_record(&rec)) {
+            (void)native_as_091(&rec, stream_key); /* as in pass 1: the same bytes */
+        }
         (void)plan_splice(rec.properties, rec.properties_len, &splice);
 
         uint32_t method_size = (uint32_t)(method_fixed + rec.exchange_len + rec.routing_key_len);
@@ -1044,6 +1106,12 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     result = Py_BuildValue("(nnLO)", delivered, end_pos, next_offset,
                            stopped ? Py_True : Py_False);
 done:
+    if (has_key) {
+        PyBuffer_Release(&key_view);
+    }
+    if (native_props.cap > (1u << 20)) {
+        a10_out_free(&native_props); /* a huge message does not pin its buffer */
+    }
     PyBuffer_Release(&in);
     bytes_release(&tag);
     return result;

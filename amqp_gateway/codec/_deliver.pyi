@@ -65,11 +65,14 @@ def deliver_stream_records(
     first_delivery_tag: int,
     frame_max: int,
     out_bytes_max: int,
+    stream_key: Buffer | None = None,
     /,
 ) -> tuple[int, int, int, bool]:
     """`deliver_records` for a stream: each delivery's properties carry the header
     `x-stream-offset` (a long, the record's offset), spliced in byte for byte as
-    `properties.add_long_header` does.
+    `properties.add_long_header` does. With `stream_key` (the stream's name in UTF-8), a
+    stream client's native record is delivered as `amqp10.as_amqp091` converts it (in C);
+    without, or where that conversion leaves it to Python, it stops the run.
 
     Stops, besides where `deliver_records` stops, before a record it leaves to the
     per-record path: properties that already hold the name x-stream-offset, cannot be

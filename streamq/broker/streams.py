@@ -49,8 +49,8 @@ SEGMENT_BYTES_DEFAULT: Final = 8 * 1024 * 1024
 SEGMENT_BYTES_MAX: Final = 3_000_000_000  # RabbitMQ's cap (decimal: 3,000,000,001 is refused)
 OFFSETS_SUFFIX: Final = ".offsets"
 DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot starve others
-# Records read at once for the per-record path when a run stops (native records, which
-# the C splice leaves to Python): one read per record would make them 10x slower.
+# Records read at once for the per-record path when a run stops (native records the C
+# conversion leaves to Python): one read per record would make them 10x slower.
 PER_RECORD_READ_MAX: Final = 256
 _new: Final = tuple.__new__  # skips the NamedTuple constructor (as `format.decode_records`)
 

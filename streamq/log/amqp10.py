@@ -5,7 +5,8 @@ A message published by a stream-protocol client is stored verbatim as one record
 every other record holds AMQP 0-9-1 basic properties in wire encoding. This module owns
 that mark and the conversion between the two message models, which follows RabbitMQ's
 (mc_amqpl.erl, rabbit_stream_queue.erl) and is specified in the "Message conversion"
-section of docs/stream-protocol.md. Pure and stdlib only: the Spark source imports it.
+section of docs/stream-protocol.md. Pure and stdlib only, besides its C twin
+`_amqp10` (the common messages' 1.0 -> 0-9-1 conversion): the Spark source imports it.
 
 Rules:
 1. Neither direction raises: what cannot be converted is left out (to_amqp10) or the body
@@ -20,6 +21,7 @@ import struct
 import uuid
 from typing import Any, Final
 
+from streamq.log import _amqp10
 from streamq.log import amqp10_types as t
 from streamq.log.amqp091 import (
     Fields,
@@ -264,9 +266,23 @@ def _is_message(body: bytes) -> bool:
 
 def to_amqp091(stream: str, record: Record) -> tuple[bytes, bytes, bytes, bytes]:
     """A native record -> (exchange, routing_key, 0-9-1 properties, body) for 0-9-1
+    consumers: `to_amqp091_reference`'s result, from the C conversion (`_amqp10.convert`)
+    where it takes the message, else from the reference itself."""
+    body = record.body
+    payload = _only_data(body)
+    routing_key = stream.encode("utf-8", "surrogateescape")
+    if payload is not None:  # the common message: one data section and nothing else
+        return b"", routing_key, _filter_only(record.routing_key), payload
+    converted = _amqp10.convert(body, routing_key, record.routing_key)
+    return to_amqp091_reference(stream, record) if converted is None else converted
+
+
+def to_amqp091_reference(stream: str, record: Record) -> tuple[bytes, bytes, bytes, bytes]:
+    """A native record -> (exchange, routing_key, 0-9-1 properties, body) for 0-9-1
     consumers. Exchange "" and the stream's name as routing key unless the message carries
     x-exchange / x-routing-key annotations (RabbitMQ's "as if through the default
-    exchange"); the filter value becomes the `x-stream-filter-value` header."""
+    exchange"); the filter value becomes the `x-stream-filter-value` header. The Python
+    reference that the C conversion (`_amqp10.convert`) is tested against."""
     body = record.body
     filter_value = record.routing_key
     routing_key = stream.encode("utf-8", "surrogateescape")

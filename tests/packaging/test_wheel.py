@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import tarfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 import zipfile
@@ -33,13 +34,12 @@ from tests.packaging.conftest import (
     run,
 )
 
-PACKAGES = (
-    "streamq",
-    "amqp_gateway",
-    "http_gateway",
-    "stream_gateway",
-    "retention",
-    "spark_source",
+# The top-level packages pyproject.toml ships (setuptools' find include patterns).
+PACKAGES = tuple(
+    pattern.removesuffix("*")
+    for pattern in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]["find"]["include"]
 )
 EXT_SUFFIX: str = sysconfig.get_config_var("EXT_SUFFIX")
 SOURCE_ONLY = {".c", ".h"}  # in the sdist, not in the wheel
@@ -83,7 +83,7 @@ def test_wheel_holds_the_c_modules_and_every_package_file(dist: Dist) -> None:
         metadata = wheel.read(f"streamq-{streamq.__version__}.dist-info/WHEEL").decode()
     dist_info = {name for name in names if ".dist-info/" in name}
     expected = {str(path) for path in package_files() if path.suffix not in SOURCE_ONLY}
-    assert len(c_modules()) == 4  # the accelerators that setup.py lists
+    assert len(c_modules()) == 5  # the accelerators that setup.py lists
     assert names - dist_info == expected | set(c_modules())
     assert "Root-Is-Purelib: false" in metadata
 

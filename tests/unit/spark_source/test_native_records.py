@@ -107,7 +107,7 @@ def test_data_only_native_records_take_the_vectorised_path_with_the_same_columns
     assert {r["routing_key"] for r in rows} == {"plain"}
 
 
-def test_a_record_with_more_than_a_data_section_keeps_the_batch_on_the_per_record_path(
+def test_a_record_with_more_than_a_data_section_leaves_the_data_only_path(
     tmp_path: Path,
 ) -> None:
     directory = stream_directory(str(tmp_path), "/", "mixed")
