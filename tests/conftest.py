@@ -12,15 +12,14 @@ from tests.differential.peers import LINK_PLUGINS, RabbitMQServer
 from tests.parallel import DurationRecorder, FileGroupScheduling, mark_groups
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_groups(items)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_groups(config, items)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> FileGroupScheduling | None:
-    """pyproject's `--dist loadgroup`: units of a file or a group, longest first; another
+    """pyproject's `--dist loadfile`: units of a file or a group, longest first; another
     `--dist` given on the command line is xdist's own."""
-    return FileGroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+    return FileGroupScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,16 +21,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
+__all__ = ["Endpoint", "LavinMQServer", "RabbitMQServer", "TlsFiles", "free_port"]
+
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 START_TIMEOUT_S = 90.0  # RabbitMQ takes 10-15 s on two cores; CI machines can be slower
 STOP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def http_ready(port: int) -> bool:
