@@ -37,24 +37,29 @@ from xdist.workermanage import WorkerController
 SHARED_FIXTURES: Final = {"rabbitmq_links": "rabbitmq", "spark": "spark"}
 # Where each file's time of the last run is kept (pytest's cache, .pytest_cache/).
 DURATIONS_KEY: Final = "streamq/file-durations"
-# A file's guessed time when the cache has none (a fresh clone): the suite's mean time per
-# test, except for the files measured to take much longer (seconds, in a 4-worker run on
-# the loaded 2-core development VM). One of those starting last would make the whole run
-# that much longer.
-SECONDS_PER_TEST_GUESS: Final = 0.37
+# A file's guessed time when the cache has none (a fresh clone): the mean time per test of
+# the other files, except for the files measured to take 40 s or more (seconds, in a
+# 4-worker run on the loaded 2-core development VM). One of those starting last would
+# make the whole run that much longer.
+SECONDS_PER_TEST_GUESS: Final = 0.4
 MEASURED_S: Final = {
-    "tests/integration/test_shovels_kill.py": 200.0,
-    "tests/differential/test_scenarios.py": 190.0,
-    "tests/cluster/test_failover.py": 185.0,
-    "tests/spark/test_spark_source.py": 110.0,
-    "tests/integration/test_crash_amqp.py": 110.0,
-    "tests/faults/test_faults.py": 100.0,
-    "tests/integration/test_bit_rot_random.py": 100.0,
-    "tests/integration/test_ctl.py": 100.0,
-    "tests/integration/test_c_sanitizers.py": 95.0,
-    "tests/integration/test_config_file.py": 65.0,
-    "tests/integration/test_rabbitmqadmin.py": 60.0,
-    "tests/spark/test_spark_follower.py": 55.0,
+    "tests/integration/test_shovels_kill.py": 222.0,
+    "tests/cluster/test_failover.py": 206.0,
+    "tests/differential/test_scenarios.py": 111.0,
+    "tests/faults/test_faults.py": 103.0,
+    "tests/integration/test_crash_amqp.py": 93.0,
+    "tests/spark/test_spark_follower.py": 67.0,
+    "tests/integration/test_c_sanitizers.py": 66.0,
+    "tests/spark/test_spark_source.py": 61.0,
+    "tests/integration/test_bit_rot_random.py": 59.0,
+    "tests/differential/test_random.py": 57.0,
+    "tests/cluster/test_catchup.py": 54.0,
+    "tests/unit/log/test_log_stateful.py": 50.0,
+    "tests/stream/test_offset_durability.py": 49.0,
+    "tests/browser/test_ui_admin.py": 48.0,
+    "tests/integration/test_dlx_at_least_once.py": 48.0,
+    "tests/integration/test_bit_rot.py": 44.0,
+    "tests/cluster/test_cluster_tls.py": 42.0,
 }
 
 
