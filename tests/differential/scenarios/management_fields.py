@@ -285,7 +285,7 @@ def _channel_fields(s: Session) -> None:
         s,
         f"/api/queues/{V}/{q}",
         _queue_fields,
-        lambda found: found["messages_unacknowledged"] == 2,
+        lambda found: found["messages_unacknowledged"] == 2 and found["consumers"] == 1,
     )
 
 
