@@ -12,9 +12,12 @@ C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
 
+# pytest runs on 4 workers (pyproject's addopts, tests/parallel.py); PYTEST_ARGS adds to
+# them: `make test PYTEST_ARGS="-n 0"` runs serially, in one process.
+PYTEST_ARGS ?=
 test: $(TEST_STAMP) system-packages
 	$(MAKE) check
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Debian packages the tests need (RabbitMQ, Chromium): installed as root, else named.
 system-packages:

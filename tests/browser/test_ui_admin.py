@@ -252,6 +252,10 @@ def test_exchange_binding_publish_and_connection_close(
         except pika.exceptions.ConnectionClosedByBroker:
             break
     assert not connection.is_open
+    # The page redrew right after its DELETE, maybe before the close-ok came (timed
+    # redraws are off): once the broker has let the connection go, a refresh shows that.
+    wait(driver).until(lambda _: api_get(broker, "/api/connections") == [])
+    driver.find_element(By.ID, "refresh").click()
     wait(driver).until(ec.text_to_be_present_in_element((By.ID, "connections-table"), "No open"))
 
 

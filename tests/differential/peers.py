@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -22,16 +21,25 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.ports import free_port
+
+__all__ = ["Endpoint", "LavinMQServer", "RabbitMQServer", "TlsFiles", "free_port"]
+
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 START_TIMEOUT_S = 90.0  # RabbitMQ takes 10-15 s on two cores; CI machines can be slower
 STOP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+# How often RabbitMQ's queues, channels and quorum queues report their figures, and its
+# management database takes them in (5 s each by default): the scenarios that read them
+# wait for them to settle.
+STATISTICS_INTERVAL_MS = 500
+# The management database's finest sample (1 s here) sets how often it collects.
+STATISTICS_CONFIG = (
+    f"collect_statistics_interval = {STATISTICS_INTERVAL_MS}\n"
+    "management.sample_retention_policies.global.minute = 1\n"
+    "management.sample_retention_policies.global.hour = 60\n"
+    "management.sample_retention_policies.basic.minute = 1\n"
+    "management.sample_retention_policies.detailed.10 = 1\n"
+)
 
 
 def http_ready(port: int) -> bool:
@@ -115,8 +123,12 @@ class RabbitMQServer:
             f"management.tcp.port = {self.http_port}\n"
             "management.tcp.ip = 127.0.0.1\n"
             "log.console = false\n"
+            + STATISTICS_CONFIG
             + (tls_config(self.amqps_port, tls) if tls else "")
             + extra_config
+        )
+        (directory / "advanced.config").write_text(
+            f"[{{rabbit, [{{quorum_tick_interval, {STATISTICS_INTERVAL_MS}}}]}}].\n"
         )
         enabled = ",".join(("rabbitmq_management", *plugins))
         (directory / "enabled_plugins").write_text(f"[{enabled}].\n")

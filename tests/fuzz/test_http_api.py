@@ -240,7 +240,8 @@ def test_a_lone_surrogate_in_a_redeclared_queue_argument_is_a_400() -> None:
 
 def test_an_ackmode_that_is_not_a_string_is_a_400() -> None:
     """Regression of a fuzz finding (docs/fuzzing.md): a JSON object as `ackmode`
-    answered 500 (unhashable in the set of modes)."""
+    answered 500 (unhashable in the set of modes). Its own queue: the fuzzed requests
+    and the templates (which delete `hq` when it is empty) leave `hq` or not."""
     fuzzed = api()
     # The queue first: the shared broker's state is what earlier inputs left (one may
     # have deleted `hq`, and a get from a missing queue is a 404 before the body is read).

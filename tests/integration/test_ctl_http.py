@@ -21,6 +21,7 @@ import pytest
 
 from streamq.cli import main
 from tests.integration.conftest import RunningBroker
+from tests.ports import free_port
 
 WAIT_S = 10
 CTL_TIMEOUT_S = 30
@@ -427,12 +428,6 @@ def test_login_failed_and_not_allowed(ctl: Ctl) -> None:
     ctl.ok("add_user", "app", "pw")
     app = f"http://app:pw@127.0.0.1:{ctl.port}"
     assert ctl.fails("list_queues", uri=app, status=77) == "401: Not management user"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def streamq(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 from tests.integration.conftest import RunningBroker, broker_on, poll_messages
 
 TIMEOUT_S = 10
+TRANSIENT_MS = 4000  # the transient messages of the restart test: due after any stop
+SETTLE_S = 0.5  # for a timer of the restarted broker to route what came due
 
 
 def connect(broker: RunningBroker) -> pika.BlockingConnection:
@@ -150,10 +152,13 @@ def test_delays_survive_a_restart_with_their_deadlines(broker: RunningBroker) ->
     start = time.monotonic()
     channel.basic_publish("later", "k", b"during", delayed(200))
     channel.basic_publish("later", "k", b"after", delayed(1500))
-    channel.basic_publish("later", "k", b"transient", delayed(200, persistent=False))
-    channel.basic_publish("later-transient", "k", b"exchange", delayed(200))
+    # Not yet due when the broker stops, however long that takes on a loaded machine (a
+    # transient message routed before the stop is kept, as any in a durable queue).
+    channel.basic_publish("later", "k", b"transient", delayed(TRANSIENT_MS, persistent=False))
+    channel.basic_publish("later-transient", "k", b"exchange", delayed(TRANSIENT_MS))
     conn.close()
     broker.stop()
+    assert time.monotonic() - start < TRANSIENT_MS / 1000, "stopped after the deadlines"
     time.sleep(max(0.0, 0.3 - (time.monotonic() - start)))
     with broker_on(broker.data_dir) as restarted:
         conn = connect(restarted)
@@ -161,7 +166,8 @@ def test_delays_survive_a_restart_with_their_deadlines(broker: RunningBroker) ->
         got = collect(channel, "due", 2)
         assert [body for _, body in got] == [b"during", b"after"]
         assert got[1][0] - start >= 1.5
-        time.sleep(0.05)
+        # Past the transient ones' deadline: had they been kept, they would be routed now.
+        time.sleep(max(0.05, TRANSIENT_MS / 1000 + SETTLE_S - (time.monotonic() - start)))
         assert channel.basic_get("due")[0] is None
         conn.close()
     again = RunningBroker(broker.data_dir)  # released ones are not released twice

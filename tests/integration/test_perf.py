@@ -23,6 +23,7 @@ import pytest
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
 from tests.integration.conftest import RunningBroker
+from tests.ports import free_port
 
 RUN_TIMEOUT_S = 60
 SINK_START_TIMEOUT_S = 20
@@ -69,13 +70,6 @@ def sink_port() -> Iterator[int]:
     finally:
         process.terminate()
         process.wait(timeout=SINK_START_TIMEOUT_S)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 # -- throughput ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from tests.differential.harness import Conn, Session, scenario
 from tests.differential.scenarios.basic import depth, get
 from tests.differential.scenarios.exchange import call_reopen
 
-STATS_TIMEOUT_S = 20.0  # RabbitMQ emits a quorum queue's figures every 5 s
+STATS_TIMEOUT_S = 20.0  # by default RabbitMQ emits a quorum queue's figures every 5 s
 STATS_EVERY_S = 0.2
 FIGURES = ("messages", "messages_ready", "messages_unacknowledged", "messages_dlx")
 
