@@ -371,7 +371,11 @@ class Storage:
 
     async def close(self, queues: Iterable[Queue]) -> None:
         """Write and fsync the message log and the streams' logs (after any round in
-        flight), then close them; `close_journals` follows."""
+        flight), then close them; `close_journals` follows. `queues` is read once, before
+        the first await: a queue declared while the logs close (a request in flight
+        during shutdown) must not break the iteration, and its declare fails on the
+        closed log."""
+        queues = list(queues)
         await self.log.close()
         for queue in queues:
             if queue.stream is not None:
