@@ -15,12 +15,9 @@ fast path included. It must not parse AMQP bytes nor hold broker state.
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import logging
 import os
-import socket
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, cast
@@ -35,6 +32,7 @@ from streamq.proxy_protocol import (
     ProxyHeaderError,
     parse_header,
 )
+from streamq.unix_socket import remove_stale_socket
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +103,7 @@ async def start_unix_listener(
     bound."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
-    _remove_stale_socket(path)
+    remove_stale_socket(path)
     numbers = itertools.count(1)
 
     def own(transport: asyncio.BaseTransport) -> Endpoints:
@@ -119,26 +117,6 @@ async def start_unix_listener(
     server = await loop.create_unix_server(factory, path, start_serving=start_serving)
     os.chmod(path, UNIX_SOCKET_MODE)
     return UnixListener(server, path, os.lstat(path).st_ino)
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Remove a unix socket file nobody listens on; refuse anything else at `path`."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise OSError(errno.EEXIST, "the path exists and is not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.setblocking(False)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            os.unlink(path)  # a dead broker's socket
-            return
-        except BlockingIOError:
-            pass  # a listener with a full backlog: alive
-    raise OSError(errno.EADDRINUSE, "another process listens on this socket")
 
 
 class ProxyHeaderReceiver(asyncio.Protocol):

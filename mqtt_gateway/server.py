@@ -14,12 +14,9 @@ the codec do).
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import logging
 import os
-import socket
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -33,6 +30,7 @@ from mqtt_gateway.retained import RetainedStore
 from mqtt_gateway.session import MqttSession
 from streamq.broker.broker import Broker
 from streamq.broker.vhost import VHost
+from streamq.unix_socket import remove_stale_socket
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +254,7 @@ async def start_mqtt_unix_listener(
     `path` is something else, another process listens on it, or it cannot be bound."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
-    _remove_stale_socket(path)
+    remove_stale_socket(path)
     numbers = itertools.count(1)
 
     def factory() -> asyncio.BaseProtocol:
@@ -267,23 +265,3 @@ async def start_mqtt_unix_listener(
     server = await loop.create_unix_server(factory, path, start_serving=start_serving)
     os.chmod(path, UNIX_SOCKET_MODE)
     return MqttUnixListener(server, path, os.lstat(path).st_ino)
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Remove a unix socket file nobody listens on; refuse anything else at `path`."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise OSError(errno.EEXIST, "the path exists and is not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.setblocking(False)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            os.unlink(path)
-            return
-        except BlockingIOError:
-            pass
-    raise OSError(errno.EADDRINUSE, "another process listens on this socket")
