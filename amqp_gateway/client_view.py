@@ -8,7 +8,6 @@ properties to and from RabbitMQ's management JSON. Nothing here runs per message
 from __future__ import annotations
 
 import dataclasses
-import ssl
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 from amqp_gateway import codec
 from amqp_gateway.errors import AMQPError
 from streamq.broker.clients import ChannelInfo, ConsumerInfo
-from streamq.tls_peer import tls_fields
+from streamq.tls_peer import transport_tls_fields
 
 if TYPE_CHECKING:
     from amqp_gateway.channels import Unacked
@@ -38,9 +37,7 @@ class AmqpClient:
         self.connection_type = "direct" if session.direct_user is not None else "network"
         self.protocol = "AMQP 0-9-1"
         self.connected_at_ms = session.connected_at_ms
-        transport = session.transport
-        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-        self.tls = tls_fields(ssl_object) if isinstance(ssl_object, ssl.SSLObject) else None
+        self.tls = transport_tls_fields(session.transport)
 
     @property
     def vhost(self) -> str:

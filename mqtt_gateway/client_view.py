@@ -8,13 +8,12 @@ not channels, so it lists none. Nothing here runs per message.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from mqtt_gateway.codec import ProtocolLevel
 from streamq.broker.clients import ChannelInfo
-from streamq.tls_peer import tls_fields
+from streamq.tls_peer import transport_tls_fields
 
 if TYPE_CHECKING:
     from mqtt_gateway.session import MqttSession
@@ -37,9 +36,7 @@ class MqttClient:
         self.connection_type = "network"
         self.protocol = PROTOCOLS[session.level]
         self.connected_at_ms = session.connected_at_ms
-        transport = session.transport
-        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-        self.tls = tls_fields(ssl_object) if isinstance(ssl_object, ssl.SSLObject) else None
+        self.tls = transport_tls_fields(session.transport)
         self.auth_mechanism = "PLAIN"  # CONNECT's user name and password
 
     @property

@@ -8,12 +8,11 @@ message.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from streamq.broker.clients import ChannelInfo
-from streamq.tls_peer import tls_fields
+from streamq.tls_peer import transport_tls_fields
 
 if TYPE_CHECKING:
     from stream_gateway.session import StreamSession
@@ -32,9 +31,7 @@ class StreamClient:
         self.connection_type = "network"
         self.protocol = PROTOCOL
         self.connected_at_ms = session.connected_at_ms
-        transport = session.transport
-        ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
-        self.tls = tls_fields(ssl_object) if isinstance(ssl_object, ssl.SSLObject) else None
+        self.tls = transport_tls_fields(session.transport)
 
     @property
     def vhost(self) -> str:

@@ -2,7 +2,8 @@
 
 Owns `certificate_cn` (the user name of AMQP's and the stream protocol's EXTERNAL
 mechanism) and `tls_fields` (the management API's TLS fields of a connection, RabbitMQ's
-names). Reads the transport's or SSL object's details only: the handshake and its
+names; `transport_tls_fields` from a connection's transport, for every gateway's client
+view). Reads the transport's or SSL object's details only: the handshake and its
 verification belong to streamq/tls.py, which imports the serve config and so sits above
 the gateways; this module imports nothing of the broker.
 """
@@ -36,6 +37,12 @@ _NAME_KEYS: Final = {
     "localityName": "L",
     "stateOrProvinceName": "ST",
 }
+
+
+def transport_tls_fields(transport: asyncio.BaseTransport | None) -> dict[str, object] | None:
+    """`tls_fields` of a connection's transport; None when it is not TLS (or gone)."""
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    return tls_fields(ssl_object) if isinstance(ssl_object, ssl.SSLObject) else None
 
 
 def tls_fields(ssl_object: ssl.SSLObject) -> dict[str, object]:
