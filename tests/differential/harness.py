@@ -39,6 +39,9 @@ from tests.differential.wire import Closed, Observation, Silence, WireClient
 
 REPLY_TIMEOUT_S = 3.0  # a reply both brokers send at once; a miss is a difference
 QUIET_S = 0.25  # how long `quiet` listens for frames that should not come
+# A management request: RabbitMQ imports definitions in over 10 s on a loaded 2-core
+# machine running the suite on 4 workers (a fresh-clone run timed out at 10 s).
+HTTP_TIMEOUT_S = 30.0
 _REPLIES: dict[str, tuple[str, ...]] = {
     "basic.get": ("basic.get-ok", "basic.get-empty"),
 }
@@ -295,7 +298,9 @@ class Session:
     ) -> tuple[int, dict[str, str], Any]:
         """One request with `body` sent as is, as `user` (whose password is its name):
         (status, headers with lower-case names, parsed JSON or None)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.endpoint.http_port, timeout=10)
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", self.endpoint.http_port, timeout=HTTP_TIMEOUT_S
+        )
         token = base64.b64encode(f"{user}:{user}".encode()).decode()
         headers = {"Authorization": f"Basic {token}", "Content-Type": content_type}
         try:
