@@ -222,3 +222,44 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
     running = RunningBroker(tmp_path / "data")
     yield running
     running.stop()
+
+
+CLIENT_WAIT_S = 10
+
+PikaConnect = Callable[..., pika.BlockingConnection]
+
+
+@pytest.fixture
+def pika_connect(broker: RunningBroker) -> Iterator[PikaConnect]:
+    """`connect(vhost="/", user="guest", password=None)`: a pika connection to `broker`
+    (the password defaults to the user's name: guest's is guest), closed after the test
+    if still open."""
+    opened: list[pika.BlockingConnection] = []
+
+    def connect(
+        vhost: str = "/", user: str = "guest", password: str | None = None
+    ) -> pika.BlockingConnection:
+        params = pika.ConnectionParameters(
+            "127.0.0.1",
+            broker.amqp_port,
+            vhost,
+            pika.PlainCredentials(user, user if password is None else password),
+            socket_timeout=CLIENT_WAIT_S,
+            blocked_connection_timeout=CLIENT_WAIT_S,
+        )
+        conn = pika.BlockingConnection(params)
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        if conn.is_open:
+            conn.close()
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = CLIENT_WAIT_S) -> None:
+    """Poll `check` every 20 ms until it is true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
