@@ -90,7 +90,7 @@ def test_wheel_holds_the_c_modules_and_every_package_file(dist: Dist) -> None:
     assert f"streamq-{streamq.__version__}.dist-info/licenses/LICENSE" in dist_info
     assert "License-Expression: Apache-2.0" in core
     # pyarrow is the Spark data source's, not the broker's (pyproject.toml's `spark` extra).
-    assert "Requires-Dist: pyarrow>=15; extra == \"spark\"" in core
+    assert 'Requires-Dist: pyarrow>=15; extra == "spark"' in core
 
 
 def test_wheel_is_named_for_this_version_and_manylinux(dist: Dist) -> None:
