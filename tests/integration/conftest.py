@@ -229,6 +229,33 @@ CLIENT_WAIT_S = 10
 PikaConnect = Callable[..., pika.BlockingConnection]
 
 
+def pika_on(broker: RunningBroker, **kwargs: object) -> pika.BlockingConnection:
+    """A pika connection to `broker` as guest (pika.ConnectionParameters' `kwargs` beside
+    the address), with bounded connect and blocked waits."""
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        broker.amqp_port,
+        socket_timeout=CLIENT_WAIT_S,
+        blocked_connection_timeout=CLIENT_WAIT_S,
+        **kwargs,
+    )
+    return pika.BlockingConnection(params)
+
+
+@pytest.fixture
+def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
+    """A guest connection to the test's broker, closed after the test if still open."""
+    conn = pika_on(broker)
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def channel(connection: pika.BlockingConnection) -> BlockingChannel:
+    return connection.channel()
+
+
 @pytest.fixture
 def pika_connect(broker: RunningBroker) -> Iterator[PikaConnect]:
     """`connect(vhost="/", user="guest", password=None)`: a pika connection to `broker`
