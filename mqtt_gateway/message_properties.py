@@ -196,9 +196,13 @@ def _delivered(properties_raw: bytes) -> Delivered:
         values["content_type"] = content_type
     correlation = fields.get("correlation_id")
     if correlation is None:
-        correlation = _string_header(taken, CORRELATION_HEADER)
-    if correlation is not None:
-        values["correlation_data"] = correlation.encode("utf-8", "surrogateescape")
+        # RabbitMQ takes a longstr; a byte array (what pika sends for bytes) too here.
+        tag, correlation = taken.get(CORRELATION_HEADER, (None, None))
+        correlation = correlation if tag in ("S", "x") else None
+    if isinstance(correlation, str):
+        correlation = correlation.encode("utf-8", "surrogateescape")
+    if correlation is not None and len(correlation) <= STRING_BYTES_MAX:
+        values["correlation_data"] = correlation
     reply_to = _string_header(taken, REPLY_TO_TOPIC_HEADER)
     if reply_to is not None:
         topic = mapping.to_topic(reply_to)
