@@ -4,15 +4,25 @@ the stream conversion (what rstream's consumers are sent)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from amqp_gateway.codec.properties import BasicProperties, decode_properties, encode_properties
 from mqtt_gateway import mapping, message_properties
-from mqtt_gateway.codec import NO_PROPERTIES, Properties, ProtocolLevel, Publish, encode
+from mqtt_gateway.codec import (
+    NO_PROPERTIES,
+    Decoder,
+    Properties,
+    ProtocolLevel,
+    Publish,
+    encode,
+)
 from mqtt_gateway.message_properties import to_amqp, to_mqtt
 from streamq.log import amqp10_types as t
+from streamq.log.amqp091 import encode_properties as encode_tagged
 from streamq.log.amqp10 import to_amqp10
 
 FULL = Properties(
@@ -178,16 +188,18 @@ _SCALARS = st.one_of(
     st.tuples(st.just("V"), st.none()),
     st.tuples(st.just("D"), st.tuples(st.integers(0, 255), st.integers(0, 2**32 - 1))),
 )
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: st.one_of(
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    entries = st.lists(st.tuples(_short_text(8), inner), max_size=3)
+    table = entries.map(lambda pairs: [(name, tag, value) for name, (tag, value) in pairs])
+    return st.one_of(
         st.tuples(st.just("A"), st.lists(inner, max_size=3)),
-        st.tuples(st.just("F"), st.lists(st.tuples(_short_text(8), inner), max_size=3).map(
-            lambda entries: [(name, tag, value) for name, (tag, value) in entries]
-        )),
-    ),  # fmt: skip
-    max_leaves=6,
-)
+        st.tuples(st.just("F"), table),
+    )
+
+
+_VALUES = st.recursive(_SCALARS, _containers, max_leaves=6)
 _NAMES = st.one_of(
     _short_text(12),
     st.sampled_from(["x-correlation-id", "x-reply-to-topic", "x-mqtt-user-property"]),
@@ -209,9 +221,6 @@ def test_any_amqp_properties_give_sendable_mqtt_ones(
 ) -> None:
     """Whatever an AMQP publisher (or a stream conversion) stored, a 5.0 delivery's
     properties encode, and a 5.0 peer's decoder reads them back unchanged."""
-    from mqtt_gateway.codec import Decoder
-    from streamq.log.amqp091 import encode_properties as encode_tagged
-
     table = [(name, tag, value) for name, (tag, value) in headers]
     fields = {"headers": table, "content_type": content_type}
     fields |= {"correlation_id": correlation_id, "expiration": expiration}
