@@ -350,13 +350,33 @@ def send_retained(s: MqttSession, vhost: VHost, topic_filter: str, qos: int) -> 
     """The retained messages `topic_filter` matches, with the retain flag (MQTT-3.3.1-8),
     behind the SUBACK; QoS 1 ones are in flight until PUBACKed, not on any queue."""
     store = s.gateway.retained(vhost)
+    now_ms = int(time.time() * 1000)
     for topic, retained_qos, payload in store.matching(topic_filter):
+        properties = _retained_properties(s, store.properties.get(topic), now_ms)
+        if properties is None:  # its Message Expiry Interval passed (MQTT-3.3.2-5)
+            store.retain(topic, retained_qos, b"")
+            s.gateway.retained_changed(vhost)
+            continue
         out_qos = min(qos, retained_qos)
         packet_id = s.take_packet_id() if out_qos else None
         if packet_id is not None:
             s.retained_inflight.add(packet_id)
-        packet = Publish(topic, payload, out_qos, True, False, packet_id)
+        packet = Publish(topic, payload, out_qos, True, False, packet_id, properties)
         s.reply(packet)
+
+
+def _retained_properties(
+    s: MqttSession, stored: tuple[bytes, int] | None, now_ms: int
+) -> Properties | None:
+    """A retained message's 5.0 properties as sent now (3.x: none); None once it expired."""
+    if stored is None:
+        return NO_PROPERTIES
+    raw, retained_ms = stored
+    if message_properties.expired(raw, retained_ms, now_ms):
+        return None
+    if s.level is not _V5:
+        return NO_PROPERTIES
+    return message_properties.to_mqtt(raw, retained_ms, now_ms)
 
 
 # -- PUBLISH ---------------------------------------------------------------------------------
@@ -384,7 +404,9 @@ def publish(s: MqttSession, packet: Publish) -> None:
     s.note_publish()
     if packet.retain:
         store = s.gateway.retained(vhost)
-        if not store.retain(topic, packet.qos, packet.payload):
+        kept = message_properties.retained_form(packet.qos, packet.properties)
+        now_ms = int(time.time() * 1000)
+        if not store.retain(topic, packet.qos, packet.payload, kept, now_ms):
             logger.warning("retained messages of vhost '%s' are full", vhost.name)
         s.gateway.retained_changed(vhost)
     store_message(vhost, routing_key, packet.qos, packet.dup, packet.payload, packet.properties)
@@ -505,6 +527,8 @@ def _publish_will(s: MqttSession, vhost: VHost, connect: Connect) -> None:
         logger.warning("MQTT will to '%s' refused for user '%s'", will.topic, s.user)
         return
     if will.retain:
-        s.gateway.retained(vhost).retain(will.topic, will.qos, will.payload)
+        kept = message_properties.retained_form(will.qos, will.properties)
+        now_ms = int(time.time() * 1000)
+        s.gateway.retained(vhost).retain(will.topic, will.qos, will.payload, kept, now_ms)
         s.gateway.retained_changed(vhost)
     store_message(vhost, routing_key, will.qos, False, will.payload, will.properties)

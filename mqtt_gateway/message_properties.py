@@ -112,6 +112,11 @@ def to_amqp(qos: int, dup: bool, properties: Properties) -> bytes:
     return encode_properties(fields)
 
 
+def retained_form(qos: int, properties: Properties) -> bytes:
+    """What a retained message keeps of its properties: `to_amqp`'s form, b"" if none."""
+    return to_amqp(qos, False, properties) if _carried(properties) else b""
+
+
 def _carried(properties: Properties) -> bool:
     """Whether `properties` hold anything stored with the message."""
     return properties is not NO_PROPERTIES and (
@@ -166,17 +171,29 @@ def _user_property_headers(pairs: tuple[tuple[str, str], ...], headers: list[Hea
 def to_mqtt(properties_raw: bytes, stored_ms: int, now_ms: int) -> Properties:
     """The MQTT 5.0 PUBLISH properties of a stored message for a delivery at `now_ms`;
     `stored_ms` is when the broker stored it (its log record's timestamp)."""
+    delivered = _decoded_of(properties_raw)
+    if delivered.expiration_ms is None:
+        return delivered.properties
+    left_ms = max(delivered.expiration_ms - (now_ms - stored_ms), 0)
+    left_s = min(math.ceil(left_ms / 1000), EXPIRY_INTERVAL_MAX_S)
+    return dataclasses.replace(delivered.properties, message_expiry_interval_s=left_s)
+
+
+def expired(properties_raw: bytes, stored_ms: int, now_ms: int) -> bool:
+    """Whether a message's own expiration has passed (as the broker expires queued ones;
+    retained messages are not in a queue)."""
+    expiration_ms = _decoded_of(properties_raw).expiration_ms
+    return expiration_ms is not None and now_ms >= stored_ms + expiration_ms
+
+
+def _decoded_of(properties_raw: bytes) -> Delivered:
     delivered = _decoded.get(properties_raw)
     if delivered is None:
         delivered = _delivered(properties_raw)
         if len(_decoded) >= DECODED_MAX:
             _decoded.clear()
         _decoded[properties_raw] = delivered
-    if delivered.expiration_ms is None:
-        return delivered.properties
-    left_ms = max(delivered.expiration_ms - (now_ms - stored_ms), 0)
-    left_s = min(math.ceil(left_ms / 1000), EXPIRY_INTERVAL_MAX_S)
-    return dataclasses.replace(delivered.properties, message_expiry_interval_s=left_s)
+    return delivered
 
 
 def _delivered(properties_raw: bytes) -> Delivered:

@@ -339,3 +339,49 @@ def test_no_outbound_aliases_unless_the_client_allows(mqtt_broker: MqttBroker) -
     assert [(m.topic, received_properties(m)) for m in sub.receive(2)] == [("na/x", {})] * 2
     channel.connection.close()
     sub.disconnect()
+
+
+def test_retained_messages_keep_their_properties_and_expire(tmp_path: Path) -> None:
+    """A retained 5.0 publish is sent to later subscribers with its properties (and the
+    expiry interval left), across a restart; once its interval passes it is gone."""
+    data = tmp_path / "data"
+    broker = MqttBroker(data)
+    try:
+        pub = Paho(broker.mqtt_port, "pub", version="5.0")
+        pub.connect()
+        values = {"ContentType": "text/plain", "UserProperty": [("unit", "C")]}
+        info = pub.client.publish(
+            "room/temp", b"21", 1, retain=True, properties=paho_properties(**values)
+        )
+        info.wait_for_publish(WAIT_S)
+        short = paho_properties(MessageExpiryInterval=2)
+        pub.client.publish("room/door", b"open", 1, retain=True, properties=short)
+        early = Paho(broker.mqtt_port, "early", version="5.0")
+        early.connect()
+        early.subscribe("room/door", 1)
+        (door,) = early.receive(1)
+        assert door.payload == b"open"
+        assert received_properties(door)["MessageExpiryInterval"] in (1, 2)
+        for client in (pub, early):
+            client.disconnect()
+    finally:
+        broker.stop()
+    broker = MqttBroker(data)
+    try:
+        time.sleep(2.5)  # past room/door's interval; bounded
+        sub = Paho(broker.mqtt_port, "sub", version="5.0")
+        sub.connect()
+        sub.subscribe("room/+", 1)
+        (message,) = sub.receive(1)
+        assert (message.topic, message.payload, message.retain) == ("room/temp", b"21", True)
+        assert received_properties(message) == values
+        assert sub.nothing_more()  # room/door expired
+        old = Paho(broker.mqtt_port, "old", version="3.1.1")
+        old.connect()
+        old.subscribe("room/+", 1)
+        assert [(m.topic, m.payload) for m in old.receive(1)] == [("room/temp", b"21")]
+        assert old.nothing_more()
+        for client in (sub, old):
+            client.disconnect()
+    finally:
+        broker.stop()
