@@ -8,6 +8,7 @@ Payload Format Indicator check (0x99) and Topic Aliases both ways
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -35,8 +36,10 @@ from mqtt_gateway.codec import (
 from tests.mqtt.clients import WAIT_S, Paho, RawClient
 from tests.mqtt.conftest import MqttBroker
 from tests.mqtt.test_gateway_interop import amqp_channel
+from tests.node_clients import installed, run_script
 
 V5 = ProtocolLevel.MQTT_5
+NODE_DIR = Path(__file__).parent / "node"
 
 
 def paho_properties(**values: Any) -> PahoProperties:
@@ -383,5 +386,45 @@ def test_retained_messages_keep_their_properties_and_expire(tmp_path: Path) -> N
         assert old.nothing_more()
         for client in (sub, old):
             client.disconnect()
+    finally:
+        broker.stop()
+
+
+def test_mqtt_js_with_topic_aliases_and_properties(tmp_path: Path) -> None:
+    """MQTT.js 5.16 assigns its own Topic Aliases (reusing them past our maximum of 2)
+    and resolves ours, properties going both ways: what it published reaches pika under
+    the right routing keys and comes back to it whole."""
+    broker = MqttBroker(tmp_path / "data", mqtt_topic_alias_maximum=2)
+    try:
+        channel = amqp_channel(broker.amqp_port)
+        channel.queue_declare("js")
+        channel.queue_bind("js", "amq.topic", "js5.#")
+        installed(NODE_DIR, "mqtt")
+        result = run_script(NODE_DIR / "mqtt5_gateway.js", str(broker.mqtt_port), timeout=60)
+        assert result.stdout.strip(), result.stderr
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        assert result.returncode == 0 and report["error"] is None, report
+        assert report["connack"]["properties"]["topicAliasMaximum"] == 2
+        topics = ["js5/a", "js5/b", "js5/c"] * 2
+        messages = report["messages"]
+        assert [(m["topic"], m["payload"]) for m in messages] == [
+            (topic, f"m{n}") for n, topic in enumerate(topics)
+        ]
+        # ours: the first two topics aliased (1, 2), the third by name
+        assert [m["topicAlias"] for m in messages] == [1, 2, None, 1, 2, None]
+        for n, message in enumerate(messages):
+            assert message["contentType"] == "text/plain"
+            assert message["correlationData"] == [n, 255]
+            assert message["responseTopic"] == "js5/replies"
+            assert message["userProperties"] == {"n": str(n)}
+            assert message["payloadFormatIndicator"] is True
+            assert 295 <= message["messageExpiryInterval"] <= 300
+        keys = []
+        for _ in topics:
+            method, _p, _body = channel.basic_get("js", auto_ack=True)
+            assert method is not None
+            keys.append(method.routing_key)
+        assert keys == [topic.replace("/", ".") for topic in topics]
+        channel.connection.close()
     finally:
         broker.stop()
