@@ -266,3 +266,10 @@ def test_any_mqtt_properties_come_back(
     decode_properties(raw)  # what pika's consumers get decodes
     assert mapping.published_qos(raw) == qos
     assert to_mqtt(raw, 5_000, 5_000) == sent
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_as_properties_never_raise(raw: bytes) -> None:
+    got = to_mqtt(raw, 0, 0)
+    encode(Publish("t", b"", 0, False, False, None, got), ProtocolLevel.MQTT_5)
+    message_properties.expired(raw, 0, 0)
