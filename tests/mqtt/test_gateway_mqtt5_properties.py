@@ -8,6 +8,7 @@ Payload Format Indicator check (0x99) and Topic Aliases both ways
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -32,6 +33,7 @@ from mqtt_gateway.codec import (
     SubAck,
     Subscribe,
     Subscription,
+    Will,
 )
 from tests.mqtt.clients import WAIT_S, Paho, RawClient
 from tests.mqtt.conftest import MqttBroker
@@ -428,3 +430,34 @@ def test_mqtt_js_with_topic_aliases_and_properties(tmp_path: Path) -> None:
         channel.connection.close()
     finally:
         broker.stop()
+
+
+def test_a_wills_properties_go_with_it(mqtt_broker: MqttBroker) -> None:
+    """A will's properties are mapped as a PUBLISH's; a will whose payload is not the
+    UTF-8 its Payload Format Indicator says is refused at CONNECT (0x99)."""
+    port = mqtt_broker.mqtt_port
+    watcher = Paho(port, "watcher", version="5.0")
+    watcher.connect()
+    watcher.subscribe("wills/#", 1)
+    will_properties = Properties(
+        content_type="text/plain", user_properties=(("why", "lost"),), payload_format_indicator=1
+    )
+    will = Will("wills/dev", b"gone", 1, False, will_properties)
+    connect = Connect(V5, "dev", True, 60, "guest", b"guest", will)
+    rude = RawClient(port, V5)
+    rude.send(connect)
+    assert isinstance(rude.read(), ConnAck)
+    rude.close()  # no DISCONNECT: the will goes
+    (message,) = watcher.receive(1)
+    assert message.payload == b"gone"
+    assert received_properties(message) == {
+        "ContentType": "text/plain",
+        "UserProperty": [("why", "lost")],
+        "PayloadFormatIndicator": 1,
+    }
+    bad = RawClient(port, V5)
+    bad.send(dataclasses.replace(connect, will=dataclasses.replace(will, payload=b"\xff")))
+    assert bad.read() == ConnAck(ReasonCode.PAYLOAD_FORMAT_INVALID)
+    assert bad.closed_by_peer()
+    bad.close()
+    watcher.disconnect()
