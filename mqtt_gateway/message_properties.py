@@ -67,6 +67,8 @@ class Delivered:
 
 
 _NOTHING: Final = Delivered(NO_PROPERTIES, None)
+_PLAIN: Final = {(q, d): mapping.publish_properties(q, d) for q in (0, 1, 2) for d in (False, True)}
+"""The properties of a publish without MQTT 5 properties, the common case."""
 _decoded: dict[bytes, Delivered] = {}
 
 
@@ -77,7 +79,7 @@ def to_amqp(qos: int, dup: bool, properties: Properties) -> bytes:
     """The AMQP basic properties (wire form) of an MQTT publish (or will) with `properties`
     (a PUBLISH's Topic Alias is the connection's business and is not stored)."""
     if not _carried(properties):
-        return mapping.publish_properties(qos, dup)
+        return _PLAIN[qos, dup]
     headers: list[Header] = [
         (mapping.QOS_HEADER.decode(), "b", qos),
         (mapping.DUP_HEADER.decode(), "t", dup),
