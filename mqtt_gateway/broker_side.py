@@ -101,8 +101,9 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         expiry = packet.properties.session_expiry_interval_s or 0
         s.session_expiry_s = expiry
         s.persistent = expiry > 0
-        outbound_aliases = packet.properties.topic_alias_maximum or 0
-        s.topic_aliases = TopicAliases(gateway.topic_alias_maximum, outbound_aliases)
+        # Ours toward the client: its maximum, within our own (as RabbitMQ 3.13).
+        outbound = min(packet.properties.topic_alias_maximum or 0, gateway.topic_alias_maximum)
+        s.topic_aliases = TopicAliases(gateway.topic_alias_maximum, outbound)
     else:
         s.persistent = not packet.clean_start
     gateway.take_over(s)

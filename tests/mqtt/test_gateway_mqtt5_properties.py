@@ -461,3 +461,24 @@ def test_a_wills_properties_go_with_it(mqtt_broker: MqttBroker) -> None:
     assert bad.closed_by_peer()
     bad.close()
     watcher.disconnect()
+
+
+def test_outbound_aliases_stay_within_our_maximum(tmp_path: Path) -> None:
+    broker = MqttBroker(tmp_path / "data", mqtt_topic_alias_maximum=1)
+    try:
+        raw, _ = raw_v5(broker.mqtt_port, "greedy", topic_alias_maximum=100)
+        raw.send(Subscribe(1, (Subscription("g/#", 0),)))
+        assert isinstance(raw.read(), SubAck)
+        channel = amqp_channel(broker.amqp_port)
+        for routing_key in ("g.one", "g.two", "g.one"):
+            channel.basic_publish("amq.topic", routing_key, b"")
+        got = []
+        for _ in range(3):
+            packet = raw.read()
+            assert isinstance(packet, Publish)
+            got.append((packet.topic, packet.properties.topic_alias))
+        assert got == [("g/one", 1), ("g/two", None), ("", 1)]
+        channel.connection.close()
+        raw.close()
+    finally:
+        broker.stop()

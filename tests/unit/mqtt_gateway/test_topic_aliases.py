@@ -23,9 +23,10 @@ def test_no_inbound_alias_without_a_maximum() -> None:
 
 def test_outbound_aliases_for_the_first_topics() -> None:
     aliases = TopicAliases(0, 2)
-    assert aliases.outgoing("a") == ("a", 1)
-    assert aliases.outgoing("a") == ("", 1)
-    assert aliases.outgoing("b") == ("b", 2)
-    assert aliases.outgoing("c") == ("c", None)  # all taken: by name
-    assert aliases.outgoing("b") == ("", 2)
-    assert TopicAliases(0, 0).outgoing("a") == ("a", None)
+    assert aliases.outgoing("a/1") == ("a/1", 1)
+    assert aliases.outgoing("a/1") == ("", 1)
+    assert aliases.outgoing("x") == ("x", None)  # one byte: an alias saves nothing
+    assert aliases.outgoing("b/2") == ("b/2", 2)
+    assert aliases.outgoing("c/3") == ("c/3", None)  # all taken: by name
+    assert aliases.outgoing("b/2") == ("", 2)
+    assert TopicAliases(0, 0).outgoing("a/1") == ("a/1", None)
