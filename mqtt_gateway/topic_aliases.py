@@ -1,15 +1,16 @@
-"""A connection's MQTT 5.0 Topic Aliases, both directions (section 3.3.2.3.4). Owns
-`TopicAliases`: the client's aliases (inbound: up to the Topic Alias Maximum our CONNACK
-announced, `[mqtt] topic_alias_maximum`, RabbitMQ's `mqtt.topic_alias_maximum`) and ours
-(outbound: up to the Topic Alias Maximum of the client's CONNECT, within ours). Inbound,
-a PUBLISH with a topic name and an alias sets the alias; one with an empty topic name
-uses it; an alias past the maximum is "Topic Alias invalid" (0x94), an empty topic name
-with an alias never set a protocol error (0x82). Outbound, as RabbitMQ 3.13 does, the
-first topics delivered take the aliases 1, 2, ... in turn, their first PUBLISH carrying
-the topic name and the alias, the next ones an empty topic name; once all are taken the
-other topics go out by name, as do one-byte topics (an alias saves nothing there).
-Aliases live with the connection only (MQTT-3.3.2-7): a new connection starts with none.
-Both maps are bounded by their maxima (at most 65,535).
+"""A connection's MQTT 5.0 Topic Aliases, both directions (section 3.3.2.3.4).
+
+Owns `TopicAliases`: the client's aliases (inbound: up to the Topic Alias Maximum our
+CONNACK announced, `[mqtt] topic_alias_maximum`, RabbitMQ's `mqtt.topic_alias_maximum`)
+and ours (outbound: up to the Topic Alias Maximum of the client's CONNECT, within ours).
+Inbound, a PUBLISH with a topic name and an alias sets the alias; one with an empty
+topic name uses it; an alias past the maximum is "Topic Alias invalid" (0x94), an empty
+topic name with an alias never set a protocol error (0x82). Outbound, as RabbitMQ 3.13
+does, the first topics delivered take the aliases 1, 2, ... in turn, their first PUBLISH
+carrying the topic name and the alias, the next ones an empty topic name; once all are
+taken the other topics go out by name, as do one-byte topics (an alias saves nothing
+there). Aliases live with the connection only (MQTT-3.3.2-7): a new connection starts
+with none. Both maps are bounded by their maxima (at most 65,535).
 """
 
 from __future__ import annotations
