@@ -40,6 +40,7 @@ MQTT_PORT_DEFAULT: Final = 1883
 # others go on, so that subscribers can drain what fills memory.
 ALARM_CHECK_INTERVAL_S: Final = 0.2
 MAX_INFLIGHT_MESSAGES_DEFAULT: Final = 65535  # LavinMQ's default
+TOPIC_ALIAS_MAXIMUM_DEFAULT: Final = 16  # RabbitMQ's mqtt.topic_alias_maximum
 UNIX_SOCKET_MODE: Final = 0o666  # as the AMQP socket: any local user may connect, then log in
 
 
@@ -53,11 +54,13 @@ class MqttGateway:
         max_inflight_messages: int = MAX_INFLIGHT_MESSAGES_DEFAULT,
         default_vhost: str = "/",
         packet_bytes_max: int = PACKET_BYTES_MAX_DEFAULT,
+        topic_alias_maximum: int = TOPIC_ALIAS_MAXIMUM_DEFAULT,
     ) -> None:
         self.broker = broker
         self.max_inflight_messages = max_inflight_messages
         self.default_vhost = default_vhost
         self.packet_bytes_max = packet_bytes_max
+        self.topic_alias_maximum = topic_alias_maximum  # 5.0 clients' aliases, CONNACK's
         self.sessions: set[MqttSession] = set()
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}

@@ -16,12 +16,14 @@ not open listeners nor hold state shared by connections (`MqttGateway`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Final, cast
 
 from mqtt_gateway import broker_side
 from mqtt_gateway.codec import (
+    NO_PROPERTIES,
     ConnAck,
     ConnackReturnCode,
     Connect,
@@ -31,6 +33,7 @@ from mqtt_gateway.codec import (
     Packet,
     PingReq,
     PingResp,
+    Properties,
     ProtocolLevel,
     PubAck,
     Publish,
@@ -43,6 +46,7 @@ from mqtt_gateway.codec import (
     encode,
 )
 from mqtt_gateway.consumer import MqttConsumer
+from mqtt_gateway.topic_aliases import TopicAliases
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
@@ -86,6 +90,7 @@ class MqttSession(asyncio.Protocol):
         self.inflight_max = gateway.max_inflight_messages
         self.qos2_received: set[int] = set()  # packet ids PUBREC'd, awaiting PUBREL
         self.retained_inflight: set[int] = set()  # QoS 1 retained messages sent, unacked
+        self.topic_aliases = TopicAliases(0, 0)  # 5.0: set from CONNECT and our CONNACK
         self.unconfirmed = 0  # QoS 1 and 2 publishes whose acks wait for a sync round
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
@@ -478,9 +483,16 @@ class MqttSession(asyncio.Protocol):
 
     def send_publish(
         self, topic: str, payload: bytes, qos: int, packet_id: int | None, dup: bool, *,
-        retain: bool = False,
+        retain: bool = False, properties: Properties = NO_PROPERTIES,
     ) -> None:  # fmt: skip
-        self.write(encode(Publish(topic, payload, qos, retain, dup, packet_id), self.level))
+        """A PUBLISH to the client; in 5.0 with `properties` and a Topic Alias when the
+        client allows them (`TopicAliases.outgoing`)."""
+        if self.topic_aliases.outbound_max:
+            topic, alias = self.topic_aliases.outgoing(topic)
+            if alias is not None:
+                properties = dataclasses.replace(properties, topic_alias=alias)
+        packet = Publish(topic, payload, qos, retain, dup, packet_id, properties)
+        self.write(encode(packet, self.level))
 
     def settle_later(self, queue: Queue, offset: int, consumer: MqttConsumer) -> None:
         """Settle a delivery that needs no PUBACK once the drain round that made it is

@@ -260,6 +260,7 @@ async def run_broker(
                 max_inflight_messages=config.mqtt_max_inflight_messages,
                 default_vhost=config.mqtt_default_vhost,
                 packet_bytes_max=config.mqtt_max_packet_size,
+                topic_alias_maximum=config.mqtt_topic_alias_maximum,
             )
             listeners += await listening.listen_mqtt(mqtt, config, servers, mqtt_unix, tls)
         broker.listeners[:] = listeners
