@@ -271,6 +271,8 @@ class _Connection:
     # -- local subscriptions -------------------------------------------------------------
 
     def _start(self, sub: _Local) -> None:
+        logger.info("clustering: stream subscription to %s (vhost %s) served from this "
+                    "node's copy", sub.stream, self.vhost)  # fmt: skip
         self.local[sub.subscription_id] = sub
         # After the response: the task's first write comes after this frame's.
         sub.task = asyncio.get_running_loop().create_task(self._serve(sub))
