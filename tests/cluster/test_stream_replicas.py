@@ -186,7 +186,9 @@ def test_reads_continue_after_a_failover(
                 await producer.close()
 
         last_read = asyncio.run(before())
-        served_before = followers[0].log().count(SERVED_HERE) + followers[1].log().count(SERVED_HERE)
+        served_before = followers[0].log().count(SERVED_HERE) + followers[1].log().count(
+            SERVED_HERE
+        )
         leader.kill()
         new_leader = cluster.wait_leader(FAILOVER_TIMEOUT_S, exclude=(leader,))
         survivor = next(node for node in followers if node is not new_leader)
