@@ -112,9 +112,10 @@ def main() -> None:
             rate = args.consumers * args.messages / seconds
             load = os.getloadavg()
             results[name].append({"msgs_per_s": rate, "seconds": seconds, "load_1m": load[0]})
+            loads = " ".join(f"{value:.1f}" for value in load)
             print(f"{name:8} round {n}: {rate:12,.0f} msgs/s aggregate "
                   f"({rate * args.size / 1e6:,.0f} MB/s of bodies) in {seconds:.2f} s, "
-                  f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)  # fmt: skip
+                  f"load average {loads}", flush=True)  # fmt: skip
     best = {name: max(r["msgs_per_s"] for r in rows) for name, rows in results.items()}
     print(f"best: single {best['single']:,.0f} msgs/s, cluster {best['cluster']:,.0f} msgs/s "
           f"({best['cluster'] / best['single']:.2f}x); {args.consumers} consumers, "
