@@ -26,6 +26,7 @@ from tests.cluster.conftest import etcd  # noqa: F401 (the etcd fixture)
 from tests.cluster.etcd_server import EtcdServer
 from tests.differential.peers import free_port
 from tests.stream.conftest import CREDENTIALS, HOST, numbered, send_confirmed, subscribe
+from tests.stream.test_client_quirks import rbfly_read
 
 LEASE_TTL_S: Final = 3
 START_TIMEOUT_S: Final = 60.0
@@ -107,6 +108,12 @@ def test_rstream_consumer_reads_confirmed_messages_from_a_follower(
                     assert received.bodies() == [b"m%d" % n for n in range(1100)]
                 finally:
                     await consumer.close()
+                # rbfly reads from the node it is given: here a follower, from its copy.
+                served = followers[1].log().count(SERVED_HERE)
+                uri = f"rabbitmq-stream://guest:guest@{HOST}:{stream_port(followers[1])}/"
+                got = await rbfly_read(uri, "events", 1100)
+                assert got == [b"m%d" % n for n in range(1100)]
+                assert followers[1].log().count(SERVED_HERE) == served + 1
             finally:
                 await producer.close()
 
