@@ -21,12 +21,15 @@ from typing import Any, Final
 import pytest
 from rstream import ConfirmationStatus, Consumer, OffsetType, Producer
 
+from stream_gateway.codec import commands as c
+from stream_gateway.codec.constants import Key, ResponseCode
 from tests.cluster.cluster_nodes import Cluster, ClusterNode
 from tests.cluster.conftest import etcd  # noqa: F401 (the etcd fixture)
 from tests.cluster.etcd_server import EtcdServer
 from tests.differential.peers import free_port
 from tests.stream.conftest import CREDENTIALS, HOST, numbered, send_confirmed, subscribe
 from tests.stream.test_client_quirks import rbfly_read
+from tests.stream.test_gateway_protocol import RawClient
 
 LEASE_TTL_S: Final = 3
 START_TIMEOUT_S: Final = 60.0
@@ -80,6 +83,26 @@ async def metadata_ports(
         await consumer.close()
 
 
+def publish_through(node: ClusterNode, stream: str, bodies: list[bytes]) -> dict[str, str]:
+    """Publish `bodies` with raw frames on `node`'s stream port, confirmed; the
+    OpenResponse's properties."""
+    raw = RawClient(stream_port(node))
+    try:
+        raw.login()
+        opened = raw.last_open
+        created = raw.request(c.Create(raw.next_id(), stream, {}))
+        assert created == c.Response(Key.CREATE, raw.correlation_id, ResponseCode.OK)
+        answer = raw.request(c.DeclarePublisher(raw.next_id(), 7, "", stream))
+        assert answer == c.Response(Key.DECLARE_PUBLISHER, raw.correlation_id, ResponseCode.OK)
+        messages = tuple(c.PublishedMessage(n, body) for n, body in enumerate(bodies, 1))
+        raw.send(c.Publish(7, messages))
+        confirm = raw.read_until(c.PublishConfirm)
+        assert confirm == c.PublishConfirm(7, tuple(range(1, len(bodies) + 1)))
+        return opened
+    finally:
+        raw.close()
+
+
 @pytest.mark.timeout(240)
 def test_rstream_consumer_reads_confirmed_messages_from_a_follower(
     etcd: EtcdServer,  # noqa: F811 (the fixture imported above)
@@ -95,6 +118,11 @@ def test_rstream_consumer_reads_confirmed_messages_from_a_follower(
                 await producer.create_stream("events")
                 for batch in range(5):
                     await send_confirmed(producer, "events", numbered(200, batch * 200))
+                # Publishing on a follower's port: the leader takes and confirms it.
+                opened = await asyncio.to_thread(
+                    publish_through, followers[0], "raw", [b"r%d" % n for n in range(5)]
+                )
+                assert opened["advertised_port"] == str(stream_port(followers[0]))
                 ports = await metadata_ports(followers[1], "events", 2)
                 assert ports == (stream_port(leader), sorted(map(stream_port, followers)))
                 # Started at the leader: rstream picks a replica for the subscription.
