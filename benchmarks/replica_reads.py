@@ -9,7 +9,8 @@ stream clients send them) is published with confirms, then C consumers
 (`benchmarks/stream_client.py`: they count records from chunk headers and decode
 nothing, so the broker is measured) read it from first at once, each over its own
 connection, all in one client process. The rate is C x N / the time until the last one
-has every record. Setups:
+has every record, and the CPU seconds the serving node(s) used meanwhile: messages per
+CPU-second says what each node costs per message, whatever the machine's load. Setups:
 - single: one `streamq serve` (benchmarks/perf_process.py), every consumer on it;
 - cluster: three `streamq serve --clustering` on one etcd (tests/cluster/), the stream
   published to the leader, the consumers spread over the two followers' stream ports
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,18 +71,38 @@ async def read_all(ports: list[int], stream: str, messages: int, consumers: int)
         await asyncio.gather(*(client.close() for client in clients))
 
 
-def run_single(base: Path, args: argparse.Namespace) -> float:
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds the processes used so far (/proc/PID/stat)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def measured_read(pids: list[int], ports: list[int], args: argparse.Namespace) -> Run:
+    before = cpu_s(pids)
+    seconds = asyncio.run(read_all(ports, "bench", args.messages, args.consumers))
+    return Run(seconds, cpu_s(pids) - before)
+
+
+class Run(NamedTuple):
+    seconds: float  # until the last consumer had every record
+    serving_cpu_s: float  # CPU the serving nodes used meanwhile
+
+
+def run_single(base: Path, args: argparse.Namespace) -> Run:
     port = free_port()
     serve = StreamqServe([sys.executable, "-m", "streamq"], base, "--stream-port", str(port),
                          "--stream-advertised-host", HOST)  # fmt: skip
     try:
         asyncio.run(fill(port, "bench", args.messages, args.size))
-        return asyncio.run(read_all([port], "bench", args.messages, args.consumers))
+        return measured_read([serve.process.pid], [port], args)
     finally:
         serve.stop()
 
 
-def run_cluster(base: Path, args: argparse.Namespace) -> float:
+def run_cluster(base: Path, args: argparse.Namespace) -> Run:
     with EtcdServer(base / "etcd") as etcd, Cluster(base / "nodes", etcd.endpoint, 3) as cluster:
         ports = {}
         for node in cluster.nodes:
@@ -91,8 +112,9 @@ def run_cluster(base: Path, args: argparse.Namespace) -> float:
         leader = cluster.start()
         asyncio.run(fill(ports[leader.name], "bench", args.messages, args.size))
         # Every confirmed record is on the followers; their reads wait for COMMITTED.
-        followers = [ports[node.name] for node in cluster.nodes if node is not leader]
-        return asyncio.run(read_all(followers, "bench", args.messages, args.consumers))
+        followers = [node for node in cluster.nodes if node is not leader]
+        return measured_read([node.pid for node in followers],
+                             [ports[node.name] for node in followers], args)  # fmt: skip
 
 
 def main() -> None:
@@ -108,13 +130,16 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {"single": [], "cluster": []}
     for n in range(args.rounds):
         for name, run in (("single", run_single), ("cluster", run_cluster)):
-            seconds = run(base / f"{name}-{n}", args)
-            rate = args.consumers * args.messages / seconds
+            seconds, cpu = run(base / f"{name}-{n}", args)
+            delivered = args.consumers * args.messages
+            rate = delivered / seconds
             load = os.getloadavg()
-            results[name].append({"msgs_per_s": rate, "seconds": seconds, "load_1m": load[0]})
+            results[name].append({"msgs_per_s": rate, "seconds": seconds, "load_1m": load[0],
+                                  "serving_cpu_s": cpu})  # fmt: skip
             loads = " ".join(f"{value:.1f}" for value in load)
             print(f"{name:8} round {n}: {rate:12,.0f} msgs/s aggregate "
-                  f"({rate * args.size / 1e6:,.0f} MB/s of bodies) in {seconds:.2f} s, "
+                  f"({rate * args.size / 1e6:,.0f} MB/s of bodies) in {seconds:.2f} s; serving "
+                  f"nodes' CPU {cpu:.1f} s ({delivered / max(cpu, 0.01):,.0f} msgs per CPU-s); "
                   f"load average {loads}", flush=True)  # fmt: skip
     best = {name: max(r["msgs_per_s"] for r in rows) for name, rows in results.items()}
     print(f"best: single {best['single']:,.0f} msgs/s, cluster {best['cluster']:,.0f} msgs/s "
