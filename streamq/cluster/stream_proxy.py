@@ -298,6 +298,8 @@ class _Connection:
             logger.warning("clustering: stream read of %s on this follower failed: %s",
                            sub.stream, exc)  # fmt: skip
             self.writer.close()
+        except ConnectionError:
+            pass  # the client went away: the connection's tasks end too
         finally:
             self.proxy.progress.unlisten(wake)
             log.close()
