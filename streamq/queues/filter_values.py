@@ -73,7 +73,7 @@ def shorten_publish(payload: bytes | memoryview) -> bytes:
                 raise ValueError("truncated message")
             out += data[at:entry_end]
             at = entry_end
-    except struct.error:
+    except (struct.error, IndexError):
         raise ValueError("truncated message") from None
     if count < 0 or at != len(data):
         raise ValueError("bad message count or trailing bytes")

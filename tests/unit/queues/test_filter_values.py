@@ -44,7 +44,7 @@ def test_the_rewrite_replaces_only_long_filter_values() -> None:
     assert filter_values.shorten_publish(payload) == struct.pack(">i", 4) + b"".join(want)
 
 
-@pytest.mark.parametrize("cut", [1, 9, 12])
+@pytest.mark.parametrize("cut", [1, 5, 9, 12])
 def test_a_truncated_payload_is_refused(cut: int) -> None:
     payload = struct.pack(">i", 1) + entry(1, b"q" * 300, simple(b"m"))
     with pytest.raises(ValueError):
