@@ -11,6 +11,10 @@ does for its own clients; this node looks at a few frames only:
   node serves the subscription from its copy (`replica_log`): chunks built as the
   leader builds them (`read_chunk`), only up to the committed end, for the client's
   **Credit** (not forwarded) until its **Unsubscribe** (forwarded too);
+- the client's **SaslAuthenticate** as a user of `loopback_users` (guest) from an
+  address that is not loopback is refused here, as the leader would: the leader sees
+  this node's address, which may be loopback (the stream listener takes no PROXY
+  header);
 - the leader's **OpenResponse** gets this node's advertised host and port, as a
   RabbitMQ replica's does, so that clients that check where they landed
   (rstream's `load_balancer_mode`) find the replica they asked for;
@@ -38,7 +42,9 @@ from typing import Final
 from stream_gateway.codec import StreamCodecError, decode, encode
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import RESPONSE_FLAG, Key, OffsetType, ResponseCode
+from stream_gateway.handshake import sasl_credentials
 from stream_gateway.subscriptions import chunk_filter
+from streamq.broker.users import login_allowed
 from streamq.cluster.replica_log import ReplicaLog
 from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.log.errors import LogError, OffsetOutOfRange
@@ -123,6 +129,8 @@ class StreamProxy:
             self._connections.discard(task)
             return
         connection = _Connection(self, reader, writer, up_reader, up_writer)
+        peer = writer.get_extra_info("peername")
+        connection.peer_host = peer[0] if peer else ""
         try:
             await connection.run()
         except asyncio.CancelledError:
@@ -149,6 +157,7 @@ class _Connection:
         self.frame_max = proxy.frame_max
         self.deliver_v2 = False
         self.vhost = "/"
+        self.peer_host = ""  # the client's address
         self.pending: dict[int, _Local] = {}  # Subscribe correlation id: the subscription
         self.local: dict[int, _Local] = {}  # by subscription id
 
@@ -189,6 +198,12 @@ class _Connection:
             if key in (Key.SUBSCRIBE, Key.CREDIT, Key.UNSUBSCRIBE, Key.OPEN, Key.TUNE,
                        Key.EXCHANGE_COMMAND_VERSIONS):  # fmt: skip
                 frame = self._client_command(frame)
+            elif key == Key.SASL_AUTHENTICATE and (
+                refusal := loopback_refusal(self.peer_host, frame)
+            ):
+                self.writer.write(refusal)  # as the leader answers; then the connection ends
+                await self.writer.drain()
+                return
             if frame:
                 self.up_writer.write(frame)
                 await self.up_writer.drain()
@@ -329,6 +344,24 @@ class _Connection:
             committed = max(log.end - 1, 0)
             return _DELIVER_V2.pack(size + 13, Key.DELIVER, 2, sub.subscription_id, committed)
         return _DELIVER_V1.pack(size + 5, Key.DELIVER, 1, sub.subscription_id)
+
+
+def loopback_refusal(peer_host: str, frame: bytes) -> bytes | None:
+    """The leader's answer to a SaslAuthenticate `frame` (size field included) from
+    `peer_host` that the loopback rule refuses (`users.login_allowed`), else None. The
+    password is not checked here: the rule refuses the user whatever it is."""
+    loopback = peer_host in ("127.0.0.1", "::1") or peer_host.startswith("127.")
+    try:
+        command = decode(memoryview(frame)[_SIZE.size :])
+    except StreamCodecError:
+        return None
+    if loopback or not isinstance(command, c.SaslAuthenticate):
+        return None
+    credentials = sasl_credentials(command.mechanism, command.data or b"")
+    if credentials is None or login_allowed(credentials[0], False):
+        return None
+    code = ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK
+    return encode(c.SaslAuthenticateResponse(command.correlation_id, code))
 
 
 def _start_offset(log: ReplicaLog, spec: c.OffsetSpec) -> int:

@@ -6,7 +6,8 @@ replication client would. Checked: nothing is readable until a COMMITTED positio
 covers the bytes received when the marker was read (the follower's commit rule), then
 exactly what the leader's `read_chunk` gives, chunk by chunk, across segments; a new
 connection (epoch) forgets uncovered marker reads; a full sync (not readable) freezes
-the end; offset specifications; retention removing the first segment."""
+the end; offset specifications; retention removing the first segment; and the
+follower's stream port applying the loopback rule."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import struct
 import pytest
 
 from stream_gateway.codec import commands as c
-from stream_gateway.codec.constants import OffsetType
+from stream_gateway.codec import decode, encode
+from stream_gateway.codec.constants import OffsetType, ResponseCode
 from streamq.cluster.replica_log import ReplicaLog
 from streamq.cluster.replica_progress import ReplicaProgress
-from streamq.cluster.stream_proxy import _start_offset
+from streamq.cluster.stream_proxy import _start_offset, loopback_refusal
 from streamq.log.errors import OffsetOutOfRange
 from streamq.queues.chunks import read_chunk
 from streamq.queues.stream import StreamQueue
@@ -125,3 +127,22 @@ def test_offset_specifications_and_retention(stream: StreamQueue) -> None:
     fresh.refresh(relist=True)
     chunk = read_chunk(fresh, 0, 50, 1 << 20)  # type: ignore[arg-type]
     assert chunk is not None and chunk.first_offset == second
+
+
+def test_a_follower_refuses_guest_from_a_remote_address_as_the_leader_would() -> None:
+    """The leader sees the follower's address (no PROXY header on the stream port), so
+    the follower applies the loopback rule itself, for PLAIN and AMQPLAIN alike."""
+    plain = encode(c.SaslAuthenticate(3, "PLAIN", b"\x00guest\x00guest"))
+    refused = c.SaslAuthenticateResponse(3, ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK)
+    assert loopback_refusal("10.0.0.5", plain) == encode(refused)
+    assert loopback_refusal("127.0.0.1", plain) is None
+    assert loopback_refusal("::1", plain) is None
+    other = encode(c.SaslAuthenticate(4, "PLAIN", b"\x00alice\x00secret"))
+    assert loopback_refusal("10.0.0.5", other) is None
+    table = b"\x05LOGINS" + struct.pack(">I", 5) + b"guest"
+    table += b"\x08PASSWORDS" + struct.pack(">I", 5) + b"guest"
+    amqplain = encode(c.SaslAuthenticate(5, "AMQPLAIN", table))
+    answer = decode(memoryview(loopback_refusal("10.0.0.5", amqplain) or b"")[4:])
+    assert answer == c.SaslAuthenticateResponse(
+        5, ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK
+    )
