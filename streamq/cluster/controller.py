@@ -357,6 +357,7 @@ class Node:
         def attach(broker: Broker) -> None:
             broker.syncer.gate = server  # before any listener opens: every round waits
             broker.cluster = view
+            server.request_round = broker.syncer.barrier
 
         def serving(amqp_port: int, http_port: int) -> None:
             assert self._hooks is not None

@@ -113,6 +113,10 @@ class ReplicationServer:
         self._maintain_wake = asyncio.Event()
         self._growth_scheduled = False
         self._fenced = False
+        # Starts an empty fsync round through this gate (the broker's `Syncer.barrier`,
+        # set once the broker exists): a follower that starts streaming then hears of a
+        # committed position covering what it has, even on a cluster nobody writes to.
+        self.request_round: Callable[[], object] | None = None
 
     async def start(self, bind: str, port: int) -> int:
         """Listen on the clustering port; returns the bound port."""
@@ -393,6 +397,9 @@ class ReplicationServer:
     ) -> None:
         session.follower.state = "streaming"
         self._maintain_wake.set()
+        if self.request_round is not None and session.version >= wire.VERSION_COMMITTED:
+            with contextlib.suppress(RuntimeError):  # the broker is closing
+                self.request_round()
         sender = asyncio.create_task(self._send_stream(session, writer))
         acks = asyncio.create_task(self._read_acks(session, reader))
         try:

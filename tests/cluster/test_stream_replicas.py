@@ -248,3 +248,42 @@ def test_reads_continue_after_a_failover(
         asyncio.run(after())
         assert served_before >= 1, cluster.log_tails()
         assert survivor.log().count(SERVED_HERE) == served_in_before + 1, cluster.log_tails()
+
+
+@pytest.mark.timeout(240)
+def test_a_restarted_follower_serves_a_stream_nobody_writes_to(
+    etcd: EtcdServer,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
+) -> None:
+    """A follower learns a commit that covers its copy without any write after it joined:
+    nothing is written between its restart and the read. (The leader's last released
+    round covers the copy; for writes made outside rounds after it, the leader also runs
+    an empty round when a follower starts streaming.)"""
+    with stream_cluster(tmp_path / "cluster", etcd.endpoint, 2) as cluster:
+        leader = cluster.start(START_TIMEOUT_S)
+        follower = cluster.nodes[1]
+
+        async def fill() -> None:
+            producer = await started(Producer(HOST, stream_port(leader), **CREDENTIALS))
+            try:
+                await producer.create_stream("idle")
+                await send_confirmed(producer, "idle", numbered(20))
+            finally:
+                await producer.close()
+
+        async def read() -> None:
+            assert (await metadata_ports(follower, "idle", 1))[1] == [stream_port(follower)]
+            consumer = await started(Consumer(HOST, stream_port(follower), **CREDENTIALS))
+            try:
+                received = await subscribe(consumer, "idle", OffsetType.FIRST)
+                await received.wait(20)
+                assert received.bodies() == [b"m%d" % n for n in range(20)]
+            finally:
+                await consumer.close()
+
+        asyncio.run(fill())
+        follower.stop()
+        follower.start()
+        cluster.wait_in_sync(cluster.nodes, START_TIMEOUT_S)
+        asyncio.run(read())
+        assert SERVED_HERE in follower.log(), cluster.log_tails()
