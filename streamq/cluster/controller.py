@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -80,7 +81,19 @@ def node_info(config: ServeConfig, node_id: str) -> NodeInfo:
         http=address(http_bind, config.http_port),
         amqps=address(config.bind, config.amqps_port),
         https=address(http_bind, config.https_port),
+        stream=address(config.bind, config.stream_port),
+        stream_advertised=stream_advertised(config),
     )
+
+
+def stream_advertised(config: ServeConfig) -> str:
+    """What Metadata tells clients of this node's stream port ("" without one): the
+    stream gateway's advertised host and port (the host name and the listener's port by
+    default, as RabbitMQ)."""
+    if config.stream_port < 0:
+        return ""
+    host = config.stream_advertised_host or socket.gethostname()
+    return f"{_host_text(host)}:{config.stream_advertised_port or config.stream_port}"
 
 
 def _host_text(host: str) -> str:
@@ -344,6 +357,7 @@ class Node:
         def attach(broker: Broker) -> None:
             broker.syncer.gate = server  # before any listener opens: every round waits
             broker.cluster = view
+            server.request_round = broker.syncer.barrier
 
         def serving(amqp_port: int, http_port: int) -> None:
             assert self._hooks is not None
