@@ -176,7 +176,7 @@ def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
 
 
 def _is_loopback(s: MqttSession) -> bool:
-    if s.endpoints is None:
+    if s.endpoints is None or s.cross_origin:
         return False
     host = s.endpoints[0]
     if host == "unix":

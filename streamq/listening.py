@@ -29,6 +29,7 @@ from mqtt_gateway.server import (
     start_mqtt_listener,
     start_mqtt_unix_listener,
 )
+from mqtt_gateway.websocket import MqttOverWebSocket
 from stream_gateway.server import (
     StreamGateway,
     start_stream_listener,
@@ -57,20 +58,26 @@ async def listen_http(
     port: int,
     websocket: AmqpOverWebSocket,
     tls: TlsContexts | None = None,
+    mqtt_websocket: MqttOverWebSocket | None = None,
 ) -> HttpServer:
-    """The management API (and AMQP over WebSocket) on plain HTTP, or on HTTPS with
-    `tls`: bound, accepting once `open_together` opens it."""
+    """The management API (and AMQP and MQTT over WebSocket) on plain HTTP, or on HTTPS
+    with `tls`: bound, accepting once `open_together` opens it."""
     server = await import_http()
     what = "HTTP" if tls is None else "HTTPS"
     try:
         if tls is None:
             started = await server.start_http_server(
-                broker, host, port, websocket=websocket, start_serving=False
+                broker,
+                host,
+                port,
+                websocket=websocket,
+                mqtt_websocket=mqtt_websocket,
+                start_serving=False,
             )
         else:
             listen = tls_listen(tls, what)
             started = await server.start_http_server(
-                broker, host, port, listen, websocket=websocket
+                broker, host, port, listen, websocket=websocket, mqtt_websocket=mqtt_websocket
             )
         return cast("HttpServer", started)
     except OSError as exc:
