@@ -39,7 +39,8 @@ class MqttClient:
         self.protocol = ("Web " if session.websocket else "") + PROTOCOLS[session.level]
         self.connected_at_ms = session.connected_at_ms
         self.tls = transport_tls_fields(session.transport)
-        self.auth_mechanism = "PLAIN"  # CONNECT's user name and password
+        # CONNECT's user name and password, or "EXTERNAL": the TLS certificate's CN.
+        self.auth_mechanism = session.auth_mechanism
 
     @property
     def vhost(self) -> str:

@@ -4,7 +4,8 @@ Owns the `MqttGateway`: its sessions, the registry of connected client ids per v
 (a new connection with a client id already connected takes the session over and closes
 the old connection, MQTT-3.1.4-3), each vhost's retained messages (`RetainedStore`,
 opened on first use, written behind the publishes that change them), the settings all
-sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size), the
+sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size,
+`ssl_cert_login`), the
 listing of connections in `Broker.clients`, and opening the TCP and unix socket
 listeners. Deliveries are driven by the broker core's drain, which the AMQP gateway runs
 for every vhost (as for the stream gateway). It must not parse packets (session.py and
@@ -53,11 +54,15 @@ class MqttGateway:
         max_inflight_messages: int = MAX_INFLIGHT_MESSAGES_DEFAULT,
         default_vhost: str = "/",
         packet_bytes_max: int = PACKET_BYTES_MAX_DEFAULT,
+        ssl_cert_login: bool = False,
     ) -> None:
         self.broker = broker
         self.max_inflight_messages = max_inflight_messages
         self.default_vhost = default_vhost
         self.packet_bytes_max = packet_bytes_max
+        # RabbitMQ's mqtt.ssl_cert_login: a CONNECT without credentials over TLS with a
+        # verified client certificate logs in as the certificate's CN.
+        self.ssl_cert_login = ssl_cert_login
         self.sessions: set[MqttSession] = set()
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}

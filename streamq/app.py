@@ -242,6 +242,7 @@ async def run_broker(
             max_inflight_messages=config.mqtt_max_inflight_messages,
             default_vhost=config.mqtt_default_vhost,
             packet_bytes_max=config.mqtt_max_packet_size,
+            ssl_cert_login=config.mqtt_ssl_cert_login,
         )
         mqtt.attach(asyncio.get_running_loop())
         mqtt_websocket = MqttOverWebSocket(mqtt, origins)

@@ -207,6 +207,11 @@ KEYS: Final[tuple[Key, ...]] = (
          help="largest MQTT packet accepted (bytes, fixed header included); larger "
          "closes the connection (5.0: reason 0x95)",
          ini=(("mqtt", "max_packet_size"),), metavar="BYTES"),
+    Key("mqtt_ssl_cert_login", parse=v.boolean, default="false",
+         help="an MQTT CONNECT without user name and password over TLS with a verified "
+         "client certificate (tls_verify_peer) logs in as the certificate's CN "
+         "(RabbitMQ's mqtt.ssl_cert_login)",
+         ini=(("mqtt", "ssl_cert_login"),), metavar="BOOL"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),
