@@ -25,7 +25,12 @@ from typing import Final
 from mqtt_gateway import broker_side
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
-from mqtt_gateway.proxy import ProxyHeaderReceiver, socket_endpoints
+from mqtt_gateway.proxy import (
+    OptionalProxyHeaderReceiver,
+    ProxyHeaderReceiver,
+    TrustedProxy,
+    socket_endpoints,
+)
 from mqtt_gateway.qos2_store import Qos2Store
 from mqtt_gateway.retained import RetainedStore
 from mqtt_gateway.session import MqttSession
@@ -214,11 +219,14 @@ async def start_mqtt_listener(
     host: str,
     port: int,
     proxy_protocol: int = 0,
+    trusted_proxy: TrustedProxy | None = None,
     *,
     start_serving: bool = True,
 ) -> asyncio.Server:
     """Listen for MQTT over TCP on host:port; with `proxy_protocol` (1 or 2: either
-    version's header is accepted) each connection must start with a PROXY header.
+    version's header is accepted) each connection must start with a PROXY header. With
+    `trusted_proxy` instead (a cluster leader's), a connection from a peer it accepts
+    may start with one, and a header from any other peer is refused.
     `start_serving` False: bound, accepting only after `start_serving()` (the broker
     opens its listeners together). Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
@@ -227,6 +235,8 @@ async def start_mqtt_listener(
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
             return ProxyHeaderReceiver(gateway, socket_endpoints)
+        if trusted_proxy is not None:
+            return OptionalProxyHeaderReceiver(gateway, socket_endpoints, trusted_proxy)
         return gateway.protocol_factory()
 
     return await loop.create_server(

@@ -269,7 +269,8 @@ async def run_broker(
             streams = listening.stream_gateway(broker, config)
             listeners += await listening.listen_streams(streams, config, tls, servers)
         if config.mqtt_port >= 0 or config.mqtt_unix_path or config.mqtts_port >= 0:
-            listeners += await listening.listen_mqtt(mqtt, config, servers, mqtt_unix, tls)
+            trusted = None if cluster is None else cluster.trusted_proxy
+            listeners += await listening.listen_mqtt(mqtt, config, servers, mqtt_unix, tls, trusted)
         broker.listeners[:] = listeners
         if tls is not None:
             broker.tls_files = (config.tls_cert, config.tls_ca_cert)

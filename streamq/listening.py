@@ -222,16 +222,23 @@ async def listen_mqtt(
     servers: list[asyncio.Server],
     unix: list[MqttUnixListener],
     tls: TlsContexts | None,
+    trusted_proxy: Callable[[str], bool] | None = None,
 ) -> list[tuple[str, str, int]]:
     """The MQTT listeners (TCP, TLS, unix socket); their entries for `broker.listeners`,
-    with RabbitMQ's protocol names."""
+    with RabbitMQ's protocol names. `trusted_proxy`: a cluster leader's followers, whose
+    PROXY headers the TCP listener reads."""
     listeners = []
     host = config.bind if config.mqtt_bind is None else config.mqtt_bind
     mqtt.attach(asyncio.get_running_loop())  # the resource alarms, for every listener
     if config.mqtt_port >= 0:
         plain = await listen(
             lambda: start_mqtt_listener(
-                mqtt, host, config.mqtt_port, config.tcp_proxy_protocol, start_serving=False
+                mqtt,
+                host,
+                config.mqtt_port,
+                config.tcp_proxy_protocol,
+                trusted_proxy,
+                start_serving=False,
             ),
             host,
             config.mqtt_port,

@@ -89,6 +89,8 @@ class NodeInfo:
     http: str
     amqps: str = ""
     https: str = ""
+    mqtt: str = ""  # "": no MQTT listener (or a node from before MQTT was forwarded)
+    mqtts: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

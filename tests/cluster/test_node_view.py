@@ -33,6 +33,8 @@ def test_registered_addresses_replace_wildcards_with_the_advertised_host() -> No
         http="127.0.0.3:15672",
         amqps="10.0.0.1:5671",
         https="",  # -1: off
+        mqtt="10.0.0.1:1883",  # [mqtt] bind unset: `bind`'s wildcard, the advertised host
+        mqtts="",
     )
 
 
