@@ -1,8 +1,8 @@
 """The broker's listeners: each protocol's server socket, bound before it accepts.
 
 Owns how `streamq serve` binds AMQP (TCP, TLS, unix socket), HTTP and HTTPS (the
-management API with AMQP over WebSocket), the stream protocol (plain, TLS) and MQTT (TCP,
-TLS, unix socket): every function binds without accepting (`start_serving=False`), and
+management API with AMQP and MQTT over WebSocket), the stream protocol (plain, TLS) and
+MQTT (TCP, TLS, unix socket): every function binds without accepting (`start_serving=False`), and
 `open_together` starts them all within one turn of the event loop, the AMQP port last
 (the readiness rule of `streamq.app`). A port that cannot be bound is a ServeError naming
 the protocol, the address and the reason.

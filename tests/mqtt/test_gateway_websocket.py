@@ -74,7 +74,7 @@ def test_paho_over_websocket_meets_tcp(broker: MqttBroker, version: str) -> None
     ws_pub = ws_paho(broker.http_port, "ws-pub", version=version)
     ws_pub.connect()
     ws_pub.publish("room/hall/temp", b"19", 1)
-    ws_pub.publish("room/hall/temp", b"x" * 3000, 0)  # a packet larger than paho's frames?
+    ws_pub.publish("room/hall/temp", b"x" * 3000, 0)  # QoS 0, a larger payload
     got = sub.receive(3)
     assert [(m.topic, m.payload, m.qos) for m in got] == [
         ("room/kitchen/temp", b"21", 1),
