@@ -123,8 +123,8 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
 
 def build_app(
     broker: Broker,
-    websocket: websocket_api.AmqpWebSocketServer | None = None,
-    mqtt_websocket: websocket_api.AmqpWebSocketServer | None = None,
+    websocket: websocket_api.WebSocketServer | None = None,
+    mqtt_websocket: websocket_api.WebSocketServer | None = None,
 ) -> web.Application:
     """The application; with `websocket`, AMQP over WebSocket on any path as well, and
     with `mqtt_websocket` MQTT over WebSocket (on `/mqtt`)."""
@@ -172,8 +172,8 @@ async def start_http_server(
     port: int,
     listen: Listen | None = None,
     *,
-    websocket: websocket_api.AmqpWebSocketServer | None = None,
-    mqtt_websocket: websocket_api.AmqpWebSocketServer | None = None,
+    websocket: websocket_api.WebSocketServer | None = None,
+    mqtt_websocket: websocket_api.WebSocketServer | None = None,
     start_serving: bool = True,
 ) -> HttpServer:
     """Listen on host:port (with `listen`: the broker's TLS for HTTPS; None: plain TCP,

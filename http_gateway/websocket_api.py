@@ -92,7 +92,7 @@ class AiohttpMessageSocket:
         return default if transport is None else transport.get_extra_info(name, default)
 
 
-class AmqpWebSocketServer(Protocol):
+class WebSocketServer(Protocol):
     """A gateway's side: amqp_gateway.websocket.AmqpOverWebSocket,
     mqtt_gateway.websocket.MqttOverWebSocket."""
 
@@ -105,13 +105,13 @@ class AmqpWebSocketServer(Protocol):
     async def serve(self, socket: AiohttpMessageSocket) -> None: ...
 
 
-SERVER_KEY: Final = web.AppKey("amqp_websocket_server", AmqpWebSocketServer)
-MQTT_SERVER_KEY: Final = web.AppKey("mqtt_websocket_server", AmqpWebSocketServer)
+SERVER_KEY: Final = web.AppKey("amqp_websocket_server", WebSocketServer)
+MQTT_SERVER_KEY: Final = web.AppKey("mqtt_websocket_server", WebSocketServer)
 OPEN_KEY: Final = web.AppKey("amqp_websockets", dict[AiohttpMessageSocket, asyncio.Event])
 
 
 def install(
-    app: web.Application, server: AmqpWebSocketServer, mqtt: AmqpWebSocketServer | None = None
+    app: web.Application, server: WebSocketServer, mqtt: WebSocketServer | None = None
 ) -> None:
     """Serve AMQP over WebSocket on `app`'s every site, and MQTT with `mqtt`; `middleware`
     must be its first."""
@@ -158,7 +158,7 @@ def _refuse_subprotocols(request: web.Request, offered: list[str], wanted: str) 
 
 
 async def _upgrade(
-    request: web.Request, server: AmqpWebSocketServer, protocol: str, subprotocols: tuple[str, ...]
+    request: web.Request, server: WebSocketServer, protocol: str, subprotocols: tuple[str, ...]
 ) -> web.StreamResponse:
     origin = request.headers.get(hdrs.ORIGIN)
     allowed = server.allowed_origins
