@@ -201,3 +201,13 @@ def test_paho_over_wss_on_the_https_port(tmp_path: Path, pki: Certs) -> None:
         pub.disconnect()
     finally:
         running.stop()
+
+
+def test_a_broker_shutdown_disconnects_websocket_clients(tmp_path: Path) -> None:
+    running = MqttBroker(tmp_path / "data")
+    client = ws_paho(running.http_port, "ws-shutdown", version="5.0")
+    assert client.connect() == (False, 0)
+    running.stop()
+    # 5.0's DISCONNECT "server shutting down" (0x8B) came before the socket closed.
+    assert int(client.disconnects.get(timeout=10).value) == 0x8B
+    client.stop()
