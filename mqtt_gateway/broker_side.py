@@ -54,6 +54,7 @@ from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
 from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
+from streamq.tls_peer import certificate_cn
 
 if TYPE_CHECKING:
     from mqtt_gateway.session import MqttSession
@@ -146,6 +147,9 @@ def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
     """The user and vhost of CONNECT's credentials, or the refusal's CONNACK code."""
     gateway = s.gateway
     username = packet.username
+    if username is None and packet.password is None and gateway.ssl_cert_login:
+        # RabbitMQ's mqtt.ssl_cert_login: no credentials, a verified client certificate.
+        return _certificate_login(s)
     if username is None or packet.password is None:
         return _refusal(
             s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
@@ -164,27 +168,48 @@ def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
         return _refusal(
             s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
         )
+    return _open_vhost(s, found.name, vhost_name)
+
+
+def _certificate_login(s: MqttSession) -> tuple[str, VHost] | int:
+    """Log in as the common name of the client's verified TLS certificate (MQTTS with
+    tls_verify_peer), into `default_vhost`: the user must exist, no password is checked,
+    as AMQP's EXTERNAL (amqp_gateway/external_auth.py)."""
+    name = certificate_cn(s.transport)
+    found = s.broker.accounts.user(name) if name else None
+    if found is None or not login_allowed(found.name, _is_loopback(s)):
+        logger.warning("MQTT certificate login refused for %r from %s", name, s.peer)
+        return _refusal(
+            s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
+        )
+    s.auth_mechanism = "EXTERNAL"
+    return _open_vhost(s, found.name, s.gateway.default_vhost)
+
+
+def _open_vhost(s: MqttSession, user: str, vhost_name: str) -> tuple[str, VHost] | int:
+    """The user and the vhost it may open, or the refusal's CONNACK code."""
+    accounts = s.broker.accounts
     vhost = s.broker.vhosts.get(vhost_name)
-    if vhost is not None and accounts.vhost_access(found.name, vhost_name):
-        limit = s.broker.tracking.open_refusal(vhost_name, found.name)
+    if vhost is not None and accounts.vhost_access(user, vhost_name):
+        limit = s.broker.tracking.open_refusal(vhost_name, user)
         if limit is not None:
             # The vhost's or the user's max-connections, as RabbitMQ 3.10's MQTT plugin
             # checks them: "not authorized" (5.0: quota exceeded).
             logger.warning("MQTT connection %s refused: %s", s.peer, limit)
             return _refusal(s, ReasonCode.QUOTA_EXCEEDED, ConnackReturnCode.NOT_AUTHORIZED)
-    if vhost is None or not accounts.vhost_access(found.name, vhost_name):
+    if vhost is None or not accounts.vhost_access(user, vhost_name):
         logger.warning(
             "MQTT access to vhost '%s' refused for user '%s' from %s",
             vhost_name,
-            found.name,
+            user,
             s.peer,
         )
         return _refusal(s, ReasonCode.NOT_AUTHORIZED, ConnackReturnCode.NOT_AUTHORIZED)
-    return found.name, vhost
+    return user, vhost
 
 
 def _is_loopback(s: MqttSession) -> bool:
-    if s.endpoints is None:
+    if s.endpoints is None or s.cross_origin:
         return False
     host = s.endpoints[0]
     if host == "unix":

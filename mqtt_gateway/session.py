@@ -78,6 +78,9 @@ class MqttSession(asyncio.Protocol):
         self.decoder = Decoder(packet_bytes_max=gateway.packet_bytes_max)
         self.transport: asyncio.Transport | None = None
         self.endpoints = endpoints  # (peer host, peer port, host, port); None: from socket
+        self.websocket = False  # over a WebSocket (mqtt_gateway/websocket.py)
+        self.cross_origin = False  # a WebSocket from another site's page: not local
+        self.auth_mechanism = "PLAIN"  # "EXTERNAL": logged in by its TLS certificate
         self.level = ProtocolLevel.MQTT_3_1_1
         self.connect: Connect | None = None
         self.client_id = ""

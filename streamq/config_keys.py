@@ -211,6 +211,11 @@ KEYS: Final[tuple[Key, ...]] = (
          help="Topic Aliases an MQTT 5.0 client may set (CONNACK's Topic Alias Maximum; "
          "RabbitMQ's mqtt.topic_alias_maximum); 0: none",
          ini=(("mqtt", "topic_alias_maximum"),), metavar="N"),
+    Key("mqtt_ssl_cert_login", parse=v.boolean, default="false",
+         help="an MQTT CONNECT without user name and password over TLS with a verified "
+         "client certificate (tls_verify_peer) logs in as the certificate's CN "
+         "(RabbitMQ's mqtt.ssl_cert_login)",
+         ini=(("mqtt", "ssl_cert_login"),), metavar="BOOL"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),

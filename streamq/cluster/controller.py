@@ -69,6 +69,7 @@ def node_info(config: ServeConfig, node_id: str) -> NodeInfo:
     at the advertised URI's host where a listener binds every address."""
     advertised_host = urlsplit(advertised_uri(config)).hostname or "127.0.0.1"
     http_bind = config.bind if config.http_bind is None else config.http_bind
+    mqtt_bind = config.bind if config.mqtt_bind is None else config.mqtt_bind
 
     def address(bind: str, port: int) -> str:
         host = advertised_host if bind in WILDCARDS else bind
@@ -83,6 +84,8 @@ def node_info(config: ServeConfig, node_id: str) -> NodeInfo:
         https=address(http_bind, config.https_port),
         stream=address(config.bind, config.stream_port),
         stream_advertised=stream_advertised(config),
+        mqtt=address(mqtt_bind, config.mqtt_port),
+        mqtts=address(mqtt_bind, config.mqtts_port),
     )
 
 

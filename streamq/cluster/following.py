@@ -4,11 +4,11 @@ Owns one `Following` per leader followed: the replication client (`ReplicationCl
 restarted after FOLLOW_RETRY_S whenever its connection ends, while the same leader is
 elected; in replication version 3, or 2 for a leader that closed before greeting 3), the
 forwarders on this node's client ports (`proxy.Forwarder`: AMQP with a PROXY v1 header,
-HTTP, and the TLS ports when both nodes have them) and, when the leader has a stream
-port, the stream port (`stream_proxy.StreamProxy`: piped to the leader's, with
-subscriptions served from this node's copy up to what `ReplicaProgress` allows). `close()` stops
-both and returns only once the replication client's last write to the data directory is
-done, so that the caller may then open a broker on it.
+HTTP, MQTT with a PROXY v1 header, and the TLS ports when both nodes have them) and, when
+the leader has a stream port, the stream port (`stream_proxy.StreamProxy`: piped to the
+leader's, with subscriptions served from this node's copy up to what `ReplicaProgress`
+allows). `close()` stops both and returns only once the replication client's last write
+to the data directory is done, so that the caller may then open a broker on it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ FOLLOW_RETRY_S: Final = 1.0
 
 @dataclass(frozen=True, slots=True)
 class ForwardedPort:
-    what: str  # "AMQP", "HTTP", "AMQPS", "HTTPS"
+    what: str  # "AMQP", "HTTP", "AMQPS", "HTTPS", "MQTT", "MQTTS"
     host: str  # this node's listening address
     port: int
     target: str  # the leader's "host:port"
@@ -47,8 +47,9 @@ class ForwardedPort:
 
 def forwarded_ports(config: ServeConfig, leader: NodeInfo) -> list[ForwardedPort]:
     """This node's client ports and the leader's matching addresses: AMQP (with a PROXY
-    header: the leader's AMQP listener trusts its followers' headers), HTTP, and the TLS
-    ports where this node has one and the leader advertises one."""
+    header: the leader's AMQP listener trusts its followers' headers), HTTP, MQTT (with a
+    PROXY header too) where both nodes have it, and the TLS ports where this node has
+    one and the leader advertises one."""
     http_bind = config.bind if config.http_bind is None else config.http_bind
     ports = [
         ForwardedPort("AMQP", config.bind, config.amqp_port, leader.amqp, True),
@@ -58,6 +59,11 @@ def forwarded_ports(config: ServeConfig, leader: NodeInfo) -> list[ForwardedPort
         ports.append(ForwardedPort("AMQPS", config.bind, config.amqps_port, leader.amqps, False))
     if config.https_port >= 0 and leader.https:
         ports.append(ForwardedPort("HTTPS", http_bind, config.https_port, leader.https, False))
+    mqtt_bind = config.bind if config.mqtt_bind is None else config.mqtt_bind
+    if config.mqtt_port >= 0 and leader.mqtt:
+        ports.append(ForwardedPort("MQTT", mqtt_bind, config.mqtt_port, leader.mqtt, True))
+    if config.mqtts_port >= 0 and leader.mqtts:
+        ports.append(ForwardedPort("MQTTS", mqtt_bind, config.mqtts_port, leader.mqtts, False))
     return ports
 
 

@@ -94,6 +94,8 @@ class NodeInfo:
     # node of before follower reads).
     stream: str = ""
     stream_advertised: str = ""
+    mqtt: str = ""  # "": no MQTT listener (or a node from before MQTT was forwarded)
+    mqtts: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -37,6 +37,8 @@ def test_registered_addresses_replace_wildcards_with_the_advertised_host() -> No
         https="",  # -1: off
         stream="10.0.0.1:5552",
         stream_advertised=f"{socket.gethostname()}:5552",  # as the stream gateway's default
+        mqtt="10.0.0.1:1883",  # [mqtt] bind unset: `bind`'s wildcard, the advertised host
+        mqtts="",
     )
 
 
