@@ -20,6 +20,11 @@ EXCHANGE: Final = "amq.topic"
 QUEUE_PREFIX: Final = "mqtt-subscription-"
 QOS_HEADER: Final = b"x-mqtt-publish-qos"
 DUP_HEADER: Final = b"x-mqtt-dup"
+SHARED_QUEUE_PREFIX: Final = "mqtt-shared-"
+PUBLISHER_HEADER: Final = b"x-mqtt-client-id"
+"""The publishing session's client id (for its subscriptions' No Local)."""
+RETAIN_HEADER: Final = b"x-mqtt-retain"
+"""The publish's retain flag (for Retain As Published), written only when set."""
 
 _PROPERTY_FLAG_HEADERS: Final = 0x2000
 _PROPERTY_FLAG_DELIVERY_MODE: Final = 0x1000
@@ -40,6 +45,10 @@ _INTEGER_FIELDS: Final = {
     ord("l"): struct.Struct(">q"),
 }
 
+_PUBLISHER_NAME: Final = bytes((len(PUBLISHER_HEADER),)) + PUBLISHER_HEADER
+_RETAIN_ENTRY: Final = bytes((len(RETAIN_HEADER),)) + RETAIN_HEADER + b"t\x01"
+_LONG_STRING: Final = struct.Struct(">I")
+
 _TO_AMQP: Final = str.maketrans({"/": ".", "+": "*", ".": "/", "*": "+"})
 _TO_MQTT: Final = str.maketrans({".": "/", "*": "+", "/": ".", "+": "*"})
 
@@ -57,14 +66,30 @@ def to_topic(routing_key: str) -> str:
 
 
 def queue_name(client_id: str, qos: int) -> str:
-    """The queue holding a session's subscriptions of one QoS (0, or 1 for 1 and 2)."""
-    return f"{QUEUE_PREFIX}{client_id}qos{min(qos, 1)}"
+    """The queue holding a session's subscriptions of one QoS (0, 1 or 2; RabbitMQ 3.10
+    has the first two, QoS 2 ones being granted 1 there)."""
+    return f"{QUEUE_PREFIX}{client_id}qos{qos}"
 
 
-def publish_properties(qos: int, dup: bool) -> bytes:
-    """The AMQP basic properties (wire encoding) an MQTT publish is stored with."""
+def shared_queue_name(group: str) -> str:
+    """The queue of a shared subscription group (`$share/{group}/...`), which its members
+    consume from in turn (RabbitMQ 3.10 and LavinMQ have no shared subscriptions)."""
+    return f"{SHARED_QUEUE_PREFIX}{group}"
+
+
+def publish_properties(
+    qos: int, dup: bool, *, publisher: str | None = None, retain: bool = False
+) -> bytes:
+    """The AMQP basic properties (wire encoding) an MQTT publish is stored with;
+    `publisher` (its client id) and `retain` add the headers No Local and Retain As
+    Published read back at delivery (`publisher_of`, `published_retained`)."""
     table = _QOS_ENTRY + struct.pack(">b", qos)
     table += bytes((len(DUP_HEADER),)) + DUP_HEADER + b"t" + (b"\x01" if dup else b"\x00")
+    if publisher is not None:
+        encoded = publisher.encode()
+        table += _PUBLISHER_NAME + b"S" + struct.pack(">I", len(encoded)) + encoded
+    if retain:
+        table += _RETAIN_ENTRY
     mode = _DELIVERY_MODE_PERSISTENT if qos else _DELIVERY_MODE_TRANSIENT
     flags = _PROPERTY_FLAG_HEADERS | _PROPERTY_FLAG_DELIVERY_MODE
     return struct.pack(">HI", flags, len(table)) + table + bytes((mode,))
@@ -95,3 +120,25 @@ def delivery_qos(subscription_qos: int, properties_raw: bytes) -> int:
     message no MQTT client published counts at the subscription's."""
     published = published_qos(properties_raw)
     return subscription_qos if published is None else min(published, subscription_qos)
+
+
+def publisher_of(properties_raw: bytes) -> str | None:
+    """The client id of the MQTT session that published a message (its
+    `x-mqtt-client-id` header, found by its exact entry bytes as `published_qos` finds
+    its header); None for another protocol's message."""
+    if len(properties_raw) < 2 or not properties_raw[0] & (_PROPERTY_FLAG_HEADERS >> 8):
+        return None
+    at = properties_raw.find(_PUBLISHER_NAME + b"S")
+    if at < 0:
+        return None
+    at += len(_PUBLISHER_NAME) + 1
+    if at + 4 > len(properties_raw):
+        return None
+    (length,) = _LONG_STRING.unpack_from(properties_raw, at)
+    value = properties_raw[at + 4 : at + 4 + length]
+    return value.decode(errors="replace") if len(value) == length else None
+
+
+def published_retained(properties_raw: bytes) -> bool:
+    """Whether an MQTT publisher set the retain flag (its `x-mqtt-retain` header)."""
+    return _RETAIN_ENTRY in properties_raw
