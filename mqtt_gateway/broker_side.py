@@ -207,7 +207,9 @@ def send_retained(
     until PUBACKed (PUBREC'd), not on any queue. One past the client's Maximum Packet
     Size is not sent (MQTT-3.1.2-25)."""
     store = s.gateway.retained(vhost)
-    properties = Properties(subscription_identifiers=(identifier,)) if identifier else None
+    properties = None
+    if identifier is not None and s.level is _V5:
+        properties = Properties(subscription_identifiers=(identifier,))
     limit = s.packet_bytes_max_out
     for topic, retained_qos, payload in store.matching(topic_filter):
         out_qos = min(qos, retained_qos)

@@ -527,7 +527,12 @@ class MqttSession(asyncio.Protocol):
     ) -> bool:  # fmt: skip
         """Write a PUBLISH; False, writing nothing, when it is larger than the 5.0
         client's Maximum Packet Size (MQTT-3.1.2-25: the server discards it)."""
-        properties = Properties(subscription_identifiers=identifiers) if identifiers else None
+        if identifiers and self.level is ProtocolLevel.MQTT_5:
+            # (A persistent session's 5.0 identifiers stay in its bindings when it
+            # comes back at 3.1.1, which has no properties.)
+            properties: Properties | None = Properties(subscription_identifiers=identifiers)
+        else:
+            properties = None
         packet = Publish(topic, payload, qos, retain, dup, packet_id)
         if properties is not None:
             packet = Publish(topic, payload, qos, retain, dup, packet_id, properties)
