@@ -56,12 +56,12 @@ class MqttConsumer:
         "tag",
     )
 
-    def __init__(self, session: MqttSession, queue: Queue, qos: int) -> None:
+    def __init__(self, session: MqttSession, queue: Queue, qos: int, *, acks: bool) -> None:
         self.session = session
         self.queue = queue
-        self.qos = qos
+        self.qos = qos  # a shared queue member's may change (subscriptions.consume)
         self.tag = f"mqtt-{session.client_id}-{queue.name}"
-        self.no_ack = qos == 0
+        self.no_ack = not acks
         self.exclusive = False
         self.priority = 0
         # Subscription queues are classic queues: the stream fields are never read.

@@ -273,9 +273,16 @@ def _drop_if_unbound(vhost: VHost, name: str) -> None:
 
 
 def consume(s: MqttSession, vhost: VHost, queue: Queue, qos: int) -> None:
-    if queue.name in s.consumers:
+    """Consume from `queue` at `qos`. A shared queue's member consumes with acks
+    whatever its QoS, at the highest of its subscriptions there (one consumer per
+    member and queue: a member's filters in one group share it)."""
+    shared = queue.name.startswith(mapping.SHARED_QUEUE_PREFIX)
+    existing = s.consumers.get(queue.name)
+    if existing is not None:
+        if shared:
+            existing.qos = max(o.qos for o in s.subscriptions.get(queue.name, {}).values())
         return
-    consumer = MqttConsumer(s, queue, qos)
+    consumer = MqttConsumer(s, queue, qos, acks=shared or qos > 0)
     s.consumers[queue.name] = consumer
     vhost.add_consumer(queue, consumer)
 

@@ -269,3 +269,21 @@ def _pubrel_state(data: Path) -> dict[str, object]:
     document = json.loads(files[0].read_text())
     assert isinstance(document, dict)
     return document
+
+
+def test_a_retained_message_goes_out_at_qos_2(mqtt_broker: MqttBroker) -> None:
+    pub = Paho(mqtt_broker.mqtt_port, "pub")
+    pub.connect()
+    pub.publish("jobs/kept", b"retained", 2, retain=True)
+    raw = subscribed(mqtt_broker.mqtt_port)
+    publish = raw.read()
+    assert isinstance(publish, Publish)
+    assert (publish.payload, publish.qos, publish.retain) == (b"retained", 2, True)
+    assert publish.packet_id is not None
+    raw.send(PubRec(publish.packet_id))
+    assert raw.read() == PubRel(publish.packet_id)
+    raw.send(PubComp(publish.packet_id))
+    with pytest.raises(TimeoutError):
+        raw.read(timeout_s=0.3)
+    raw.close()
+    pub.disconnect()
