@@ -75,7 +75,7 @@ def delivery_options(
     """For a message of `topic` from a queue whose subscriptions are `held`: whether it
     goes out (No Local holds back what this client id published, MQTT-3.8.3-3), the
     subscription identifiers of the subscriptions it matches (MQTT-3.3.4-3, -4), and
-    its retain flag (Retain As Published: as published, else 0, MQTT-3.3.1-12, -13).
+    its retain flag (Retain As Published: as published, MQTT-3.3.1-13; else 0, -12).
     A message matching none of them (a `$` topic under a first-level wildcard) goes
     out plainly."""
     matched = [o for o in held.values() if topic_matches(o.topic_filter, topic)]
