@@ -64,7 +64,8 @@ def subscribe(s: MqttSession, packet: Subscribe) -> list[tuple[str, int, int | N
     """Bind each filter to the queue of its granted QoS (or its group's); SUBACK once
     the bindings of a persistent session are durable. Returns the (filter, QoS,
     identifier) whose retained messages to send after it (Retain Handling 0, or 1 for
-    a new subscription; never for a shared one, MQTT 5.0 section 4.8.2)."""
+    a new subscription; never for a shared one: MQTT 5.0 section 3.8.4 sends them to
+    non-shared ones)."""
     vhost = s.vhost
     assert vhost is not None
     identifier = packet.properties.subscription_identifiers
