@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqtt_gateway import broker_side
+from mqtt_gateway.binding_index import BindingIndex
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
 from mqtt_gateway.consumer import MqttConsumer
@@ -66,6 +67,7 @@ class MqttGateway:
         self._retained: dict[str, RetainedStore] = {}
         self._qos2: dict[str, Qos2Store] = {}
         self._pubrel: dict[str, PubrelStore] = {}
+        self._bindings: dict[str, BindingIndex] = {}
         self._wills: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (vhost, client id)
         self._retained_flushing: set[asyncio.Task[None]] = set()
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
@@ -182,6 +184,13 @@ class MqttGateway:
             directory = self.broker.vhost_directory(vhost.name)
             store = self._qos2[vhost.name] = Qos2Store(directory)
         return store
+
+    def binding_index(self, vhost: VHost) -> BindingIndex:
+        """The bindings of the vhost's MQTT queues, by queue and shared-group member."""
+        index = self._bindings.get(vhost.name)
+        if index is None:
+            index = self._bindings[vhost.name] = BindingIndex(vhost)
+        return index
 
     def pubrel(self, vhost: VHost) -> PubrelStore:
         """The QoS 2 deliveries of the vhost's persistent sessions awaiting PUBCOMP."""

@@ -24,6 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from mqtt_gateway import mapping
+from mqtt_gateway.binding_index import BindingIndex
 from mqtt_gateway.codec import (
     ProtocolLevel,
     ReasonCode,
@@ -43,7 +44,7 @@ from mqtt_gateway.subscription_options import (
     options_of,
 )
 from streamq.broker.errors import BrokerError
-from streamq.broker.exchange import Binding, Destination
+from streamq.broker.exchange import Binding, Destination, freeze_arguments
 
 if TYPE_CHECKING:
     from mqtt_gateway.session import MqttSession
@@ -119,8 +120,7 @@ def _subscribe_one(
     try:
         queue = _queue(s, vhost, name, shared=member is not None)
         existed = _unbind_filter(s, vhost, routing_key, member, name if member else None)
-        vhost.bind(Destination("queue", name), mapping.EXCHANGE, routing_key,
-                   binding_arguments(options, member))  # fmt: skip
+        _bind(s, vhost, name, routing_key, binding_arguments(options, member))
     except BrokerError as exc:
         logger.warning("MQTT subscription to '%s' failed: %s", subscription.topic_filter, exc)
         return (ReasonCode.UNSPECIFIED_ERROR if s.level is _V5 else failure), False
@@ -181,31 +181,23 @@ def _queue(s: MqttSession, vhost: VHost, name: str, *, shared: bool) -> Queue:
     return vhost.declare_queue(name, False, s.persistent, False, not s.persistent, arguments, None)
 
 
-def _bindings_of(vhost: VHost, name: str, routing_key: str | None = None) -> list[Binding]:
-    exchange = vhost.exchanges.get(mapping.EXCHANGE)
-    if exchange is None:
-        return []
-    destination = Destination("queue", name)
-    return [
-        b
-        for b in exchange.bindings
-        if b.destination == destination and (routing_key is None or b.routing_key == routing_key)
-    ]
+def _index(s: MqttSession, vhost: VHost) -> BindingIndex:
+    return s.gateway.binding_index(vhost)
 
 
-def _member_bindings(
-    vhost: VHost, name: str, member: str, routing_key: str | None
-) -> list[Binding]:
-    return [
-        b
-        for b in _bindings_of(vhost, name, routing_key)
-        if dict(b.arguments).get(ARG_MEMBER) == member
-    ]
+def _bind(
+    s: MqttSession, vhost: VHost, name: str, routing_key: str, arguments: dict[str, object]
+) -> None:
+    vhost.bind(Destination("queue", name), mapping.EXCHANGE, routing_key, arguments)
+    _index(s, vhost).add(
+        Binding(Destination("queue", name), routing_key, freeze_arguments(arguments))
+    )
 
 
-def _unbind(vhost: VHost, binding: Binding) -> None:
+def _unbind(s: MqttSession, vhost: VHost, binding: Binding) -> None:
     vhost.unbind(binding.destination, mapping.EXCHANGE, binding.routing_key,
                  dict(binding.arguments))  # fmt: skip
+    _index(s, vhost).remove(binding)
 
 
 def _unbind_filter(
@@ -216,14 +208,16 @@ def _unbind_filter(
     whether there was one."""
     found = False
     if shared_name is not None and member is not None:
-        for binding in _member_bindings(vhost, shared_name, member, routing_key):
-            _unbind(vhost, binding)
-            found = True
+        index = _index(s, vhost)
+        for binding in index.of(vhost, shared_name, routing_key):
+            if dict(binding.arguments).get(ARG_MEMBER) == member:
+                _unbind(s, vhost, binding)
+                found = True
         return found
     for qos in OWN_QUEUE_QOS:
         name = mapping.queue_name(s.client_id, qos)
-        for binding in _bindings_of(vhost, name, routing_key):
-            _unbind(vhost, binding)
+        for binding in _index(s, vhost).of(vhost, name, routing_key):
+            _unbind(s, vhost, binding)
             s.subscriptions.get(name, {}).pop(mapping.to_topic(routing_key), None)
             found = True
     return found
@@ -261,13 +255,15 @@ def _leave_group(s: MqttSession, vhost: VHost, name: str) -> None:
             del s.inflight[packet_id]
         vhost.requeue_many([entry for _id, entry in held], deliver=False)
         vhost.remove_consumer(consumer.queue, consumer)
-    _drop_if_unbound(vhost, name)
+    _drop_if_unbound(s, vhost, name)
 
 
-def _drop_if_unbound(vhost: VHost, name: str) -> None:
+def _drop_if_unbound(s: MqttSession, vhost: VHost, name: str) -> None:
     queue = vhost.queues.get(name)
-    if queue is not None and not _bindings_of(vhost, name) and not queue.consumers:
+    index = _index(s, vhost)
+    if queue is not None and not index.of(vhost, name) and not queue.consumers:
         vhost.remove_queue(queue)
+        index.drop_queue(name)
 
 
 # -- a session's start and end ---------------------------------------------------------------
@@ -292,16 +288,18 @@ def resume(s: MqttSession, vhost: VHost) -> bool:
     """Consume from the session's queues that exist and the shared queues it is a
     member of, with their subscriptions' options; True if any (session present)."""
     present = False
+    index = _index(s, vhost)
     for qos in OWN_QUEUE_QOS:
         name = mapping.queue_name(s.client_id, qos)
         queue = vhost.queues.get(name)
-        if queue is not None and queue.failed is None:
+        if queue is None:
+            index.drop_queue(name)  # expired, or deleted by an operator
+        elif queue.failed is None:
             present = True
-            for binding in _bindings_of(vhost, name):
-                options = options_of(binding, qos)
-                _hold(s, name, options)
+            for binding in index.of(vhost, name):
+                _hold(s, name, options_of(binding, qos))
             consume(s, vhost, queue, qos)
-    for name, binding in _shared_bindings(vhost, s.client_id):
+    for name, binding in index.memberships(vhost, s.client_id):
         queue = vhost.queues.get(name)
         if queue is None or queue.failed is not None:
             continue
@@ -312,28 +310,18 @@ def resume(s: MqttSession, vhost: VHost) -> bool:
     return present
 
 
-def _shared_bindings(vhost: VHost, client_id: str) -> list[tuple[str, Binding]]:
-    exchange = vhost.exchanges.get(mapping.EXCHANGE)
-    if exchange is None:
-        return []
-    return [
-        (b.destination.name, b)
-        for b in exchange.bindings
-        if b.destination.kind == "queue"
-        and b.destination.name.startswith(mapping.SHARED_QUEUE_PREFIX)
-        and dict(b.arguments).get(ARG_MEMBER) == client_id
-    ]
-
-
 def forget(s: MqttSession, vhost: VHost) -> None:
     """End a session's subscriptions (a clean start, or a session ending with its
     connection): its own queues deleted, its shared memberships unbound."""
+    index = _index(s, vhost)
     for qos in OWN_QUEUE_QOS:
-        queue = vhost.queues.get(mapping.queue_name(s.client_id, qos))
+        name = mapping.queue_name(s.client_id, qos)
+        queue = vhost.queues.get(name)
         if queue is not None:
             vhost.remove_queue(queue)
-    for name, binding in _shared_bindings(vhost, s.client_id):
-        _unbind(vhost, binding)
+        index.drop_queue(name)
+    for name, binding in index.memberships(vhost, s.client_id):
+        _unbind(s, vhost, binding)
         if name not in s.consumers:
-            _drop_if_unbound(vhost, name)
+            _drop_if_unbound(s, vhost, name)
     s.subscriptions.clear()

@@ -269,3 +269,20 @@ def test_options_of_a_persistent_session_survive_a_restart(tmp_path: Path) -> No
         sub.disconnect()
     finally:
         running.stop()
+
+
+def test_a_binding_removed_by_an_amqp_client_is_no_subscription(mqtt_broker: MqttBroker) -> None:
+    """The gateway's index of MQTT bindings (binding_index.py) checks each against the
+    exchange: one an AMQP client removed is gone for UNSUBSCRIBE (0x11) too."""
+    sub = v5(mqtt_broker, "watched")
+    assert subscribe(sub, "a/b", qos=1) == [1]
+    assert subscribe(sub, "a/c", qos=1) == [1]
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", mqtt_broker.amqp_port)
+    )
+    connection.channel().queue_unbind("mqtt-subscription-watchedqos1", "amq.topic", "a.b")
+    connection.close()
+    codes = sub.unsubscribe("a/b")
+    assert [int(code.value) for code in codes] == [0x11]  # no subscription existed
+    codes = sub.unsubscribe("a/c")
+    assert [int(code.value) for code in codes] == [0]
