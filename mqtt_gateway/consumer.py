@@ -60,7 +60,8 @@ class MqttConsumer:
         self.session = session
         self.queue = queue
         self.qos = qos  # a shared queue member's may change (subscriptions.consume)
-        self.tag = f"mqtt-{session.client_id}-{queue.name}"
+        shared = queue.name.startswith(mapping.SHARED_QUEUE_PREFIX)
+        self.tag = f"mqtt-{session.client_id}-" + (queue.name if shared else f"qos{qos}")
         self.no_ack = not acks
         self.exclusive = False
         self.priority = 0
