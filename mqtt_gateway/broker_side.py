@@ -93,6 +93,8 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         subscriptions.forget(s, vhost)
         forgotten = gateway.qos2(vhost).drop(client_id)
         forgotten = gateway.pubrel(vhost).drop(client_id) or forgotten
+    if s.persistent:
+        qos2_delivery.load(s)
     present = subscriptions.resume(s, vhost)
     properties = Properties()
     if s.level is _V5:
@@ -113,7 +115,7 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
     s.reply(connack, durable=forgotten)
     if s.persistent:
         s.qos2_received = gateway.qos2(vhost).of(client_id)
-        qos2_delivery.resume(s)  # PUBRELs again, after the CONNACK
+        qos2_delivery.send_pubrels(s)
     logger.info(
         "accepted MQTT connection %s: client id '%s', user '%s', vhost '%s'",
         s.peer,

@@ -123,12 +123,16 @@ def settle(s: MqttSession, held: Inflight) -> None:
     vhost.kick(queue)
 
 
-def resume(s: MqttSession) -> None:
-    """A persistent session's connection starts: its PUBREL state from the store, each
-    PUBREL sent again after the CONNACK (MQTT-4.4.0-1)."""
+def load(s: MqttSession) -> None:
+    """A persistent session's connection starts: its PUBREL state from the store, before
+    its queues deliver (the skipped offsets must be known by then)."""
     vhost = s.vhost
     assert vhost is not None
     s.pubrel = s.gateway.pubrel(vhost).of(s.client_id)
     s.pubrel_skip = set(s.pubrel.values())
+
+
+def send_pubrels(s: MqttSession) -> None:
+    """Each PUBREL again, after the CONNACK (MQTT-4.4.0-1)."""
     for packet_id in sorted(s.pubrel):
         s.reply(PubRel(packet_id))
