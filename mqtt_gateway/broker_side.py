@@ -94,8 +94,10 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         forgotten = gateway.qos2(vhost).drop(client_id)
         forgotten = gateway.pubrel(vhost).drop(client_id) or forgotten
     if s.persistent:
-        qos2_delivery.load(s)
+        qos2_delivery.load(s)  # before the queues deliver
     present = subscriptions.resume(s, vhost)
+    if s.persistent:
+        s.qos2_received = gateway.qos2(vhost).of(client_id)
     properties = Properties()
     if s.level is _V5:
         properties = Properties(
@@ -113,9 +115,7 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
     # A clean start that dropped a previous session's QoS 2 identifiers answers once that
     # is on disk: after a restart, a stale one would drop the client's next publish.
     s.reply(connack, durable=forgotten)
-    if s.persistent:
-        s.qos2_received = gateway.qos2(vhost).of(client_id)
-        qos2_delivery.send_pubrels(s)
+    qos2_delivery.send_pubrels(s)  # after the CONNACK (MQTT-4.4.0-1)
     logger.info(
         "accepted MQTT connection %s: client id '%s', user '%s', vhost '%s'",
         s.peer,
