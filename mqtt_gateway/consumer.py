@@ -160,23 +160,19 @@ class MqttConsumer:
         session = self.session
         qos = mapping.delivery_qos(self.qos, properties_raw)
         topic = mapping.to_topic(routing_key.decode(errors="replace"))
-        options = session.subscriptions.get(queue.name) if session.options_in_use else None
+        send = session.can_name(topic)  # else an AMQP routing key with a wildcard, or empty
         identifiers: tuple[int, ...] = ()
         retain = False
-        if options:
+        options = session.subscriptions.get(queue.name) if session.options_in_use else None
+        if send and options:
             send, identifiers, retain = delivery_options(
                 options, topic, session.client_id, properties_raw
-            )
-            if not send:
-                topic = ""  # No Local: it leaves the queue unsent
-        if not session.can_name(topic) or (
-            session.pubrel_skip and (queue.name, offset) in session.pubrel_skip
-        ):
-            # An AMQP publisher's routing key that is no MQTT topic name (a wildcard, an
-            # empty level list): nothing to deliver it as; it leaves the queue. Or the
-            # client has it already (PUBREC'd before a restart).
+            )  # No Local may hold it back
+        if session.pubrel_skip and (queue.name, offset) in session.pubrel_skip:
+            send = False  # the client has it (PUBREC'd before a restart)
+        if not send:
             if not self.no_ack:
-                session.settle_later(queue, offset, self)
+                session.settle_later(queue, offset, self)  # it leaves the queue unsent
             return
         if qos == 0:
             session.send_publish(topic, body, 0, None, False, retain=retain,
