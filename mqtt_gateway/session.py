@@ -452,10 +452,16 @@ class MqttSession(asyncio.Protocol):
             self._confirming = False
 
     def _settle_released(self, owed: list[tuple[bytes, bool, Inflight | None]]) -> None:
-        for _data, _counted, held in owed:
-            if held is not None and held in self.settling:
-                self.settling.remove(held)
+        """Settle the PUBREC'd deliveries of `owed` still in `settling` (those a
+        release handed to the gateway meanwhile are its to settle)."""
+        released = [held for _data, _counted, held in owed if held is not None]
+        keep = []
+        for held in self.settling:  # by identity: the tuples `reply` put there
+            if any(held is r for r in released):
                 qos2_delivery.settle(self, held)
+            else:
+                keep.append(held)
+        self.settling = keep
 
     def owe_publish_ack(self, packet: Packet) -> None:
         """A PUBACK or PUBREC, once the publish is on disk; reading stops while too
