@@ -287,3 +287,32 @@ def test_a_retained_message_goes_out_at_qos_2(mqtt_broker: MqttBroker) -> None:
         raw.read(timeout_s=0.3)
     raw.close()
     pub.disconnect()
+
+
+def test_a_takeover_between_pubrel_and_pubcomp(mqtt_broker: MqttBroker) -> None:
+    """The session's client id connects again while a PUBCOMP is owed: the new
+    connection gets the PUBREL again (MQTT-4.4.0-1), never the message."""
+    raw = subscribed(mqtt_broker.mqtt_port)
+    amqp_publish(mqtt_broker.amqp_port, b"owned", b"after")
+    publish = raw.read()
+    assert isinstance(publish, Publish) and publish.payload == b"owned"
+    assert publish.packet_id is not None
+    raw.send(PubRec(publish.packet_id))
+    pending = [raw.read(), raw.read()]  # PUBREL and the next PUBLISH, in either order
+    assert PubRel(publish.packet_id) in pending
+    other = RawClient(mqtt_broker.mqtt_port)
+    other.send(hello())
+    assert other.read() == ConnAck(session_present=True)
+    assert raw.closed_by_peer()
+    assert other.read() == PubRel(publish.packet_id)
+    again = other.read()  # the unacknowledged next one, with DUP
+    assert isinstance(again, Publish) and again.payload == b"after" and again.dup
+    assert again.packet_id is not None
+    other.send(PubComp(publish.packet_id), PubRec(again.packet_id))
+    assert other.read() == PubRel(again.packet_id)
+    other.send(PubComp(again.packet_id))
+    with pytest.raises(TimeoutError):
+        other.read(timeout_s=0.3)
+    assert eventually(lambda: queue_counts(mqtt_broker) == (0, 0))
+    other.close()
+    raw.close()
