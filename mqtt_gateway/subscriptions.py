@@ -58,6 +58,8 @@ _V5: Final = ProtocolLevel.MQTT_5
 QOS_GRANTED_MAX: Final = 2
 SESSION_EXPIRY_NEVER: Final = 0xFFFFFFFF
 OWN_QUEUE_QOS: Final = (0, 1, 2)
+
+
 # -- SUBSCRIBE and UNSUBSCRIBE ---------------------------------------------------------------
 
 
