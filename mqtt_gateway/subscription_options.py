@@ -2,9 +2,11 @@
 delivery reads them.
 
 Owns `Options` (MQTT 5.0 section 3.8.3.1 and the Subscription Identifier, 3.8.2.1.2),
-their form as arguments of the subscription's binding to `amq.topic` (the names RabbitMQ
-3.13 gives them: `x-mqtt-subscription-id`, `x-mqtt-no-local`,
-`x-mqtt-retain-as-published`; a shared queue's bindings name their member and its QoS,
+their form as arguments of the subscription's binding to `amq.topic` (where RabbitMQ
+3.13 and 4.x keep them too, there as one table `x-mqtt-subscription-opts`; here one
+argument each, `x-mqtt-subscription-id`, `x-mqtt-no-local`,
+`x-mqtt-retain-as-published`, only those set, so a plain subscription's binding is
+RabbitMQ 3.10's; a shared queue's bindings name their member and its QoS,
 `x-mqtt-client-id` and `x-mqtt-qos`) and `delivery_options`, which a delivery asks what
 its subscriptions make of one message. Pure functions: no broker state, no packets.
 """

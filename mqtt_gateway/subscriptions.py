@@ -6,10 +6,11 @@ and past it: a session's subscriptions of QoS q are bindings of its queue
 subscription `$share/{group}/{filter}` is a binding of the group's queue
 `mqtt-shared-<group>`, which every member consumes from, so the broker core hands its
 messages to them in turn (round robin). MQTT 5's options of each subscription are its
-binding's arguments (as RabbitMQ 3.13 keeps them there: `x-mqtt-subscription-id`,
-`x-mqtt-no-local`, `x-mqtt-retain-as-published`; a shared queue's bindings also name
-their member, `x-mqtt-client-id`, and its QoS, `x-mqtt-qos`), so a persistent session's
-options survive a restart in the vhost's definitions journal with nothing else stored.
+binding's arguments (as RabbitMQ 3.13 keeps them in the binding; here
+`x-mqtt-subscription-id`, `x-mqtt-no-local`, `x-mqtt-retain-as-published`; a shared
+queue's bindings also name their member, `x-mqtt-client-id`, and its QoS,
+`x-mqtt-qos`), so a persistent session's options survive a restart in the vhost's
+definitions journal with nothing else stored.
 The session keeps them in memory too (`MqttSession.subscriptions`, by queue and filter),
 read at each delivery by `delivery_options`: which subscription identifiers a PUBLISH
 carries, whether No Local holds it back, and its retain flag under Retain As Published.
