@@ -316,3 +316,39 @@ def test_a_takeover_between_pubrel_and_pubcomp(mqtt_broker: MqttBroker) -> None:
     assert eventually(lambda: queue_counts(mqtt_broker) == (0, 0))
     other.close()
     raw.close()
+
+
+def test_a_refusing_pubrec_ends_the_exchange(mqtt_broker: MqttBroker) -> None:
+    """MQTT 5.0: a PUBREC with a reason code of 0x80 or more settles the message and
+    needs no PUBREL (section 4.3.3); the identifier is free again."""
+    raw = RawClient(mqtt_broker.mqtt_port, ProtocolLevel.MQTT_5)
+    raw.send(Connect(ProtocolLevel.MQTT_5, "receiver", username="guest", password=b"guest"))
+    connack = raw.read()
+    assert isinstance(connack, ConnAck) and connack.reason_code == 0
+    raw.send(Subscribe(1, (Subscription("jobs/#", 2),)))
+    assert raw.read() == SubAck(1, (2,))
+    amqp_publish(mqtt_broker.amqp_port, b"unwanted")
+    publish = raw.read()
+    assert isinstance(publish, Publish) and publish.packet_id is not None
+    raw.send(PubRec(publish.packet_id, 0x80))
+    with pytest.raises(TimeoutError):
+        raw.read(timeout_s=0.3)  # no PUBREL
+    assert eventually(lambda: queue_counts(mqtt_broker) == (0, 0))
+    raw.close()
+
+
+def test_a_filter_moves_between_the_qos_1_and_qos_2_queues(mqtt_broker: MqttBroker) -> None:
+    raw = subscribed(mqtt_broker.mqtt_port, clean=True)  # jobs/# at QoS 2
+    raw.send(Subscribe(2, (Subscription("jobs/#", 1),)))  # replaces it (MQTT-3.8.4-3)
+    assert raw.read() == SubAck(2, (1,))
+    amqp_publish(mqtt_broker.amqp_port, b"once")
+    publish = raw.read()
+    assert isinstance(publish, Publish) and (publish.payload, publish.qos) == (b"once", 1)
+    with pytest.raises(TimeoutError):
+        raw.read(timeout_s=0.3)  # not a second copy from the QoS 2 queue
+    status, bindings, _ = mqtt_broker.http("GET", "/api/exchanges/%2F/amq.topic/bindings/source")
+    assert status == 200 and isinstance(bindings, list)
+    assert [(b["destination"], b["routing_key"]) for b in bindings] == [
+        ("mqtt-subscription-receiverqos1", "jobs.#")
+    ]
+    raw.close()
