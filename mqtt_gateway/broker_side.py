@@ -1,17 +1,13 @@
-"""What an MQTT session does on the broker core: login, subscriptions, publishes, clean-up.
+"""What an MQTT session does on the broker core: login, publishes, clean-up.
 
 Owns the mapping of each MQTT operation onto the broker as RabbitMQ's MQTT plugin makes
 it (rabbit_mqtt_processor): CONNECT logs in with the broker's users (`vhost:user` picks
 the vhost, else `default_vhost`), takes over a session with the same client id, and
-finds a persistent session's queues; SUBSCRIBE declares the session's queue of the
-granted QoS (`mapping.queue_name`: durable for a persistent session, auto-delete for a
-clean one), binds it to `amq.topic` with the mapped filter and consumes from it, with
-RabbitMQ's permission checks (configure on the queue to declare it, write on the queue
-and read on the exchange to bind, read on the queue to consume, the topic permission
-"read" on the routing key); PUBLISH routes through `amq.topic` after the checks "write"
+finds a persistent session's queues (SUBSCRIBE and UNSUBSCRIBE, the queues and their
+bindings, are `subscriptions.py`'s); PUBLISH routes through `amq.topic` after the checks "write"
 on the exchange and the topic permission "write", and stores into the vhost's log;
 retained messages and wills; and what a closing connection leaves: its deliveries in
-flight back to their queues, its clean session's queues deleted.
+flight back to their queues, its clean session's subscriptions ended.
 
 A persistent session's subscriptions are its queues' bindings to `amq.topic`, which the
 vhost's definitions journal keeps across restarts (docs/mqtt.md): nothing more is stored.
