@@ -3,10 +3,12 @@
 Owns the translations, pure functions all: topic names and filters to routing keys on the
 topic exchange and back (`/` <-> `.`, `+` <-> `*`, `#` <-> `#`; rabbit_mqtt_util:mqtt_to_amqp
 and amqp_to_mqtt), a session's queue names (`mqtt-subscription-<client id>qos0` and
-`...qos1`, rabbit_mqtt_util:subcription_queue_name), the AMQP basic properties an MQTT
-publish is stored with (delivery mode 2 for QoS 1 and 2, else 1; headers
-`x-mqtt-publish-qos` and `x-mqtt-dup`, as rabbit_mqtt_processor's amqp_pub writes them)
-and reading that QoS back at delivery. It must not touch sockets or broker state.
+`...qos1`, rabbit_mqtt_util:subcription_queue_name, and `...qos2`) and a shared group's
+(`mqtt-shared-<group>`), the AMQP basic properties an MQTT publish is stored with
+(delivery mode 2 for QoS 1 and 2, else 1; headers `x-mqtt-publish-qos` and `x-mqtt-dup`,
+as rabbit_mqtt_processor's amqp_pub writes them; `x-mqtt-client-id` and `x-mqtt-retain`
+for No Local and Retain As Published) and reading them back at delivery. It must not
+touch sockets or broker state.
 """
 
 from __future__ import annotations
