@@ -89,8 +89,9 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         subscriptions.forget(s, vhost)
         forgotten = gateway.qos2(vhost).drop(client_id)
         forgotten = gateway.pubrel(vhost).drop(client_id) or forgotten
+    s.pubrel_recovered = gateway.pubrel(vhost).recovered  # before the queues deliver
     if s.persistent:
-        qos2_delivery.load(s)  # before the queues deliver
+        qos2_delivery.load(s)
     present = subscriptions.resume(s, vhost)
     if s.persistent:
         s.qos2_received = gateway.qos2(vhost).of(client_id)

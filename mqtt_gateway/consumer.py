@@ -8,7 +8,7 @@ each delivery until the client's PUBACK (QoS 2: its PUBREC), at most the session
 awaiting PUBCOMP counted (MQTT 5.0 section 4.9). A message the client's Maximum Packet
 Size cannot take, or that a subscription's No Local holds back, is settled unsent
 (MQTT-3.1.2-25); a message a persistent session PUBREC'd before a broker restart whose
-ack did not reach the disk is settled unsent too (`MqttSession.pubrel_skip`). Each
+ack did not reach the disk is settled unsent too (`PubrelStore.recovered`). Each
 delivery becomes a PUBLISH on the session's output, at the lower of the subscription's
 QoS and the QoS it was published with (`mapping.delivery_qos`), with DUP set for a
 redelivery (a message the session held unacknowledged when it last went away,
@@ -168,8 +168,10 @@ class MqttConsumer:
             send, identifiers, retain = delivery_options(
                 options, topic, session.client_id, properties_raw
             )  # No Local may hold it back
-        if session.pubrel_skip and (queue.name, offset) in session.pubrel_skip:
-            send = False  # the client has it (PUBREC'd before a restart)
+        recovered = session.pubrel_recovered
+        if recovered and (queue.name, offset) in recovered:
+            recovered.discard((queue.name, offset))
+            send = False  # a client has it (PUBREC'd before a restart)
         if not send:
             if not self.no_ack:
                 session.settle_later(queue, offset, self)  # it leaves the queue unsent

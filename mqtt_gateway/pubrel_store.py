@@ -12,9 +12,10 @@ directory), as `qos2_store` keeps the receiving side.
 The order that makes a delivery exactly once (docs/mqtt.md, "QoS 2 deliveries"): the
 entry is on disk before the message's ack is settled on the queue, and the entry is
 removed only after that ack is durable. A broker that stops between the two finds the
-message in its queue again and the entry here: the session skips that offset (it is
-the client's already) and sends the PUBREL again. At most QOS2_IDS_MAX entries per
-client, the packet identifiers there are. It knows nothing of packets.
+message in its queue again and the entry here: whichever consumer the queue offers it
+to skips it (`recovered`: it is a client's already), and the session sends the PUBREL
+again. At most QOS2_IDS_MAX entries per client, the packet identifiers there are. It
+knows nothing of packets.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class PubrelCorrupted(Exception):
 class PubrelStore:
     """The QoS 2 deliveries of one vhost's persistent sessions awaiting PUBCOMP."""
 
-    __slots__ = ("_changes", "_lock", "_written", "entries", "path")
+    __slots__ = ("_changes", "_lock", "_written", "entries", "path", "recovered")
 
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, FILE_NAME)
         self.entries: dict[str, dict[int, Released]] = {}
+        # The deliveries the file held when opened (before this process settled any):
+        # a queue offering one again is skipped, each at most once (consumer.py).
+        self.recovered: set[Released] = set()
         self._changes = 0
         self._written = 0
         self._lock = asyncio.Lock()
@@ -53,6 +57,7 @@ class PubrelStore:
         except FileNotFoundError:
             return
         self.entries = decode(data, self.path)
+        self.recovered = {released for held in self.entries.values() for released in held.values()}
 
     def of(self, client_id: str) -> dict[int, Released]:
         return dict(self.entries.get(client_id, {}))

@@ -13,8 +13,9 @@ store's write, `MqttSession.reply(settle=...)`), and removed after PUBCOMP only 
 round of the vhost has made the ack durable (`_forget_loop`). So a broker stopped
 anywhere in between finds either the message unacked and no entry (it was never the
 client's: sent again, with DUP), or the entry (PUBREL sent again on reconnection,
-MQTT-4.4.0-1; the message skipped if its queue offers it again). A clean session keeps
-the state in memory only. Nothing here reads a socket.
+MQTT-4.4.0-1; the message skipped if its queue offers it again, to whichever consumer:
+`PubrelStore.recovered`). A clean session keeps the state in memory only. Nothing here
+reads a socket.
 """
 
 from __future__ import annotations
@@ -124,12 +125,10 @@ def settle(s: MqttSession, held: Inflight) -> None:
 
 
 def load(s: MqttSession) -> None:
-    """A persistent session's connection starts: its PUBREL state from the store, before
-    its queues deliver (the skipped offsets must be known by then)."""
+    """A persistent session's connection starts: its PUBREL state from the store."""
     vhost = s.vhost
     assert vhost is not None
     s.pubrel = s.gateway.pubrel(vhost).of(s.client_id)
-    s.pubrel_skip = set(s.pubrel.values())
 
 
 def send_pubrels(s: MqttSession) -> None:

@@ -96,10 +96,11 @@ class MqttSession(asyncio.Protocol):
         self.inflight_max = gateway.max_inflight_messages
         # QoS 2 deliveries PUBREC'd, PUBREL sent, awaiting PUBCOMP: packet id -> delivery.
         self.pubrel: dict[int, Released] = {}
-        # Deliveries PUBREC'd before a broker restart (a persistent session's PUBREL
-        # state as the connection found it): if their queue offers one again (its ack
-        # had not reached the disk), it is settled unsent: the client has it.
-        self.pubrel_skip: set[Released] = set()
+        # The vhost's deliveries PUBREC'd before the broker's restart (the PUBREL state
+        # on disk when it started, `PubrelStore.recovered`, shared): if their queue
+        # offers one again (its ack had not reached the disk), it is settled unsent,
+        # to any consumer (a shared group's other members too): a client has it.
+        self.pubrel_recovered: set[Released] = set()
         self.pubcomps: list[tuple[int, Released]] = []  # to remove from the store
         self.forgetting = False  # qos2_delivery's loop removes them
         self.settling: list[Inflight] = []  # PUBREC'd, settled once the PUBREL state is written

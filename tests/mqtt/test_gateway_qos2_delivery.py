@@ -19,6 +19,7 @@ import pytest
 from mqtt_gateway.codec import (
     ConnAck,
     Connect,
+    Properties,
     ProtocolLevel,
     PubComp,
     Publish,
@@ -39,6 +40,11 @@ QUEUE = "mqtt-subscription-receiverqos2"
 
 def hello(clean: bool = False) -> Connect:
     return Connect(V311, "receiver", clean, username="guest", password=b"guest")
+
+
+def persistent_v5(client_id: str) -> Connect:
+    expiry = Properties(session_expiry_interval_s=600)
+    return Connect(ProtocolLevel.MQTT_5, client_id, False, 0, "guest", b"guest", None, expiry)
 
 
 def amqp_publish(port: int, *bodies: bytes, routing_key: str = "jobs.a") -> None:
@@ -352,3 +358,40 @@ def test_a_filter_moves_between_the_qos_1_and_qos_2_queues(mqtt_broker: MqttBrok
         ("mqtt-subscription-receiverqos1", "jobs.#")
     ]
     raw.close()
+
+
+def test_a_released_message_is_skipped_for_another_shared_member(tmp_path: Path) -> None:
+    """As above, in a shared group: the message one member PUBREC'd before the restart
+    is offered again, and the other member, connecting first, does not get it."""
+    data = tmp_path / "data"
+    shared = "mqtt-shared-g"
+    running = MqttBroker(data)
+    try:
+        for member in ("first", "second"):
+            raw = RawClient(running.mqtt_port, ProtocolLevel.MQTT_5)
+            raw.send(persistent_v5(member))
+            assert isinstance(raw.read(), ConnAck)
+            raw.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
+            assert raw.read() == SubAck(1, (2,))
+            raw.close()
+        amqp_publish(running.amqp_port, b"had it", b"new")
+        assert eventually(lambda: queue_counts(running, shared) == (2, 0))
+        assert running.broker is not None
+        first, _count = running.broker.vhosts["/"].queues[shared].cursor.ready_runs()[0]
+        vhost_dir = Path(running.broker.vhost_directory("/"))
+    finally:
+        running.stop()
+    (vhost_dir / "mqtt_pubrel").write_text(json.dumps({"first": {"7": [shared, first]}}))
+    running = MqttBroker(data)
+    try:
+        raw = RawClient(running.mqtt_port, ProtocolLevel.MQTT_5)
+        raw.send(persistent_v5("second"))
+        connack = raw.read()
+        assert isinstance(connack, ConnAck) and connack.session_present
+        publish = raw.read()
+        assert isinstance(publish, Publish) and publish.payload == b"new"
+        with pytest.raises(TimeoutError):
+            raw.read(timeout_s=0.5)
+        raw.close()
+    finally:
+        running.stop()
