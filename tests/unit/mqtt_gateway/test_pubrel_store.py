@@ -22,6 +22,9 @@ def test_entries_round_trip(tmp_path: Path) -> None:
     again = PubrelStore(str(tmp_path))
     assert again.entries == {"a": {1: ("mqtt-subscription-aqos2", 10), 65535: ("mqtt-shared-g", 0)}}
     assert again.of("b") == {}
+    # What the file held when opened: offered again, skipped (consumer.py).
+    assert again.recovered == {("mqtt-subscription-aqos2", 10), ("mqtt-shared-g", 0)}
+    assert store.recovered == set()  # a store opened on no file recovered nothing
     assert again.drop("a") and not again.drop("a")
 
 
