@@ -8,7 +8,9 @@ MQTT-3.1.2-24), and answers each packet. Replies that promise durability wait fo
 sync round of the vhost's log (PUBACK and PUBREC of a publish, SUBACK and UNSUBACK of a
 persistent session's subscriptions, as a publisher confirm and a durable binding's
 Bind-Ok do); every reply queued behind one waits with it, so replies leave in the order
-of the packets (MQTT-4.6.0-2). The work on the broker (login, subscriptions, publishes,
+of the packets (MQTT-4.6.0-2). Each PUBLISH to the client goes through `send_publish`:
+a 5.0 client's Maximum Packet Size drops it before a Topic Alias it sets is recorded.
+The work on the broker (login, subscriptions, publishes,
 retained messages, wills, clean-up) is `mqtt_gateway.broker_side`'s; this module must
 not open listeners nor hold state shared by connections (`MqttGateway`).
 """
