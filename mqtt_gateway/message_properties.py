@@ -12,7 +12,11 @@ mc_amqpl (docs/mqtt.md, "MQTT 5 properties and AMQP properties"):
 - User Property: a header each, in order (the first of a repeated name); header
   `x-mqtt-user-property` keeps the whole list when the headers cannot;
 - Payload Format Indicator 1: header `x-mqtt-payload-format-indicator` = 1;
-- Message Expiry Interval (s): `expiration` in ms, at most RabbitMQ's ten years.
+- Message Expiry Interval (s): `expiration` in ms, at most RabbitMQ's ten years;
+- and two of the gateway's own, not MQTT properties: the publisher's client id,
+  `x-mqtt-client-id`, written only for a session with a No Local subscription, and
+  `x-mqtt-retain`, on a publish with the retain flag, for Retain As Published; both
+  read back at delivery (`publisher_of`, `published_retained`), neither a User Property.
 
 Back to MQTT, the other headers become User Properties when their values read as
 strings (RabbitMQ's amqpl_header_to_user_property), and `expiration` becomes the Message
@@ -43,6 +47,8 @@ CORRELATION_HEADER: Final = "x-correlation-id"  # RabbitMQ's, for what correlati
 REPLY_TO_TOPIC_HEADER: Final = "x-reply-to-topic"  # RabbitMQ's
 PAYLOAD_FORMAT_HEADER: Final = "x-mqtt-payload-format-indicator"
 USER_PROPERTY_HEADER: Final = "x-mqtt-user-property"
+PUBLISHER_HEADER: Final = mapping.PUBLISHER_HEADER.decode()
+RETAIN_HEADER: Final = mapping.RETAIN_HEADER.decode()
 MQTT_HEADER_PREFIX: Final = "x-mqtt-"
 _RABBITMQ_HEADERS: Final = frozenset({CORRELATION_HEADER, REPLY_TO_TOPIC_HEADER})
 """Headers of this gateway's own; they never become User Properties."""
@@ -64,6 +70,8 @@ class Delivered:
 
     properties: Properties
     expiration_ms: int | None
+    publisher: str | None = None  # `x-mqtt-client-id`
+    retained: bool = False  # `x-mqtt-retain`
 
 
 _NOTHING: Final = Delivered(NO_PROPERTIES, None)
@@ -75,15 +83,25 @@ _decoded: dict[bytes, Delivered] = {}
 # -- MQTT -> AMQP ----------------------------------------------------------------------------
 
 
-def to_amqp(qos: int, dup: bool, properties: Properties) -> bytes:
+def to_amqp(
+    qos: int, dup: bool, properties: Properties, *, publisher: str | None = None,
+    retain: bool = False,
+) -> bytes:  # fmt: skip
     """The AMQP basic properties (wire form) of an MQTT publish (or will) with `properties`
-    (a PUBLISH's Topic Alias is the connection's business and is not stored)."""
+    (a PUBLISH's Topic Alias is the connection's business and is not stored), `publisher`
+    its client id for No Local, `retain` its retain flag for Retain As Published."""
     if not _carried(properties):
-        return _PLAIN[qos, dup]
+        if publisher is None and not retain:
+            return _PLAIN[qos, dup]
+        return mapping.publish_properties(qos, dup, publisher=publisher, retain=retain)
     headers: list[Header] = [
         (mapping.QOS_HEADER.decode(), "b", qos),
         (mapping.DUP_HEADER.decode(), "t", dup),
     ]
+    if publisher is not None:
+        headers.append((PUBLISHER_HEADER, "S", publisher))
+    if retain:
+        headers.append((RETAIN_HEADER, "t", True))
     fields: dict[str, Any] = {
         "delivery_mode": _DELIVERY_MODE_PERSISTENT if qos else _DELIVERY_MODE_TRANSIENT,
         "headers": headers,
@@ -181,6 +199,17 @@ def to_mqtt(properties_raw: bytes, stored_ms: int, now_ms: int) -> Properties:
     return dataclasses.replace(delivered.properties, message_expiry_interval_s=left_s)
 
 
+def publisher_of(properties_raw: bytes) -> str | None:
+    """The client id of the MQTT session that published a message (its `x-mqtt-client-id`
+    header, written for No Local); None for a message without it."""
+    return _decoded_of(properties_raw).publisher
+
+
+def published_retained(properties_raw: bytes) -> bool:
+    """Whether an MQTT publisher set the retain flag (its `x-mqtt-retain` header)."""
+    return _decoded_of(properties_raw).retained
+
+
 def expired(properties_raw: bytes, stored_ms: int, now_ms: int) -> bool:
     """Whether a message's own expiration has passed (as the broker expires queued ones;
     retained messages are not in a queue)."""
@@ -233,7 +262,9 @@ def _delivered(properties_raw: bytes) -> Delivered:
     properties = Properties(**values)
     if properties == NO_PROPERTIES:
         properties = NO_PROPERTIES  # the encoder's fast path knows this one
-    return Delivered(properties, _expiration_ms(fields.get("expiration")))
+    publisher = _string_header(taken, PUBLISHER_HEADER)
+    retained = taken.get(RETAIN_HEADER) == ("t", True)
+    return Delivered(properties, _expiration_ms(fields.get("expiration")), publisher, retained)
 
 
 def _string_header(taken: dict[str, tuple[str, Any]], name: str) -> str | None:

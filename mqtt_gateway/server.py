@@ -23,18 +23,22 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqtt_gateway import broker_side
+from mqtt_gateway.binding_index import BindingIndex
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
+from mqtt_gateway.consumer import MqttConsumer
 from mqtt_gateway.proxy import (
     OptionalProxyHeaderReceiver,
     ProxyHeaderReceiver,
     TrustedProxy,
     socket_endpoints,
 )
+from mqtt_gateway.pubrel_store import PubrelStore
 from mqtt_gateway.qos2_store import Qos2Store
 from mqtt_gateway.retained import RetainedStore
 from mqtt_gateway.session import MqttSession
 from streamq.broker.broker import Broker
+from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
 from streamq.unix_socket import remove_stale_socket
 
@@ -75,6 +79,8 @@ class MqttGateway:
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}
         self._qos2: dict[str, Qos2Store] = {}
+        self._pubrel: dict[str, PubrelStore] = {}
+        self._bindings: dict[str, BindingIndex] = {}
         self._wills: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (vhost, client id)
         self._retained_flushing: set[asyncio.Task[None]] = set()
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
@@ -192,15 +198,51 @@ class MqttGateway:
             store = self._qos2[vhost.name] = Qos2Store(directory)
         return store
 
+    def binding_index(self, vhost: VHost) -> BindingIndex:
+        """The bindings of the vhost's MQTT queues, by queue and shared-group member."""
+        index = self._bindings.get(vhost.name)
+        if index is None:
+            index = self._bindings[vhost.name] = BindingIndex(vhost)
+        return index
+
+    def pubrel(self, vhost: VHost) -> PubrelStore:
+        """The QoS 2 deliveries of the vhost's persistent sessions awaiting PUBCOMP."""
+        store = self._pubrel.get(vhost.name)
+        if store is None:
+            directory = self.broker.vhost_directory(vhost.name)
+            store = self._pubrel[vhost.name] = PubrelStore(directory)
+        return store
+
+    def settle_after_flush(self, vhost: VHost, held: list[tuple[Queue, int, MqttConsumer]]) -> None:
+        """Settle QoS 2 deliveries a closed connection had PUBREC'd, once their PUBREL
+        state is on disk (its order, mqtt_gateway/qos2_delivery.py)."""
+
+        async def settle() -> None:
+            try:
+                await self.flush_stores(vhost)
+            except OSError as exc:
+                logger.error("PUBREL state of vhost '%s' not written: %s", vhost.name, exc)
+                return  # unsettled: the queue offers them again after a restart
+            for queue, offset, consumer in held:
+                vhost.settle(queue, offset, consumer)
+                vhost.kick(queue)
+
+        task = asyncio.get_running_loop().create_task(settle())
+        self._retained_flushing.add(task)
+        task.add_done_callback(self._retained_flushing.discard)
+
     async def flush_stores(self, vhost: VHost) -> None:
-        """Return once the retained messages and QoS 2 state of `vhost` changed so far
-        are on disk. Raises OSError when they cannot be written."""
+        """Return once the retained messages and QoS 2 state (both directions) of
+        `vhost` changed so far are on disk. Raises OSError when they cannot be written."""
         store = self._retained.get(vhost.name)
         if store is not None:
             await store.flush()
         qos2 = self._qos2.get(vhost.name)
         if qos2 is not None:
             await qos2.flush()
+        pubrel = self._pubrel.get(vhost.name)
+        if pubrel is not None:
+            await pubrel.flush()
 
     # -- connections -----------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ MQTT-3.1.2-24), and answers each packet. Replies that promise durability wait fo
 sync round of the vhost's log (PUBACK and PUBREC of a publish, SUBACK and UNSUBACK of a
 persistent session's subscriptions, as a publisher confirm and a durable binding's
 Bind-Ok do); every reply queued behind one waits with it, so replies leave in the order
-of the packets (MQTT-4.6.0-2). The work on the broker (login, subscriptions, publishes,
+of the packets (MQTT-4.6.0-2). Each PUBLISH to the client goes through `send_publish`:
+a 5.0 client's Maximum Packet Size drops it before a Topic Alias it sets is recorded.
+The work on the broker (login, subscriptions, publishes,
 retained messages, wills, clean-up) is `mqtt_gateway.broker_side`'s; this module must
 not open listeners nor hold state shared by connections (`MqttGateway`).
 """
@@ -21,7 +23,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Final, cast
 
-from mqtt_gateway import broker_side
+from mqtt_gateway import broker_side, qos2_delivery, subscriptions
 from mqtt_gateway.codec import (
     NO_PROPERTIES,
     ConnAck,
@@ -36,7 +38,9 @@ from mqtt_gateway.codec import (
     Properties,
     ProtocolLevel,
     PubAck,
+    PubComp,
     Publish,
+    PubRec,
     PubRel,
     ReasonCode,
     Subscribe,
@@ -46,6 +50,8 @@ from mqtt_gateway.codec import (
     encode,
 )
 from mqtt_gateway.consumer import MqttConsumer
+from mqtt_gateway.pubrel_store import Released
+from mqtt_gateway.subscription_options import Options
 from mqtt_gateway.topic_aliases import TopicAliases
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
@@ -88,9 +94,25 @@ class MqttSession(asyncio.Protocol):
         self.vhost: VHost | None = None
         self.persistent = False  # the session outlives the connection
         self.session_expiry_s = 0  # MQTT 5.0's Session Expiry Interval
-        self.consumers: dict[int, MqttConsumer] = {}  # by the queue's QoS, 0 or 1
-        self.inflight: dict[int, Inflight] = {}  # packet id -> a delivery awaiting PUBACK
+        self.consumers: dict[str, MqttConsumer] = {}  # by the queue's name
+        # Queue name -> filter -> the subscription's options (subscriptions.py).
+        self.subscriptions: dict[str, dict[str, Options]] = {}
+        self.options_in_use = False  # a subscription has an option a delivery must read
+        # A subscription has No Local: its publishes carry its client id (mapping.py).
+        self.no_local_in_use = False
+        self.inflight: dict[int, Inflight] = {}  # packet id -> delivery awaiting PUBACK/PUBREC
         self.inflight_max = gateway.max_inflight_messages
+        # QoS 2 deliveries PUBREC'd, PUBREL sent, awaiting PUBCOMP: packet id -> delivery.
+        self.pubrel: dict[int, Released] = {}
+        # The vhost's deliveries PUBREC'd before the broker's restart (the PUBREL state
+        # on disk when it started, `PubrelStore.recovered`, shared): if their queue
+        # offers one again (its ack had not reached the disk), it is settled unsent,
+        # to any consumer (a shared group's other members too): a client has it.
+        self.pubrel_recovered: set[Released] = set()
+        self.pubcomps: list[tuple[int, Released]] = []  # to remove from the store
+        self.forgetting = False  # qos2_delivery's loop removes them
+        self.settling: list[Inflight] = []  # PUBREC'd, settled once the PUBREL state is written
+        self.packet_bytes_max_out: int | None = None  # 5.0: the client's Maximum Packet Size
         self.qos2_received: set[int] = set()  # packet ids PUBREC'd, awaiting PUBREL
         self.retained_inflight: set[int] = set()  # QoS 1 retained messages sent, unacked
         self.topic_aliases = TopicAliases(0, 0)  # 5.0: set from CONNECT and our CONNACK
@@ -107,8 +129,9 @@ class MqttSession(asyncio.Protocol):
         self._next_packet_id = 0
         self._out = bytearray()  # written once per read and per drain round
         self._flush_scheduled = False
-        # Replies behind a sync round, in order: (packet, whether it is a publish's ack).
-        self._owed: list[tuple[bytes, bool]] = []
+        # Replies behind a sync round, in order: (packet, whether it is a publish's ack,
+        # the delivery a PUBREL settles once its state is on disk).
+        self._owed: list[tuple[bytes, bool, Inflight | None]] = []
         self._owed_sync = False  # a reply waits for the message log's round
         self._owed_sync_all = False  # one waits for the definitions too (a binding)
         self._confirming = False
@@ -215,17 +238,24 @@ class MqttSession(asyncio.Protocol):
             self._puback(packet.packet_id)
         elif isinstance(packet, PubRel):
             broker_side.release_qos2(self, packet.packet_id)
+        elif isinstance(packet, PubRec):
+            qos2_delivery.pubrec(self, packet)
+        elif isinstance(packet, PubComp):
+            qos2_delivery.pubcomp(self, packet.packet_id)
         elif isinstance(packet, Subscribe):
-            broker_side.subscribe(self, packet)
+            retained = subscriptions.subscribe(self, packet)
+            vhost = self.vhost
+            assert vhost is not None
+            for topic_filter, qos, identifier in retained:
+                broker_side.send_retained(self, vhost, topic_filter, qos, identifier)
         elif isinstance(packet, Unsubscribe):
-            broker_side.unsubscribe(self, packet)
+            subscriptions.unsubscribe(self, packet)
         elif isinstance(packet, PingReq):
             self.reply(PingResp())
         elif isinstance(packet, Disconnect):
             self._disconnect_received(packet)
         else:
-            # CONNACK, SUBACK, UNSUBACK, PINGRESP are the server's to send; PUBREC and
-            # PUBCOMP answer a QoS 2 delivery, which this server never sends; AUTH
+            # CONNACK, SUBACK, UNSUBACK, PINGRESP are the server's to send; AUTH
             # exchanges need an authentication method, which CONNECT never names here.
             self.disconnect(ReasonCode.PROTOCOL_ERROR)
 
@@ -376,17 +406,20 @@ class MqttSession(asyncio.Protocol):
 
     def reply(
         self, packet: Packet, *, durable: bool = False, counted: bool = False,
-        definitions: bool = False,
+        definitions: bool = False, settle: Inflight | None = None,
     ) -> None:  # fmt: skip
         """Send a reply now, or, with `durable` or while replies wait for a sync round,
         after the next round ends (in the order asked). `counted`: a publish's ack,
         counted in `unconfirmed`; `definitions`: the round must cover the vhost's
-        definitions journal too (a durable queue or binding)."""
+        definitions journal too (a durable queue or binding); `settle`: a QoS 2
+        delivery's PUBREL, the delivery settled once the PUBREL state is written."""
         data = encode(packet, self.level)
-        if not durable and not definitions and not self._owed:
+        if not durable and not definitions and settle is None and not self._owed:
             self.write(data)
             return
-        self._owed.append((data, counted))
+        if settle is not None:
+            self.settling.append(settle)
+        self._owed.append((data, counted, settle))
         self._owed_sync = self._owed_sync or durable
         self._owed_sync_all = self._owed_sync_all or definitions
         if not self._confirming:
@@ -405,6 +438,10 @@ class MqttSession(asyncio.Protocol):
                 owed, self._owed = self._owed, []
                 vhost = self.vhost
                 assert vhost is not None
+                if any(settle is not None for _data, _counted, settle in owed):
+                    # The PUBREL state on disk before the acks (qos2_delivery.py).
+                    await self.gateway.flush_stores(vhost)
+                    self._settle_released(owed)
                 if self._owed_sync_all:
                     self._owed_sync = self._owed_sync_all = False
                     await vhost.sync_all()  # messages, queue journals and definitions
@@ -413,7 +450,7 @@ class MqttSession(asyncio.Protocol):
                     self._owed_sync = False
                     await vhost.sync()
                     await self.gateway.flush_stores(vhost)
-                for data, counted in owed:
+                for data, counted, _settle in owed:
                     self.write(data)
                     self.unconfirmed -= counted
                 self._resume_reading()
@@ -423,6 +460,18 @@ class MqttSession(asyncio.Protocol):
             self.disconnect(ReasonCode.UNSPECIFIED_ERROR)
         finally:
             self._confirming = False
+
+    def _settle_released(self, owed: list[tuple[bytes, bool, Inflight | None]]) -> None:
+        """Settle the PUBREC'd deliveries of `owed` still in `settling` (those a
+        release handed to the gateway meanwhile are its to settle)."""
+        released = [held for _data, _counted, held in owed if held is not None]
+        keep = []
+        for held in self.settling:  # by identity: the tuples `reply` put there
+            if any(held is r for r in released):
+                qos2_delivery.settle(self, held)
+            else:
+                keep.append(held)
+        self.settling = keep
 
     def owe_publish_ack(self, packet: Packet) -> None:
         """A PUBACK or PUBREC, once the publish is on disk; reading stops while too
@@ -480,22 +529,45 @@ class MqttSession(asyncio.Protocol):
         for _ in range(PACKET_ID_MAX):
             self._next_packet_id = self._next_packet_id % PACKET_ID_MAX + 1
             candidate = self._next_packet_id
-            if candidate not in self.inflight and candidate not in self.retained_inflight:
+            if (
+                candidate not in self.inflight
+                and candidate not in self.retained_inflight
+                and candidate not in self.pubrel
+            ):
                 return candidate
         raise AssertionError("more deliveries in flight than packet identifiers")
 
     def send_publish(
         self, topic: str, payload: bytes, qos: int, packet_id: int | None, dup: bool, *,
         retain: bool = False, properties: Properties = NO_PROPERTIES,
-    ) -> None:  # fmt: skip
-        """A PUBLISH to the client; in 5.0 with `properties` and a Topic Alias when the
-        client allows them (`TopicAliases.outgoing`)."""
-        if self.topic_aliases.outbound_max:
-            topic, alias = self.topic_aliases.outgoing(topic)
-            if alias is not None:
-                properties = dataclasses.replace(properties, topic_alias=alias)
-        packet = Publish(topic, payload, qos, retain, dup, packet_id, properties)
-        self.write(encode(packet, self.level))
+    ) -> bool:  # fmt: skip
+        """Write a PUBLISH, in 5.0 with `properties` (a delivery's subscription
+        identifiers among them) and a Topic Alias when the client allows them; False,
+        writing nothing, when it is larger than the 5.0 client's Maximum Packet Size
+        (MQTT-3.1.2-25: the server discards it). A new alias is recorded only once its
+        PUBLISH is written: the client must never be sent an alias it never saw set."""
+        aliases = self.topic_aliases
+        name, alias = aliases.proposed(topic) if aliases.outbound_max else (topic, None)
+        if alias is not None:
+            packet = Publish(name, payload, qos, retain, dup, packet_id,
+                             dataclasses.replace(properties, topic_alias=alias))  # fmt: skip
+        else:
+            packet = Publish(topic, payload, qos, retain, dup, packet_id, properties)
+        data = encode(packet, self.level)
+        limit = self.packet_bytes_max_out
+        if limit is not None and len(data) > limit and name and alias is not None:
+            # Setting a new alias costs 3 bytes: by name without it, if that fits.
+            alias = None
+            packet = Publish(topic, payload, qos, retain, dup, packet_id, properties)
+            data = encode(packet, self.level)
+        if limit is not None and len(data) > limit:
+            logger.debug("PUBLISH of %d bytes dropped for MQTT client '%s' (maximum %d)",
+                         len(data), self.client_id, limit)  # fmt: skip
+            return False
+        if alias is not None and name:
+            aliases.record(topic, alias)
+        self.write(data)
+        return True
 
     def settle_later(self, queue: Queue, offset: int, consumer: MqttConsumer) -> None:
         """Settle a delivery that needs no PUBACK once the drain round that made it is

@@ -45,11 +45,22 @@ class TopicAliases:
     def outgoing(self, topic: str) -> tuple[str, int | None]:
         """The topic name and Topic Alias of a PUBLISH to the client; the caller sends
         it (the mapping holds from this packet on)."""
+        name, alias = self.proposed(topic)
+        if name and alias is not None:
+            self.record(topic, alias)
+        return name, alias
+
+    def proposed(self, topic: str) -> tuple[str, int | None]:
+        """`outgoing`'s answer without recording a new alias: for a PUBLISH that may yet
+        go unsent (past the client's Maximum Packet Size); `record` once it is sent."""
         alias = self.outbound.get(topic)
         if alias is not None:
             return "", alias
         if len(self.outbound) < self.outbound_max and len(topic.encode()) > 1:
-            alias = len(self.outbound) + 1
-            self.outbound[topic] = alias
-            return topic, alias
+            return topic, len(self.outbound) + 1
         return topic, None
+
+    def record(self, topic: str, alias: int) -> None:
+        """A PUBLISH setting `alias` for `topic` went out (`proposed` offered it)."""
+        assert alias == len(self.outbound) + 1 and topic not in self.outbound
+        self.outbound[topic] = alias

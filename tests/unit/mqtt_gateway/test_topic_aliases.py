@@ -30,3 +30,15 @@ def test_outbound_aliases_for_the_first_topics() -> None:
     assert aliases.outgoing("c/3") == ("c/3", None)  # all taken: by name
     assert aliases.outgoing("b/2") == ("", 2)
     assert TopicAliases(0, 0).outgoing("a/1") == ("a/1", None)
+
+
+def test_a_proposed_alias_is_recorded_only_when_sent() -> None:
+    """A PUBLISH dropped (past the client's Maximum Packet Size) sets no alias: the next
+    topic is offered the same one, and only `record` makes it the topic's."""
+    aliases = TopicAliases(0, 2)
+    assert aliases.proposed("a/1") == ("a/1", 1)
+    assert aliases.proposed("b/2") == ("b/2", 1)  # a/1's was never sent
+    aliases.record("b/2", 1)
+    assert aliases.proposed("b/2") == ("", 1)
+    assert aliases.outgoing("a/1") == ("a/1", 2)
+    assert aliases.proposed("c/3") == ("c/3", None)
