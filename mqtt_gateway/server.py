@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from mqtt_gateway import broker_side
@@ -27,20 +25,16 @@ from mqtt_gateway.binding_index import BindingIndex
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
 from mqtt_gateway.consumer import MqttConsumer
-from mqtt_gateway.proxy import (
-    OptionalProxyHeaderReceiver,
-    ProxyHeaderReceiver,
-    TrustedProxy,
-    socket_endpoints,
-)
+from mqtt_gateway.proxy import MqttStarter, socket_endpoints
 from mqtt_gateway.pubrel_store import PubrelStore
 from mqtt_gateway.qos2_store import Qos2Store
 from mqtt_gateway.retained import RetainedStore
-from mqtt_gateway.session import MqttSession
+from mqtt_gateway.session import Endpoints, MqttSession
 from streamq.broker.broker import Broker
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
-from streamq.unix_socket import remove_stale_socket
+from streamq.proxy_receiver import OptionalProxyHeaderReceiver, ProxyHeaderReceiver, TrustedProxy
+from streamq.unix_socket import UnixListener, listen_unix
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +45,6 @@ MQTT_PORT_DEFAULT: Final = 1883
 ALARM_CHECK_INTERVAL_S: Final = 0.2
 MAX_INFLIGHT_MESSAGES_DEFAULT: Final = 65535  # LavinMQ's default
 TOPIC_ALIAS_MAXIMUM_DEFAULT: Final = 16  # RabbitMQ's mqtt.topic_alias_maximum
-UNIX_SOCKET_MODE: Final = 0o666  # as the AMQP socket: any local user may connect, then log in
 
 
 class MqttGateway:
@@ -279,9 +272,11 @@ async def start_mqtt_listener(
 
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
-            return ProxyHeaderReceiver(gateway, socket_endpoints)
+            return ProxyHeaderReceiver(MqttStarter(gateway, socket_endpoints))
         if trusted_proxy is not None:
-            return OptionalProxyHeaderReceiver(gateway, socket_endpoints, trusted_proxy)
+            return OptionalProxyHeaderReceiver(
+                MqttStarter(gateway, socket_endpoints), trusted_proxy
+            )
         return gateway.protocol_factory()
 
     return await loop.create_server(
@@ -289,39 +284,22 @@ async def start_mqtt_listener(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class MqttUnixListener:
-    """A listening unix socket and the inode of its file (removed at `close`)."""
-
-    server: asyncio.Server
-    path: str
-    inode: int
-
-    def close(self) -> None:
-        self.server.close()
-        try:
-            if os.lstat(self.path).st_ino == self.inode:
-                os.unlink(self.path)
-        except OSError:
-            pass  # gone already, or not ours to remove
-
-
 async def start_mqtt_unix_listener(
     gateway: MqttGateway, path: str, proxy_protocol: int = 0, *, start_serving: bool = True
-) -> MqttUnixListener:
+) -> UnixListener:
     """Listen for MQTT on a unix socket at `path` (its clients count as loopback, as
     on the AMQP socket), removing a socket file a dead broker left. Raises OSError if
     `path` is something else, another process listens on it, or it cannot be bound."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
-    remove_stale_socket(path)
     numbers = itertools.count(1)
+
+    def unix_endpoints() -> Endpoints:
+        return ("unix", next(numbers), path, 0)
 
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
-            return ProxyHeaderReceiver(gateway, lambda _t: ("unix", next(numbers), path, 0))
-        return MqttSession(gateway, ("unix", next(numbers), path, 0))
+            return ProxyHeaderReceiver(MqttStarter(gateway, lambda _: unix_endpoints()))
+        return MqttSession(gateway, unix_endpoints())
 
-    server = await loop.create_unix_server(factory, path, start_serving=start_serving)
-    os.chmod(path, UNIX_SOCKET_MODE)
-    return MqttUnixListener(server, path, os.lstat(path).st_ino)
+    return await listen_unix(factory, path, start_serving=start_serving)

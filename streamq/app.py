@@ -33,14 +33,11 @@ import uvloop
 
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.listeners import (
-    TrustedProxy,
-    UnixListener,
     start_tcp_listener,
 )
 from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from mqtt_gateway.server import (
     MqttGateway,
-    MqttUnixListener,
 )
 from mqtt_gateway.websocket import MqttOverWebSocket
 from stream_gateway.server import (
@@ -57,9 +54,11 @@ from streamq.heap import RestTrim, tune_collector
 from streamq.links.supervisor import LinkSupervisor
 from streamq.log.versions import NewerFormat
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.proxy_receiver import TrustedProxy
 from streamq.sd_notify import notifier
 from streamq.serve_config import DataDirLocked, ServeConfig, ServeError
 from streamq.tls import TlsContexts
+from streamq.unix_socket import UnixListener
 
 if TYPE_CHECKING:
     from http_gateway.server import HttpServer
@@ -181,7 +180,7 @@ async def run_broker(
     links: LinkSupervisor | None = None
     streams: StreamGateway | None = None
     mqtt: MqttGateway | None = None
-    mqtt_unix: list[MqttUnixListener] = []
+    mqtt_unix: list[UnixListener] = []
     http_import = listening.import_http()  # loads while the broker recovers
     try:
         if config.pidfile:

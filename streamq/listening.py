@@ -18,14 +18,12 @@ from typing import TYPE_CHECKING, cast
 
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.listeners import (
-    UnixListener,
     start_unix_listener,
 )
 from amqp_gateway.tuning import AmqpTuning
 from amqp_gateway.websocket import AmqpOverWebSocket
 from mqtt_gateway.server import (
     MqttGateway,
-    MqttUnixListener,
     start_mqtt_listener,
     start_mqtt_unix_listener,
 )
@@ -41,6 +39,7 @@ if TYPE_CHECKING:
     from http_gateway.server import HttpServer
 
 from streamq.serve_config import ServeConfig, ServeError
+from streamq.unix_socket import UnixListener
 
 
 async def listen(
@@ -220,7 +219,7 @@ async def listen_mqtt(
     mqtt: MqttGateway,
     config: ServeConfig,
     servers: list[asyncio.Server],
-    unix: list[MqttUnixListener],
+    unix: list[UnixListener],
     tls: TlsContexts | None,
     trusted_proxy: Callable[[str], bool] | None = None,
 ) -> list[tuple[str, str, int]]:

@@ -19,9 +19,9 @@ import pytest
 import uvloop
 
 from mqtt_gateway.codec import ConnAck, Connect, ProtocolLevel
-from mqtt_gateway.proxy import starts_with_header
 from streamq.app import ClusterRole, ServeConfig, lock_data_dir, run_broker
 from streamq.broker.broker import Broker
+from streamq.proxy_receiver import starts_with_header
 from tests.integration.conftest import RunningBroker
 from tests.mqtt.clients import WAIT_S, RawClient
 
