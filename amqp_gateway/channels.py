@@ -269,18 +269,31 @@ class ChannelSession:
         return [delivery_tag] if delivery_tag in unacked else []
 
     def release(self, settled: list[Unacked]) -> None:
-        """The consumers of `settled` deliveries may take as many more (prefetch)."""
+        """The consumers of `settled` deliveries may take as many more (prefetch): each
+        rejoins its queue's turns if it was parked (`Queue.unblock`); with a global
+        prefetch, every consumer of the channel does."""
         consumers = set(map(_CONSUMER_OF, settled))
+        if self.channel_prefetch:
+            self.unblock_consumers()
         if len(consumers) == 1:  # the common case: a set in C, no Counter's Python frames
             [only] = consumers
             if only is not None:
                 only.unacked -= len(settled)
                 self.consumer_unacked -= len(settled)
+                only.queue.unblock(only)
             return
         for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
             if consumer is not None:
                 consumer.unacked -= count
                 self.consumer_unacked -= count
+                consumer.queue.unblock(consumer)
+
+    def unblock_consumers(self) -> None:
+        """The channel's consumers may have credit again (flow on, basic.qos, the socket
+        writable, a global prefetch's credit freed): the parked ones rejoin their
+        queues' turns (`Queue.unblock`). The caller kicks the queues."""
+        for consumer in self.consumers.values():
+            consumer.queue.unblock(consumer)
 
     def restore_held(self) -> None:
         """tx.rollback, or the channel's end: the deliveries the transaction's acks held

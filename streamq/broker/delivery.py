@@ -10,8 +10,8 @@ the log's buffers while they are recent), so memory does not grow with a queue's
   of records; the consumer frames them in one C call (`Consumer.deliver_records`)
   straight from the window's bytes.
 - One consumer (the common case for throughput) takes runs as long as its prefetch
-  allows. Several share a queue round robin in RabbitMQ's order (`Queue.turns`), a
-  turn each: one message each while the backlog is small (RUN_BACKLOG_MIN), as
+  allows. Several share a queue round robin in RabbitMQ's order (`Turns`, one per
+  `x-priority` level, higher levels first), a turn each: one message each while the backlog is small (RUN_BACKLOG_MIN), as
   RabbitMQ hands them out; past that a run each, its share of the backlog (at least
   RUN_TURN_MIN) up to RUN_MAX and its credit (`run_size`). A run of one still goes out
   through the run path.
@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Final
 
 from streamq.broker.queue import Consumer, Queue
+from streamq.broker.turns import Turns
 from streamq.log import format as fmt
 from streamq.log.errors import LogError, OffsetOutOfRange, RecordDamaged, SegmentCorrupted
 from streamq.log.log import SegmentLog
@@ -125,20 +126,21 @@ def unreadable_text(offset: int, exc: Exception) -> str:
 def round_robin(
     log: SegmentLog,
     queue: Queue,
-    consumers: list[Consumer],
+    consumers: list[Consumer] | Turns,
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
     run_length: RunLength | None = None,
 ) -> tuple[int, bool]:
     """Deliver to `consumers` in turn while one has credit; returns the budget left and
-    whether the queue ran out of ready messages. `take` (queues with TTLs) takes one
-    message at a time, its record read; without it, runs go out where they can. With
-    both, `run_length(first, count)` says how many of a run from offset `first` may go
-    out whole (those before the first that has expired: see `unexpired_runs`). Raises
-    MessageUnreadable."""
+    whether the queue ran out of ready messages. `consumers` is one priority level's
+    `Turns` (`_rotate`), or a list: the queue's one consumer, or a single active one.
+    `take` (queues with TTLs) takes one message at a time, its record read; without it,
+    runs go out where they can. With both, `run_length(first, count)` says how many of
+    a run from offset `first` may go out whole (those before the first that has
+    expired: see `unexpired_runs`). Raises MessageUnreadable."""
+    if isinstance(consumers, Turns):
+        return _rotate(log, queue, consumers, take, budget, run_length)
     count = len(consumers)
-    if count > 1 and consumers is queue.consumers:
-        return _rotate(log, queue, take, budget, run_length)
     index = queue.next_consumer
     idle = 0
     empty = False
@@ -199,21 +201,19 @@ def run_size(ready: int, turns: int, credit: int, budget: int) -> int:
 def _rotate(
     log: SegmentLog,
     queue: Queue,
+    level: Turns,
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
     run_length: RunLength | None,
 ) -> tuple[int, bool]:
-    """`round_robin` over all of a queue's consumers (one priority, not single active)
-    in RabbitMQ's order (`Queue.turns`): the head of the turns takes its turn (one
-    message, or a run: `run_size`), then goes to their tail; a consumer without credit
-    is parked, and comes back at the tail once it has credit again (RabbitMQ's
-    unblock). An index that skips the consumers without credit served them in another
-    order once one came back."""
-    turns, cursor = queue.turns, queue.cursor
-    if queue.parked:
-        parked, queue.parked = queue.parked, []
-        for consumer in parked:
-            (turns if consumer.credit() > 0 else queue.parked).append(consumer)
+    """`round_robin` over one priority level of a queue's consumers (not single active)
+    in RabbitMQ's order (`Turns`): the head of the turns takes its turn (one message, or
+    a run: `run_size`), then goes to their tail; a consumer without credit is parked,
+    and comes back at the tail when the gateway says its credit may have grown
+    (`Queue.unblock`, RabbitMQ's unblock), so a round costs O(1) in the consumers
+    without credit: it never walks them. An index that skips the consumers without
+    credit served them in another order once one came back."""
+    turns, cursor = level.active, queue.cursor
     empty, budget_given, no_ack = False, budget, 0
     runs = take is None or run_length is not None
     try:
@@ -227,7 +227,7 @@ def _rotate(
             consumer = turns[0]
             credit = consumer.credit()
             if credit <= 0:
-                queue.parked.append(turns.popleft())
+                level.park()  # back by `Queue.unblock`, O(1)
                 continue
             sent = 0
             if runs:

@@ -34,6 +34,7 @@ from streamq.broker.delivery import (
 from streamq.broker.errors import AccessRefused, MessageReadFailed, QueueUnavailable
 from streamq.broker.queue import Consumer, Queue
 from streamq.broker.streams import drain_stream
+from streamq.broker.turns import Turns
 from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_settle import Settler
@@ -154,7 +155,7 @@ class Delivery:
             # What came while nobody consumed was not offered on arrival: its TTL counts.
             queue.fresh_offset_min = self.log.next_offset
         queue.consumers.append(consumer)
-        queue.turns.append(consumer)
+        queue.join(consumer)
         queue.had_consumers = True
         self.kick(queue)
         self._queue_changed(queue)
@@ -162,10 +163,7 @@ class Delivery:
     def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
-            if consumer in queue.turns:
-                queue.turns.remove(consumer)
-            elif consumer in queue.parked:
-                queue.parked.remove(consumer)
+            queue.leave(consumer)
             queue.last_used_s = time.monotonic()  # the x-expires lease starts again
         if not queue.consumers:
             queue.in_flow = False
@@ -220,12 +218,13 @@ class Delivery:
                 self.log, queue, fresh_from, lambda record: self._expired(queue, record, now_ms)
             )
 
+        groups: list[list[Consumer]] | list[Turns]
         if queue.single_active:
             groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
-        elif any(c.priority for c in consumers):
-            groups = priority_groups(consumers)  # x-priority: higher ones first
+        elif len(consumers) == 1:
+            groups = [consumers]  # alone: no turns to keep
         else:
-            groups = [consumers]
+            groups = queue.levels  # x-priority levels, highest first; O(1) per level
         budget = DRAIN_DELIVERIES_MAX
         for group in groups:
             try:
@@ -265,11 +264,3 @@ class Delivery:
         if queue.consumers and self.queues.get(queue.name) is queue:
             self._drain_queue(queue)
 
-
-def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
-    """Consumers grouped by `x-priority`, highest first, each group in subscription order:
-    a lower group gets messages only while every higher one is out of credit."""
-    groups: dict[int, list[Consumer]] = {}
-    for consumer in consumers:
-        groups.setdefault(consumer.priority, []).append(consumer)
-    return [groups[p] for p in sorted(groups, reverse=True)]
