@@ -11,10 +11,10 @@ the log's buffers while they are recent), so memory does not grow with a queue's
   straight from the window's bytes.
 - One consumer (the common case for throughput) takes runs as long as its prefetch
   allows. Several share a queue round robin in RabbitMQ's order (`Turns`, one per
-  `x-priority` level, higher levels first), a turn each: one message each while the backlog is small (RUN_BACKLOG_MIN), as
-  RabbitMQ hands them out; past that a run each, its share of the backlog (at least
-  RUN_TURN_MIN) up to RUN_MAX and its credit (`run_size`). A run of one still goes out
-  through the run path.
+  `x-priority` level, higher levels first), a turn each: one message each while the
+  backlog is small (RUN_BACKLOG_MIN), as RabbitMQ hands them out; past that a run
+  each, its share of the backlog (at least RUN_TURN_MIN) up to RUN_MAX and its credit
+  (`run_size`). A run of one still goes out through the run path.
 - A queue with TTLs delivers runs up to the first message that has expired
   (`unexpired_runs`); that one is dead-lettered by the vhost's `take`.
 - A requeued message (redelivered, with a delivery count to show) goes alone through

@@ -109,12 +109,12 @@ class Queue:
         "holds_expiring",
         "in_flow",
         "last_used_s",
+        "level_of",
+        "levels",
         "max_length",
         "max_length_bytes",
         "message_ttl_ms",
         "name",
-        "level_of",
-        "levels",
         "next_consumer",
         "overflow",
         "policy",
@@ -215,6 +215,12 @@ class Queue:
         level = self.level_of.get(consumer.priority)
         if level is not None:
             level.unblock(consumer)
+
+    def parked_at(self, consumer: Consumer) -> int | None:
+        """When `consumer` was parked without credit (a number ordering parkings across
+        queues), None if it takes turns or is not a consumer here."""
+        level = self.level_of.get(consumer.priority)
+        return None if level is None else level.parked_at(consumer)
 
     def unblock_all(self) -> None:
         """Every parked consumer rejoins the turns (not on the per-message path)."""

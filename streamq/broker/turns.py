@@ -15,10 +15,17 @@ knows nothing of credit or delivery: `delivery._rotate` asks the consumers.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from itertools import count
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from streamq.broker.queue import Consumer
+
+
+_park_numbers: Final = count()
+"""Numbers parkings in the order they happen, across queues: consumers whose credit comes
+back together (one channel's) rejoin in the order they were parked (`parked_at`), as
+RabbitMQ's unblock moves a channel's blocked consumers back in their order."""
 
 
 class Turns:
@@ -29,7 +36,8 @@ class Turns:
     def __init__(self, priority: int) -> None:
         self.priority = priority
         self.active: deque[Consumer] = deque()
-        self.parked: dict[Consumer, None] = {}  # insertion-ordered, O(1) to leave
+        # Insertion-ordered, O(1) to leave; each with its number in `_park_numbers`.
+        self.parked: dict[Consumer, int] = {}
 
     def __len__(self) -> int:
         return len(self.active) + len(self.parked)
@@ -47,7 +55,11 @@ class Turns:
 
     def park(self) -> None:
         """The head has no credit: it waits out of the turns until `unblock`."""
-        self.parked[self.active.popleft()] = None
+        self.parked[self.active.popleft()] = next(_park_numbers)
+
+    def parked_at(self, consumer: Consumer) -> int | None:
+        """When `consumer` was parked (a number that orders parkings), None if it is not."""
+        return self.parked.get(consumer)
 
     def unblock(self, consumer: Consumer) -> None:
         """`consumer`'s credit may have grown: if parked, it rejoins at the tail, as

@@ -263,4 +263,3 @@ class Delivery:
         of the loop turn (where RabbitMQ's queue process delivers within one event)."""
         if queue.consumers and self.queues.get(queue.name) is queue:
             self._drain_queue(queue)
-
