@@ -308,23 +308,31 @@ def _deliver_one(queue: Queue, consumer: Consumer, taken: tuple[ReadyMessage, fm
 
 
 def unexpired_runs(
-    log: SegmentLog, queue: Queue, fresh_from: int, expired: Callable[[fmt.Record], bool]
+    log: SegmentLog,
+    queue: Queue,
+    fresh_from: int,
+    expired: Callable[[fmt.Record], bool],
+    now_ms: int,
 ) -> RunLength:
-    """For a queue with TTLs, in a delivery round that offers the messages from
-    `fresh_from` on (`VHost.take`): how many of a run of never-delivered messages from
-    an offset on may go out whole, up to the first that `expired` (the others go
+    """For a queue with TTLs, in a delivery round at `now_ms` that offers the messages
+    from `fresh_from` on (`VHost.take`): how many of a run of never-delivered messages
+    from an offset on may go out whole, up to the first that `expired` (the others go
     through `take`, which dead-letters it). Those of the round may all go, whatever
-    their TTL. Before them, with the queue's TTL only, the run's first message decides
-    for the run (timestamps never decrease along the log, so the later ones expire
-    later); with per-message expirations each is read and checked, up to the first
+    their TTL. Before them, the run's first message decides for the queue's own TTL
+    (timestamps never decrease along the log, so the later ones expire later); per-message
+    expirations cannot have passed before the queue's bound (`Queue.own_expiry_min_ms`,
+    `streamq.broker.expiration`), and past it each is read and checked, up to the first
     that has expired. Reads records (MessageUnreadable)."""
     window = queue.window
-    by_head = not queue.holds_expiring
+    by_head = not queue.holds_expiring or now_ms < queue.own_expiry_min_ms
+    queue_ttl = queue.message_ttl_ms is not None
 
     def run_length(first: int, count: int) -> int:
         if first >= fresh_from:
             return count
         if by_head:
+            if not queue_ttl:
+                return count  # no queue TTL, and no own expiration has come yet
             return 0 if expired(read_queued(log, queue, first)) else count
         # The scan reads ahead in the window; the run is then framed from `first`, so
         # the window goes back to where it was if it still holds those bytes.

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
+from streamq.broker.expiration import EXPIRY_NONE
 from streamq.broker.queue_arguments import max_priority, smaller
 from streamq.broker.stats import MessageStats
 from streamq.broker.turns import Turns
@@ -117,6 +118,7 @@ class Queue:
         "name",
         "next_consumer",
         "overflow",
+        "own_expiry_min_ms",
         "policy",
         "stats",
         "stream",
@@ -162,6 +164,9 @@ class Queue:
         # Set once a message with its own `expiration` was enqueued: only then does every
         # delivery check message TTLs (the check costs on the hot path).
         self.holds_expiring = False
+        # Before this (ms since the epoch) no never-delivered message of the queue expires
+        # by its own expiration: a lower bound, kept by `streamq.broker.expiration`.
+        self.own_expiry_min_ms = EXPIRY_NONE
         # The first log offset that no complete delivery round (one that emptied the queue
         # or left every consumer out of credit) has offered yet, past all that came while
         # the queue had no consumer. Messages from here on that were never delivered do

@@ -32,6 +32,7 @@ from streamq.broker.delivery import (
     unexpired_runs,
 )
 from streamq.broker.errors import AccessRefused, MessageReadFailed, QueueUnavailable
+from streamq.broker.expiration import EXPIRY_NONE
 from streamq.broker.queue import Consumer, Queue
 from streamq.broker.streams import drain_stream
 from streamq.broker.turns import Turns
@@ -215,7 +216,11 @@ class Delivery:
                 return self.take(queue, now_ms, fresh_from)
 
             runs_from = unexpired_runs(
-                self.log, queue, fresh_from, lambda record: self._expired(queue, record, now_ms)
+                self.log,
+                queue,
+                fresh_from,
+                lambda record: self._expired(queue, record, now_ms),
+                now_ms,
             )
 
         groups: list[list[Consumer]] | list[Turns]
@@ -235,6 +240,9 @@ class Delivery:
             if empty:
                 queue.in_flow = False
                 queue.window.release()
+                if not queue.cursor.message_count:
+                    # No never-delivered message is left: none bounds the next ones.
+                    queue.own_expiry_min_ms = EXPIRY_NONE
                 if offered_end is not None:
                     queue.fresh_offset_min = offered_end
                 return
