@@ -284,10 +284,11 @@ class Publisher:
         dirty = self.schedule.dirty
         was_idle = not dirty
         if expiring:
-            # Only a run with expirations pays for reading them (one short walk each).
+            # Only a run with expirations reads them, once per distinct property list (a
+            # publisher's run usually has one): the set is built in C.
             own = min(
-                deadline_ms(m[0], timestamp_ms) if m[0][0] & EXPIRATION_FLAG_BYTE0 else EXPIRY_NONE
-                for m in messages
+                deadline_ms(p, timestamp_ms) if p[0] & EXPIRATION_FLAG_BYTE0 else EXPIRY_NONE
+                for p in set(map(_PROPERTIES, messages))
             )
             lower_bound(queues, own)
         for queue in queues:
@@ -362,6 +363,7 @@ def _over_limit(queue: Queue, messages: int, size: int) -> bool:
     return queue.over_limit(messages, size)
 
 
+_PROPERTIES = itemgetter(0)
 _BODY = itemgetter(1)
 
 
