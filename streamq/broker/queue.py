@@ -227,11 +227,6 @@ class Queue:
         level = self.level_of.get(consumer.priority)
         return None if level is None else level.parked_at(consumer)
 
-    def unblock_all(self) -> None:
-        """Every parked consumer rejoins the turns (not on the per-message path)."""
-        for level in self.levels:
-            level.unblock_all()
-
     @property
     def message_count(self) -> int:
         """What queue.declare-ok reports: ready messages, or a stream's length."""

@@ -68,8 +68,3 @@ class Turns:
         if consumer in parked:
             del parked[consumer]
             self.active.append(consumer)
-
-    def unblock_all(self) -> None:
-        """Every parked consumer rejoins the tail, in the order they were parked."""
-        parked, self.parked = self.parked, {}
-        self.active.extend(parked)

@@ -74,8 +74,9 @@ def test_turns_park_the_head_and_unblock_to_the_tail_in_unblock_order() -> None:
     turns.remove(c)
     assert list(turns.active) == [b] and not turns.parked and len(turns) == 1
     turns.park()
-    turns.unblock_all()
-    assert list(turns.active) == [b]
+    assert turns.parked_at(b) is not None and not turns.active
+    turns.unblock(b)
+    assert list(turns.active) == [b] and turns.parked_at(b) is None
 
 
 def test_a_round_does_not_ask_parked_consumers_for_credit(vhost: VHost) -> None:
