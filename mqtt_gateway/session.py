@@ -308,6 +308,7 @@ class MqttSession(asyncio.Protocol):
         vhost = self.vhost
         assert vhost is not None
         queue.stats.ack += 1
+        self.unblock()
         vhost.settle(queue, offset, consumer)
         vhost.kick(queue)
 
@@ -582,6 +583,7 @@ class MqttSession(asyncio.Protocol):
         vhost = self.vhost
         if vhost is None:
             return
+        self.unblock()  # the in-flight window is the session's: any consumer may take
         for queue, offset, consumer in settled:
             vhost.settle(queue, offset, consumer)
             vhost.kick(queue)
@@ -590,5 +592,12 @@ class MqttSession(asyncio.Protocol):
         """The session can take deliveries again: ask for a drain of its queues."""
         vhost = self.vhost
         if vhost is not None:
+            self.unblock()
             for consumer in self.consumers.values():
                 vhost.kick(consumer.queue)
+
+    def unblock(self) -> None:
+        """The session's consumers may have credit again (its in-flight window is
+        shared): the parked ones rejoin their queues' turns (`Queue.unblock`)."""
+        for consumer in self.consumers.values():
+            consumer.queue.unblock(consumer)
