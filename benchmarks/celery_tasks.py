@@ -14,7 +14,9 @@ waits for every result (bounded by `--timeout-s`), checks each value and reports
 tasks/s from the first send to the last result, and the CPU time per task of the
 broker (with `--pids`), the workers and the caller over that span. It then stops its
 workers by their pids and deletes the run's queue. The load average is read before each
-run. It never starts or stops a broker.
+run. It never starts or stops a broker. With `--pids`, it warns (on stderr and below the
+tables) about a broker that runs in its own session or CPU autogroup, which favours that
+broker's round trips (`benchmarks/sched_groups.py`): start every broker with `setsid`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from benchmarks.celery_app import (
     QUEUE_ENV,
     make_app,
 )
+from benchmarks.sched_groups import shared_with_caller
 
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_TASKS: Final = 100_000
@@ -334,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     pools = ["threads", "prefork"] if args.pool == "both" else [args.pool]
     outcomes: list[Outcome] = []
     failures: list[str] = []
+    placement_warnings = shared_with_caller(dict(zip(args.names, args.pids, strict=True)))
+    for warning in placement_warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="celery-bench-") as log_dir:
         for pool in pools:
             for repetition in range(1, args.repetitions + 1):
@@ -352,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     print(cpu_table(outcomes, args.names, pools))
     for failure in failures:
         print(f"- failed: {failure}")
+    for warning in placement_warnings:
+        print(f"- warning: {warning}")
     if args.json:
         args.json.write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
     return 1 if failures else 0
