@@ -18,7 +18,7 @@ from typing import Final
 from streamq.perf.footprint import FILES_SPARE, broker_rss_kib, raise_file_limit
 from streamq.perf.mqtt_client import PINGREQ, PerfConnection, open_connection
 from streamq.perf.mqtt_options import MqttUri, check_connections
-from streamq.perf.mqtt_roles import run_loop
+from streamq.perf.mqtt_roles import all_or_first_error, run_loop
 
 CONNECTING_MAX: Final = 64
 SETTLE_S: Final = 1.0
@@ -61,11 +61,8 @@ async def _open_hold_close(
     pinger = asyncio.get_running_loop().create_task(_keep_alive(connections, keepalive_s))
     try:
         started = time.monotonic()
-        results = await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
+        await all_or_first_error([one(i) for i in range(count)])
         open_s = time.monotonic() - started
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
         await asyncio.sleep(SETTLE_S)
         rss_after = broker_rss_kib(pid)
         await asyncio.sleep(hold_s)

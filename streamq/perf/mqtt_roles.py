@@ -51,24 +51,40 @@ async def connect_all(
     """Open `count` connections, CONNECTING_MAX at a time. Raises `PerfError` (after
     closing those that opened) when one fails."""
     gate = asyncio.Semaphore(CONNECTING_MAX)
+    connections: list[PerfConnection] = []
 
-    async def one(index: int) -> PerfConnection:
+    async def one(index: int) -> None:
         async with gate:
-            return await open_connection(
-                config.uri,
-                f"{role}-{index}",
-                clean_session=config.clean_session,
-                expected_body=expected,
+            connections.append(
+                await open_connection(
+                    config.uri,
+                    f"{role}-{index}",
+                    clean_session=config.clean_session,
+                    expected_body=expected,
+                )
             )
 
-    results = await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
-    connections = [result for result in results if isinstance(result, PerfConnection)]
-    for result in results:
-        if isinstance(result, BaseException):
-            for connection in connections:
-                connection.close()
-            raise result
+    try:
+        await all_or_first_error([one(i) for i in range(count)])
+    except BaseException:
+        for connection in connections:
+            connection.close()
+        raise
     return connections
+
+
+async def all_or_first_error(work: list[Coroutine[Any, Any, None]]) -> None:
+    """Run `work` concurrently; at the first error cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(item) for item in work]
+    try:
+        done, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+    for task in done:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
 
 
 async def wait_for_go(shared: Shared) -> None:
