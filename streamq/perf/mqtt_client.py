@@ -53,6 +53,7 @@ class PerfConnection(asyncio.Protocol):
         self.closed = False
         self.error: PerfError | None = None
         self.on_read: Callable[[PerfConnection], None] | None = None
+        self.publishes_max = -1  # deliveries a read may count (a consumer's -R); -1: all
         self._control: asyncio.Queue[Packet] = asyncio.Queue()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -63,7 +64,7 @@ class PerfConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         incoming = self.incoming
         try:
-            incoming.feed(data)
+            incoming.feed(data, self.publishes_max)
         except PerfError as exc:
             self.fail(exc)
             return

@@ -253,16 +253,30 @@ class Consumer:
             self.hold_to_rate(connection)
 
     def hold_to_rate(self, connection: PerfConnection) -> None:
-        """Stop reading while ahead of `-R`; go on when the next message is due."""
-        ahead_s = self.consumed / self.config.consume_rate - (time.monotonic() - self.started)
+        """Count no delivery before it is due at `-R`: what a read brings beyond that
+        waits, unscanned and unacknowledged, with the socket unread, until it is due."""
+        connection.publishes_max = self.allowance()
         transport = connection.transport
-        if ahead_s > 0 and transport is not None and not connection.closed:
-            transport.pause_reading()
-            asyncio.get_running_loop().call_later(ahead_s, self.resume, transport)
+        if connection.publishes_max or transport is None or connection.closed:
+            return
+        transport.pause_reading()
+        wait_s = (self.consumed + 1) / self.config.consume_rate - (time.monotonic() - self.started)
+        asyncio.get_running_loop().call_later(max(wait_s, 0.0), self.resume, connection)
 
-    @staticmethod
-    def resume(transport: asyncio.Transport) -> None:
-        if not transport.is_closing():
+    def allowance(self) -> int:
+        """Deliveries due at `-R` and not counted yet."""
+        due = int(self.config.consume_rate * (time.monotonic() - self.started)) + 1
+        return max(0, due - self.consumed)
+
+    def resume(self, connection: PerfConnection) -> None:
+        """Take what waited (`on_read` holds again if that reaches the rate), then read
+        again unless held."""
+        transport = connection.transport
+        if transport is None or transport.is_closing():
+            return
+        connection.publishes_max = self.allowance()
+        connection.data_received(b"")
+        if connection.publishes_max and not transport.is_closing():
             transport.resume_reading()
 
 

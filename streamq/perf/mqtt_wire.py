@@ -126,14 +126,15 @@ class Incoming:
         self.bad_bodies = 0
         self.others: list[Packet] = []  # CONNACK, SUBACK, DISCONNECT...
 
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Scan `data` after what an earlier feed left incomplete. Raises `PerfError`
-        for bytes that are no MQTT 3.1.1 a broker sends."""
+    def feed(self, data: bytes | bytearray | memoryview, publishes_max: int = -1) -> None:
+        """Scan `data` after what an earlier feed left unscanned, stopping once
+        `publishes` reaches `publishes_max` (-1: no limit; what is left stays for the next
+        feed, `feed(b"")`). Raises `PerfError` for bytes no MQTT 3.1.1 broker sends."""
         buffer = self._buffer
         buffer += data
         end = len(buffer)
         position = 0
-        while end - position >= 2:
+        while end - position >= 2 and self.publishes != publishes_max:
             first = buffer[position]
             remaining, shift, cursor = 0, 0, position + 1
             while cursor < end:
@@ -155,6 +156,11 @@ class Incoming:
             self._packet(first, buffer, cursor, packet_end)
             position = packet_end
         del buffer[:position]
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not scanned yet."""
+        return len(self._buffer)
 
     def _packet(self, first: int, buffer: bytearray, start: int, end: int) -> None:
         kind = first >> 4

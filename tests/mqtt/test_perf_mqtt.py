@@ -114,3 +114,15 @@ def test_idle_connections_are_kept_alive_and_measured(mqtt_broker: MqttBroker) -
     assert counts["connections"] == 40
     assert counts["rss_before_kib"] > 0 and counts["rss_after_kib"] > 0
     assert "kib_each" in counts
+
+
+def test_rates_hold_publishers_and_consumers_back(mqtt_broker: MqttBroker) -> None:
+    # -r caps each publisher at N a second, -R the consumer: neither is ever ahead of
+    # its rate times the seconds run (a delivery past it waits unread until it is due).
+    result = perf(
+        "throughput", "-u", uri(mqtt_broker), "-r", "1000", "-R", "50", "-z", "3",
+        "--clean-session", "-j", "-t", "perf/rates",
+    )  # fmt: skip
+    counts = summary(result)
+    assert 0 < counts["published"] <= 1000 * counts["elapsed_s"] + 1
+    assert 0 < counts["consumed"] <= 50 * counts["elapsed_s"] + 1

@@ -91,3 +91,15 @@ def test_incoming_refuses_what_no_broker_sends() -> None:
         Incoming().feed(b"\x30\xff\xff\xff\xff\x01")
     with pytest.raises(PerfError, match="bad packet"):
         Incoming().feed(b"\x20\x01\x00")  # a CONNACK one byte short
+
+
+def test_incoming_stops_at_the_allowed_publishes_and_keeps_the_rest() -> None:
+    packet = encode(Publish("x", b"body", 1, packet_id=3), LEVEL)
+    incoming = Incoming()
+    incoming.feed(packet * 5, publishes_max=2)
+    assert (incoming.publishes, incoming.buffered) == (2, 3 * len(packet))
+    incoming.publishes = 0
+    incoming.feed(b"", publishes_max=0)
+    assert (incoming.publishes, incoming.buffered) == (0, 3 * len(packet))
+    incoming.feed(b"")
+    assert (incoming.publishes, incoming.buffered) == (3, 0)
