@@ -27,8 +27,9 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Final
 
-from mqtt_gateway import mapping
+from mqtt_gateway import mapping, message_properties
 from mqtt_gateway.codec import (
+    NO_PROPERTIES,
     ConnAck,
     ConnackReturnCode,
     Connect,
@@ -47,11 +48,13 @@ from mqtt_gateway.codec import (
 )
 from mqtt_gateway.codec.reason_codes import SUBACK_FAILURE_V311
 from mqtt_gateway.consumer import MqttConsumer
+from mqtt_gateway.topic_aliases import TopicAliases
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Destination
 from streamq.broker.stats import MessageStats
 from streamq.broker.users import login_allowed
+from streamq.tls_peer import certificate_cn
 
 if TYPE_CHECKING:
     from mqtt_gateway.session import MqttSession
@@ -77,6 +80,9 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
     """Log in and open the session; the CONNACK code refusing it, or None when the
     CONNACK went out."""
     gateway = s.gateway
+    will = packet.will
+    if will is not None and not message_properties.payload_valid(will.payload, will.properties):
+        return int(ReasonCode.PAYLOAD_FORMAT_INVALID)  # 5.0 only: 3.x wills have no properties
     user_vhost = _login(s, packet)
     if isinstance(user_vhost, int):
         return user_vhost
@@ -96,6 +102,9 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
         expiry = packet.properties.session_expiry_interval_s or 0
         s.session_expiry_s = expiry
         s.persistent = expiry > 0
+        # Ours toward the client: its maximum, within our own (as RabbitMQ 3.13).
+        outbound = min(packet.properties.topic_alias_maximum or 0, gateway.topic_alias_maximum)
+        s.topic_aliases = TopicAliases(gateway.topic_alias_maximum, outbound)
     else:
         s.persistent = not packet.clean_start
     gateway.take_over(s)
@@ -112,7 +121,7 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
             assigned_client_identifier=assigned,
             receive_maximum=None,
             maximum_qos=None,
-            topic_alias_maximum=None,
+            topic_alias_maximum=gateway.topic_alias_maximum or None,  # absent: 0
             shared_subscription_available=0,
             subscription_identifier_available=0,
             wildcard_subscription_available=None,
@@ -138,6 +147,9 @@ def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
     """The user and vhost of CONNECT's credentials, or the refusal's CONNACK code."""
     gateway = s.gateway
     username = packet.username
+    if username is None and packet.password is None and gateway.ssl_cert_login:
+        # RabbitMQ's mqtt.ssl_cert_login: no credentials, a verified client certificate.
+        return _certificate_login(s)
     if username is None or packet.password is None:
         return _refusal(
             s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
@@ -156,27 +168,48 @@ def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
         return _refusal(
             s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
         )
+    return _open_vhost(s, found.name, vhost_name)
+
+
+def _certificate_login(s: MqttSession) -> tuple[str, VHost] | int:
+    """Log in as the common name of the client's verified TLS certificate (MQTTS with
+    tls_verify_peer), into `default_vhost`: the user must exist, no password is checked,
+    as AMQP's EXTERNAL (amqp_gateway/external_auth.py)."""
+    name = certificate_cn(s.transport)
+    found = s.broker.accounts.user(name) if name else None
+    if found is None or not login_allowed(found.name, _is_loopback(s)):
+        logger.warning("MQTT certificate login refused for %r from %s", name, s.peer)
+        return _refusal(
+            s, ReasonCode.BAD_USER_NAME_OR_PASSWORD, ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD
+        )
+    s.auth_mechanism = "EXTERNAL"
+    return _open_vhost(s, found.name, s.gateway.default_vhost)
+
+
+def _open_vhost(s: MqttSession, user: str, vhost_name: str) -> tuple[str, VHost] | int:
+    """The user and the vhost it may open, or the refusal's CONNACK code."""
+    accounts = s.broker.accounts
     vhost = s.broker.vhosts.get(vhost_name)
-    if vhost is not None and accounts.vhost_access(found.name, vhost_name):
-        limit = s.broker.tracking.open_refusal(vhost_name, found.name)
+    if vhost is not None and accounts.vhost_access(user, vhost_name):
+        limit = s.broker.tracking.open_refusal(vhost_name, user)
         if limit is not None:
             # The vhost's or the user's max-connections, as RabbitMQ 3.10's MQTT plugin
             # checks them: "not authorized" (5.0: quota exceeded).
             logger.warning("MQTT connection %s refused: %s", s.peer, limit)
             return _refusal(s, ReasonCode.QUOTA_EXCEEDED, ConnackReturnCode.NOT_AUTHORIZED)
-    if vhost is None or not accounts.vhost_access(found.name, vhost_name):
+    if vhost is None or not accounts.vhost_access(user, vhost_name):
         logger.warning(
             "MQTT access to vhost '%s' refused for user '%s' from %s",
             vhost_name,
-            found.name,
+            user,
             s.peer,
         )
         return _refusal(s, ReasonCode.NOT_AUTHORIZED, ConnackReturnCode.NOT_AUTHORIZED)
-    return found.name, vhost
+    return user, vhost
 
 
 def _is_loopback(s: MqttSession) -> bool:
-    if s.endpoints is None:
+    if s.endpoints is None or s.cross_origin:
         return False
     host = s.endpoints[0]
     if host == "unix":
@@ -343,13 +376,33 @@ def send_retained(s: MqttSession, vhost: VHost, topic_filter: str, qos: int) -> 
     """The retained messages `topic_filter` matches, with the retain flag (MQTT-3.3.1-8),
     behind the SUBACK; QoS 1 ones are in flight until PUBACKed, not on any queue."""
     store = s.gateway.retained(vhost)
+    now_ms = int(time.time() * 1000)
     for topic, retained_qos, payload in store.matching(topic_filter):
+        properties = _retained_properties(s, store.properties.get(topic), now_ms)
+        if properties is None:  # its Message Expiry Interval passed (MQTT-3.3.2-5)
+            store.retain(topic, retained_qos, b"")
+            s.gateway.retained_changed(vhost)
+            continue
         out_qos = min(qos, retained_qos)
         packet_id = s.take_packet_id() if out_qos else None
         if packet_id is not None:
             s.retained_inflight.add(packet_id)
-        packet = Publish(topic, payload, out_qos, True, False, packet_id)
+        packet = Publish(topic, payload, out_qos, True, False, packet_id, properties)
         s.reply(packet)
+
+
+def _retained_properties(
+    s: MqttSession, stored: tuple[bytes, int] | None, now_ms: int
+) -> Properties | None:
+    """A retained message's 5.0 properties as sent now (3.x: none); None once it expired."""
+    if stored is None:
+        return NO_PROPERTIES
+    raw, retained_ms = stored
+    if message_properties.expired(raw, retained_ms, now_ms):
+        return None
+    if s.level is not _V5:
+        return NO_PROPERTIES
+    return message_properties.to_mqtt(raw, retained_ms, now_ms)
 
 
 # -- PUBLISH ---------------------------------------------------------------------------------
@@ -359,25 +412,30 @@ def publish(s: MqttSession, packet: Publish) -> None:
     """Route and store a publish; its PUBACK (PUBREC) once the log is synced."""
     vhost = s.vhost
     assert vhost is not None
-    if packet.properties.topic_alias is not None:
-        # CONNACK announced no Topic Alias Maximum, so 0: none may be used (3.3.2.3.4).
-        s.disconnect(ReasonCode.TOPIC_ALIAS_INVALID)
+    topic = s.topic_aliases.resolve(packet.topic, packet.properties.topic_alias)
+    if isinstance(topic, ReasonCode):
+        s.disconnect(topic)
         return
     if packet.qos == 2 and packet.packet_id in s.qos2_received:
         assert packet.packet_id is not None
         s.owe_publish_ack(PubRec(packet.packet_id))  # a resend: stored once already
         return
-    routing_key = mapping.to_routing_key(packet.topic)
+    routing_key = mapping.to_routing_key(topic)
     if not (_permitted(s, "write", mapping.EXCHANGE) and _topic_permitted(s, "write", routing_key)):
-        _refuse_publish(s, packet)
+        _refuse_publish(s, packet, topic, ReasonCode.NOT_AUTHORIZED)
+        return
+    if not message_properties.payload_valid(packet.payload, packet.properties):
+        _refuse_publish(s, packet, topic, ReasonCode.PAYLOAD_FORMAT_INVALID)
         return
     s.note_publish()
     if packet.retain:
         store = s.gateway.retained(vhost)
-        if not store.retain(packet.topic, packet.qos, packet.payload):
+        kept = message_properties.retained_form(packet.qos, packet.properties)
+        now_ms = int(time.time() * 1000)
+        if not store.retain(topic, packet.qos, packet.payload, kept, now_ms):
             logger.warning("retained messages of vhost '%s' are full", vhost.name)
         s.gateway.retained_changed(vhost)
-    store_message(vhost, routing_key, packet.qos, packet.dup, packet.payload)
+    store_message(vhost, routing_key, packet.qos, packet.dup, packet.payload, packet.properties)
     if packet.qos == 1:
         assert packet.packet_id is not None
         s.owe_publish_ack(PubAck(packet.packet_id))
@@ -402,10 +460,17 @@ def release_qos2(s: MqttSession, packet_id: int) -> None:
         s.reply(PubComp(packet_id))
 
 
-def store_message(vhost: VHost, routing_key: str, qos: int, dup: bool, payload: bytes) -> None:
+def store_message(
+    vhost: VHost,
+    routing_key: str,
+    qos: int,
+    dup: bool,
+    payload: bytes,
+    properties: Properties = NO_PROPERTIES,
+) -> None:
     """Route a message through `amq.topic` and append it to the log (buffered: durable
-    after the vhost's next sync)."""
-    properties_raw = mapping.publish_properties(qos, dup)
+    after the vhost's next sync), its MQTT 5.0 properties as AMQP ones."""
+    properties_raw = message_properties.to_amqp(qos, dup, properties)
     queues = vhost.route(mapping.EXCHANGE, routing_key, None, properties_raw=properties_raw)
     now_ms = int(time.time() * 1000)
     offset = vhost.publish(mapping.EXCHANGE, routing_key, properties_raw, payload, queues, now_ms)
@@ -419,22 +484,28 @@ def store_message(vhost: VHost, routing_key: str, qos: int, dup: bool, payload: 
         vhost.stats.drop_unroutable += 1
 
 
-def _refuse_publish(s: MqttSession, packet: Publish) -> None:
+def _refuse_publish(s: MqttSession, packet: Publish, topic: str, reason: ReasonCode) -> None:
+    """Not authorized (3.x: the connection closes, as RabbitMQ 3.10 does: there is no
+    other way to say no), or a 5.0 payload not in its format: PUBACK or PUBREC with the
+    reason; at QoS 0, which has no answer, DISCONNECT with it (3.3.2.3.2)."""
     logger.warning(
-        "MQTT publish to '%s' refused for user '%s' (client id '%s')",
-        packet.topic,
+        "MQTT publish to '%s' refused for user '%s' (client id '%s'): %s",
+        topic,
         s.user,
         s.client_id,
+        reason.name,
     )
     if s.level is not _V5:
-        s.disconnect(ReasonCode.NOT_AUTHORIZED)  # as RabbitMQ 3.10: the connection closes
+        s.disconnect(reason)
         return
     if packet.qos == 1:
         assert packet.packet_id is not None
-        s.reply(PubAck(packet.packet_id, ReasonCode.NOT_AUTHORIZED))
+        s.reply(PubAck(packet.packet_id, reason))
     elif packet.qos == 2:
         assert packet.packet_id is not None
-        s.reply(PubRec(packet.packet_id, ReasonCode.NOT_AUTHORIZED))
+        s.reply(PubRec(packet.packet_id, reason))
+    elif reason is ReasonCode.PAYLOAD_FORMAT_INVALID:
+        s.disconnect(reason)
 
 
 # -- the end of a connection -----------------------------------------------------------------
@@ -482,6 +553,8 @@ def _publish_will(s: MqttSession, vhost: VHost, connect: Connect) -> None:
         logger.warning("MQTT will to '%s' refused for user '%s'", will.topic, s.user)
         return
     if will.retain:
-        s.gateway.retained(vhost).retain(will.topic, will.qos, will.payload)
+        kept = message_properties.retained_form(will.qos, will.properties)
+        now_ms = int(time.time() * 1000)
+        s.gateway.retained(vhost).retain(will.topic, will.qos, will.payload, kept, now_ms)
         s.gateway.retained_changed(vhost)
-    store_message(vhost, routing_key, will.qos, False, will.payload)
+    store_message(vhost, routing_key, will.qos, False, will.payload, will.properties)

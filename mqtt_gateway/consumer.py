@@ -13,10 +13,12 @@ drain round (`MqttSession.settle_later`). Nothing here reads a socket.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from mqtt_gateway import mapping
+from mqtt_gateway import mapping, message_properties
+from mqtt_gateway.codec import NO_PROPERTIES, ProtocolLevel
 from streamq.broker.queue import Queue
 from streamq.log import format as fmt
 from streamq.queues.classic import ReadyMessage
@@ -94,6 +96,7 @@ class MqttConsumer:
             record.properties,
             record.body,
             message.redelivered,
+            record.timestamp_ms,
         )
 
     def deliver_records(
@@ -111,7 +114,7 @@ class MqttConsumer:
         limit = min(count, self.credit())
         next_offset = -1  # the offset of the record at `position`, once one was read
         while len(sizes) < limit and position + _RECORD_HEADER_BYTES <= end:
-            length, _crc, offset, _ts, lex, lrk, _flags, lprops = _RECORD_HEADER.unpack_from(
+            length, _crc, offset, stored_ms, lex, lrk, _flags, lprops = _RECORD_HEADER.unpack_from(
                 records, position
             )
             record_end = position + 4 + length
@@ -125,7 +128,8 @@ class MqttConsumer:
             b = a + lrk
             c = b + lprops
             body = bytes(records[c:record_end])
-            self._send(queue, offset, bytes(records[a:b]), bytes(records[b:c]), body, False)
+            routing_key, properties_raw = bytes(records[a:b]), bytes(records[b:c])
+            self._send(queue, offset, routing_key, properties_raw, body, False, stored_ms)
             sizes.append(len(body))
         return len(sizes), position, next_offset, sizes
 
@@ -147,6 +151,7 @@ class MqttConsumer:
         properties_raw: bytes,
         body: bytes,
         redelivered: bool,
+        stored_ms: int,
     ) -> None:
         session = self.session
         qos = mapping.delivery_qos(self.qos, properties_raw)
@@ -157,11 +162,15 @@ class MqttConsumer:
             if not self.no_ack:
                 session.settle_later(queue, offset, self)
             return
+        properties = NO_PROPERTIES
+        if session.level is ProtocolLevel.MQTT_5:
+            now_ms = int(time.time() * 1000)
+            properties = message_properties.to_mqtt(properties_raw, stored_ms, now_ms)
         if qos == 0:
-            session.send_publish(topic, body, 0, None, False)
+            session.send_publish(topic, body, 0, None, False, properties=properties)
             if not self.no_ack:
                 session.settle_later(queue, offset, self)
             return
         packet_id = session.take_packet_id()
         session.inflight[packet_id] = (queue, offset, self)
-        session.send_publish(topic, body, qos, packet_id, redelivered)
+        session.send_publish(topic, body, qos, packet_id, redelivered, properties=properties)

@@ -4,7 +4,8 @@ Owns the `MqttGateway`: its sessions, the registry of connected client ids per v
 (a new connection with a client id already connected takes the session over and closes
 the old connection, MQTT-3.1.4-3), each vhost's retained messages (`RetainedStore`,
 opened on first use, written behind the publishes that change them), the settings all
-sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size), the
+sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size,
+`ssl_cert_login`), the
 listing of connections in `Broker.clients`, and opening the TCP and unix socket
 listeners. Deliveries are driven by the broker core's drain, which the AMQP gateway runs
 for every vhost (as for the stream gateway). It must not parse packets (session.py and
@@ -24,7 +25,12 @@ from typing import Final
 from mqtt_gateway import broker_side
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
-from mqtt_gateway.proxy import ProxyHeaderReceiver, socket_endpoints
+from mqtt_gateway.proxy import (
+    OptionalProxyHeaderReceiver,
+    ProxyHeaderReceiver,
+    TrustedProxy,
+    socket_endpoints,
+)
 from mqtt_gateway.qos2_store import Qos2Store
 from mqtt_gateway.retained import RetainedStore
 from mqtt_gateway.session import MqttSession
@@ -40,6 +46,7 @@ MQTT_PORT_DEFAULT: Final = 1883
 # others go on, so that subscribers can drain what fills memory.
 ALARM_CHECK_INTERVAL_S: Final = 0.2
 MAX_INFLIGHT_MESSAGES_DEFAULT: Final = 65535  # LavinMQ's default
+TOPIC_ALIAS_MAXIMUM_DEFAULT: Final = 16  # RabbitMQ's mqtt.topic_alias_maximum
 UNIX_SOCKET_MODE: Final = 0o666  # as the AMQP socket: any local user may connect, then log in
 
 
@@ -53,11 +60,17 @@ class MqttGateway:
         max_inflight_messages: int = MAX_INFLIGHT_MESSAGES_DEFAULT,
         default_vhost: str = "/",
         packet_bytes_max: int = PACKET_BYTES_MAX_DEFAULT,
+        topic_alias_maximum: int = TOPIC_ALIAS_MAXIMUM_DEFAULT,
+        ssl_cert_login: bool = False,
     ) -> None:
         self.broker = broker
         self.max_inflight_messages = max_inflight_messages
         self.default_vhost = default_vhost
         self.packet_bytes_max = packet_bytes_max
+        self.topic_alias_maximum = topic_alias_maximum  # 5.0 clients' aliases, CONNACK's
+        # RabbitMQ's mqtt.ssl_cert_login: a CONNECT without credentials over TLS with a
+        # verified client certificate logs in as the certificate's CN.
+        self.ssl_cert_login = ssl_cert_login
         self.sessions: set[MqttSession] = set()
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}
@@ -209,11 +222,14 @@ async def start_mqtt_listener(
     host: str,
     port: int,
     proxy_protocol: int = 0,
+    trusted_proxy: TrustedProxy | None = None,
     *,
     start_serving: bool = True,
 ) -> asyncio.Server:
     """Listen for MQTT over TCP on host:port; with `proxy_protocol` (1 or 2: either
-    version's header is accepted) each connection must start with a PROXY header.
+    version's header is accepted) each connection must start with a PROXY header. With
+    `trusted_proxy` instead (a cluster leader's), a connection from a peer it accepts
+    may start with one, and a header from any other peer is refused.
     `start_serving` False: bound, accepting only after `start_serving()` (the broker
     opens its listeners together). Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
@@ -222,6 +238,8 @@ async def start_mqtt_listener(
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
             return ProxyHeaderReceiver(gateway, socket_endpoints)
+        if trusted_proxy is not None:
+            return OptionalProxyHeaderReceiver(gateway, socket_endpoints, trusted_proxy)
         return gateway.protocol_factory()
 
     return await loop.create_server(

@@ -16,6 +16,7 @@ not open listeners nor hold state shared by connections (`MqttGateway`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import struct
 import time
@@ -33,6 +34,7 @@ from mqtt_gateway.codec import (
     Packet,
     PingReq,
     PingResp,
+    Properties,
     ProtocolLevel,
     PubAck,
     Publish,
@@ -45,6 +47,7 @@ from mqtt_gateway.codec import (
     encode,
 )
 from mqtt_gateway.consumer import MqttConsumer
+from mqtt_gateway.topic_aliases import TopicAliases
 from streamq.broker.errors import BrokerError
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
@@ -91,6 +94,9 @@ class MqttSession(asyncio.Protocol):
         self.decoder = Decoder(packet_bytes_max=gateway.packet_bytes_max)
         self.transport: asyncio.Transport | None = None
         self.endpoints = endpoints  # (peer host, peer port, host, port); None: from socket
+        self.websocket = False  # over a WebSocket (mqtt_gateway/websocket.py)
+        self.cross_origin = False  # a WebSocket from another site's page: not local
+        self.auth_mechanism = "PLAIN"  # "EXTERNAL": logged in by its TLS certificate
         self.level = ProtocolLevel.MQTT_3_1_1
         self.connect: Connect | None = None
         self.client_id = ""
@@ -103,6 +109,7 @@ class MqttSession(asyncio.Protocol):
         self.inflight_max = gateway.max_inflight_messages
         self.qos2_received: set[int] = set()  # packet ids PUBREC'd, awaiting PUBREL
         self.retained_inflight: set[int] = set()  # QoS 1 retained messages sent, unacked
+        self.topic_aliases = TopicAliases(0, 0)  # 5.0: set from CONNECT and our CONNACK
         self.unconfirmed = 0  # QoS 1 and 2 publishes whose acks wait for a sync round
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
@@ -532,9 +539,16 @@ class MqttSession(asyncio.Protocol):
 
     def send_publish(
         self, topic: str, payload: bytes, qos: int, packet_id: int | None, dup: bool, *,
-        retain: bool = False,
+        retain: bool = False, properties: Properties = NO_PROPERTIES,
     ) -> None:  # fmt: skip
-        self.write(encode(Publish(topic, payload, qos, retain, dup, packet_id), self.level))
+        """A PUBLISH to the client; in 5.0 with `properties` and a Topic Alias when the
+        client allows them (`TopicAliases.outgoing`)."""
+        if self.topic_aliases.outbound_max:
+            topic, alias = self.topic_aliases.outgoing(topic)
+            if alias is not None:
+                properties = dataclasses.replace(properties, topic_alias=alias)
+        packet = Publish(topic, payload, qos, retain, dup, packet_id, properties)
+        self.write(encode(packet, self.level))
 
     def settle_later(self, queue: Queue, offset: int, consumer: MqttConsumer) -> None:
         """Settle a delivery that needs no PUBACK once the drain round that made it is

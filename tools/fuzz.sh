@@ -29,6 +29,9 @@ else
     mkdir "$scratch"
 fi
 export STREAMQ_FUZZ_SCRATCH="$scratch"
+# Failing inputs outlive the run: not under $work, which goes at exit (the modules run
+# with TMPDIR=$work, where tests/fuzz/harness.py would put them by default).
+export FUZZ_ARTIFACTS="${FUZZ_ARTIFACTS:-${TMPDIR:-/tmp}/streamq-fuzz-artifacts}"
 trap 'rm -rf "$work" "$scratch"' EXIT INT TERM
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
     | tar -xf - -C "$work"
