@@ -102,7 +102,7 @@ class MqttGateway:
         else:
             logger.warning("resource alarm cleared; unblocking MQTT publishers")
         for s in list(self.sessions):
-            s.hold_for_alarm(bool(reason) and s.published)
+            s.gate.hold_for_alarm(bool(reason) and s.published)
 
     # -- client ids ------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from mqtt_gateway.codec import (
 )
 from mqtt_gateway.consumer import MqttConsumer
 from mqtt_gateway.pubrel_store import Released
+from mqtt_gateway.read_gate import ReadGate
 from mqtt_gateway.subscription_options import Options
 from mqtt_gateway.topic_aliases import TopicAliases
 from streamq.broker.errors import BrokerError
@@ -67,15 +68,10 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: CONNECT within this
 KEEP_ALIVE_FACTOR: Final = 1.5  # MQTT-3.1.2-24: one and a half keep-alive periods
 WRITE_BUFFER_HIGH_BYTES: Final = 4 * 1024 * 1024  # deliveries pause above this
-UNCONFIRMED_MAX: Final = 4096
-"""QoS 1 and 2 publishes read but not yet acknowledged (waiting for the log's sync);
-past it the connection is not read until the round ends."""
 PACKET_ID_MAX: Final = 0xFFFF
 _PUBACK: Final = struct.Struct(">BBH")  # fixed header, remaining length 2, packet id
 _PUBACK_FIRST_BYTE: Final = 0x40
 _PUBACK_LENGTH: Final = 2
-DRAIN_HOLD_TURNS_MAX: Final = 4
-"""Loop turns a read of publishes waits for the drains of what it routed (4 x 4,096)."""
 
 Inflight = tuple[Queue, int, MqttConsumer]
 Endpoints = tuple[str, int, str, int]  # peer host, peer port, host, port
@@ -132,17 +128,14 @@ class MqttSession(asyncio.Protocol):
         self.qos2_received: set[int] = set()  # packet ids PUBREC'd, awaiting PUBREL
         self.retained_inflight: set[int] = set()  # QoS 1 retained messages sent, unacked
         self.topic_aliases = TopicAliases(0, 0)  # 5.0: set from CONNECT and our CONNACK
-        self.unconfirmed = 0  # QoS 1 and 2 publishes whose acks wait for a sync round
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
         self.send_oct = 0
         self.graceful = False  # DISCONNECT received: no will
         self.closed = False
         self.write_paused = False
-        self.read_paused = False  # too many acknowledgements wait for the disk
         self.published = False  # it has published: a resource alarm blocks it
-        self.blocked = False  # not read while a resource alarm lasts
-        self.drain_held = False  # not read until the pending drain ran (`_hold_for_drain`)
+        self.gate = ReadGate(self)  # when the socket is read
         self._next_packet_id = 0
         self._out = bytearray()  # written once per read and per drain round
         self._flush_scheduled = False
@@ -153,7 +146,7 @@ class MqttSession(asyncio.Protocol):
         self._owed_sync_all = False  # one waits for the definitions too (a binding)
         self._confirming = False
         self._to_settle: list[Inflight] = []
-        self._last_read_s = time.monotonic()
+        self.last_read_s = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -187,7 +180,7 @@ class MqttSession(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.is_closed():
             return
-        self._last_read_s = time.monotonic()
+        self.last_read_s = time.monotonic()
         self.recv_oct += len(data)
         try:
             packets = self.decoder.feed(data)
@@ -207,7 +200,7 @@ class MqttSession(asyncio.Protocol):
         self.flush()
         vhost = self.vhost
         if publishes and vhost is not None and vhost.dirty:
-            self._hold_for_drain()
+            self.gate.hold_for_drain()
 
     def open_channel_count(self) -> int:
         """MQTT has no channels (for streamq/broker/connection_tracking.py)."""
@@ -348,8 +341,8 @@ class MqttSession(asyncio.Protocol):
         if self.closed or connect is None:
             return
         limit_s = connect.keep_alive_s * KEEP_ALIVE_FACTOR
-        silent_s = time.monotonic() - self._last_read_s
-        if self.blocked:
+        silent_s = time.monotonic() - self.last_read_s
+        if self.gate.alarm:
             silent_s = 0.0  # held unread by a resource alarm: its pings wait in the socket
         if silent_s >= limit_s:
             logger.warning(
@@ -433,7 +426,7 @@ class MqttSession(asyncio.Protocol):
     ) -> None:  # fmt: skip
         """Send a reply now, or, with `durable` or while replies wait for a sync round,
         after the next round ends (in the order asked). `counted`: a publish's ack,
-        counted in `unconfirmed`; `definitions`: the round must cover the vhost's
+        counted by the `ReadGate`; `definitions`: the round must cover the vhost's
         definitions journal too (a durable queue or binding); `settle`: a QoS 2
         delivery's PUBREL, the delivery settled once the PUBREL state is written."""
         data = encode_reply(packet, self.level)
@@ -473,10 +466,9 @@ class MqttSession(asyncio.Protocol):
                     self._owed_sync = False
                     await vhost.sync()
                     await self.gateway.flush_stores(vhost)
-                for data, counted, _settle in owed:
+                for data, _counted, _settle in owed:
                     self.write(data)
-                    self.unconfirmed -= counted
-                self._resume_reading()
+                self.gate.acks_sent(sum(counted for _data, counted, _settle in owed))
                 self.flush()
         except (LogError, OSError) as exc:
             logger.error("message store failed; closing MQTT connection %s: %s", self.peer, exc)
@@ -498,70 +490,16 @@ class MqttSession(asyncio.Protocol):
 
     def owe_publish_ack(self, packet: Packet) -> None:
         """A PUBACK or PUBREC, once the publish is on disk; reading stops while too
-        many wait (UNCONFIRMED_MAX)."""
-        self.unconfirmed += 1
+        many wait (`ReadGate`)."""
+        self.gate.owe_ack()
         self.reply(packet, durable=True, counted=True)
-        if self.unconfirmed >= UNCONFIRMED_MAX and not self.read_paused:
-            self.read_paused = True
-            if self.transport is not None:
-                self.transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        if self.read_paused and self.unconfirmed < UNCONFIRMED_MAX:
-            self.read_paused = False
-            self._read_if_free()
-
-    def _read_if_free(self) -> None:
-        """Resume reading unless a hold remains: acknowledgements owed, an alarm, a drain."""
-        if self.read_paused or self.blocked or self.drain_held:
-            return
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
-
-    def _hold_for_drain(self) -> None:
-        """Read no more until the drain that delivers what this read routed has run.
-
-        The event loop calls `data_received` back to back while a fast publisher keeps
-        its socket readable (libuv reads up to 32 times per poll), and the drain waits
-        for the loop's next turn: one QoS 0 publisher starved its subscriber (2,259
-        deliveries in 10 s while 226k publishes were read). The drain was scheduled
-        (`call_soon`) when this read made a queue dirty, so a `call_soon` now runs after
-        it: publishing and delivering alternate read by read, as the AMQP gateway's
-        `hold_reading` makes them. A drain delivers at most 4,096 per queue and a read
-        holds up to about 9,000 small publishes, so the hold lasts while queues stay
-        dirty, up to DRAIN_HOLD_TURNS_MAX drains."""
-        if self.drain_held or self.transport is None or self.closed:
-            return
-        self.drain_held = True
-        self.transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._release_drain_hold, 1)
-
-    def _release_drain_hold(self, turns: int) -> None:
-        vhost = self.vhost
-        if vhost is not None and vhost.dirty and turns < DRAIN_HOLD_TURNS_MAX:
-            asyncio.get_running_loop().call_soon(self._release_drain_hold, turns + 1)
-            return
-        self.drain_held = False
-        self._read_if_free()
 
     def note_publish(self) -> None:
         """It publishes: while a resource alarm lasts, it is not read after this read."""
         if not self.published:
             self.published = True
             if self.gateway.alarm:
-                self.hold_for_alarm(True)
-
-    def hold_for_alarm(self, hold: bool) -> None:
-        """Stop (or go on) reading while a resource alarm lasts; the keep-alive does not
-        count the time it is held (the client's PINGREQs wait unread)."""
-        if hold == self.blocked or self.transport is None or self.closed:
-            return
-        self.blocked = hold
-        if hold:
-            self.transport.pause_reading()
-        else:
-            self._last_read_s = time.monotonic()
-            self._read_if_free()
+                self.gate.hold_for_alarm(True)
 
     # -- deliveries ----------------------------------------------------------------------
 
