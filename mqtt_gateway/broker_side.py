@@ -139,6 +139,12 @@ def connect(s: MqttSession, packet: Connect) -> int | None:
 def _login(s: MqttSession, packet: Connect) -> tuple[str, VHost] | int:
     """The user and vhost of CONNECT's credentials, or the refusal's CONNACK code."""
     gateway = s.gateway
+    method = packet.properties.authentication_method
+    if method is not None:
+        # MQTT 5's enhanced authentication (AUTH exchanges): no method is offered, so a
+        # CONNECT naming one is refused with 0x8C and closed (MQTT-4.12.0-1).
+        logger.warning("MQTT login refused from %s: authentication method %r", s.peer, method)
+        return ReasonCode.BAD_AUTHENTICATION_METHOD
     username = packet.username
     if username is None and packet.password is None and gateway.ssl_cert_login:
         # RabbitMQ's mqtt.ssl_cert_login: no credentials, a verified client certificate.
