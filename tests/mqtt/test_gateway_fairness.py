@@ -3,7 +3,8 @@
 The event loop hands a connection's reads to the gateway back to back while its socket
 stays readable, and deliveries wait for the drain on the loop's next turn; the gateway
 therefore holds a read of publishes until the drain of what it routed has run
-(`ReadGate.hold_for_drain`, mqtt_gateway/read_gate.py). Method: one raw connection subscribes to a topic, then
+(`ReadGate.hold_for_drain`, mqtt_gateway/read_gate.py). Method: one raw connection
+subscribes to a topic, then
 writes a burst of QoS 0 publishes to it and a PINGREQ in one write. Its deliveries and
 the PINGRESP come back on the same TCP stream, in the order the broker wrote them: held
 reads put most deliveries before the PINGRESP; reads back to back put the PINGRESP first
