@@ -33,13 +33,13 @@ from mqtt_gateway.server import MqttGateway
 from mqtt_gateway.websocket import MqttOverWebSocket
 from streamq.broker.broker import Broker
 from tests.fuzz.broker_host import BrokerHost
-from tests.fuzz.harness import bounded_run
+from tests.fuzz.harness import bounded_run, scaled_s
 from tests.fuzz.test_websocket import CLOSE_FRAME, SERVER_TURNS, frame
 
 CORPUS: Final = "mqtt"
 EXAMPLES: Final = 600
 INPUTS_PER_BROKER: Final = 3000
-CLOSE_WAIT_S: Final = 3.0
+CLOSE_WAIT_S: Final = scaled_s(3.0)
 PACKET_BYTES_MAX: Final = 4096  # small: the fuzzer reaches the limits
 UPGRADE: Final = (
     b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
