@@ -12,23 +12,13 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
-from multiprocessing.connection import wait
-from typing import Final, TextIO
 
 from streamq.perf import report
 from streamq.perf.mqtt_options import MqttThroughputConfig
 from streamq.perf.mqtt_roles import run_consumers, run_loop, run_publishers
 from streamq.perf.shared import Shared, process_context
-from streamq.perf.throughput import (
-    Worker,
-    raise_first_error,
-    stop_workers,
-    wait_until_ready,
-)
+from streamq.perf.throughput import Ticker, Worker, measure, raise_first_error
 from streamq.perf.worker import run_worker
-
-TICK_S: Final = 1.0
 
 
 def start_workers(config: MqttThroughputConfig, shared: Shared) -> list[Worker]:
@@ -63,63 +53,17 @@ def run_mqtt_throughput(config: MqttThroughputConfig) -> int:
     )
     workers = start_workers(config, shared)
     live = sys.stderr if config.json else sys.stdout
-    try:
-        wait_until_ready(workers, shared)
-        started = run_until_done(config, workers, shared, live)
-        # The counts first, then the time: the workers count on until they see the stop,
-        # and what they count after the measured span must not be divided by it (a
-        # `-R 50` consumer counted 153 in 3.004 s).
-        counts = (shared.published(), shared.confirmed() if config.qos else None, shared.consumed())
-        ack_frames = shared.ack_frames() if config.qos else None
-        elapsed_s = time.monotonic() - started
-    finally:
-        shared.stop()
-        stop_workers(workers)
+    ticker = Ticker(shared, bool(config.qos), config.quiet, live)
+    measured = measure(workers, shared, ticker, config.duration_s, ack_frames=bool(config.qos))
     raise_first_error(workers)
     summary = report.summarize(
-        elapsed_s,
+        measured.elapsed_s,
         config.publishers,
         config.consumers,
         config.body_bytes,
-        counts,
+        measured.counts,
         None,
-        ack_frames,
+        measured.ack_frames,
     )
     print(report.summary_json(summary) if config.json else report.summary_table(summary))
     return 0
-
-
-def run_until_done(
-    config: MqttThroughputConfig, workers: list[Worker], shared: Shared, live: TextIO
-) -> float:
-    """Let the workers run; print a live line a second. Returns when they started (the
-    monotonic clock's time of the go)."""
-    shared.go()
-    started = time.monotonic()
-    stop_at = started + config.duration_s if config.duration_s else float("inf")
-    next_tick = started + TICK_S
-    last = (0, 0)
-    try:
-        while any(worker.result is None for worker in workers):
-            now = time.monotonic()
-            running = [worker.pipe for worker in workers if worker.result is None]
-            for pipe in wait(running, max(0.0, min(next_tick, stop_at) - now)):
-                next(worker for worker in workers if worker.pipe is pipe).receive()
-            if any(worker.error() for worker in workers):
-                break
-            now = time.monotonic()
-            if now >= next_tick:
-                published, consumed = shared.published(), shared.consumed()
-                unacked = published - shared.confirmed() if config.qos else None
-                if not config.quiet:
-                    line = report.live_line(
-                        round(now - started), published - last[0], consumed - last[1], unacked
-                    )
-                    print(line, file=live, flush=True)
-                last = (published, consumed)
-                next_tick += TICK_S
-            if now >= stop_at:
-                break
-    except KeyboardInterrupt:
-        pass  # ^C ends the run early; the summary still comes.
-    return started
