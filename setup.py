@@ -23,8 +23,12 @@ setup(
         ),
         Extension(
             "amqp_gateway.codec._deliver",
-            ["amqp_gateway/codec/_deliver.c"],
-            depends=["streamq/log/_amqp10_convert.h", "streamq/log/_amqp10_values.h"],
+            ["amqp_gateway/codec/_deliver.c", "amqp_gateway/codec/_deliver_runs.c"],
+            depends=[
+                "amqp_gateway/codec/_deliver_frames.h",
+                "streamq/log/_amqp10_convert.h",
+                "streamq/log/_amqp10_values.h",
+            ],
             extra_compile_args=_FLAGS,
         ),
         Extension(
