@@ -18,7 +18,8 @@ setup(
     ext_modules=[
         Extension(
             "amqp_gateway.codec._scan",
-            ["amqp_gateway/codec/_scan.c"],
+            ["amqp_gateway/codec/_scan.c", "amqp_gateway/codec/_scan_acks.c"],
+            depends=["amqp_gateway/codec/_scan_frames.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
