@@ -61,9 +61,12 @@ def package_files() -> list[Path]:
 
 
 def c_modules() -> list[str]:
-    """The C modules' file names in a wheel: one per .c source (setup.py builds each)."""
+    """The C modules' file names in a wheel: one per .c source that defines a module's init
+    function (setup.py builds each, with the other units it lists beside it)."""
     return [
-        str(path.with_suffix("")) + EXT_SUFFIX for path in package_files() if path.suffix == ".c"
+        str(path.with_suffix("")) + EXT_SUFFIX
+        for path in package_files()
+        if path.suffix == ".c" and "PyMODINIT_FUNC" in (REPO / path).read_text()
     ]
 
 
