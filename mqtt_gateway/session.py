@@ -50,6 +50,7 @@ from mqtt_gateway.codec import (
     check_topic_name,
     encode,
 )
+from mqtt_gateway.codec.runs import PublishRun, RunForm
 from mqtt_gateway.consumer import MqttConsumer
 from mqtt_gateway.pubrel_store import Released
 from mqtt_gateway.read_gate import ReadGate
@@ -139,13 +140,15 @@ class MqttSession(asyncio.Protocol):
         self._next_packet_id = 0
         self._out = bytearray()  # written once per read and per drain round
         self._flush_scheduled = False
-        # Replies behind a sync round, in order: (packet, whether it is a publish's ack,
+        # Replies behind a sync round, in order: (packets, how many publishes they ack,
         # the delivery a PUBREL settles once its state is on disk).
-        self._owed: list[tuple[bytes, bool, Inflight | None]] = []
+        self._owed: list[tuple[bytes, int, Inflight | None]] = []
         self._owed_sync = False  # a reply waits for the message log's round
         self._owed_sync_all = False  # one waits for the definitions too (a binding)
         self._confirming = False
         self._to_settle: list[Inflight] = []
+        self._form: RunForm | None = None  # `_run_form`'s, for `_form_publisher`
+        self._form_publisher: str | None = None
         self.last_read_s = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -182,25 +185,35 @@ class MqttSession(asyncio.Protocol):
             return
         self.last_read_s = time.monotonic()
         self.recv_oct += len(data)
+        decoder = self.decoder
+        publishes = False
         try:
-            packets = self.decoder.feed(data)
+            decoder.push(data)
+            while (item := decoder.pop(self._run_form())) is not None:
+                publishes = publishes or type(item) is PublishRun or type(item) is Publish
+                self._handle_safely(item)
+                if self.is_closed():
+                    break  # the rest of the read goes unanswered
         except MqttCodecError as exc:
-            for packet in exc.packets_before:
-                if not self.closed:
-                    self._handle_safely(packet)
             if not self.closed:
                 self._refuse_bytes(exc)
             return
-        publishes = False
-        for packet in packets:
-            publishes = publishes or type(packet) is Publish
-            self._handle_safely(packet)
-            if self.is_closed():
-                break  # the rest of the read goes unanswered
         self.flush()
         vhost = self.vhost
         if publishes and vhost is not None and vhost.dirty:
             self.gate.hold_for_drain()
+
+    def _run_form(self) -> RunForm | None:
+        """How runs of this session's publishes are stored (`broker_side.run_form`);
+        None before CONNECT is accepted (no run then: each packet is judged alone)."""
+        if self.connect is None or self.vhost is None:
+            return None
+        publisher = self.client_id if self.no_local_in_use else None
+        form = self._form
+        if form is None or publisher != self._form_publisher:
+            form = self._form = broker_side.run_form(publisher)
+            self._form_publisher = publisher
+        return form
 
     def open_channel_count(self) -> int:
         """MQTT has no channels (for streamq/broker/connection_tracking.py)."""
@@ -229,7 +242,7 @@ class MqttSession(asyncio.Protocol):
 
     # -- packets -------------------------------------------------------------------------
 
-    def _handle_safely(self, packet: Packet) -> None:
+    def _handle_safely(self, packet: Packet | PublishRun) -> None:
         try:
             self._handle(packet)
         except (BrokerError, LogError) as exc:
@@ -239,7 +252,10 @@ class MqttSession(asyncio.Protocol):
             logger.exception("closing MQTT connection %s: internal error", self.peer)
             self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR)
 
-    def _handle(self, packet: Packet) -> None:
+    def _handle(self, packet: Packet | PublishRun) -> None:
+        if type(packet) is PublishRun:
+            broker_side.publish_run(self, packet)
+            return
         if isinstance(packet, Connect):
             if self.connect is not None:
                 # MQTT-3.1.0-2: a second CONNECT is a protocol violation; close.
@@ -476,7 +492,7 @@ class MqttSession(asyncio.Protocol):
         finally:
             self._confirming = False
 
-    def _settle_released(self, owed: list[tuple[bytes, bool, Inflight | None]]) -> None:
+    def _settle_released(self, owed: list[tuple[bytes, int, Inflight | None]]) -> None:
         """Settle the PUBREC'd deliveries of `owed` still in `settling` (those a
         release handed to the gateway meanwhile are its to settle)."""
         released = [held for _data, _counted, held in owed if held is not None]
@@ -493,6 +509,16 @@ class MqttSession(asyncio.Protocol):
         many wait (`ReadGate`)."""
         self.gate.owe_ack()
         self.reply(packet, durable=True, counted=True)
+
+    def owe_publish_acks(self, data: bytes, count: int) -> None:
+        """`count` PUBACKs encoded in `data` (a run's), sent together once the publishes
+        are on disk."""
+        self.gate.owe_ack(count)
+        self._owed.append((data, count, None))
+        self._owed_sync = True
+        if not self._confirming:
+            self._confirming = True
+            self.spawn(self._confirm_loop())
 
     def note_publish(self) -> None:
         """It publishes: while a resource alarm lasts, it is not read after this read."""
