@@ -145,9 +145,7 @@ def test_what_a_run_does_not_take_the_decoder_reads(other: bytes) -> None:
 
 def test_mqtt5_runs_take_publishes_without_properties_only() -> None:
     plain = publish("t", level=V5, packet_id=1)
-    with_alias = encode(
-        Publish("t", b"x", 1, False, False, 2, Properties(topic_alias=1)), V5
-    )
+    with_alias = encode(Publish("t", b"x", 1, False, False, 2, Properties(topic_alias=1)), V5)
     items = assert_same(V5, plain + plain + with_alias + plain)
     assert [type(i) for i in items] == [PublishRun, Publish, PublishRun]
     assert len(items[0].messages) == 2  # type: ignore[union-attr]
