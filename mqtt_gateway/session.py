@@ -145,7 +145,9 @@ class MqttSession(asyncio.Protocol):
         self._owed: list[tuple[bytes, int, Inflight | None]] = []
         self._owed_sync = False  # a reply waits for the message log's round
         self._owed_sync_all = False  # one waits for the definitions too (a binding)
-        self._confirming = False
+        self._confirming = False  # the confirm task has replies to send
+        self._confirm_runner: asyncio.Task[None] | None = None  # `_confirm_task`
+        self._confirm_idle: asyncio.Future[None] | None = None  # where it waits for work
         self._to_settle: list[Inflight] = []
         self._form: RunForm | None = None  # `_run_form`'s, for `_form_publisher`
         self._form_publisher: str | None = None
@@ -454,14 +456,34 @@ class MqttSession(asyncio.Protocol):
         self._owed.append((data, counted, settle))
         self._owed_sync = self._owed_sync or durable
         self._owed_sync_all = self._owed_sync_all or definitions
-        if not self._confirming:
-            self._confirming = True
-            self.spawn(self._confirm_loop())
+        self._confirm_soon()
 
-    def spawn(self, work: object) -> None:
+    def _confirm_soon(self) -> None:
+        """Have the confirm task send what is owed: wake it where it waits for work, or
+        start it (once per connection: a task per read cost 15% of the broker's time
+        with 100 QoS 1 publishers, docs/benchmarks.md)."""
+        if self._confirming:
+            return  # it sends what is owed before it waits again
+        self._confirming = True
+        runner, idle = self._confirm_runner, self._confirm_idle
+        if runner is None or runner.done():
+            self._confirm_runner = self.spawn(self._confirm_task())
+        elif idle is not None and not idle.done():
+            idle.set_result(None)
+
+    def spawn(self, work: object) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]  # a coroutine
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _confirm_task(self) -> None:
+        """`_confirm_loop` whenever replies are owed, for the connection's life."""
+        loop = asyncio.get_running_loop()
+        while True:  # cancelled when the connection is lost
+            await self._confirm_loop()
+            self._confirm_idle = idle = loop.create_future()
+            await idle
 
     async def _confirm_loop(self) -> None:
         """Send the owed replies once a sync round covers what they promise."""
@@ -516,9 +538,7 @@ class MqttSession(asyncio.Protocol):
         self.gate.owe_ack(count)
         self._owed.append((data, count, None))
         self._owed_sync = True
-        if not self._confirming:
-            self._confirming = True
-            self.spawn(self._confirm_loop())
+        self._confirm_soon()
 
     def note_publish(self) -> None:
         """It publishes: while a resource alarm lasts, it is not read after this read."""
