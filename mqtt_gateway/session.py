@@ -51,6 +51,7 @@ from mqtt_gateway.codec import (
     encode,
 )
 from mqtt_gateway.codec.runs import PublishRun, RunForm
+from mqtt_gateway.confirms import Confirms, Inflight
 from mqtt_gateway.consumer import MqttConsumer
 from mqtt_gateway.pubrel_store import Released
 from mqtt_gateway.read_gate import ReadGate
@@ -74,7 +75,6 @@ _PUBACK: Final = struct.Struct(">BBH")  # fixed header, remaining length 2, pack
 _PUBACK_FIRST_BYTE: Final = 0x40
 _PUBACK_LENGTH: Final = 2
 
-Inflight = tuple[Queue, int, MqttConsumer]
 Endpoints = tuple[str, int, str, int]  # peer host, peer port, host, port
 
 
@@ -140,14 +140,7 @@ class MqttSession(asyncio.Protocol):
         self._next_packet_id = 0
         self._out = bytearray()  # written once per read and per drain round
         self._flush_scheduled = False
-        # Replies behind a sync round, in order: (packets, how many publishes they ack,
-        # the delivery a PUBREL settles once its state is on disk).
-        self._owed: list[tuple[bytes, int, Inflight | None]] = []
-        self._owed_sync = False  # a reply waits for the message log's round
-        self._owed_sync_all = False  # one waits for the definitions too (a binding)
-        self._confirming = False  # the confirm task has replies to send
-        self._confirm_runner: asyncio.Task[None] | None = None  # `_confirm_task`
-        self._confirm_idle: asyncio.Future[None] | None = None  # where it waits for work
+        self.confirms = Confirms(self)  # replies behind a sync round
         self._to_settle: list[Inflight] = []
         self._form: RunForm | None = None  # `_run_form`'s, for `_form_publisher`
         self._form_publisher: str | None = None
@@ -400,7 +393,7 @@ class MqttSession(asyncio.Protocol):
         if self.closed:
             return
         if self.connect is not None and self.level is ProtocolLevel.MQTT_5:
-            self._owed.clear()  # nothing after a DISCONNECT (MQTT-3.14.4-1 by analogy)
+            self.confirms.owed.clear()  # nothing after a DISCONNECT (MQTT-3.14.4-1 by analogy)
             self.write(encode(Disconnect(reason), self.level))
         self.close_transport()
 
@@ -448,83 +441,18 @@ class MqttSession(asyncio.Protocol):
         definitions journal too (a durable queue or binding); `settle`: a QoS 2
         delivery's PUBREL, the delivery settled once the PUBREL state is written."""
         data = encode_reply(packet, self.level)
-        if not durable and not definitions and settle is None and not self._owed:
+        if not durable and not definitions and settle is None and not self.confirms.owed:
             self.write(data)
             return
         if settle is not None:
             self.settling.append(settle)
-        self._owed.append((data, counted, settle))
-        self._owed_sync = self._owed_sync or durable
-        self._owed_sync_all = self._owed_sync_all or definitions
-        self._confirm_soon()
-
-    def _confirm_soon(self) -> None:
-        """Have the confirm task send what is owed: wake it where it waits for work, or
-        start it (once per connection: a task per read cost 15% of the broker's time
-        with 100 QoS 1 publishers, docs/benchmarks.md)."""
-        if self._confirming:
-            return  # it sends what is owed before it waits again
-        self._confirming = True
-        runner, idle = self._confirm_runner, self._confirm_idle
-        if runner is None or runner.done():
-            self._confirm_runner = self.spawn(self._confirm_task())
-        elif idle is not None and not idle.done():
-            idle.set_result(None)
+        self.confirms.owe(data, counted, settle, durable=durable, definitions=definitions)
 
     def spawn(self, work: object) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]  # a coroutine
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    async def _confirm_task(self) -> None:
-        """`_confirm_loop` whenever replies are owed, for the connection's life."""
-        loop = asyncio.get_running_loop()
-        while True:  # cancelled when the connection is lost
-            await self._confirm_loop()
-            self._confirm_idle = idle = loop.create_future()
-            await idle
-
-    async def _confirm_loop(self) -> None:
-        """Send the owed replies once a sync round covers what they promise."""
-        try:
-            while self._owed and not self.closed:
-                owed, self._owed = self._owed, []
-                vhost = self.vhost
-                assert vhost is not None
-                if any(settle is not None for _data, _counted, settle in owed):
-                    # The PUBREL state on disk before the acks (qos2_delivery.py).
-                    await self.gateway.flush_stores(vhost)
-                    self._settle_released(owed)
-                if self._owed_sync_all:
-                    self._owed_sync = self._owed_sync_all = False
-                    await vhost.sync_all()  # messages, queue journals and definitions
-                    await self.gateway.flush_stores(vhost)
-                elif self._owed_sync:
-                    self._owed_sync = False
-                    await vhost.sync()
-                    await self.gateway.flush_stores(vhost)
-                for data, _counted, _settle in owed:
-                    self.write(data)
-                self.gate.acks_sent(sum(counted for _data, counted, _settle in owed))
-                self.flush()
-        except (LogError, OSError) as exc:
-            logger.error("message store failed; closing MQTT connection %s: %s", self.peer, exc)
-            self.disconnect(ReasonCode.UNSPECIFIED_ERROR)
-        finally:
-            self._confirming = False
-
-    def _settle_released(self, owed: list[tuple[bytes, int, Inflight | None]]) -> None:
-        """Settle the PUBREC'd deliveries of `owed` still in `settling` (those a
-        release handed to the gateway meanwhile are its to settle)."""
-        released = [held for _data, _counted, held in owed if held is not None]
-        keep = []
-        for held in self.settling:  # by identity: the tuples `reply` put there
-            if any(held is r for r in released):
-                qos2_delivery.settle(self, held)
-            else:
-                keep.append(held)
-        self.settling = keep
 
     def owe_publish_ack(self, packet: Packet) -> None:
         """A PUBACK or PUBREC, once the publish is on disk; reading stops while too
@@ -536,9 +464,7 @@ class MqttSession(asyncio.Protocol):
         """`count` PUBACKs encoded in `data` (a run's), sent together once the publishes
         are on disk."""
         self.gate.owe_ack(count)
-        self._owed.append((data, count, None))
-        self._owed_sync = True
-        self._confirm_soon()
+        self.confirms.owe(data, count, None, durable=True, definitions=False)
 
     def note_publish(self) -> None:
         """It publishes: while a resource alarm lasts, it is not read after this read."""
