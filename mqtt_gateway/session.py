@@ -441,8 +441,9 @@ class MqttSession(asyncio.Protocol):
         definitions journal too (a durable queue or binding); `settle`: a QoS 2
         delivery's PUBREL, the delivery settled once the PUBREL state is written."""
         data = encode_reply(packet, self.level)
-        if not durable and not definitions and settle is None and not self.confirms.owed:
-            self.write(data)
+        confirms = self.confirms
+        if not (durable or definitions or settle is not None or confirms.owed or confirms.running):
+            self.write(data)  # nothing owed, none in a round: it may go now
             return
         if settle is not None:
             self.settling.append(settle)
