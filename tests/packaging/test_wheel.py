@@ -87,7 +87,7 @@ def test_wheel_holds_the_c_modules_and_every_package_file(dist: Dist) -> None:
         core = wheel.read(f"streamq-{streamq.__version__}.dist-info/METADATA").decode()
     dist_info = {name for name in names if ".dist-info/" in name}
     expected = {str(path) for path in package_files() if path.suffix not in SOURCE_ONLY}
-    assert len(c_modules()) == 5  # the accelerators that setup.py lists
+    assert len(c_modules()) == 6  # the accelerators that setup.py lists
     assert names - dist_info == expected | set(c_modules())
     assert "Root-Is-Purelib: false" in metadata
     assert f"streamq-{streamq.__version__}.dist-info/licenses/LICENSE" in dist_info
