@@ -19,8 +19,12 @@ from bisect import bisect_right
 from functools import partial
 
 from streamq.log import format as fmt
+from streamq.log import frame
+from streamq.log.chunk import ChunkInvalid
+from streamq.log.chunk_segment import chunk_records
 from streamq.log.damage import DamagedSpan, resolve
 from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCorrupted
+from streamq.log.index import ChunkIndex
 from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.state import LogState
 
@@ -43,6 +47,12 @@ class LogReader(LogState):
         end = self._durable_next
         while offset < end and len(out) < records_max:
             segment = self._segments[bisect_right(self._bases, offset) - 1]
+            if segment.version == frame.FORMAT_VERSION:
+                reached = self._read_chunks(segment, offset, end, records_max - len(out), out)
+                if reached == offset:
+                    break
+                offset = reached
+                continue
             rel, position = segment.index.floor_offset(offset - segment.base_offset)
             try:
                 _, offset = read_records(
@@ -69,6 +79,57 @@ class LogReader(LogState):
                 raise ReadFailed(segment.path, position, exc) from exc
         return out
 
+    def _read_chunks(
+        self, segment: Segment, offset: int, end: int, records_max: int, out: list[fmt.Record]
+    ) -> int:
+        """`read` in a version-2 segment: the records of its chunks from the one holding
+        `offset`; returns where reading goes on (the segment's end when its chunks are
+        done). A chunk that fails its checks is damage: its offsets (the index says which)
+        are lost alone, and readers pass over them."""
+        index = segment.index
+        assert isinstance(index, ChunkIndex)
+        base = segment.base_offset
+        i = index.find(offset - base)
+        wanted = records_max
+        while i < len(index) and offset < end and wanted > 0:
+            first = base + index.relative_offsets[i]
+            if first >= end:
+                return end
+            position, size = index.positions[i], index.chunk_bytes[i]
+            chunk_end = first + index.records[i]
+            data = self.frame_at(base, position, size)
+            before = len(out)
+            try:
+                header = frame.check_frame(data)
+                if header.first_offset != first or header.num_records != index.records[i]:
+                    raise ChunkInvalid(f"chunk {header.first_offset} where {first} was indexed")
+                reached = chunk_records(data, 0, header, offset, wanted, out)
+            except ChunkInvalid as exc:
+                del out[before:]
+                span = DamagedSpan(segment.path, base, position,
+                                   position + frame.FRAME_HEAD_BYTES + size, first, chunk_end,
+                                   size)  # fmt: skip
+                self.damage.add(span, f"reading ({exc})")
+                reached = chunk_end
+            wanted -= len(out) - before
+            offset = max(offset, reached)
+            if reached < chunk_end:
+                return offset  # records_max reached inside the chunk
+            i += 1
+        return max(offset, segment.next_offset) if i >= len(index) else offset
+
+    def frame_at(self, base_offset: int, position: int, chunk_bytes: int) -> bytes:
+        """The frame of the `chunk_bytes` chunk at `position` of the version-2 segment at
+        `base_offset` (its index says both), from memory or the file (`read_at`)."""
+        want = frame.FRAME_HEAD_BYTES + chunk_bytes
+        data = self.read_at(base_offset, position, want)
+        while 0 < len(data) < want:
+            more = self.read_at(base_offset, position + len(data), want - len(data))
+            if not more:
+                break
+            data += more
+        return data
+
     def resolve_damage(self, base_offset: int, position: int, offset: int) -> DamagedSpan:
         """The damaged span at `position` (a bad record that should hold `offset`) of the
         segment at `base_offset`: readers pass over it (`damage.resolve`). LogFailed for
@@ -89,6 +150,14 @@ class LogReader(LogState):
         if not self.start_offset <= offset < self._next_offset:
             raise OffsetOutOfRange(offset, self.start_offset)
         segment = self._segments[bisect_right(self._bases, offset) - 1]
+        if isinstance(segment.index, ChunkIndex):
+            # The chunk holding it (or the one after lost offsets); the open chunk's
+            # offsets are not placed yet: the segment's end.
+            i = segment.index.find(offset - segment.base_offset)
+            if i >= len(segment.index):
+                return segment.base_offset, segment.size_bytes, segment.next_offset
+            rel, position = segment.index.relative_offsets[i], segment.index.positions[i]
+            return segment.base_offset, position, segment.base_offset + rel
         rel, position = segment.index.floor_offset(offset - segment.base_offset)
         return segment.base_offset, position, segment.base_offset + rel
 
@@ -168,6 +237,16 @@ class LogReader(LogState):
         base, position, first_offset = self.locate(offset)
         if (lost := self.damage.covering(offset)) is not None:
             raise lost.error()
+        segment = self._segments[bisect_right(self._bases, base) - 1]
+        if segment.version == frame.FORMAT_VERSION:
+            out: list[fmt.Record] = []
+            found = self._read_chunks(segment, offset, self._next_offset, 1, out)
+            if out and out[0].offset == offset:
+                return out[0]
+            lost = self.damage.covering(offset)
+            if lost is not None:
+                raise lost.error()
+            raise OffsetOutOfRange(found, self.start_offset)
         path = self._segments[bisect_right(self._bases, base) - 1].path
         read, resolve = partial(self.read_at, base), partial(self.resolve_damage, base)
         # The index entry is at most an interval before it: read about that much.
@@ -185,6 +264,11 @@ class LogReader(LogState):
         segment = self._segments[i]
         if segment.record_count == 0:
             return self._durable_next
+        if isinstance(segment.index, ChunkIndex):  # every record has its chunk's time
+            j = segment.index.first_at_or_after(timestamp_ms)
+            if j >= len(segment.index):
+                return self._durable_next
+            return min(segment.base_offset + segment.index.relative_offsets[j], self._durable_next)
         rel, _position = segment.index.floor_timestamp(timestamp_ms)
         offset = segment.base_offset + rel
         while offset < self._durable_next:

@@ -1,0 +1,151 @@
+"""A version-2 segment's chunks: scanning them (recovery) and reading them as records.
+
+Owns the two walks of a segment of frames (`frame`): `scan_chunk_segment`, which checks
+every frame from the header on, builds the dense chunk index and tells a torn tail from
+damage (a bad frame with a valid one after it: only its chunk's offsets are lost); and
+`chunk_records`, which turns one stored chunk into the `format.Record`s the log's record
+readers (AMQP consumers, the web UI, tracking) take: simple entries one each, sub-entry
+batches decompressed (`batches`), filter values from the trailer, and the native mark
+with publishing id 0 (a chunk does not keep per-message ids). It decides nothing about
+what to cut or fail: `recovery` and `reader` do.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final, NamedTuple
+
+from streamq.log import amqp10, batches, chunk, frame
+from streamq.log import format as fmt
+from streamq.log.chunk import ChunkHeader, ChunkInvalid
+from streamq.log.damage import DamagedSpan
+from streamq.log.index import ChunkIndex
+
+_NATIVE: Final = amqp10.native_properties(0)
+_new: Final = tuple.__new__
+RESYNC_BYTES_MAX: Final = 256 << 20  # bytes of a segment searched for the next valid frame
+
+
+class ChunkScan(NamedTuple):
+    """How far the valid chunks of a segment reach, and the damage passed over."""
+
+    valid_bytes: int
+    file_bytes: int
+    next_offset: int
+    first_timestamp_ms: int
+    last_timestamp_ms: int
+    chunk_index: ChunkIndex
+    damaged: list[DamagedSpan]
+
+
+def scan_chunk_segment(path: str, base_offset: int) -> ChunkScan:
+    """Walk a version-2 segment frame by frame: both CRCs, dense offsets from
+    `base_offset`, timestamps and epochs that never decrease. Bad bytes followed by a
+    valid frame are damage (listed; the walk goes on there); bad bytes with none after
+    them end the walk (a torn tail). The header is the caller's to check."""
+    index = ChunkIndex()
+    damaged: list[DamagedSpan] = []
+    with open(path, "rb") as f:
+        data = f.read()  # a segment is bounded by segment_bytes_max
+    position, offset = fmt.SEGMENT_HEADER_BYTES, base_offset
+    first_ts = last_ts = -1
+    epoch = 0
+    while position < len(data):
+        try:
+            header = _frame_at(data, position, offset, last_ts, epoch)
+        except ChunkInvalid:
+            found = _resync(data, position, offset, last_ts, epoch)
+            if found is None:
+                break  # a torn tail
+            resume, header = found
+            damaged.append(
+                DamagedSpan(path, base_offset, position, resume, offset, header.first_offset,
+                            resume - position)  # fmt: skip
+            )
+            position, offset = resume, header.first_offset
+        index.add_chunk(
+            offset - base_offset, position, header.timestamp_ms, header.num_records,
+            header.size, header.epoch,
+        )  # fmt: skip
+        if first_ts < 0:
+            first_ts = header.timestamp_ms
+        last_ts, epoch = header.timestamp_ms, header.epoch
+        position += frame.frame_bytes(header)
+        offset = header.next_offset
+    return ChunkScan(position, len(data), offset, first_ts, last_ts, index, damaged)
+
+
+def _frame_at(data: bytes, position: int, offset: int, last_ts: int, epoch: int) -> ChunkHeader:
+    header = frame.check_frame(data, position)
+    if header.first_offset != offset:
+        raise ChunkInvalid(f"chunk of offset {header.first_offset} where {offset} was expected")
+    if header.timestamp_ms < last_ts or header.epoch < epoch:
+        raise ChunkInvalid(f"chunk of offset {offset}: its timestamp or epoch goes back")
+    return header
+
+
+def _resync(
+    data: bytes, position: int, offset: int, last_ts: int, epoch: int
+) -> tuple[int, ChunkHeader] | None:
+    """The next valid frame after the bad bytes at `position`: a chunk magic at +8, both
+    CRCs, an offset after `offset` that the bytes passed over can account for."""
+    at = position + 1
+    end = min(len(data), position + RESYNC_BYTES_MAX)
+    while True:
+        at = data.find(bytes((chunk.MAGIC_VERSION,)), at + frame.FRAME_HEAD_BYTES, end)
+        if at < 0:
+            return None
+        start = at - frame.FRAME_HEAD_BYTES
+        try:
+            header = frame.check_frame(data, start)
+        except ChunkInvalid:
+            at = start + 1
+            continue
+        # Each lost record took an entry's 4 bytes at least.
+        plausible = offset < header.first_offset <= offset + (start - position) // 4 + 1
+        if plausible and header.timestamp_ms >= last_ts and header.epoch >= epoch:
+            return start, header
+        at = start + 1
+
+
+def chunk_records(
+    buffer: bytes | bytearray | memoryview,
+    pos: int,
+    header: ChunkHeader,
+    skip_before: int,
+    records_max: int,
+    out: list[fmt.Record],
+) -> int:
+    """Append to `out` the records of the chunk whose frame is at `pos` in `buffer`
+    (checked by the caller), those at or past `skip_before`, at most `records_max`.
+    Returns the offset after the last record taken (or passed over)."""
+    at = pos + frame.FRAME_HEAD_BYTES
+    values: dict[int, bytes] = {}
+    if header.trailer_length:
+        values = frame.parse_trailer(chunk.trailer_of(buffer, at, header)).filter_values
+    ts = header.timestamp_ms
+    append = out.append
+    offset = header.first_offset
+    taken = 0
+    for number, entry in enumerate(chunk.iter_entries(buffer, at, header)):
+        if taken >= records_max:
+            return offset
+        if entry.offset + entry.records <= skip_before:
+            offset = entry.offset + entry.records
+            continue
+        value = values.get(number, b"")
+        messages = batches.messages(entry) if entry.batch else [bytes(entry.data)]
+        for offset, message in enumerate(messages, entry.offset):  # noqa: B007
+            if offset < skip_before:
+                continue
+            if taken >= records_max:
+                return offset
+            append(_new(fmt.Record, (offset, ts, b"", value, _NATIVE, message)))
+            taken += 1
+        offset = entry.offset + entry.records
+    return offset
+
+
+def read_frame(fd: int, position: int, chunk_bytes: int) -> bytes:
+    """The frame of a `chunk_bytes` chunk at `position` (its size from the index)."""
+    return os.pread(fd, frame.FRAME_HEAD_BYTES + chunk_bytes, position)
