@@ -309,6 +309,24 @@ def as_amqp091(stream: str, record: Record) -> Record:
     return Record(record.offset, record.timestamp_ms, exchange, routing_key, properties, body)
 
 
+@functools.lru_cache(maxsize=1024)  # a stream's publishers share a few property lists
+def filter_value_of(properties: bytes) -> bytes:
+    """The `x-stream-filter-value` header of 0-9-1 `properties` (a string, or bytes), as
+    the filter value a chunk stores; b"" when there is none (or another type)."""
+    if FILTER_VALUE_HEADER.encode() not in properties:
+        return b""
+    try:
+        headers = decode_properties(properties).get("headers") or []
+    except PropertiesMalformed:
+        return b""
+    for name, _kind, value in headers:
+        if name == FILTER_VALUE_HEADER:
+            if isinstance(value, bytes):
+                return value
+            return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else b""
+    return b""
+
+
 def filter_properties(filter_value: bytes) -> bytes:
     """0-9-1 properties holding only the `x-stream-filter-value` header (none when
     empty): what an AMQP stream filter checks for a native record, before converting it."""

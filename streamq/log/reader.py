@@ -17,9 +17,11 @@ import mmap
 import os
 from bisect import bisect_right
 from functools import partial
+from typing import NamedTuple
 
 from streamq.log import format as fmt
 from streamq.log import frame
+from streamq.log import chunk
 from streamq.log.chunk import ChunkInvalid
 from streamq.log.chunk_segment import chunk_records
 from streamq.log.damage import DamagedSpan, resolve
@@ -27,6 +29,20 @@ from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCo
 from streamq.log.index import ChunkIndex
 from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.state import LogState
+
+
+DECODED_CHUNKS_MAX = 8  # chunks kept decoded for record readers (`_decoded_chunk`)
+
+
+class ChunkPlace(NamedTuple):
+    """A stored chunk of a version-2 segment, as its index tells it."""
+
+    base_offset: int  # the segment's
+    position: int  # of its frame
+    first_offset: int
+    records: int
+    chunk_bytes: int
+    path: str
 
 
 class LogReader(LogState):
@@ -97,13 +113,12 @@ class LogReader(LogState):
                 return end
             position, size = index.positions[i], index.chunk_bytes[i]
             chunk_end = first + index.records[i]
-            data = self.frame_at(base, position, size)
             before = len(out)
             try:
-                header = frame.check_frame(data)
-                if header.first_offset != first or header.num_records != index.records[i]:
-                    raise ChunkInvalid(f"chunk {header.first_offset} where {first} was indexed")
-                reached = chunk_records(data, 0, header, offset, wanted, out)
+                records = self._decoded_chunk(base, position, size, first, chunk_end)
+                start = max(offset - first, 0)
+                out += records[start : start + wanted]
+                reached = first + start + len(records[start : start + wanted])
             except ChunkInvalid as exc:
                 del out[before:]
                 span = DamagedSpan(segment.path, base, position,
@@ -117,6 +132,78 @@ class LogReader(LogState):
                 return offset  # records_max reached inside the chunk
             i += 1
         return max(offset, segment.next_offset) if i >= len(index) else offset
+
+    def _decoded_chunk(
+        self, base: int, position: int, size: int, first: int, end: int
+    ) -> list[fmt.Record]:
+        """The records of the chunk at `position` (offsets `first` to `end`), checked and
+        decoded once for the readers that read it record by record (kept for the last
+        few chunks read: consumers read a chunk a few records at a time)."""
+        key = (base, position)
+        records = self._decoded.get(key)
+        if records is not None:
+            return records
+        data = self.frame_at(base, position, size)
+        header = frame.check_frame(data)
+        if header.first_offset != first or header.next_offset != end:
+            raise ChunkInvalid(f"chunk {header.first_offset} where {first} was indexed")
+        records = []
+        chunk_records(data, 0, header, first, header.num_records, records)
+        if len(self._decoded) >= DECODED_CHUNKS_MAX:
+            del self._decoded[next(iter(self._decoded))]
+        self._decoded[key] = records
+        return records
+
+    def chunk_at(self, offset: int) -> ChunkPlace | None:
+        """Where the durable chunk holding `offset` is (or the first durable one after
+        it in the same segment, past offsets lost to damage), when `offset` is in a
+        version-2 segment; None when it is in a version-1 segment or past the durable
+        end. Raises OffsetOutOfRange below the log's start."""
+        self._check_usable()
+        if offset < self.start_offset:
+            raise OffsetOutOfRange(offset, self.start_offset)
+        while offset < self._durable_next:
+            segment = self._segments[bisect_right(self._bases, offset) - 1]
+            index = segment.index
+            if not isinstance(index, ChunkIndex):
+                return None
+            i = index.find(offset - segment.base_offset)
+            if i >= len(index):
+                if segment.next_offset <= offset:
+                    return None
+                offset = segment.next_offset  # lost at the segment's end: the next one
+                continue
+            first = segment.base_offset + index.relative_offsets[i]
+            if first >= self._durable_next:
+                return None
+            return ChunkPlace(segment.base_offset, index.positions[i], first,
+                              index.records[i], index.chunk_bytes[i], segment.path)  # fmt: skip
+        return None
+
+    def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
+        """The chunk at `place` fails its checks: its offsets are lost alone."""
+        size = frame.FRAME_HEAD_BYTES + place.chunk_bytes
+        span = DamagedSpan(place.path, place.base_offset, place.position, place.position + size,
+                           place.first_offset, place.first_offset + place.records,
+                           place.chunk_bytes)  # fmt: skip
+        self.damage.add(span, f"reading ({reason})")
+
+    def chunk_trailers(self, start: int) -> list[tuple[int, bytes]]:
+        """(last offset, trailer) of every durable chunk from the one holding `start` on
+        (version-2 segments only; damaged chunks are passed over): the publishers'
+        sequences for `queues.publishers` at open."""
+        out: list[tuple[int, bytes]] = []
+        offset = max(start, self.start_offset)
+        while (place := self.chunk_at(offset)) is not None:
+            data = self.frame_at(place.base_offset, place.position, place.chunk_bytes)
+            try:
+                header = frame.check_frame(data)
+                out.append((place.first_offset + place.records - 1,
+                            chunk.trailer_of(data, frame.FRAME_HEAD_BYTES, header)))  # fmt: skip
+            except ChunkInvalid as exc:
+                self.chunk_damaged(place, str(exc))
+            offset = place.first_offset + place.records
+        return out
 
     def frame_at(self, base_offset: int, position: int, chunk_bytes: int) -> bytes:
         """The frame of the `chunk_bytes` chunk at `position` of the version-2 segment at

@@ -61,6 +61,8 @@ class LogState:
         # Version 2: the chunk being gathered (cut at each round), and the writer's epoch.
         self._open_chunk: OpenChunk | None = None
         self._epoch = 1
+        # Version 2: the records of the chunks read last, by (segment base, position).
+        self._decoded: dict[tuple[int, int], list[fmt.Record]] = {}
         self._unsealed: list[Segment] = []
         self._dir_dirty = False
         self._inflight: asyncio.Future[RoundResult] | None = None
@@ -114,6 +116,11 @@ class LogState:
     def last_timestamp_ms(self) -> int:
         """The timestamp of the newest append (appends never go below it)."""
         return self._last_timestamp_ms
+
+    @property
+    def chunked(self) -> bool:
+        """Whether appends go to a version-2 segment (`append_entries`), not records."""
+        return self._active.version != fmt.FORMAT_VERSION
 
     @property
     def start_offset(self) -> int:
