@@ -32,6 +32,7 @@ from typing import Final, NamedTuple
 
 from streamq.log import chunk
 from streamq.log._records import crc32c
+from streamq.log._streamwire import crc32 as _crc32
 from streamq.log.chunk import ChunkHeader, ChunkInvalid, ChunkTruncated
 
 FORMAT_VERSION: Final = 2
@@ -99,6 +100,27 @@ def check_frame(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHe
     if _frame_crc(buffer, pos + FRAME_HEAD_BYTES, header) != frame_crc:
         raise ChunkInvalid(f"chunk at offset {header.first_offset}: the frame CRC32C fails")
     return chunk.check_chunk(buffer, pos + FRAME_HEAD_BYTES)
+
+
+def check_crcs(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHeader:
+    """`check_frame` without walking the entries: the frame CRC32C and the entries'
+    CRC32 only (the entries' framing was checked when they were written, and the CRC32
+    covers it), for the read paths that do not decode entries."""
+    if len(buffer) - pos < FRAME_OVERHEAD:
+        raise ChunkTruncated(f"{len(buffer) - pos} bytes left for a frame")
+    header = chunk.decode_header(buffer, pos + FRAME_HEAD_BYTES)
+    if len(buffer) - pos - FRAME_HEAD_BYTES < header.size:
+        raise ChunkTruncated(f"the buffer ends inside a {header.size}-byte chunk")
+    frame_crc, flags = FRAME_HEAD.unpack_from(buffer, pos)
+    if flags or header.chunk_type != chunk.CHUNK_TYPE_USER:
+        raise ChunkInvalid(f"frame flags {flags:#x}, chunk type {header.chunk_type}")
+    if _frame_crc(buffer, pos + FRAME_HEAD_BYTES, header) != frame_crc:
+        raise ChunkInvalid(f"chunk at offset {header.first_offset}: the frame CRC32C fails")
+    start = pos + FRAME_HEAD_BYTES + chunk.HEADER_BYTES + header.bloom_size
+    with memoryview(buffer) as view:
+        if _crc32(view[start : start + header.data_length], 0) != header.crc:
+            raise ChunkInvalid(f"chunk at offset {header.first_offset}: the entries' CRC32 fails")
+    return header
 
 
 def frame_bytes(header: ChunkHeader) -> int:

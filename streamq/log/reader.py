@@ -180,6 +180,10 @@ class LogReader(LogState):
                               index.records[i], index.chunk_bytes[i], segment.path)  # fmt: skip
         return None
 
+    def segment_version(self, base_offset: int) -> int:
+        """The format version of the segment at `base_offset` (2: chunks)."""
+        return self._segments[bisect_right(self._bases, base_offset) - 1].version
+
     def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
         """The chunk at `place` fails its checks: its offsets are lost alone."""
         size = frame.FRAME_HEAD_BYTES + place.chunk_bytes

@@ -15,7 +15,6 @@ are lost alone (`SegmentLog.chunk_damaged`).
 from __future__ import annotations
 
 from streamq.log import chunk, frame
-from streamq.log._streamwire import crc32 as _crc32
 from streamq.log.bloom import bloom_may_match
 from streamq.log.chunk import ChunkHeader, ChunkInvalid
 from streamq.log.log import SegmentLog
@@ -32,7 +31,7 @@ def read_stored_chunk(
     end = place.first_offset + place.records
     data = log.frame_at(place.base_offset, place.position, place.chunk_bytes)
     try:
-        header = _checked(data)
+        header = frame.check_crcs(data)
     except ChunkInvalid as exc:
         log.chunk_damaged(place, str(exc))
         return Chunk(-1, end, 0, b"")
@@ -42,26 +41,6 @@ def read_stored_chunk(
     if not bloom_may_match(bloom, filter.values, filter.match_unfiltered):
         return Chunk(-1, end, 0, b"")
     return _filtered(data, header, max(offset, header.first_offset), filter)
-
-
-def _checked(data: bytes) -> ChunkHeader:
-    """The header of the frame in `data`: its CRC32C and the entries' CRC32 checked (the
-    entries' framing was checked when they were written, and the CRC covers it)."""
-    if len(data) < frame.FRAME_OVERHEAD:
-        raise ChunkInvalid("a frame cut short")
-    header = chunk.decode_header(data, _HEAD)
-    if len(data) < _HEAD + header.size:
-        raise ChunkInvalid("a frame cut short")
-    crc, flags = frame.FRAME_HEAD.unpack_from(data)
-    if flags or header.chunk_type != chunk.CHUNK_TYPE_USER:
-        raise ChunkInvalid("frame flags or chunk type")
-    if frame._frame_crc(data, _HEAD, header) != crc:
-        raise ChunkInvalid("the frame CRC32C fails")
-    start = _HEAD + chunk.HEADER_BYTES + header.bloom_size
-    with memoryview(data) as view:
-        if _crc32(view[start : start + header.data_length], 0) != header.crc:
-            raise ChunkInvalid("the entries' CRC32 fails")
-    return header
 
 
 def _deliver_bytes(data: bytes, header: ChunkHeader) -> bytes | memoryview:
