@@ -108,6 +108,24 @@ def _resync(
         at = start + 1
 
 
+def resync_frame(data: bytes, position: int) -> int | None:
+    """The position of the next frame in `data` after the bad bytes at `position` that
+    passes every check (both CRCs, the framing), or None. For readers without the log's
+    offsets (the Spark source); recovery's `_resync` also checks offsets and time."""
+    at = position + 1
+    while True:
+        at = data.find(bytes((chunk.MAGIC_VERSION,)), at + frame.FRAME_HEAD_BYTES)
+        if at < 0:
+            return None
+        start = at - frame.FRAME_HEAD_BYTES
+        try:
+            frame.check_frame(data, start)
+        except ChunkInvalid:
+            at = start + 1
+            continue
+        return start
+
+
 def chunk_records(
     buffer: bytes | bytearray | memoryview,
     pos: int,
