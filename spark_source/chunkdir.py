@@ -58,7 +58,7 @@ def _start_position(store: Store, base: int, size: int, offset: int) -> int:
 def _frames(
     segment: SegmentFile, where: str, position: int, end: int, skip_damage: bool
 ) -> Iterator[tuple[bytes, ChunkHeader]]:
-    """The checked frames from `position` until one starts at or past offset `end`."""
+    """The checked frames from `position` up to the one holding offset `end - 1`."""
     size = segment.size()
     while position < size:
         head = segment.pread(frame.FRAME_OVERHEAD, position)
@@ -79,6 +79,8 @@ def _frames(
         if header.first_offset >= end:
             return
         yield data, header
+        if header.next_offset >= end:
+            return  # what follows is not durable (or padding of the active segment)
         position += len(data)
 
 

@@ -133,8 +133,15 @@ def read_range(
 
     Raises SegmentGone when the segment no longer exists, and SegmentCorrupted when a
     record below `end` is missing or fails its checks (the caller read `end` from the
-    durable marker, so every such record must be intact).
+    durable marker, so every such record must be intact). A version-2 segment's
+    records come from its chunks (`chunkdir`).
     """
+    if is_chunk_segment(store, base):
+        try:
+            yield from chunkdir.read_range_records(store, base, start, end, records_max)
+        except FileNotFoundError as exc:
+            raise SegmentGone(f"{store.describe()}/{fmt.segment_name(base)}") from exc
+        return
     segment, where = _open_segment(store, base)
     try:
         offset, position = _seek(store, segment, where, base, start)
