@@ -37,7 +37,9 @@ def decompress(compression: int, data: bytes | memoryview, length: int) -> bytes
     if codec is None:
         raise ValueError(f"unknown sub-entry compression {compression}")
     if length > BATCH_BYTES_MAX:
-        raise ValueError(f"sub-entry batch of {length} bytes decompressed (limit {BATCH_BYTES_MAX})")
+        raise ValueError(
+            f"sub-entry batch of {length} bytes decompressed (limit {BATCH_BYTES_MAX})"
+        )
     out = bytearray(length)
     try:
         written = codec.decompress_into(bytes(data), out)

@@ -59,8 +59,15 @@ def scan_chunk_segment(path: str, base_offset: int) -> ChunkScan:
                 break  # a torn tail
             resume, header = found
             damaged.append(
-                DamagedSpan(path, base_offset, position, resume, offset, header.first_offset,
-                            resume - position)  # fmt: skip
+                DamagedSpan(
+                    path,
+                    base_offset,
+                    position,
+                    resume,
+                    offset,
+                    header.first_offset,
+                    resume - position,
+                )
             )
             position, offset = resume, header.first_offset
         index.add_chunk(
@@ -153,7 +160,7 @@ def chunk_records(
             continue
         value = values.get(number, b"")
         messages = batches.messages(entry) if entry.batch else [bytes(entry.data)]
-        for offset, message in enumerate(messages, entry.offset):  # noqa: B007
+        for offset, message in enumerate(messages, entry.offset):
             if offset < skip_before:
                 continue
             if taken >= records_max:

@@ -130,7 +130,9 @@ def frame_bytes(header: ChunkHeader) -> int:
 # The trailer ---------------------------------------------------------------------------
 
 
-def encode_trailer(sequences: dict[bytes, int], filter_values: Sequence[tuple[int, bytes]]) -> bytes:
+def encode_trailer(
+    sequences: dict[bytes, int], filter_values: Sequence[tuple[int, bytes]]
+) -> bytes:
     """A trailer: one osiris sequence record per reference, then the filter values (if
     any entry has one) as a 0x80 record."""
     out = bytearray(

@@ -34,9 +34,8 @@ import logging
 import os
 
 from streamq.heap import return_freed_memory
-from streamq.log import files
+from streamq.log import files, frame
 from streamq.log import format as fmt
-from streamq.log import frame
 from streamq.log.appender import LogAppender, RunMessage
 from streamq.log.chunk_appender import ChunkAppender
 from streamq.log.commit import LogCommit

@@ -52,7 +52,9 @@ class OpenChunk:
     def encode(self, epoch: int, bloom_size: int) -> tuple[bytes, int]:
         """The frame of this chunk, and the chunk's size (the frame less its 8 bytes)."""
         data = b"".join(self.parts)
-        bloom = bloom_filter([v for _, v in self.filter_values] + [b""] * self._unfiltered(), bloom_size)
+        bloom = bloom_filter(
+            [v for _, v in self.filter_values] + [b""] * self._unfiltered(), bloom_size
+        )
         trailer = frame.encode_trailer(self.sequences, self.filter_values)
         header = chunk.HEADER.pack(
             chunk.MAGIC_VERSION, chunk.CHUNK_TYPE_USER, self.entries, self.records,

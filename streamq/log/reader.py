@@ -19,9 +19,8 @@ from bisect import bisect_right
 from functools import partial
 from typing import NamedTuple
 
+from streamq.log import chunk, frame
 from streamq.log import format as fmt
-from streamq.log import frame
-from streamq.log import chunk
 from streamq.log.chunk import ChunkInvalid
 from streamq.log.chunk_segment import chunk_records
 from streamq.log.damage import DamagedSpan, resolve
@@ -29,7 +28,6 @@ from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCo
 from streamq.log.index import ChunkIndex
 from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.state import LogState
-
 
 DECODED_CHUNKS_MAX = 8  # chunks kept decoded for record readers (`_decoded_chunk`)
 

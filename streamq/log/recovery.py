@@ -29,15 +29,14 @@ import logging
 import os
 from typing import NamedTuple
 
-from streamq.log import files
+from streamq.log import files, frame
 from streamq.log import format as fmt
+from streamq.log.chunk_segment import scan_chunk_segment
 from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.files import fsync_directory, write_all
 from streamq.log.full_disk import write_index_or_defer
-from streamq.log import frame
 from streamq.log.index import ChunkIndex, SparseIndex
-from streamq.log.chunk_segment import scan_chunk_segment
 from streamq.log.segment import Segment, scan_segment
 from streamq.progress import Progress
 
@@ -122,8 +121,13 @@ def recover(directory: str, interval_bytes: int, version: int = fmt.FORMAT_VERSI
         # The newest segment ends in damage: appends go on in a new one, after it.
         last = segments[-1]
         segments.append(
-            create_segment(directory, last.next_offset, interval_bytes, last.last_timestamp_ms,
-                           version=last.version)  # fmt: skip
+            create_segment(
+                directory,
+                last.next_offset,
+                interval_bytes,
+                last.last_timestamp_ms,
+                version=last.version,
+            )
         )
         os.fsync(segments[-1].write_fd)
     _make_active(segments[-1])
@@ -284,8 +288,9 @@ def _open_chunk_segment(path: str, base: int, durable_to: int, floor_ms: int) ->
     tail_lost = bool(cut) and durable_to > scan.next_offset
     if tail_lost:
         damaged.append(
-            DamagedSpan(path, base, scan.valid_bytes, scan.file_bytes, scan.next_offset,
-                        durable_to, cut)  # fmt: skip
+            DamagedSpan(
+                path, base, scan.valid_bytes, scan.file_bytes, scan.next_offset, durable_to, cut
+            )
         )
         segment.next_offset = durable_to
         segment.size_bytes = scan.file_bytes

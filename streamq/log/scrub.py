@@ -20,8 +20,8 @@ from typing import Final
 
 from streamq.log import format as fmt
 from streamq.log import frame
-from streamq.log.chunk import ChunkInvalid
 from streamq.log._records import check_records
+from streamq.log.chunk import ChunkInvalid
 from streamq.log.errors import LogError, OffsetOutOfRange
 from streamq.log.log import SegmentLog
 

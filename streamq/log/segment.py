@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import BinaryIO, NamedTuple
 
 from streamq.log import format as fmt
+from streamq.log import frame
 from streamq.log._records import check_records, scan_records
 from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
-from streamq.log import frame
 from streamq.log.frame import encode_index_entries
 from streamq.log.index import ChunkIndex, SparseIndex
 from streamq.log.writer import SegmentWriter

@@ -41,6 +41,8 @@ def parse_publish(
     reference's highest stored id (-1: none), used when `dedup`. Raises ValueError for a
     malformed payload or an entry over `entry_bytes_max`, parsing all before anything
     is stored."""
+    if version not in (1, 2):
+        raise ValueError("unsupported Publish version")
     view = memoryview(payload)
     if len(view) < _COUNT.size:
         raise ValueError("truncated message count")
@@ -121,7 +123,10 @@ def _check_messages(data: bytes, records: int) -> None:
     """An uncompressed batch's data is exactly `records` messages `u32 size | bytes`."""
     at = 0
     for _ in range(records):
-        if len(data) - at < _SIZE.size or len(data) - at - _SIZE.size < _SIZE.unpack_from(data, at)[0]:
+        if (
+            len(data) - at < _SIZE.size
+            or len(data) - at - _SIZE.size < _SIZE.unpack_from(data, at)[0]
+        ):
             raise ValueError("sub-entry batch does not hold its messages")
         at += _SIZE.size + _SIZE.unpack_from(data, at)[0]
     if at != len(data) or records == 0:

@@ -13,8 +13,8 @@ from typing import Final, NamedTuple
 from retention.rules import RetentionRules, drop_before
 from streamq.log import amqp10
 from streamq.log import format as fmt
-from streamq.log.chunk import SimpleEntry
 from streamq.log._streamwire import encode_publish as _encode_publish
+from streamq.log.chunk import SimpleEntry
 from streamq.log.log import RunMessage, SegmentLog
 from streamq.queues import chunks, sub_entries
 from streamq.queues.chunks import Chunk, ChunkFilter

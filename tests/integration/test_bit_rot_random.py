@@ -7,9 +7,9 @@ each with its index), stops it, flips 1 to `FLIPS_MAX` bits at random positions 
 randomly chosen `.seg` and `.idx` files (the real bytes on disk), restarts it and
 consumes everything. The records a flip landed in are known from the files' bytes
 before the flips (the format module alone reads them; a stream's segments hold chunks,
-docs/log-format.md, and a flip in a chunk loses that chunk's records). It asserts that every record no
-flip hit is delivered, in order, and nothing else (no damaged body: every body delivered
-is one published, intact); and that the damage each queue reports (`damaged_messages`,
+docs/log-format.md, and a flip in a chunk loses that chunk's records). It asserts that
+every record no flip hit is delivered, in order, and nothing else (no damaged body:
+every body delivered is one published, intact); and that the damage each queue reports (`damaged_messages`,
 and the vhost's `streamq_damaged_records_total`) is the number of records hit.
 
 Bounded for `make test`: `STREAMQ_BIT_ROT_CYCLES` cycles (24 by default; set more for a

@@ -111,9 +111,7 @@ def test_a_version_1_stream_goes_on_in_version_2(tmp_path: Path) -> None:
         new = [f"new-{n:03d}" for n in range(NEW)]
         with_new = asyncio.run(_read(restored, name, len(old) + len(new)))
         assert with_new == old + new
-        assert [b.decode() for b in amqp_bodies(restored, name, len(old) + len(new))] == (
-            old + new
-        )
+        assert [b.decode() for b in amqp_bodies(restored, name, len(old) + len(new))] == (old + new)
     finally:
         assert broker.stop() == 0, broker.stderr[-4000:]
     broker = BrokerProcess(tmp_path / "data")  # version-2 segments read back at start
@@ -133,4 +131,3 @@ async def _read(restored: Restored, stream: str, count: int) -> list[str]:
         return await read_from_first(consumer, stream, count)
     finally:
         await consumer.close()
-

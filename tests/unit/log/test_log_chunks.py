@@ -4,6 +4,7 @@ and logs that hold version-1 and version-2 segments (docs/log-format.md)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,9 +71,7 @@ def test_a_round_makes_one_chunk_of_what_was_appended_before_it(
 def test_stored_chunk_is_osiris_bytes_with_bloom_and_trailer(
     log2: SegmentLog, tmp_path: Path
 ) -> None:
-    log2.append_entries(
-        [SimpleEntry(b"a", b"red"), SimpleEntry(b"b")], 5, sequences={b"pub-1": 41}
-    )
+    log2.append_entries([SimpleEntry(b"a", b"red"), SimpleEntry(b"b")], 5, sequences={b"pub-1": 41})
     log2.sync_blocking()
     data = (tmp_path / "log" / fmt.segment_name(0)).read_bytes()
     ((position, header),) = frames(tmp_path / "log" / fmt.segment_name(0))
@@ -92,7 +91,7 @@ def test_sub_entry_batches_are_stored_as_sent_and_read_as_their_messages(
 ) -> None:
     messages = [body(i, 50) for i in range(7)]
     raw = compress(compression, messages)
-    kind, records, plain, length = chunk.BATCH_HEADER.unpack_from(raw)
+    _kind, records, plain, _length = chunk.BATCH_HEADER.unpack_from(raw)
     batch = SubBatch(raw[chunk.BATCH_HEADER.size :], records, compression, plain)
     assert log2.append_entries([SimpleEntry(b"x"), batch, SimpleEntry(b"y")], 7) == 0
     log2.sync_blocking()
@@ -113,7 +112,7 @@ def test_chunks_roll_segments_and_reads_cross_them(log2: SegmentLog) -> None:
         log2.sync_blocking()
     infos = log2.segments()
     assert len(infos) > 5
-    for info, following in zip(infos, infos[1:], strict=False):
+    for info, following in itertools.pairwise(infos):
         assert info.next_offset == following.base_offset
         assert info.size_bytes <= 4096
     for start in range(0, 200, 13):
@@ -191,7 +190,7 @@ def test_a_damaged_chunk_followed_by_a_valid_one_loses_its_offsets_alone(
         log.sync_blocking()
     log.close_blocking()
     path = tmp_path / "log" / fmt.segment_name(0)
-    (position, header) = frames(path)[1]
+    (position, _header) = frames(path)[1]
     with open(path, "r+b") as f:  # a flipped bit in the second chunk's entries
         at = position + frame.FRAME_HEAD_BYTES + chunk.HEADER_BYTES + 10
         f.seek(at)
