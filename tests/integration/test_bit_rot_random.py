@@ -9,8 +9,9 @@ consumes everything. The records a flip landed in are known from the files' byte
 before the flips (the format module alone reads them; a stream's segments hold chunks,
 docs/log-format.md, and a flip in a chunk loses that chunk's records). It asserts that
 every record no flip hit is delivered, in order, and nothing else (no damaged body:
-every body delivered is one published, intact); and that the damage each queue reports (`damaged_messages`,
-and the vhost's `streamq_damaged_records_total`) is the number of records hit.
+every body delivered is one published, intact); and that the damage each queue reports
+(`damaged_messages`, and the vhost's `streamq_damaged_records_total`) is the number of
+records hit.
 
 Bounded for `make test`: `STREAMQ_BIT_ROT_CYCLES` cycles (24 by default; set more for a
 soak), seeded by `STREAMQ_BIT_ROT_SEED` (random by default, printed on failure).
