@@ -9,6 +9,21 @@ from collections.abc import Callable
 
 from typing_extensions import Buffer
 
+def publish_entries(
+    version: int,
+    payload: Buffer,
+    sequence: int,
+    dedup: bool,
+    entry_bytes_max: int,
+    /,
+) -> tuple[bytes, bytes, bytes, int, int, bytes, int, list[tuple[int, int, bytes]]]:
+    """Parse a Publish frame's messages into osiris chunk entries, each as it was sent
+    (a simple message or an uncompressed sub-entry batch, its header included), skipping
+    duplicates with `dedup` (ids not above `sequence`, -1: none yet). Returns (entries,
+    sizes, records: native u32 arrays, message count, records stored, ids: u64 big-endian
+    each, the new sequence or -1, filter value runs [(first entry, entries, value)]).
+    Raises ValueError."""
+
 def encode_publish(
     version: int,
     payload: Buffer,

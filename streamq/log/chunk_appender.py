@@ -14,10 +14,12 @@ append returned. It holds no state of its own and never fsyncs.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping
 
 from streamq.log import chunk
 from streamq.log.errors import LogError, RecordTooLarge
+from streamq.log.frame import FilterRun
 from streamq.log.index import ChunkIndex
 from streamq.log.open_chunk import OpenChunk
 from streamq.log.state import LogState
@@ -70,6 +72,64 @@ class ChunkAppender(LogState):
                 self._open_chunk.note_sequence(reference, sequence)
         return first
 
+    def append_entry_run(
+        self,
+        data: bytes,
+        sizes: bytes,
+        records: bytes,
+        filter_runs: list[FilterRun],
+        timestamp_ms: int,
+        sequences: Mapping[bytes, int] | None = None,
+    ) -> int:
+        """`append_entries` of entries already encoded back to back in `data` (the stream
+        protocol's Publish path: `_streamwire.publish_entries`), `sizes` and `records`
+        their sizes and record counts as native u32 arrays, `filter_runs` their filter
+        values (first entry, entries, value). The run goes into the open chunk whole when it fits, else it is split at
+        the chunk limits. Returns the first offset."""
+        self._check_usable()
+        if self._active.version != 2:
+            raise LogError(f"log {self.directory}: append_entry_run on a version-1 segment")
+        timestamp_ms = max(timestamp_ms, self._last_timestamp_ms)
+        self._last_timestamp_ms = timestamp_ms
+        first = self._next_offset
+        count = len(sizes) // 4
+        size_of, records_of = array("I"), array("I")
+        size_of.frombytes(sizes)
+        records_of.frombytes(records)
+        limit = self.config.chunk_data_bytes_max
+        at = done = 0
+        while done < count:
+            open_ = self._open_chunk
+            if open_ is None:
+                open_ = self._open_chunk = OpenChunk(self._next_offset, timestamp_ms)
+            room, entries_room = limit - open_.data_bytes, chunk.ENTRIES_MAX - open_.entries
+            if len(data) - at <= room and count - done <= entries_room:
+                end, stop = len(data), count
+            else:
+                end, stop = at, done
+                while (
+                    stop < count and stop - done < entries_room and end + size_of[stop] - at <= room
+                ):
+                    end += size_of[stop]
+                    stop += 1
+                if stop == done:
+                    if open_.entries:
+                        self._cut_chunk()
+                        continue
+                    end, stop = at + size_of[done], done + 1  # over the limit: alone
+            taken = sum(records_of[done:stop])
+            values = _clip(filter_runs, done, stop)
+            open_.add_run(data[at:end] if at or end < len(data) else data, stop - done, taken,
+                          values)  # fmt: skip
+            self._next_offset += taken
+            at, done = end, stop
+            if done < count:
+                self._cut_chunk()
+        if sequences and self._open_chunk is not None:
+            for reference, sequence in sequences.items():
+                self._open_chunk.note_sequence(reference, sequence)
+        return first
+
     def _cut_chunk(self) -> None:
         """Close the open chunk, if any: frame it and place it in the active segment,
         rolling first when it would not fit (a chunk never spans segments)."""
@@ -101,3 +161,13 @@ class ChunkAppender(LogState):
         segment.next_offset = open_.first_offset + open_.records
         if len(self._buffer) >= self._write_buffer_bytes_max:
             self._flush(segment)
+
+
+def _clip(runs: list[FilterRun], start: int, stop: int) -> list[FilterRun]:
+    """The parts of `runs` within entries [start, stop), numbered from `start`."""
+    out = []
+    for first, count, value in runs:
+        low, high = max(first, start), min(first + count, stop)
+        if low < high:
+            out.append((low - start, high - low, value))
+    return out

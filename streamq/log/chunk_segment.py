@@ -145,9 +145,10 @@ def chunk_records(
     (checked by the caller), those at or past `skip_before`, at most `records_max`.
     Returns the offset after the last record taken (or passed over)."""
     at = pos + frame.FRAME_HEAD_BYTES
-    values: dict[int, bytes] = {}
+    values: list[bytes] = []
     if header.trailer_length:
-        values = frame.parse_trailer(chunk.trailer_of(buffer, at, header)).filter_values
+        runs = frame.parse_trailer(chunk.trailer_of(buffer, at, header)).filter_runs
+        values = frame.filter_value_list(runs, header.num_entries)
     ts = header.timestamp_ms
     append = out.append
     offset = header.first_offset
@@ -158,7 +159,7 @@ def chunk_records(
         if entry.offset + entry.records <= skip_before:
             offset = entry.offset + entry.records
             continue
-        value = values.get(number, b"")
+        value = values[number] if values else b""
         messages = batches.messages(entry) if entry.batch else [bytes(entry.data)]
         for offset, message in enumerate(messages, entry.offset):
             if offset < skip_before:

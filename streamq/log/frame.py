@@ -20,8 +20,9 @@ Index file of a sealed version-2 segment: the 48-byte header of version 1 with
 
 Trailer: osiris sequence records (type 0: a publisher reference and its highest
 publishing id in the chunk), then at most one streamq record of type 0x80 (id size 0)
-holding the entries' filter values exactly: `u16 count`, then per filtered entry
-`u16 entry index`, `u16 length`, value. All trailer integers are big-endian, as osiris'.
+holding the entries' filter values exactly, as runs of consecutive entries with the same
+value: `u16 run count`, then per run `u16 first entry`, `u16 entries`, `u16 length`,
+value (entries in no run have none). All trailer integers are big-endian, as osiris'.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ INDEX_ENTRY: Final = struct.Struct("<IIqIIQ")
 INDEX_ENTRY_BYTES: Final = INDEX_ENTRY.size  # 32
 TRAILER_FILTER_VALUES: Final = 0x80
 _FILTER_COUNT: Final = struct.Struct(">H")
-_FILTER_ITEM: Final = struct.Struct(">HH")
+_FILTER_RUN: Final = struct.Struct(">HHH")  # first entry, entries, value length
 _SEQUENCE: Final = struct.Struct(">BB")
 _U64: Final = struct.Struct(">Q")
 
@@ -59,12 +60,15 @@ class ChunkEntry(NamedTuple):
     epoch: int
 
 
+FilterRun = tuple[int, int, bytes]  # first entry, entries, their filter value
+
+
 class Trailer(NamedTuple):
     """What a streamq trailer says: publisher references' highest ids in the chunk, and
-    the filter value of each filtered entry (by entry index)."""
+    the filter values of its entries as runs (first entry, entries, value)."""
 
     sequences: dict[bytes, int]
-    filter_values: dict[int, bytes]
+    filter_runs: list[FilterRun]
 
 
 def encode_frame(chunk_bytes: bytes) -> bytes:
@@ -130,21 +134,19 @@ def frame_bytes(header: ChunkHeader) -> int:
 # The trailer ---------------------------------------------------------------------------
 
 
-def encode_trailer(
-    sequences: dict[bytes, int], filter_values: Sequence[tuple[int, bytes]]
-) -> bytes:
+def encode_trailer(sequences: dict[bytes, int], filter_runs: Sequence[FilterRun]) -> bytes:
     """A trailer: one osiris sequence record per reference, then the filter values (if
-    any entry has one) as a 0x80 record."""
+    any entry has one) as a 0x80 record of runs."""
     out = bytearray(
         chunk.encode_tracking(
             chunk.TrackingRecord(chunk.TRACKING_SEQUENCE, ref, seq)
             for ref, seq in sequences.items()
         )
     )
-    if filter_values:
-        out += _SEQUENCE.pack(TRAILER_FILTER_VALUES, 0) + _FILTER_COUNT.pack(len(filter_values))
-        for index, value in filter_values:
-            out += _FILTER_ITEM.pack(index, len(value)) + value
+    if filter_runs:
+        out += _SEQUENCE.pack(TRAILER_FILTER_VALUES, 0) + _FILTER_COUNT.pack(len(filter_runs))
+        for first, entries, value in filter_runs:
+            out += _FILTER_RUN.pack(first, entries, len(value)) + value
     return bytes(out)
 
 
@@ -152,7 +154,7 @@ def parse_trailer(data: bytes | memoryview) -> Trailer:
     """A streamq trailer's sequences and filter values; ChunkInvalid when malformed."""
     view, at = memoryview(data), 0
     sequences: dict[bytes, int] = {}
-    values: dict[int, bytes] = {}
+    values: list[FilterRun] = []
     while at < len(view):
         if len(view) - at < _SEQUENCE.size:
             raise ChunkInvalid("a trailer record crosses the trailer's end")
@@ -168,21 +170,38 @@ def parse_trailer(data: bytes | memoryview) -> Trailer:
     return Trailer(sequences, values)
 
 
-def _parse_filter_values(view: memoryview, at: int, values: dict[int, bytes]) -> int:
+def _parse_filter_values(view: memoryview, at: int, values: list[FilterRun]) -> int:
     if len(view) - at < _FILTER_COUNT.size:
         raise ChunkInvalid("a filter values record crosses the trailer's end")
     (count,) = _FILTER_COUNT.unpack_from(view, at)
     at += _FILTER_COUNT.size
     for _ in range(count):
-        if len(view) - at < _FILTER_ITEM.size:
+        if len(view) - at < _FILTER_RUN.size:
             raise ChunkInvalid("a filter value crosses the trailer's end")
-        index, length = _FILTER_ITEM.unpack_from(view, at)
-        at += _FILTER_ITEM.size
+        first, entries, length = _FILTER_RUN.unpack_from(view, at)
+        at += _FILTER_RUN.size
         if len(view) - at < length:
             raise ChunkInvalid("a filter value crosses the trailer's end")
-        values[index] = bytes(view[at : at + length])
+        values.append((first, entries, bytes(view[at : at + length])))
         at += length
     return at
+
+
+def filter_value_list(runs: Sequence[FilterRun], entries: int) -> list[bytes]:
+    """Each of `entries` entries' filter value (b"": none), from the runs."""
+    out = [b""] * entries
+    for first, count, value in runs:
+        out[first : first + count] = [value] * count
+    return out[:entries]
+
+
+def add_filter_run(runs: list[FilterRun], first: int, count: int, value: bytes) -> None:
+    """Append a run, merged with the last one when it continues it with the same value."""
+    if runs and runs[-1][2] == value and runs[-1][0] + runs[-1][1] == first:
+        last = runs[-1]
+        runs[-1] = (last[0], last[1] + count, value)
+    else:
+        runs.append((first, count, value))
 
 
 # The index file of a sealed version-2 segment --------------------------------------------

@@ -167,6 +167,7 @@ class SegmentLog(LogAppender, ChunkAppender, LogCommit, LogReader, LogState):
             dropped += 1
         if dropped:
             self._dir_dirty = True
+            self._decoded.clear()  # chunks of dropped segments among them, maybe
         return dropped
 
     # -- close ---------------------------------------------------------------------------

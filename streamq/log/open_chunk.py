@@ -19,7 +19,8 @@ class OpenChunk:
     __slots__ = (
         "data_bytes",
         "entries",
-        "filter_values",
+        "filtered",
+        "filter_runs",
         "first_offset",
         "parts",
         "records",
@@ -34,16 +35,32 @@ class OpenChunk:
         self.entries = 0
         self.records = 0
         self.data_bytes = 0
-        self.filter_values: list[tuple[int, bytes]] = []  # (entry number, value)
+        self.filter_runs: list[frame.FilterRun] = []  # (first entry, entries, value)
+        self.filtered = 0  # entries with a value
         self.sequences: dict[bytes, int] = {}
 
     def add(self, encoded: bytes, records: int, filter_value: bytes) -> None:
         if filter_value:
-            self.filter_values.append((self.entries, filter_value))
+            frame.add_filter_run(self.filter_runs, self.entries, 1, filter_value)
+            self.filtered += 1
         self.parts.append(encoded)
         self.entries += 1
         self.records += records
         self.data_bytes += len(encoded)
+
+    def add_run(
+        self, data: bytes, entries: int, records: int, filter_runs: list[frame.FilterRun]
+    ) -> None:
+        """Add `entries` entries already encoded back to back in `data`; `filter_runs`
+        numbered from the run's first entry."""
+        base = self.entries
+        for first, count, value in filter_runs:
+            frame.add_filter_run(self.filter_runs, base + first, count, value)
+            self.filtered += count
+        self.parts.append(data)
+        self.entries += entries
+        self.records += records
+        self.data_bytes += len(data)
 
     def note_sequence(self, reference: bytes, sequence: int) -> None:
         if sequence > self.sequences.get(reference, -1):
@@ -52,10 +69,11 @@ class OpenChunk:
     def encode(self, epoch: int, bloom_size: int) -> tuple[bytes, int]:
         """The frame of this chunk, and the chunk's size (the frame less its 8 bytes)."""
         data = b"".join(self.parts)
-        bloom = bloom_filter(
-            [v for _, v in self.filter_values] + [b""] * self._unfiltered(), bloom_size
-        )
-        trailer = frame.encode_trailer(self.sequences, self.filter_values)
+        values = {value for _, _, value in self.filter_runs}
+        if self.filtered < self.entries:
+            values.add(b"")  # an entry without a value: the filter's bit 0
+        bloom = bloom_filter(values, bloom_size)
+        trailer = frame.encode_trailer(self.sequences, self.filter_runs)
         header = chunk.HEADER.pack(
             chunk.MAGIC_VERSION, chunk.CHUNK_TYPE_USER, self.entries, self.records,
             self.timestamp_ms, epoch, self.first_offset, _crc32(data, 0), len(data),
@@ -63,7 +81,3 @@ class OpenChunk:
         )  # fmt: skip
         body = b"".join((header, bloom, data, trailer))
         return frame.encode_frame(body), len(body)
-
-    def _unfiltered(self) -> int:
-        """1 when some entry has no filter value (it sets the filter's bit 0), else 0."""
-        return 1 if len(self.filter_values) < self.entries else 0

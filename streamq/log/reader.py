@@ -207,6 +207,16 @@ class LogReader(LogState):
             offset = place.first_offset + place.records
         return out
 
+    def frame_view(self, base_offset: int, position: int, chunk_bytes: int) -> bytes | memoryview:
+        """`frame_at` without a copy where it can: a view of a sealed segment's mapping
+        (`view_at`), so that a stream consumer's chunk goes from the page cache to the
+        socket with no copy through Python. Release the view promptly."""
+        want = frame.FRAME_HEAD_BYTES + chunk_bytes
+        data = self.view_at(base_offset, position, want)
+        if len(data) == want:
+            return data
+        return self.frame_at(base_offset, position, chunk_bytes)
+
     def frame_at(self, base_offset: int, position: int, chunk_bytes: int) -> bytes:
         """The frame of the `chunk_bytes` chunk at `position` of the version-2 segment at
         `base_offset` (its index says both), from memory or the file (`read_at`)."""

@@ -29,7 +29,7 @@ def read_stored_chunk(
 ) -> Chunk:
     """The chunk at `place` for a consumer at `offset` (see the module docstring)."""
     end = place.first_offset + place.records
-    data = log.frame_at(place.base_offset, place.position, place.chunk_bytes)
+    data = log.frame_view(place.base_offset, place.position, place.chunk_bytes)
     try:
         header = frame.check_crcs(data)
     except ChunkInvalid as exc:
@@ -43,41 +43,46 @@ def read_stored_chunk(
     return _filtered(data, header, max(offset, header.first_offset), filter)
 
 
-def _deliver_bytes(data: bytes, header: ChunkHeader) -> bytes | memoryview:
+def _deliver_bytes(data: bytes | memoryview, header: ChunkHeader) -> bytes | memoryview:
     """Header and entries: one view when the chunk has no filter, else a join."""
     start = _HEAD + chunk.HEADER_BYTES
     if not header.bloom_size:
         return memoryview(data)[_HEAD : start + header.data_length]
     entries = start + header.bloom_size
-    return data[_HEAD:start] + data[entries : entries + header.data_length]
+    view = memoryview(data)
+    return b"".join((view[_HEAD:start], view[entries : entries + header.data_length]))
 
 
-def _filtered(data: bytes, header: ChunkHeader, offset: int, filter: ChunkFilter) -> Chunk:
-    """Exact filtering of a chunk that may match, from the entry holding `offset`."""
-    values: dict[int, bytes] = {}
+def _filtered(
+    data: bytes | memoryview, header: ChunkHeader, offset: int, filter: ChunkFilter
+) -> Chunk:
+    """Exact filtering of a chunk that may match, from the entry holding `offset`: by
+    its filter value runs alone when they decide for the whole chunk, else per entry."""
+    runs: list[frame.FilterRun] = []
     if header.trailer_length:
-        values = frame.parse_trailer(chunk.trailer_of(data, _HEAD, header)).filter_values
+        runs = frame.parse_trailer(chunk.trailer_of(data, _HEAD, header)).filter_runs
     wanted, unfiltered = filter.values, filter.match_unfiltered
-    matching: list[tuple[int, chunk.EntryView]] = []
-    run_end = -1
+    end = header.first_offset + header.num_records
+    without = header.num_entries - sum(count for _, count, _ in runs)  # entries with none
+    matching_runs = [value in wanted for _, _, value in runs]
+    if all(matching_runs) and (unfiltered or not without):
+        return Chunk(header.first_offset, end, header.num_records, _deliver_bytes(data, header))
+    if not any(matching_runs) and not (unfiltered and without):
+        return Chunk(-1, end, 0, b"")
+    values = frame.filter_value_list(runs, header.num_entries)
+    matching: list[chunk.EntryView] = []
     for number, entry in enumerate(chunk.iter_entries(data, _HEAD, header)):
         if entry.offset + entry.records <= offset:
             continue
-        value = values.get(number, b"")
+        value = values[number]
         if (value in wanted) if value else unfiltered:
-            if matching and run_end != entry.offset:
-                break  # a run ends at the first entry passed over
-            matching.append((number, entry))
-            run_end = entry.offset + entry.records
+            matching.append(entry)
         elif matching:
-            break
-    end = header.first_offset + header.num_records
+            break  # a run of matching entries ends at the first one passed over
     if not matching:
         return Chunk(-1, end, 0, b"")
-    if len(matching) == header.num_entries:
-        return Chunk(header.first_offset, end, header.num_records, _deliver_bytes(data, header))
-    first = matching[0][1].offset
-    entries = [_as_entry(entry) for _, entry in matching]
+    first, run_end = matching[0].offset, matching[-1].offset + matching[-1].records
+    entries = [_as_entry(entry) for entry in matching]
     built = chunk.encode_chunk(entries, first, header.timestamp_ms, header.epoch)
     return Chunk(first, run_end, run_end - first, built)
 

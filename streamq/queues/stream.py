@@ -14,6 +14,7 @@ from retention.rules import RetentionRules, drop_before
 from streamq.log import amqp10
 from streamq.log import format as fmt
 from streamq.log._streamwire import encode_publish as _encode_publish
+from streamq.log._streamwire import publish_entries as _publish_entries
 from streamq.log.chunk import SimpleEntry
 from streamq.log.log import RunMessage, SegmentLog
 from streamq.queues import chunks, sub_entries
@@ -190,8 +191,36 @@ class StreamQueue:
         timestamp_ms: int,
         sequence: int,
     ) -> PublishResult:
-        """`append_publish` to a stream in chunks: the messages as sent, batches kept
-        compressed (`publish_entries`), the reference's sequence in the chunk's trailer."""
+        """`append_publish` to a stream in chunks: the messages as sent, parsed in C
+        (`_streamwire.publish_entries`), the reference's sequence in the chunk's trailer;
+        a frame with compressed batches takes `_append_compressed`."""
+        log = self.log
+        try:
+            parsed = _publish_entries(
+                version, payload, sequence, bool(reference), log.config.record_bytes_max
+            )
+        except ValueError as exc:
+            if str(exc) != sub_entries.COMPRESSED_TEXT:
+                raise BadPublish(str(exc)) from None
+            return self._append_compressed(reference, version, payload, timestamp_ms, sequence)
+        data, sizes, records, count, stored, ids, sequence, filters = parsed
+        if stored:
+            sequences = {reference: sequence} if reference else None
+            log.append_entry_run(data, sizes, records, filters, timestamp_ms, sequences)
+            if reference:
+                self.publishers.update(reference, sequence, log.next_offset - 1)
+        return PublishResult(count, stored, log.next_offset, ids)
+
+    def _append_compressed(
+        self,
+        reference: bytes,
+        version: int,
+        payload: bytes | memoryview,
+        timestamp_ms: int,
+        sequence: int,
+    ) -> PublishResult:
+        """A Publish frame with compressed sub-entry batches, parsed in Python
+        (`publish_entries`): each batch decompressed once to check it, stored compressed."""
         log = self.log
         try:
             parsed = parse_publish(

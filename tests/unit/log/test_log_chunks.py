@@ -78,11 +78,11 @@ def test_stored_chunk_is_osiris_bytes_with_bloom_and_trailer(
     at = position + frame.FRAME_HEAD_BYTES
     expected = chunk.encode_chunk(
         [SimpleEntry(b"a", b"red"), SimpleEntry(b"b")], 0, 5, epoch=1,
-        trailer=frame.encode_trailer({b"pub-1": 41}, [(0, b"red")]),
+        trailer=frame.encode_trailer({b"pub-1": 41}, [(0, 1, b"red")]),
     )  # fmt: skip
     assert data[at : at + header.size] == expected
     trailer = frame.parse_trailer(chunk.trailer_of(data, at, header))
-    assert trailer == frame.Trailer({b"pub-1": 41}, {0: b"red"})
+    assert trailer == frame.Trailer({b"pub-1": 41}, [(0, 1, b"red")])
 
 
 @pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])

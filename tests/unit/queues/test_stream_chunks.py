@@ -185,3 +185,26 @@ def test_amqp_091_publishes_are_stored_as_amqp_10(tmp_path: str) -> None:
 
 def test_frame_constants() -> None:
     assert frame.FRAME_HEAD_BYTES == 8 and frame.INDEX_ENTRY_BYTES == 32
+
+
+def test_a_publish_is_split_at_the_chunk_limit_with_its_filter_values(tmp_path: str) -> None:
+    config = LogConfig(format_version=2, chunk_data_bytes_max=1000)
+    log = SegmentLog.open(os.path.join(str(tmp_path), "log"), config)
+    stream = StreamQueue(log, RetentionRules(), OffsetStore.open(os.path.join(tmp_path, "o")))
+    values = [b"a"] * 7 + [b"b"] * 9 + [None] * 4 + [b"a"] * 5
+    frame_ = payload(*(message(i, b"%04d" % i * 24, v, v2=True) for i, v in enumerate(values)))
+    assert stream.append_publish(b"r", 2, frame_, 1).appended == 25
+    stream.log.sync_blocking()
+    records = stream.log.read(0, 100)
+    assert [r.routing_key for r in records] == [v or b"" for v in values]
+    assert [r.body for r in records] == [b"%04d" % i * 24 for i in range(25)]
+    sizes = []
+    offset = 0
+    while (got := stream.read_chunk(offset, 100, 1 << 20)) is not None:
+        sizes.append(got.records)
+        offset = got.next_offset
+    assert sizes == [10, 10, 5]  # 100-byte entries, 1000 bytes a chunk
+    b_only = ChunkFilter(frozenset({b"b"}), False)
+    assert deliver(stream, 7, b_only) == [b"%04d" % i * 24 for i in range(7, 10)]
+    assert deliver(stream, 10, b_only) == [b"%04d" % i * 24 for i in range(10, 16)]
+    close(stream)
