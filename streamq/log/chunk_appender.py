@@ -84,8 +84,8 @@ class ChunkAppender(LogState):
         """`append_entries` of entries already encoded back to back in `data` (the stream
         protocol's Publish path: `_streamwire.publish_entries`), `sizes` and `records`
         their sizes and record counts as native u32 arrays, `filter_runs` their filter
-        values (first entry, entries, value). The run goes into the open chunk whole when it fits, else it is split at
-        the chunk limits. Returns the first offset."""
+        values (first entry, entries, value). The run goes into the open chunk whole
+        when it fits, else it is split at the chunk limits. Returns the first offset."""
         self._check_usable()
         if self._active.version != 2:
             raise LogError(f"log {self.directory}: append_entry_run on a version-1 segment")

@@ -19,8 +19,8 @@ class OpenChunk:
     __slots__ = (
         "data_bytes",
         "entries",
-        "filtered",
         "filter_runs",
+        "filtered",
         "first_offset",
         "parts",
         "records",
