@@ -160,12 +160,15 @@ def started_brokers(directory: Path) -> Iterator[tuple[tuple[str, int], tuple[st
     # Its log goes on after the `listening` line: drained, so the pipe never fills.
     threading.Thread(target=_drain, args=(streamq.process.stderr,), daemon=True).start()
     try:
-        (directory / "rabbitmq").mkdir()
-        (directory / "rabbitmq" / "advanced.config").write_text(
-            f'[{{rabbitmq_stream, [{{tcp_listeners, [{{"127.0.0.1", {rabbitmq_port}}}]}}, '
-            f'{{advertised_host, <<"127.0.0.1">>}}, {{advertised_port, {rabbitmq_port}}}]}}].\n'
+        # In rabbitmq.conf: RabbitMQServer writes its own advanced.config (a stream
+        # listener put there first was overwritten, and RabbitMQ's runs were refused).
+        listener = (
+            f"stream.listeners.tcp.1 = 127.0.0.1:{rabbitmq_port}\n"
+            f"stream.advertised_host = 127.0.0.1\nstream.advertised_port = {rabbitmq_port}\n"
         )
-        rabbitmq = RabbitMQServer(directory / "rabbitmq", plugins=("rabbitmq_stream",))
+        rabbitmq = RabbitMQServer(
+            directory / "rabbitmq", plugins=("rabbitmq_stream",), extra_config=listener
+        )
         try:
             yield ("127.0.0.1", streamq_port), ("127.0.0.1", rabbitmq_port)
         finally:
