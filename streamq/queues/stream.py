@@ -331,7 +331,11 @@ class StreamQueue:
 
 
 def _converted(exchange: bytes, routing_key: bytes, properties: bytes, body: bytes) -> SimpleEntry:
-    """An AMQP 0-9-1 publish as a chunk entry: its AMQP 1.0 conversion and filter value."""
+    """An AMQP 0-9-1 publish as a chunk entry: its AMQP 1.0 conversion and filter value.
+    A native record given in the record form (`amqp10.native_properties`: the routing key
+    is its filter value) is its body as it is."""
+    if amqp10.is_native(properties):
+        return SimpleEntry(body, routing_key)
     return SimpleEntry(
         amqp10.to_amqp10(exchange, routing_key, properties, body),
         amqp10.filter_value_of(properties),
