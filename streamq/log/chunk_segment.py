@@ -17,13 +17,14 @@ from typing import Final, NamedTuple
 
 from streamq.log import amqp10, batches, chunk, frame
 from streamq.log import format as fmt
-from streamq.log.chunk import ChunkHeader, ChunkInvalid
+from streamq.log.chunk import ChunkHeader, ChunkInvalid, ChunkTruncated
 from streamq.log.damage import DamagedSpan
 from streamq.log.index import ChunkIndex
 
 _NATIVE: Final = amqp10.native_properties(0)
 _new: Final = tuple.__new__
 RESYNC_BYTES_MAX: Final = 256 << 20  # bytes of a segment searched for the next valid frame
+RESYNC_WINDOW_BYTES: Final = 1 << 20  # read at a time by that search
 
 
 class ChunkScan(NamedTuple):
@@ -42,48 +43,55 @@ def scan_chunk_segment(path: str, base_offset: int) -> ChunkScan:
     """Walk a version-2 segment frame by frame: both CRCs, dense offsets from
     `base_offset`, timestamps and epochs that never decrease. Bad bytes followed by a
     valid frame are damage (listed; the walk goes on there); bad bytes with none after
-    them end the walk (a torn tail). The header is the caller's to check."""
+    them end the walk (a torn tail). The header is the caller's to check. One pread per
+    frame: memory is bounded by the largest chunk, not the segment."""
     index = ChunkIndex()
     damaged: list[DamagedSpan] = []
-    with open(path, "rb") as f:
-        data = f.read()  # a segment is bounded by segment_bytes_max
-    position, offset = fmt.SEGMENT_HEADER_BYTES, base_offset
-    first_ts = last_ts = -1
-    epoch = 0
-    while position < len(data):
-        try:
-            header = _frame_at(data, position, offset, last_ts, epoch)
-        except ChunkInvalid:
-            found = _resync(data, position, offset, last_ts, epoch)
-            if found is None:
-                break  # a torn tail
-            resume, header = found
-            damaged.append(
-                DamagedSpan(
-                    path,
-                    base_offset,
-                    position,
-                    resume,
-                    offset,
-                    header.first_offset,
-                    resume - position,
-                )
-            )
-            position, offset = resume, header.first_offset
-        index.add_chunk(
-            offset - base_offset, position, header.timestamp_ms, header.num_records,
-            header.size, header.epoch,
-        )  # fmt: skip
-        if first_ts < 0:
-            first_ts = header.timestamp_ms
-        last_ts, epoch = header.timestamp_ms, header.epoch
-        position += frame.frame_bytes(header)
-        offset = header.next_offset
-    return ChunkScan(position, len(data), offset, first_ts, last_ts, index, damaged)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        position, offset = fmt.SEGMENT_HEADER_BYTES, base_offset
+        first_ts = last_ts = -1
+        epoch = 0
+        while position < size:
+            try:
+                header = _frame_at(fd, size, position, offset, last_ts, epoch)
+            except ChunkInvalid:
+                found = _resync(fd, size, position, offset, last_ts, epoch)
+                if found is None:
+                    break  # a torn tail
+                resume, header = found
+                damaged.append(DamagedSpan(path, base_offset, position, resume, offset,
+                                           header.first_offset, resume - position))  # fmt: skip
+                position, offset = resume, header.first_offset
+            index.add_chunk(
+                offset - base_offset, position, header.timestamp_ms, header.num_records,
+                header.size, header.epoch,
+            )  # fmt: skip
+            if first_ts < 0:
+                first_ts = header.timestamp_ms
+            last_ts, epoch = header.timestamp_ms, header.epoch
+            position += frame.frame_bytes(header)
+            offset = header.next_offset
+    finally:
+        os.close(fd)
+    return ChunkScan(position, size, offset, first_ts, last_ts, index, damaged)
 
 
-def _frame_at(data: bytes, position: int, offset: int, last_ts: int, epoch: int) -> ChunkHeader:
-    header = frame.check_frame(data, position)
+def _read_frame(fd: int, size: int, position: int) -> tuple[bytes, ChunkHeader]:
+    """The checked frame at `position` of a file of `size` bytes (ChunkInvalid if not)."""
+    head = os.pread(fd, frame.FRAME_OVERHEAD, position)
+    header = chunk.decode_header(head, frame.FRAME_HEAD_BYTES)
+    if frame.frame_bytes(header) > size - position:
+        raise ChunkTruncated("the frame passes the end of the file")
+    data = os.pread(fd, frame.frame_bytes(header), position)
+    return data, frame.check_frame(data)
+
+
+def _frame_at(
+    fd: int, size: int, position: int, offset: int, last_ts: int, epoch: int
+) -> ChunkHeader:
+    _data, header = _read_frame(fd, size, position)
     if header.first_offset != offset:
         raise ChunkInvalid(f"chunk of offset {header.first_offset} where {offset} was expected")
     if header.timestamp_ms < last_ts or header.epoch < epoch:
@@ -92,27 +100,32 @@ def _frame_at(data: bytes, position: int, offset: int, last_ts: int, epoch: int)
 
 
 def _resync(
-    data: bytes, position: int, offset: int, last_ts: int, epoch: int
+    fd: int, size: int, position: int, offset: int, last_ts: int, epoch: int
 ) -> tuple[int, ChunkHeader] | None:
-    """The next valid frame after the bad bytes at `position`: a chunk magic at +8, both
-    CRCs, an offset after `offset` that the bytes passed over can account for."""
-    at = position + 1
-    end = min(len(data), position + RESYNC_BYTES_MAX)
-    while True:
-        at = data.find(bytes((chunk.MAGIC_VERSION,)), at + frame.FRAME_HEAD_BYTES, end)
-        if at < 0:
-            return None
-        start = at - frame.FRAME_HEAD_BYTES
-        try:
-            header = frame.check_frame(data, start)
-        except ChunkInvalid:
-            at = start + 1
-            continue
-        # Each lost record took an entry's 4 bytes at least.
-        plausible = offset < header.first_offset <= offset + (start - position) // 4 + 1
-        if plausible and header.timestamp_ms >= last_ts and header.epoch >= epoch:
-            return start, header
-        at = start + 1
+    """The next valid frame after the bad bytes at `position`: a chunk magic at +8, a
+    plausible header (read from the window), then both CRCs, an offset after `offset`
+    that the bytes passed over can account for (each lost record took 4 bytes at least),
+    a timestamp and epoch not going back. Read `RESYNC_WINDOW_BYTES` at a time."""
+    magic = bytes((chunk.MAGIC_VERSION,))
+    window_at = position + 1
+    end = min(size, position + RESYNC_BYTES_MAX)
+    while window_at < end:
+        window = os.pread(fd, RESYNC_WINDOW_BYTES + frame.FRAME_OVERHEAD, window_at)
+        at = frame.FRAME_HEAD_BYTES
+        while (at := window.find(magic, at, RESYNC_WINDOW_BYTES + frame.FRAME_HEAD_BYTES)) >= 0:
+            start = window_at + at - frame.FRAME_HEAD_BYTES
+            at += 1
+            try:
+                header = chunk.decode_header(window, at - 1)
+                if not offset < header.first_offset <= offset + (start - position) // 4 + 1:
+                    continue
+                _data, header = _read_frame(fd, size, start)
+            except ChunkInvalid:
+                continue
+            if header.timestamp_ms >= last_ts and header.epoch >= epoch:
+                return start, header
+        window_at += RESYNC_WINDOW_BYTES
+    return None
 
 
 def resync_frame(data: bytes, position: int) -> int | None:
