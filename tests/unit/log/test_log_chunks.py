@@ -246,3 +246,25 @@ def test_an_empty_version_1_log_starts_writing_version_2(tmp_path: Path) -> None
     log.sync_blocking()
     assert len(frames(tmp_path / "log" / fmt.segment_name(0))) == 1
     log.close_blocking()
+
+
+def test_damage_is_passed_over_across_the_resync_window(tmp_path: Path) -> None:
+    """A damaged chunk larger than the search's read window (1 MiB): the next valid frame
+    is found in a later window."""
+    config = LogConfig(format_version=2)
+    log = SegmentLog.open(str(tmp_path / "log"), config)
+    for entries in ([SimpleEntry(b"a")], [SimpleEntry(b"big" * 600_000)], [SimpleEntry(b"c")]):
+        log.append_entries(entries, 1)
+        log.sync_blocking()
+    log.append_entries([SimpleEntry(b"d")], 1)  # the damage is then not at the tail
+    log.sync_blocking()
+    log.close_blocking()
+    path = tmp_path / "log" / fmt.segment_name(0)
+    (position, _header) = frames(path)[1]
+    with open(path, "r+b") as f:  # the big chunk's magic: nothing of it reads as a frame
+        f.seek(position + frame.FRAME_HEAD_BYTES)
+        f.write(b"\x00")
+    log = SegmentLog.open(str(tmp_path / "log"), config)
+    assert [r.body for r in log.read(0, 10)] == [b"a", b"c", b"d"]
+    assert [(s.first_offset, s.end_offset) for s in log.damage.spans] == [(1, 2)]
+    log.close_blocking()
