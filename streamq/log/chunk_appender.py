@@ -15,9 +15,11 @@ append returned. It holds no state of its own and never fsyncs.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
+from itertools import accumulate
 
-from streamq.log import chunk
+from streamq.log import chunk, frame
 from streamq.log.errors import LogError, RecordTooLarge
 from streamq.log.frame import FilterRun
 from streamq.log.index import ChunkIndex
@@ -106,12 +108,10 @@ class ChunkAppender(LogState):
             if len(data) - at <= room and count - done <= entries_room:
                 end, stop = len(data), count
             else:
-                end, stop = at, done
-                while (
-                    stop < count and stop - done < entries_room and end + size_of[stop] - at <= room
-                ):
-                    end += size_of[stop]
-                    stop += 1
+                # How many of the rest fit: a C-level running sum and a bisection.
+                ends = list(accumulate(size_of[done:count]))
+                fit = min(bisect_right(ends, room), entries_room)
+                stop, end = done + fit, at + (ends[fit - 1] if fit else 0)
                 if stop == done:
                     if open_.entries:
                         self._cut_chunk()
@@ -137,11 +137,12 @@ class ChunkAppender(LogState):
         if open_ is None:
             return
         self._open_chunk = None
-        data, chunk_bytes = open_.encode(self._epoch, self.config.bloom_size)
+        pieces, chunk_bytes = open_.encode(self._epoch, self.config.bloom_size)
+        frame_size = frame.FRAME_HEAD_BYTES + chunk_bytes
         segment = self._active
         position = segment.size_bytes
         if (
-            position + len(data) > self._segment_bytes_max
+            position + frame_size > self._segment_bytes_max
             and segment.next_offset > segment.base_offset
         ):
             self._seal_active(open_.first_offset, position)
@@ -153,11 +154,13 @@ class ChunkAppender(LogState):
             open_.first_offset - segment.base_offset, position, open_.timestamp_ms,
             open_.records, chunk_bytes, self._epoch,
         )  # fmt: skip
-        self._buffer += data
+        buffer = self._buffer
+        for piece in pieces:
+            buffer += piece
         if segment.first_timestamp_ms < 0:
             segment.first_timestamp_ms = open_.timestamp_ms
         segment.last_timestamp_ms = open_.timestamp_ms
-        segment.size_bytes = position + len(data)
+        segment.size_bytes = position + frame_size
         segment.next_offset = open_.first_offset + open_.records
         if len(self._buffer) >= self._write_buffer_bytes_max:
             self._flush(segment)

@@ -9,6 +9,7 @@ when a chunk is cut and where its frame goes.
 from __future__ import annotations
 
 from streamq.log import chunk, frame
+from streamq.log._records import crc32c
 from streamq.log._streamwire import crc32 as _crc32
 from streamq.log.bloom import bloom_filter
 
@@ -66,8 +67,10 @@ class OpenChunk:
         if sequence > self.sequences.get(reference, -1):
             self.sequences[reference] = sequence
 
-    def encode(self, epoch: int, bloom_size: int) -> tuple[bytes, int]:
-        """The frame of this chunk, and the chunk's size (the frame less its 8 bytes)."""
+    def encode(self, epoch: int, bloom_size: int) -> tuple[list[bytes], int]:
+        """The frame of this chunk as pieces to write back to back (frame head, chunk
+        header, filter, entries, trailer: the entries are not copied again), and the
+        chunk's size (the frame less its 8 bytes)."""
         data = b"".join(self.parts)
         values = {value for _, _, value in self.filter_runs}
         if self.filtered < self.entries:
@@ -79,5 +82,7 @@ class OpenChunk:
             self.timestamp_ms, epoch, self.first_offset, _crc32(data, 0), len(data),
             len(trailer), len(bloom),
         )  # fmt: skip
-        body = b"".join((header, bloom, data, trailer))
-        return frame.encode_frame(body), len(body)
+        head = frame.FRAME_HEAD.pack(crc32c(trailer, crc32c(header + bloom)), 0)
+        return [head, header, bloom, data, trailer], len(header) + len(bloom) + len(data) + len(
+            trailer
+        )
