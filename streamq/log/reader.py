@@ -217,6 +217,18 @@ class LogReader(LogState):
             return data
         return self.frame_at(base_offset, position, chunk_bytes)
 
+    def file_of(self, base_offset: int) -> int | None:
+        """A read descriptor of the sealed segment at `base_offset` whose bytes are all
+        in the file (none held back by a full disk or kept only in memory), for
+        `os.sendfile`; None for any other segment. Valid until the log is next used."""
+        segment = self._segments[bisect_right(self._bases, base_offset) - 1]
+        if not segment.sealed or self._recent.holds(segment) or self._stalled.bytes:
+            return None
+        try:
+            return self._read_fd(segment)
+        except OSError:
+            return None
+
     def frame_at(self, base_offset: int, position: int, chunk_bytes: int) -> bytes:
         """The frame of the `chunk_bytes` chunk at `position` of the version-2 segment at
         `base_offset` (its index says both), from memory or the file (`read_at`)."""

@@ -71,6 +71,9 @@ class Chunk(NamedTuple):
     # The whole chunk, header included, ready to follow Deliver's header (a view of a
     # stored chunk's bytes for a version-2 segment: `stored_chunks`).
     data: bytes | bytearray | memoryview
+    # Where `data` also is in a segment file, complete and durable: (descriptor, position,
+    # length), for `os.sendfile` (valid until the log is next used); None otherwise.
+    file: tuple[int, int, int] | None = None
 
 
 def read_chunk(

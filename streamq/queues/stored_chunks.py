@@ -36,11 +36,25 @@ def read_stored_chunk(
         log.chunk_damaged(place, str(exc))
         return Chunk(-1, end, 0, b"")
     if filter is None:
-        return Chunk(header.first_offset, end, header.num_records, _deliver_bytes(data, header))
+        deliver = _deliver_bytes(data, header)
+        return Chunk(header.first_offset, end, header.num_records, deliver,
+                     _file_span(log, place, header))  # fmt: skip
     bloom = chunk.bloom_of(data, _HEAD, header)
     if not bloom_may_match(bloom, filter.values, filter.match_unfiltered):
         return Chunk(-1, end, 0, b"")
     return _filtered(data, header, max(offset, header.first_offset), filter)
+
+
+def _file_span(
+    log: SegmentLog, place: ChunkPlace, header: ChunkHeader
+) -> tuple[int, int, int] | None:
+    """Where header and entries are one span of a sealed segment's file, for sendfile."""
+    if header.bloom_size:
+        return None  # two spans: a copy is simpler than two sendfile calls
+    fd = log.file_of(place.base_offset)
+    if fd is None:
+        return None
+    return fd, place.position + _HEAD, chunk.HEADER_BYTES + header.data_length
 
 
 def _deliver_bytes(data: bytes | memoryview, header: ChunkHeader) -> bytes | memoryview:
