@@ -49,6 +49,7 @@ def basic_qos(h: AmqpSession, channel: ChannelSession, method: m.Method) -> None
         channel.consumer_prefetch = method.prefetch_count
         channel.set_channel_prefetch(0)
     h.conn.send_method(channel.id, m.BasicQosOk())
+    channel.unblock_consumers()
     for consumer in channel.consumers.values():
         h.current_vhost().kick(consumer.queue)
 
@@ -483,6 +484,7 @@ def channel_flow(h: AmqpSession, channel: ChannelSession, method: m.Method) -> N
     channel.flow_active = method.active
     h.conn.send_method(channel.id, m.ChannelFlowOk(active=method.active))
     if method.active:
+        channel.unblock_consumers()
         for consumer in channel.consumers.values():
             h.current_vhost().kick(consumer.queue)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from itertools import repeat, takewhile
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast
 
 from amqp_gateway import codec, errors
@@ -86,6 +87,7 @@ _new_tuple = tuple.__new__
 
 
 _CONSUMER_OF = attrgetter("consumer")
+_FIRST = itemgetter(0)
 _UNLIMITED: Final = 1 << 30  # the credit of a consumer without a prefetch limit
 # Deliveries framed per call of `codec.deliver_records` stop past this much output (at
 # least one message), so that a run of large messages is written in steps.
@@ -269,18 +271,42 @@ class ChannelSession:
         return [delivery_tag] if delivery_tag in unacked else []
 
     def release(self, settled: list[Unacked]) -> None:
-        """The consumers of `settled` deliveries may take as many more (prefetch)."""
+        """The consumers of `settled` deliveries may take as many more (prefetch): each
+        rejoins its queue's turns if it was parked (`Queue.unblock`); with a global
+        prefetch, every consumer of the channel does."""
         consumers = set(map(_CONSUMER_OF, settled))
         if len(consumers) == 1:  # the common case: a set in C, no Counter's Python frames
             [only] = consumers
             if only is not None:
                 only.unacked -= len(settled)
                 self.consumer_unacked -= len(settled)
-            return
-        for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
+                if not self.channel_prefetch:
+                    only.queue.unblock(only)
+        else:
+            for consumer, count in Counter(map(_CONSUMER_OF, settled)).items():
+                if consumer is not None:
+                    consumer.unacked -= count
+                    self.consumer_unacked -= count
+        if self.channel_prefetch:
+            self.unblock_consumers()
+        elif len(consumers) > 1:
+            self.unblock_consumers(consumers)
+
+    def unblock_consumers(self, consumers: Iterable[GatewayConsumer | None] = ()) -> None:
+        """The channel's consumers (or those of `consumers`) may have credit again (acks,
+        flow on, basic.qos, the socket writable, a global prefetch's credit freed): the
+        parked ones rejoin their queues' turns in the order they were parked, as
+        RabbitMQ's unblock moves a channel's blocked consumers back (`Queue.unblock`).
+        The caller kicks the queues."""
+        parked = []
+        for consumer in consumers or self.consumers.values():
             if consumer is not None:
-                consumer.unacked -= count
-                self.consumer_unacked -= count
+                at = consumer.queue.parked_at(consumer)
+                if at is not None:
+                    parked.append((at, consumer))
+        parked.sort(key=_FIRST)
+        for _, consumer in parked:
+            consumer.queue.unblock(consumer)
 
     def restore_held(self) -> None:
         """tx.rollback, or the channel's end: the deliveries the transaction's acks held

@@ -306,6 +306,7 @@ class AmqpSession(asyncio.BufferedProtocol):
         self.paused = False
         if self.vhost is not None:
             for channel in self.channels.values():
+                channel.unblock_consumers()
                 for consumer in channel.consumers.values():
                     self.vhost.kick(consumer.queue)
 

@@ -13,6 +13,7 @@ from typing import Final
 
 from amqp_gateway import codec, errors
 from streamq.durations import age_ms
+from streamq.queues import filter_values
 from streamq.queues.stream import NEXT, StreamStart
 
 _CONSUME: Final = (60, 20)
@@ -100,4 +101,10 @@ def parse_stream_filter(arguments: codec.FieldTable) -> StreamFilter | None:
         raise errors.PreconditionFailed(
             f"invalid x-stream-match-unfiltered {unfiltered!r}: expected a boolean", *_CONSUME
         )
+    if match_type == "any":
+        # A stream client's record holds a value over 255 bytes in its stored form
+        # (streamq.queues.filter_values); a 0-9-1 message's header holds it as it is.
+        values += [
+            form.decode() for value in values for form in filter_values.forms(value.encode())
+        ]
     return StreamFilter(frozenset(values), match_type == "all", unfiltered)

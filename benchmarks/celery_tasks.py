@@ -3,18 +3,21 @@
 Usage: python benchmarks/celery_tasks.py URL_A [URL_B [URL_C]] [--names A,B,C]
            [--tasks N] [--pool threads|prefork|both] [--concurrency N] [--workers N]
            [--prefetch-multiplier N] [--retry-every N] [--repetitions N] [--json FILE]
-           [--pids PID_A,PID_B,PID_C]
+           [--pids PID_A,PID_B,PID_C] [--window N]
 
 For each pool and repetition, and each broker in turn (A B C A B C), this starts
 `--workers` Celery workers (`benchmarks/celery_app.py`: acks_late, the prefetch
 multiplier, `rpc://` results) as subprocesses against that broker's URL on a queue of
 the run's own, waits until a first task comes back, then sends `--tasks` tasks from one
 producer (every `--retry-every`-th one fails once and is retried through the broker),
+reading the results back while it sends once `--window` of them are outstanding,
 waits for every result (bounded by `--timeout-s`), checks each value and reports
 tasks/s from the first send to the last result, and the CPU time per task of the
 broker (with `--pids`), the workers and the caller over that span. It then stops its
 workers by their pids and deletes the run's queue. The load average is read before each
-run. It never starts or stops a broker.
+run. It never starts or stops a broker. With `--pids`, it warns (on stderr and below the
+tables) about a broker that runs in its own session or CPU autogroup, which favours that
+broker's round trips (`benchmarks/sched_groups.py`): start every broker with `setsid`.
 """
 
 from __future__ import annotations
@@ -48,12 +51,19 @@ from benchmarks.celery_app import (
     QUEUE_ENV,
     make_app,
 )
+from benchmarks.sched_groups import shared_with_caller
 
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_TASKS: Final = 100_000
 DEFAULT_CONCURRENCY: Final = 2
 DEFAULT_PREFETCH: Final = 4
 DEFAULT_RETRY_EVERY: Final = 100
+DEFAULT_WINDOW: Final = 1000
+"""Results outstanding at most while sending. A caller that reads none of its results
+until it has sent every task leaves them in its socket: RabbitMQ then closes its
+connection after its 15 s `send_timeout` (`{writer,send_failed,{error,timeout}}`), the
+auto-delete reply queue goes with it and the rest of the results are dropped as
+unroutable (the 20,000- and 100,000-task runs that never finished on RabbitMQ)."""
 TASK_RATE_MIN: Final = 20.0
 """Slowest task rate the default timeout allows before a run counts as failed."""
 TIMEOUT_MARGIN_S: Final = 120.0
@@ -100,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--retry-every", type=int, default=DEFAULT_RETRY_EVERY, help="0: no retries"
     )
     parser.add_argument("--repetitions", type=int, default=1)
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=DEFAULT_WINDOW,
+        help="results outstanding at most while sending (0: read none until all are sent)",
+    )
     parser.add_argument("--timeout-s", type=float, help="per run; default from --tasks")
     parser.add_argument(
         "--pids", help="comma-separated pids of the brokers, in URL order, for their CPU time"
@@ -213,12 +229,22 @@ def wait_first_result(celery: Celery, workers: Workers) -> None:
     raise RunError(f"no worker answered within {WORKER_START_TIMEOUT_S:.0f} s")
 
 
-def send_tasks(celery: Celery, count: int, retry_every: int) -> list[AsyncResult]:
+def send_tasks(
+    celery: Celery, count: int, retry_every: int, window: int, timeout_s: float
+) -> list[AsyncResult]:
     """`count` tasks over one producer; every `retry_every`-th is a flaky_add that fails
-    once."""
-    results = []
+    once. With `window`, before each send past the first `window` it waits for the result
+    sent `window` tasks earlier (which reads every result that came meanwhile). Raises
+    `RunError` if that takes longer than what is left of `timeout_s`."""
+    results: list[AsyncResult] = []
+    deadline = time.monotonic() + timeout_s
     with celery.producer_or_acquire() as producer:
         for index in range(count):
+            if window and index >= window:
+                try:
+                    results[index - window].get(timeout=deadline - time.monotonic())
+                except CeleryTimeout:
+                    raise RunError(f"result {index - window:,} not back in time") from None
             if retry_every and index % retry_every == 0:
                 results.append(celery.send_task(FLAKY_ADD, (index, 1, 1), producer=producer))
             else:
@@ -259,7 +285,7 @@ def run_once(
         timeout_s = args.timeout_s or args.tasks / TASK_RATE_MIN + TIMEOUT_MARGIN_S
         cpu_before = (cpu_seconds(pid), group_cpu_seconds(worker_pids), time.process_time())
         started = time.monotonic()
-        results = send_tasks(celery, args.tasks, args.retry_every)
+        results = send_tasks(celery, args.tasks, args.retry_every, args.window, timeout_s)
         sent = time.monotonic()
         collect(results, timeout_s - (sent - started), workers)
         seconds = time.monotonic() - started
@@ -334,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     pools = ["threads", "prefork"] if args.pool == "both" else [args.pool]
     outcomes: list[Outcome] = []
     failures: list[str] = []
+    placement_warnings = shared_with_caller(dict(zip(args.names, args.pids, strict=True)))
+    for warning in placement_warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="celery-bench-") as log_dir:
         for pool in pools:
             for repetition in range(1, args.repetitions + 1):
@@ -352,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     print(cpu_table(outcomes, args.names, pools))
     for failure in failures:
         print(f"- failed: {failure}")
+    for warning in placement_warnings:
+        print(f"- warning: {warning}")
     if args.json:
         args.json.write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
     return 1 if failures else 0

@@ -57,6 +57,7 @@ from benchmarks.queue_features import queue_feature_scenarios
 from benchmarks.request_reply import request_reply_scenarios
 from benchmarks.rss import RssSampler, read_status_kib
 from benchmarks.scenarios import Broker, Run, Scenario, Settings, matrix
+from benchmarks.sched_groups import shared_with_caller
 from benchmarks.stream_compare import parse_address, stream_scenarios
 from benchmarks.work_queues import work_queue_scenarios
 
@@ -262,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = select(every + streams(args), args.only)
     env = environment(brokers)
     print(json.dumps(env), file=sys.stderr)
+    # A broker in this script's session or autogroup has its round trips favoured.
+    placement_warnings = shared_with_caller({broker.name: broker.pid for broker in brokers})
+    for warning in placement_warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     peaks = Peaks()
     rows = run_matrix(scenarios, brokers, settings, peaks)
     print(markdown_table(rows, args.name_a, args.name_b, name_c))
@@ -271,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- {line}")
     for line in tls_lines(rows, [broker.name for broker in brokers]):
         print(f"- {line}")
+    for warning in placement_warnings:
+        print(f"- warning: {warning}")
     if args.json:
         write_json(args.json, env, settings, rows, peaks)
     return 0

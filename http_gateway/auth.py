@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import ipaddress
 import time
 from collections import OrderedDict
@@ -68,7 +67,7 @@ def credentials(header: str) -> tuple[str, str] | None:
         return None
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, a character outside ASCII, UnicodeDecodeError
         return None
     username, colon, password = decoded.partition(":")
     return (username, password) if colon else None

@@ -10,7 +10,6 @@ AMQP permission a client would need (configure to declare and delete, write to p
 from __future__ import annotations
 
 import base64
-import binascii
 import time
 from typing import Final
 
@@ -137,7 +136,7 @@ def _payload(body: dict[str, object]) -> bytes:
     if encoding == "base64":
         try:
             return base64.b64decode(payload, validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or a character outside ASCII
             raise HttpError(400, "payload is not valid base64") from None
     raise HttpError(400, "payload_encoding must be string or base64")
 

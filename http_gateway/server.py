@@ -122,9 +122,12 @@ async def api_middleware(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 def build_app(
-    broker: Broker, websocket: websocket_api.AmqpWebSocketServer | None = None
+    broker: Broker,
+    websocket: websocket_api.WebSocketServer | None = None,
+    mqtt_websocket: websocket_api.WebSocketServer | None = None,
 ) -> web.Application:
-    """The application; with `websocket`, AMQP over WebSocket on any path as well."""
+    """The application; with `websocket`, AMQP over WebSocket on any path as well, and
+    with `mqtt_websocket` MQTT over WebSocket (on `/mqtt`)."""
     middlewares = [api_middleware]
     if websocket is not None:
         middlewares.insert(0, websocket_api.middleware)  # upgrades skip HTTP auth: AMQP's own
@@ -134,7 +137,7 @@ def build_app(
     for module in ROUTE_MODULES:
         app.add_routes(module.routes)
     if websocket is not None:
-        websocket_api.install(app, websocket)
+        websocket_api.install(app, websocket, mqtt_websocket)
     return app
 
 
@@ -169,16 +172,18 @@ async def start_http_server(
     port: int,
     listen: Listen | None = None,
     *,
-    websocket: websocket_api.AmqpWebSocketServer | None = None,
+    websocket: websocket_api.WebSocketServer | None = None,
+    mqtt_websocket: websocket_api.WebSocketServer | None = None,
     start_serving: bool = True,
 ) -> HttpServer:
     """Listen on host:port (with `listen`: the broker's TLS for HTTPS; None: plain TCP,
     accepting at once or, `start_serving` False, after `server.start_serving()`); with
-    `websocket`, WebSocket upgrades carry AMQP connections (websocket_api.py). Raises
+    `websocket`, WebSocket upgrades carry AMQP connections (websocket_api.py), and with
+    `mqtt_websocket` MQTT ones. Raises
     OSError if the port cannot be bound."""
     if listen is None:
         listen = functools.partial(_listen_tcp, start_serving=start_serving)
-    app = build_app(broker, websocket)
+    app = build_app(broker, websocket, mqtt_websocket)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     protocol_factory = runner.server

@@ -1,19 +1,23 @@
-"""AMQP over WebSocket on the management ports (HTTP and HTTPS), as LavinMQ serves it.
+"""AMQP and MQTT over WebSocket on the management ports (HTTP and HTTPS), as LavinMQ
+serves them.
 
-Owns the upgrade: a request on any path whose `Upgrade: websocket` offers the subprotocol
-`amqp`, or offers none (LavinMQ's JavaScript client names none), becomes a WebSocket that
-carries one AMQP connection; the reply names `amqp` when the client offered it. Every
+Owns the upgrade: a request whose `Upgrade: websocket` is on the path `/mqtt`, or offers
+a subprotocol `mqtt` (or 3.1's `mqttv3.1`) and not `amqp`, carries one MQTT connection
+when the broker serves MQTT (RabbitMQ's rabbitmq_web_mqtt, LavinMQ); one on `/mqtt`
+offering subprotocols but no MQTT one is refused with 400. Any other upgrade on any path
+offering `amqp`, or offering none (LavinMQ's JavaScript client names none), carries one
+AMQP connection. The reply names the subprotocol chosen when the client offered it. Every
 other request goes on to the API and UI as before; an upgrade offering other subprotocols
 only is refused with 400. Also owns the WebSocket side of the socket
-(`AiohttpMessageSocket`): binary messages go to the AMQP session as they are; a text
+(`AiohttpMessageSocket`): binary messages go to the session as they are; a text
 message, a message over the limit or a broken frame closes the socket with its WebSocket
 close code and a log line. And owns the origin check against cross-site WebSocket
 hijacking (docs/websocket.md, "Origins"): an upgrade whose `Origin` header (a browser
 page's) is not in the allowed origins is refused with 403 when that list is set; without
 a list it is served, marked `cross_origin` unless it is the broker's own origin on a
-loopback host, so that guest's loopback-only rule refuses it. It must not parse AMQP:
-the AMQP gateway's `AmqpOverWebSocket` (wired by streamq/app.py; gateways do not import
-each other) runs the session.
+loopback host, so that guest's loopback-only rule refuses it. It must not parse AMQP or
+MQTT: the AMQP gateway's `AmqpOverWebSocket` and the MQTT gateway's `MqttOverWebSocket`
+(wired by streamq/app.py; gateways do not import each other) run the sessions.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from streamq import web_origin
 logger = logging.getLogger(__name__)
 
 AMQP_SUBPROTOCOL: Final = "amqp"
+MQTT_SUBPROTOCOLS: Final = ("mqtt", "mqttv3.1")  # 3.1.1 and 5.0; 3.1 (MQTT.js, paho 3.1)
+MQTT_PATH: Final = "/mqtt"
 CLOSE_TIMEOUT_S: Final = 5.0  # a client's answer to our close frame, then the TCP close
 SHUTDOWN_WAIT_S: Final = 2.0  # for sessions to send connection.close before 1001
 
@@ -38,10 +44,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class AiohttpMessageSocket:
-    """An upgraded WebSocket as the AMQP gateway's `MessageSocket`."""
+    """An upgraded WebSocket as the gateways' `MessageSocket`
+    (streamq/websocket_transport.py)."""
 
-    def __init__(self, ws: web.WebSocketResponse, request: web.Request, cross_origin: bool) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, request: web.Request, cross_origin: bool, protocol: str
+    ) -> None:
         self._ws = ws
+        self.protocol = protocol  # "AMQP" or "MQTT", for log lines
         self._request = request
         self.peer = _peer(request)
         self.cross_origin = cross_origin
@@ -54,8 +64,9 @@ class AiohttpMessageSocket:
             data: bytes = msg.data
             return data
         if msg.type is WSMsgType.TEXT:
-            logger.warning("WebSocket client %s sent a text message; AMQP needs binary", self.peer)
-            await self._ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"AMQP needs binary")
+            reason = f"{self.protocol} needs binary"
+            logger.warning("WebSocket client %s sent a text message; %s", self.peer, reason)
+            await self._ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=reason.encode())
         elif msg.type is WSMsgType.ERROR:
             logger.warning(
                 "WebSocket client %s: %s; closed with code %s",
@@ -81,8 +92,9 @@ class AiohttpMessageSocket:
         return default if transport is None else transport.get_extra_info(name, default)
 
 
-class AmqpWebSocketServer(Protocol):
-    """The AMQP gateway's side (amqp_gateway.websocket.AmqpOverWebSocket)."""
+class WebSocketServer(Protocol):
+    """A gateway's side: amqp_gateway.websocket.AmqpOverWebSocket,
+    mqtt_gateway.websocket.MqttOverWebSocket."""
 
     @property
     def message_bytes_max(self) -> int: ...
@@ -93,13 +105,19 @@ class AmqpWebSocketServer(Protocol):
     async def serve(self, socket: AiohttpMessageSocket) -> None: ...
 
 
-SERVER_KEY: Final = web.AppKey("amqp_websocket_server", AmqpWebSocketServer)
+SERVER_KEY: Final = web.AppKey("amqp_websocket_server", WebSocketServer)
+MQTT_SERVER_KEY: Final = web.AppKey("mqtt_websocket_server", WebSocketServer)
 OPEN_KEY: Final = web.AppKey("amqp_websockets", dict[AiohttpMessageSocket, asyncio.Event])
 
 
-def install(app: web.Application, server: AmqpWebSocketServer) -> None:
-    """Serve AMQP over WebSocket on `app`'s every site; `middleware` must be its first."""
+def install(
+    app: web.Application, server: WebSocketServer, mqtt: WebSocketServer | None = None
+) -> None:
+    """Serve AMQP over WebSocket on `app`'s every site, and MQTT with `mqtt`; `middleware`
+    must be its first."""
     app[SERVER_KEY] = server
+    if mqtt is not None:
+        app[MQTT_SERVER_KEY] = mqtt
     app[OPEN_KEY] = {}
     app.on_shutdown.append(_close_all)
 
@@ -109,7 +127,18 @@ async def middleware(request: web.Request, handler: Handler) -> web.StreamRespon
     # Every request pays this header lookup; the API and UI see no other change.
     if request.headers.get(hdrs.UPGRADE, "").strip().lower() != "websocket":
         return await handler(request)
-    return await _upgrade(request, request.app[SERVER_KEY])
+    offered = _offered(request)
+    mqtt_offered = any(name in MQTT_SUBPROTOCOLS for name in offered)
+    if request.path == MQTT_PATH or (mqtt_offered and AMQP_SUBPROTOCOL not in offered):
+        mqtt = request.app.get(MQTT_SERVER_KEY)
+        if mqtt is None:
+            return error_response(404, "MQTT over WebSocket is not served")
+        if offered and not mqtt_offered:
+            return _refuse_subprotocols(request, offered, "mqtt")
+        return await _upgrade(request, mqtt, "MQTT", MQTT_SUBPROTOCOLS)
+    if offered and AMQP_SUBPROTOCOL not in offered:
+        return _refuse_subprotocols(request, offered, AMQP_SUBPROTOCOL)
+    return await _upgrade(request, request.app[SERVER_KEY], "AMQP", (AMQP_SUBPROTOCOL,))
 
 
 def _offered(request: web.Request) -> list[str]:
@@ -117,16 +146,20 @@ def _offered(request: web.Request) -> list[str]:
     return [name.strip() for header in headers for name in header.split(",") if name.strip()]
 
 
-async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.StreamResponse:
-    offered = _offered(request)
-    if offered and AMQP_SUBPROTOCOL not in offered:
-        logger.warning(
-            "WebSocket upgrade from %s refused: subprotocols %s offered, only %r served",
-            _peer(request),
-            ", ".join(offered),
-            AMQP_SUBPROTOCOL,
-        )
-        return error_response(400, f"WebSocket subprotocol {AMQP_SUBPROTOCOL!r} required")
+def _refuse_subprotocols(request: web.Request, offered: list[str], wanted: str) -> web.Response:
+    logger.warning(
+        "WebSocket upgrade from %s to %s refused: subprotocols %s offered, only %r served",
+        _peer(request),
+        request.path,
+        ", ".join(offered),
+        wanted,
+    )
+    return error_response(400, f"WebSocket subprotocol {wanted!r} required")
+
+
+async def _upgrade(
+    request: web.Request, server: WebSocketServer, protocol: str, subprotocols: tuple[str, ...]
+) -> web.StreamResponse:
     origin = request.headers.get(hdrs.ORIGIN)
     allowed = server.allowed_origins
     cross_origin = origin is not None and not _trusted(request, origin, allowed)
@@ -138,15 +171,15 @@ async def _upgrade(request: web.Request, server: AmqpWebSocketServer) -> web.Str
     if cross_origin:  # says why a guest login from loopback will be refused
         logger.info("WebSocket client %s: page origin %r is not local", _peer(request), origin)
     ws = web.WebSocketResponse(
-        protocols=(AMQP_SUBPROTOCOL,),
-        compress=False,  # AMQP bodies are the client's to compress: no CPU per message here
+        protocols=subprotocols,
+        compress=False,  # bodies are the client's to compress: no CPU per message here
         max_msg_size=server.message_bytes_max,
         timeout=CLOSE_TIMEOUT_S,
     )
     if not ws.can_prepare(request).ok:
         return error_response(400, "not a WebSocket upgrade (RFC 6455 section 4.1)")
     await ws.prepare(request)
-    socket = AiohttpMessageSocket(ws, request, cross_origin)
+    socket = AiohttpMessageSocket(ws, request, cross_origin, protocol)
     sockets = request.app[OPEN_KEY]
     sockets[socket] = done = asyncio.Event()
     try:
@@ -172,8 +205,8 @@ def _trusted(request: web.Request, origin: str, allowed: frozenset[str]) -> bool
 
 
 async def _close_all(app: web.Application) -> None:
-    """At shutdown: give the sessions (closed by the AMQP gateway with 320) a moment to
-    finish, then close what is left with 1001 Going Away."""
+    """At shutdown: give the sessions (closed by their gateways: AMQP's 320, MQTT 5.0's
+    DISCONNECT 0x8B) a moment to finish, then close what is left with 1001 Going Away."""
     sockets = app[OPEN_KEY]
     if not sockets:
         return

@@ -1,7 +1,8 @@
 """What the MQTT gateway publishes to the broker for the management API.
 
 Owns `MqttClient`, the `streamq.broker.clients.Client` view of one MQTT connection, as
-RabbitMQ's MQTT plugin lists it: protocol "MQTT 3.1.1" (or "MQTT 3.1", "MQTT 5.0"), and
+RabbitMQ's MQTT plugin lists it: protocol "MQTT 3.1.1" (or "MQTT 3.1", "MQTT 5.0"; over
+WebSocket "Web MQTT 3.1.1"...), and
 in `client_properties` the client id, clean session and keep-alive. Its consumers are
 not channels, so it lists none. Nothing here runs per message.
 """
@@ -34,10 +35,12 @@ class MqttClient:
         self.peer_host, self.peer_port, self.host, self.port = ends
         self.name = session.name
         self.connection_type = "network"
-        self.protocol = PROTOCOLS[session.level]
+        # Over WebSocket "Web MQTT 3.1.1", as RabbitMQ's rabbitmq_web_mqtt names it.
+        self.protocol = ("Web " if session.websocket else "") + PROTOCOLS[session.level]
         self.connected_at_ms = session.connected_at_ms
         self.tls = transport_tls_fields(session.transport)
-        self.auth_mechanism = "PLAIN"  # CONNECT's user name and password
+        # CONNECT's user name and password, or "EXTERNAL": the TLS certificate's CN.
+        self.auth_mechanism = session.auth_mechanism
 
     @property
     def vhost(self) -> str:

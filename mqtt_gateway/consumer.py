@@ -2,21 +2,34 @@
 
 Owns `MqttConsumer`, the broker core's `Consumer` protocol (streamq/broker/queue.py) for
 an MQTT session: the QoS 0 queue's consumer settles on delivery (no-ack, as RabbitMQ
-consumes it), the QoS 1 queue's holds each delivery until the client's PUBACK, at most
-the session's `max_inflight_messages` at a time (its prefetch). Each delivery becomes a
-PUBLISH on the session's output, at the lower of the subscription's QoS and the QoS it
-was published with (`mapping.delivery_qos`), with DUP set for a redelivery (a message
-the session held unacknowledged when it last went away, MQTT-4.4.0-1). A message of the
-QoS 1 queue that goes out at QoS 0 needs no PUBACK: the session settles it after the
-drain round (`MqttSession.settle_later`). Nothing here reads a socket.
+consumes it), the QoS 1 and 2 queues' (and a shared queue's, at the member's QoS) hold
+each delivery until the client's PUBACK (QoS 2: its PUBREC), at most the session's
+`max_inflight_messages` (and a 5.0 client's Receive Maximum) at a time, QoS 2 ones
+awaiting PUBCOMP counted (MQTT 5.0 section 4.9). A message the client's Maximum Packet
+Size cannot take, or that a subscription's No Local holds back, is settled unsent
+(MQTT-3.1.2-25); a message a persistent session PUBREC'd before a broker restart whose
+ack did not reach the disk is settled unsent too (`PubrelStore.recovered`). Each
+delivery becomes a PUBLISH on the session's output, at the lower of the subscription's
+QoS and the QoS it was published with (`mapping.delivery_qos`), with DUP set for a
+redelivery (a message the session held unacknowledged when it last went away,
+MQTT-4.4.0-1), the subscription identifiers of the session's matching subscriptions
+and, under Retain As Published, the publisher's retain flag (`delivery_options`); to a
+5.0 client with the message's properties too (`message_properties.to_mqtt`), the
+identifiers among them, and a Topic Alias where `MqttSession.send_publish` sets one. A
+message of a queue with acks that goes out at QoS 0 needs no PUBACK: the session
+settles it after the drain round (`MqttSession.settle_later`). Nothing here reads a socket.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-from mqtt_gateway import mapping
+from mqtt_gateway import mapping, message_properties
+from mqtt_gateway.codec import NO_PROPERTIES, ProtocolLevel
+from mqtt_gateway.subscription_options import delivery_options
 from streamq.broker.queue import Queue
 from streamq.log import format as fmt
 from streamq.queues.classic import ReadyMessage
@@ -48,12 +61,13 @@ class MqttConsumer:
         "tag",
     )
 
-    def __init__(self, session: MqttSession, queue: Queue, qos: int) -> None:
+    def __init__(self, session: MqttSession, queue: Queue, qos: int, *, acks: bool) -> None:
         self.session = session
         self.queue = queue
-        self.qos = qos
-        self.tag = f"mqtt-{session.client_id}-qos{qos}"
-        self.no_ack = qos == 0
+        self.qos = qos  # a shared queue member's may change (subscriptions.consume)
+        shared = queue.name.startswith(mapping.SHARED_QUEUE_PREFIX)
+        self.tag = f"mqtt-{session.client_id}-" + (queue.name if shared else f"qos{qos}")
+        self.no_ack = not acks
         self.exclusive = False
         self.priority = 0
         # Subscription queues are classic queues: the stream fields are never read.
@@ -78,12 +92,12 @@ class MqttConsumer:
             return 0
         if self.no_ack:
             return _UNLIMITED
-        return max(session.inflight_max - len(session.inflight), 0)
+        return max(session.inflight_max - len(session.inflight) - len(session.pubrel), 0)
 
     def cancel_by_broker(self) -> None:
         """The queue was deleted (by an operator) or failed: MQTT has no way to say so
         but closing the connection, which RabbitMQ 3.10 does too."""
-        self.session.consumers.pop(self.qos, None)
+        self.session.consumers.pop(self.queue.name, None)
         self.session.close_soon(f"subscription queue '{self.queue.name}' is gone")
 
     def deliver(self, queue: Queue, message: ReadyMessage, record: fmt.Record) -> None:
@@ -94,6 +108,7 @@ class MqttConsumer:
             record.properties,
             record.body,
             message.redelivered,
+            record.timestamp_ms,
         )
 
     def deliver_records(
@@ -111,7 +126,7 @@ class MqttConsumer:
         limit = min(count, self.credit())
         next_offset = -1  # the offset of the record at `position`, once one was read
         while len(sizes) < limit and position + _RECORD_HEADER_BYTES <= end:
-            length, _crc, offset, _ts, lex, lrk, _flags, lprops = _RECORD_HEADER.unpack_from(
+            length, _crc, offset, stored_ms, lex, lrk, _flags, lprops = _RECORD_HEADER.unpack_from(
                 records, position
             )
             record_end = position + 4 + length
@@ -125,7 +140,8 @@ class MqttConsumer:
             b = a + lrk
             c = b + lprops
             body = bytes(records[c:record_end])
-            self._send(queue, offset, bytes(records[a:b]), bytes(records[b:c]), body, False)
+            routing_key, properties_raw = bytes(records[a:b]), bytes(records[b:c])
+            self._send(queue, offset, routing_key, properties_raw, body, False, stored_ms)
             sizes.append(len(body))
         return len(sizes), position, next_offset, sizes
 
@@ -147,21 +163,44 @@ class MqttConsumer:
         properties_raw: bytes,
         body: bytes,
         redelivered: bool,
+        stored_ms: int,
     ) -> None:
         session = self.session
         qos = mapping.delivery_qos(self.qos, properties_raw)
         topic = mapping.to_topic(routing_key.decode(errors="replace"))
-        if not session.can_name(topic):
-            # An AMQP publisher's routing key that is no MQTT topic name (a wildcard, an
-            # empty level list): nothing to deliver it as; it leaves the queue.
+        send = session.can_name(topic)  # else an AMQP routing key with a wildcard, or empty
+        identifiers: tuple[int, ...] = ()
+        retain = False
+        options = session.subscriptions.get(queue.name) if session.options_in_use else None
+        if send and options:
+            send, identifiers, retain = delivery_options(
+                options, topic, session.client_id, properties_raw
+            )  # No Local may hold it back
+        recovered = session.pubrel_recovered
+        if recovered and (queue.name, offset) in recovered:
+            recovered.discard((queue.name, offset))
+            send = False  # a client has it (PUBREC'd before a restart)
+        if not send:
             if not self.no_ack:
-                session.settle_later(queue, offset, self)
+                session.settle_later(queue, offset, self)  # it leaves the queue unsent
             return
+        properties = NO_PROPERTIES
+        if session.level is ProtocolLevel.MQTT_5:
+            now_ms = int(time.time() * 1000)
+            properties = message_properties.to_mqtt(properties_raw, stored_ms, now_ms)
+            if identifiers:
+                # (A persistent session's 5.0 identifiers stay in its bindings when it
+                # comes back at 3.1.1, which has no properties.)
+                properties = replace(properties, subscription_identifiers=identifiers)
         if qos == 0:
-            session.send_publish(topic, body, 0, None, False)
+            session.send_publish(topic, body, 0, None, False, retain=retain,
+                                 properties=properties)  # fmt: skip
             if not self.no_ack:
                 session.settle_later(queue, offset, self)
             return
         packet_id = session.take_packet_id()
-        session.inflight[packet_id] = (queue, offset, self)
-        session.send_publish(topic, body, qos, packet_id, redelivered)
+        if session.send_publish(topic, body, qos, packet_id, redelivered, retain=retain,
+                                properties=properties):  # fmt: skip
+            session.inflight[packet_id] = (queue, offset, self)
+        else:
+            session.settle_later(queue, offset, self)  # past the client's maximum size

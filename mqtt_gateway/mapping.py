@@ -3,10 +3,12 @@
 Owns the translations, pure functions all: topic names and filters to routing keys on the
 topic exchange and back (`/` <-> `.`, `+` <-> `*`, `#` <-> `#`; rabbit_mqtt_util:mqtt_to_amqp
 and amqp_to_mqtt), a session's queue names (`mqtt-subscription-<client id>qos0` and
-`...qos1`, rabbit_mqtt_util:subcription_queue_name), the AMQP basic properties an MQTT
-publish is stored with (delivery mode 2 for QoS 1 and 2, else 1; headers
-`x-mqtt-publish-qos` and `x-mqtt-dup`, as rabbit_mqtt_processor's amqp_pub writes them)
-and reading that QoS back at delivery. It must not touch sockets or broker state.
+`...qos1`, rabbit_mqtt_util:subcription_queue_name, and `...qos2`) and a shared group's
+(`mqtt-shared-<group>`), the AMQP basic properties an MQTT publish is stored with
+(delivery mode 2 for QoS 1 and 2, else 1; headers `x-mqtt-publish-qos` and `x-mqtt-dup`,
+as rabbit_mqtt_processor's amqp_pub writes them; `x-mqtt-client-id` and `x-mqtt-retain`
+for No Local and Retain As Published) and reading the QoS back at delivery. It must not
+touch sockets or broker state.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ EXCHANGE: Final = "amq.topic"
 QUEUE_PREFIX: Final = "mqtt-subscription-"
 QOS_HEADER: Final = b"x-mqtt-publish-qos"
 DUP_HEADER: Final = b"x-mqtt-dup"
+SHARED_QUEUE_PREFIX: Final = "mqtt-shared-"
+PUBLISHER_HEADER: Final = b"x-mqtt-client-id"
+"""The publishing session's client id (for its subscriptions' No Local)."""
+RETAIN_HEADER: Final = b"x-mqtt-retain"
+"""The publish's retain flag (for Retain As Published), written only when set."""
 
 _PROPERTY_FLAG_HEADERS: Final = 0x2000
 _PROPERTY_FLAG_DELIVERY_MODE: Final = 0x1000
@@ -40,6 +47,9 @@ _INTEGER_FIELDS: Final = {
     ord("l"): struct.Struct(">q"),
 }
 
+_PUBLISHER_NAME: Final = bytes((len(PUBLISHER_HEADER),)) + PUBLISHER_HEADER
+_RETAIN_ENTRY: Final = bytes((len(RETAIN_HEADER),)) + RETAIN_HEADER + b"t\x01"
+
 _TO_AMQP: Final = str.maketrans({"/": ".", "+": "*", ".": "/", "*": "+"})
 _TO_MQTT: Final = str.maketrans({".": "/", "*": "+", "/": ".", "+": "*"})
 
@@ -57,14 +67,32 @@ def to_topic(routing_key: str) -> str:
 
 
 def queue_name(client_id: str, qos: int) -> str:
-    """The queue holding a session's subscriptions of one QoS (0, or 1 for 1 and 2)."""
-    return f"{QUEUE_PREFIX}{client_id}qos{min(qos, 1)}"
+    """The queue holding a session's subscriptions of one QoS (0, 1 or 2; RabbitMQ 3.10
+    has the first two, QoS 2 ones being granted 1 there)."""
+    return f"{QUEUE_PREFIX}{client_id}qos{qos}"
 
 
-def publish_properties(qos: int, dup: bool) -> bytes:
-    """The AMQP basic properties (wire encoding) an MQTT publish is stored with."""
+def shared_queue_name(group: str) -> str:
+    """The queue of a shared subscription group (`$share/{group}/...`), which its members
+    consume from in turn (RabbitMQ 3.10 and LavinMQ have no shared subscriptions)."""
+    return f"{SHARED_QUEUE_PREFIX}{group}"
+
+
+def publish_properties(
+    qos: int, dup: bool, *, publisher: str | None = None, retain: bool = False
+) -> bytes:
+    """The AMQP basic properties (wire encoding) an MQTT publish is stored with;
+    `publisher` (its client id) and `retain` add the headers No Local and Retain As
+    Published read back at delivery (message_properties.py's `publisher_of` and
+    `published_retained`, which decode the headers: a User Property's value may hold
+    these entries' bytes)."""
     table = _QOS_ENTRY + struct.pack(">b", qos)
     table += bytes((len(DUP_HEADER),)) + DUP_HEADER + b"t" + (b"\x01" if dup else b"\x00")
+    if publisher is not None:
+        encoded = publisher.encode()
+        table += _PUBLISHER_NAME + b"S" + struct.pack(">I", len(encoded)) + encoded
+    if retain:
+        table += _RETAIN_ENTRY
     mode = _DELIVERY_MODE_PERSISTENT if qos else _DELIVERY_MODE_TRANSIENT
     flags = _PROPERTY_FLAG_HEADERS | _PROPERTY_FLAG_DELIVERY_MODE
     return struct.pack(">HI", flags, len(table)) + table + bytes((mode,))

@@ -1,29 +1,25 @@
 """PROXY protocol on the MQTT listeners: a load balancer's header before MQTT's bytes.
 
-Owns `ProxyHeaderReceiver`, the protocol of a connection on a listener with PROXY
-protocol on (LavinMQ's `tcp_proxy_protocol` and `unix_proxy_protocol`, which streamq
-applies to the AMQP and the MQTT listeners alike): it reads the header (v1 or v2) within
-CONNECT_TIMEOUT_S, then hands the transport to an `MqttSession` whose endpoints are the
-header's addresses (the socket's own for v1 UNKNOWN and v2 LOCAL), with the bytes that
-followed the header. A connection without a valid header is closed and logged. The
-header parser is the AMQP gateway's (pure, no AMQP in it: pyproject.toml's import
-contract names this one exception).
+Owns `MqttStarter`, the MQTT side of `streamq.proxy_receiver`'s receivers (LavinMQ's
+`tcp_proxy_protocol` and `unix_proxy_protocol`, which streamq applies to the AMQP and the
+MQTT listeners alike; and a cluster leader's listener, which trusts headers from its
+followers only): the header must come within CONNECT_TIMEOUT_S, and the transport then
+goes to an `MqttSession` whose endpoints are the header's addresses (the socket's own
+for v1 UNKNOWN and v2 LOCAL), with the bytes that followed the header. And
+`socket_endpoints`, a TCP connection's own endpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from mqtt_gateway.session import CONNECT_TIMEOUT_S, Endpoints, MqttSession
-from streamq.proxy_protocol import ProxyHeader, ProxyHeaderError, parse_header
+from streamq.proxy_protocol import ProxyHeader
 
 if TYPE_CHECKING:
     from mqtt_gateway.server import MqttGateway
-
-logger = logging.getLogger(__name__)
 
 OwnEndpoints = Callable[[asyncio.Transport], Endpoints | None]
 
@@ -36,65 +32,32 @@ def socket_endpoints(transport: asyncio.Transport) -> Endpoints | None:
     return None
 
 
-class ProxyHeaderReceiver(asyncio.Protocol):
-    """A connection until its PROXY header is read; then its MQTT session's."""
+class MqttStarter:
+    """The MQTT side of a PROXY protocol listener's receivers (module docstring)."""
+
+    label = "MQTT"
 
     def __init__(self, gateway: MqttGateway, own_endpoints: OwnEndpoints) -> None:
         self._gateway = gateway
         self._own_endpoints = own_endpoints
-        self._transport: asyncio.Transport | None = None
-        self._data = bytearray()  # bounded: parse_header refuses what grows past a header
-        self._timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self._transport = cast(asyncio.Transport, transport)
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(CONNECT_TIMEOUT_S, self._refuse, "no PROXY header in time")
+    def header_timeout_s(self) -> float:
+        return CONNECT_TIMEOUT_S
 
-    def data_received(self, data: bytes) -> None:
-        self._data += data
-        try:
-            parsed = parse_header(self._data)
-        except ProxyHeaderError as exc:
-            self._refuse(str(exc))
-            return
-        if parsed is None:
-            return
-        header, size = parsed
-        self._cancel_timer()
-        transport = self._transport
-        assert transport is not None
-        session = MqttSession(self._gateway, self._endpoints(header, transport))
-        transport.set_protocol(session)
-        session.connection_made(transport)
-        rest = bytes(self._data[size:])
-        if rest:
-            session.data_received(rest)
+    def own_endpoints(self, transport: asyncio.Transport) -> Endpoints | None:
+        return self._own_endpoints(transport)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timer()
-
-    def _endpoints(self, header: ProxyHeader, transport: asyncio.Transport) -> Endpoints | None:
+    def header_endpoints(self, header: ProxyHeader, transport: asyncio.Transport) -> Endpoints:
         source, destination = header.source, header.destination
-        if source is None or destination is None:
-            return self._own_endpoints(transport)
+        assert source is not None and destination is not None
         if header.family == "UNIX":
             # A client of the balancer's own unix socket: not ours to call local.
             return (source[0] or "unix-proxied", 0, destination[0], 0)
         return (source[0], source[1], destination[0], destination[1])
 
-    def _refuse(self, reason: str) -> None:
-        self._cancel_timer()
-        transport = self._transport
-        if transport is None:
-            return
-        ends = socket_endpoints(transport)
-        peer = f"{ends[0]}:{ends[1]}" if ends is not None else "a unix socket client"
-        logger.warning("closing MQTT connection from %s: %s", peer, reason)
-        transport.abort()
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def start(self, transport: asyncio.Transport, endpoints: Endpoints | None, data: bytes) -> None:
+        session = MqttSession(self._gateway, endpoints)
+        transport.set_protocol(session)
+        session.connection_made(transport)
+        if data:
+            session.data_received(data)

@@ -4,7 +4,8 @@ Owns the `MqttGateway`: its sessions, the registry of connected client ids per v
 (a new connection with a client id already connected takes the session over and closes
 the old connection, MQTT-3.1.4-3), each vhost's retained messages (`RetainedStore`,
 opened on first use, written behind the publishes that change them), the settings all
-sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size), the
+sessions read (`max_inflight_messages`, `default_vhost`, the maximum packet size,
+`ssl_cert_login`), the
 listing of connections in `Broker.clients`, and opening the TCP and unix socket
 listeners. Deliveries are driven by the broker core's drain, which the AMQP gateway runs
 for every vhost (as for the stream gateway). It must not parse packets (session.py and
@@ -16,21 +17,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from mqtt_gateway import broker_side
+from mqtt_gateway.binding_index import BindingIndex
 from mqtt_gateway.client_view import MqttClient
 from mqtt_gateway.codec import PACKET_BYTES_MAX_DEFAULT, ReasonCode
-from mqtt_gateway.proxy import ProxyHeaderReceiver, socket_endpoints
+from mqtt_gateway.consumer import MqttConsumer
+from mqtt_gateway.proxy import MqttStarter, socket_endpoints
+from mqtt_gateway.pubrel_store import PubrelStore
 from mqtt_gateway.qos2_store import Qos2Store
 from mqtt_gateway.retained import RetainedStore
-from mqtt_gateway.session import MqttSession
+from mqtt_gateway.session import Endpoints, MqttSession
 from streamq.broker.broker import Broker
+from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
-from streamq.unix_socket import remove_stale_socket
+from streamq.proxy_receiver import OptionalProxyHeaderReceiver, ProxyHeaderReceiver, TrustedProxy
+from streamq.unix_socket import UnixListener, listen_unix
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ MQTT_PORT_DEFAULT: Final = 1883
 # others go on, so that subscribers can drain what fills memory.
 ALARM_CHECK_INTERVAL_S: Final = 0.2
 MAX_INFLIGHT_MESSAGES_DEFAULT: Final = 65535  # LavinMQ's default
-UNIX_SOCKET_MODE: Final = 0o666  # as the AMQP socket: any local user may connect, then log in
+TOPIC_ALIAS_MAXIMUM_DEFAULT: Final = 16  # RabbitMQ's mqtt.topic_alias_maximum
 
 
 class MqttGateway:
@@ -53,15 +57,23 @@ class MqttGateway:
         max_inflight_messages: int = MAX_INFLIGHT_MESSAGES_DEFAULT,
         default_vhost: str = "/",
         packet_bytes_max: int = PACKET_BYTES_MAX_DEFAULT,
+        topic_alias_maximum: int = TOPIC_ALIAS_MAXIMUM_DEFAULT,
+        ssl_cert_login: bool = False,
     ) -> None:
         self.broker = broker
         self.max_inflight_messages = max_inflight_messages
         self.default_vhost = default_vhost
         self.packet_bytes_max = packet_bytes_max
+        self.topic_alias_maximum = topic_alias_maximum  # 5.0 clients' aliases, CONNACK's
+        # RabbitMQ's mqtt.ssl_cert_login: a CONNECT without credentials over TLS with a
+        # verified client certificate logs in as the certificate's CN.
+        self.ssl_cert_login = ssl_cert_login
         self.sessions: set[MqttSession] = set()
         self.connected: dict[tuple[str, str], MqttSession] = {}  # (vhost, client id)
         self._retained: dict[str, RetainedStore] = {}
         self._qos2: dict[str, Qos2Store] = {}
+        self._pubrel: dict[str, PubrelStore] = {}
+        self._bindings: dict[str, BindingIndex] = {}
         self._wills: dict[tuple[str, str], asyncio.TimerHandle] = {}  # (vhost, client id)
         self._retained_flushing: set[asyncio.Task[None]] = set()
         self.alarm = ""  # a resource alarm's reason while publishers are blocked
@@ -90,7 +102,7 @@ class MqttGateway:
         else:
             logger.warning("resource alarm cleared; unblocking MQTT publishers")
         for s in list(self.sessions):
-            s.hold_for_alarm(bool(reason) and s.published)
+            s.gate.hold_for_alarm(bool(reason) and s.published)
 
     # -- client ids ------------------------------------------------------------------------
 
@@ -179,15 +191,51 @@ class MqttGateway:
             store = self._qos2[vhost.name] = Qos2Store(directory)
         return store
 
+    def binding_index(self, vhost: VHost) -> BindingIndex:
+        """The bindings of the vhost's MQTT queues, by queue and shared-group member."""
+        index = self._bindings.get(vhost.name)
+        if index is None:
+            index = self._bindings[vhost.name] = BindingIndex(vhost)
+        return index
+
+    def pubrel(self, vhost: VHost) -> PubrelStore:
+        """The QoS 2 deliveries of the vhost's persistent sessions awaiting PUBCOMP."""
+        store = self._pubrel.get(vhost.name)
+        if store is None:
+            directory = self.broker.vhost_directory(vhost.name)
+            store = self._pubrel[vhost.name] = PubrelStore(directory)
+        return store
+
+    def settle_after_flush(self, vhost: VHost, held: list[tuple[Queue, int, MqttConsumer]]) -> None:
+        """Settle QoS 2 deliveries a closed connection had PUBREC'd, once their PUBREL
+        state is on disk (its order, mqtt_gateway/qos2_delivery.py)."""
+
+        async def settle() -> None:
+            try:
+                await self.flush_stores(vhost)
+            except OSError as exc:
+                logger.error("PUBREL state of vhost '%s' not written: %s", vhost.name, exc)
+                return  # unsettled: the queue offers them again after a restart
+            for queue, offset, consumer in held:
+                vhost.settle(queue, offset, consumer)
+                vhost.kick(queue)
+
+        task = asyncio.get_running_loop().create_task(settle())
+        self._retained_flushing.add(task)
+        task.add_done_callback(self._retained_flushing.discard)
+
     async def flush_stores(self, vhost: VHost) -> None:
-        """Return once the retained messages and QoS 2 state of `vhost` changed so far
-        are on disk. Raises OSError when they cannot be written."""
+        """Return once the retained messages and QoS 2 state (both directions) of
+        `vhost` changed so far are on disk. Raises OSError when they cannot be written."""
         store = self._retained.get(vhost.name)
         if store is not None:
             await store.flush()
         qos2 = self._qos2.get(vhost.name)
         if qos2 is not None:
             await qos2.flush()
+        pubrel = self._pubrel.get(vhost.name)
+        if pubrel is not None:
+            await pubrel.flush()
 
     # -- connections -----------------------------------------------------------------------
 
@@ -209,11 +257,14 @@ async def start_mqtt_listener(
     host: str,
     port: int,
     proxy_protocol: int = 0,
+    trusted_proxy: TrustedProxy | None = None,
     *,
     start_serving: bool = True,
 ) -> asyncio.Server:
     """Listen for MQTT over TCP on host:port; with `proxy_protocol` (1 or 2: either
-    version's header is accepted) each connection must start with a PROXY header.
+    version's header is accepted) each connection must start with a PROXY header. With
+    `trusted_proxy` instead (a cluster leader's), a connection from a peer it accepts
+    may start with one, and a header from any other peer is refused.
     `start_serving` False: bound, accepting only after `start_serving()` (the broker
     opens its listeners together). Raises OSError if it cannot bind."""
     loop = asyncio.get_running_loop()
@@ -221,7 +272,11 @@ async def start_mqtt_listener(
 
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
-            return ProxyHeaderReceiver(gateway, socket_endpoints)
+            return ProxyHeaderReceiver(MqttStarter(gateway, socket_endpoints))
+        if trusted_proxy is not None:
+            return OptionalProxyHeaderReceiver(
+                MqttStarter(gateway, socket_endpoints), trusted_proxy
+            )
         return gateway.protocol_factory()
 
     return await loop.create_server(
@@ -229,39 +284,22 @@ async def start_mqtt_listener(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class MqttUnixListener:
-    """A listening unix socket and the inode of its file (removed at `close`)."""
-
-    server: asyncio.Server
-    path: str
-    inode: int
-
-    def close(self) -> None:
-        self.server.close()
-        try:
-            if os.lstat(self.path).st_ino == self.inode:
-                os.unlink(self.path)
-        except OSError:
-            pass  # gone already, or not ours to remove
-
-
 async def start_mqtt_unix_listener(
     gateway: MqttGateway, path: str, proxy_protocol: int = 0, *, start_serving: bool = True
-) -> MqttUnixListener:
+) -> UnixListener:
     """Listen for MQTT on a unix socket at `path` (its clients count as loopback, as
     on the AMQP socket), removing a socket file a dead broker left. Raises OSError if
     `path` is something else, another process listens on it, or it cannot be bound."""
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
-    remove_stale_socket(path)
     numbers = itertools.count(1)
+
+    def unix_endpoints() -> Endpoints:
+        return ("unix", next(numbers), path, 0)
 
     def factory() -> asyncio.BaseProtocol:
         if proxy_protocol:
-            return ProxyHeaderReceiver(gateway, lambda _t: ("unix", next(numbers), path, 0))
-        return MqttSession(gateway, ("unix", next(numbers), path, 0))
+            return ProxyHeaderReceiver(MqttStarter(gateway, lambda _: unix_endpoints()))
+        return MqttSession(gateway, unix_endpoints())
 
-    server = await loop.create_unix_server(factory, path, start_serving=start_serving)
-    os.chmod(path, UNIX_SOCKET_MODE)
-    return MqttUnixListener(server, path, os.lstat(path).st_ino)
+    return await listen_unix(factory, path, start_serving=start_serving)

@@ -5,6 +5,10 @@ Owns the mapping from a record's `properties` bytes (the wire form, spec 4.2.6.1
 `streamq.log.amqp091` (the log layer's tagged codec, which an executor can import without
 the broker); this module turns its tagged values into column values.
 
+Strings are bytes on the wire and a raw client can put anything in them; the log codec
+decodes them with `surrogateescape`, and Spark's string columns hold only UTF-8: a
+property string or header key that is not valid UTF-8 (a lone surrogate's encoding
+included) is given with each bad byte replaced by U+FFFD (`text`), never an error.
 Header values become bytes, as Kafka's headers are: byte arrays (`x`) stay as they are,
 strings (`S`) are their UTF-8, booleans `true`/`false`, numbers and decimals their decimal
 text, void is null, and nested tables and arrays are JSON of the same conversion.
@@ -31,11 +35,23 @@ def decode_properties(raw: bytes) -> dict[str, PropertyValue]:
     order (a repeated key: its last value, at its first place) and `timestamp` in seconds.
     Raises PropertiesMalformed."""
     values: dict[str, PropertyValue] = amqp091.decode_properties(raw)
+    for name, value in values.items():
+        if isinstance(value, str):
+            values[name] = text(value)
     headers = values.get("headers")
     if headers is not None:
         table = _table(headers)  # type: ignore[arg-type]
-        values["headers"] = [(key, header_bytes(value)) for key, value in table.items()]
+        values["headers"] = [(text(key), header_bytes(value)) for key, value in table.items()]
     return values
+
+
+def text(value: str) -> str:
+    """`value` as valid Unicode: the bytes `surrogateescape` kept as lone surrogates (not
+    UTF-8 on the wire) become U+FFFD, one per byte. O(1) for ASCII, the common case."""
+    if value.isascii():
+        return value
+    raw = value.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "replace")
 
 
 def header_bytes(value: Value) -> bytes | None:

@@ -108,7 +108,7 @@ def _login(s: StreamSession, m: c.SaslAuthenticate) -> tuple[ResponseCode, str]:
         name = certificate_cn(s.transport) or ""
         found = accounts.user(name)
     else:
-        credentials = _credentials(m.mechanism, m.data or b"")
+        credentials = sasl_credentials(m.mechanism, m.data or b"")
         if credentials is None:
             return ResponseCode.SASL_ERROR, "?"
         name, password = credentials
@@ -121,7 +121,7 @@ def _login(s: StreamSession, m: c.SaslAuthenticate) -> tuple[ResponseCode, str]:
     return OK, found.name
 
 
-def _credentials(mechanism: str, data: bytes) -> tuple[str, str] | None:
+def sasl_credentials(mechanism: str, data: bytes) -> tuple[str, str] | None:
     """User and password of a PLAIN (authzid NUL user NUL password) or AMQPLAIN (an AMQP
     field table without its length: LOGIN and PASSWORD as long strings) response."""
     try:

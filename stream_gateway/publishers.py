@@ -25,7 +25,9 @@ from stream_gateway.errors import CloseConnection, StreamError
 from stream_gateway.streams import stream_queue
 from streamq.broker.queue import Queue
 from streamq.log.errors import LogError
+from streamq.queues import filter_values
 from streamq.queues.publishers import BadPublish
+from streamq.queues.stream import PublishResult, StreamQueue
 
 if TYPE_CHECKING:
     from stream_gateway.session import StreamSession
@@ -66,7 +68,9 @@ def declare(s: StreamSession, m: c.DeclarePublisher) -> None:
     queue, _stream = stream_queue(s, m.stream)
     generation = s.broker.accounts.generation  # read before the check it stands for
     s.check("write", m.stream)
-    reference = m.reference.encode()
+    # Up to the protocol's 32,767 bytes; a long one is stored as its digest (as a
+    # filter value is: streamq.queues.filter_values).
+    reference = filter_values.stored(m.reference.encode())
     # Within one connection only, as RabbitMQ: a client reconnecting before the broker
     # noticed its old connection died declares the same reference again.
     if reference and any(
@@ -93,7 +97,7 @@ def query_sequence(s: StreamSession, m: c.QueryPublisherSequence) -> None:
     _queue, stream = stream_queue(s, m.stream)
     s.check("read", m.stream)
     # 0 for a reference that stored nothing, as RabbitMQ (a client resumes from id + 1).
-    sequence = max(stream.publishers.sequence(m.reference.encode()), 0)
+    sequence = max(stream.publishers.sequence(filter_values.stored(m.reference.encode())), 0)
     s.send(c.QueryPublisherSequenceResponse(m.correlation_id, OK, sequence))
 
 
@@ -117,9 +121,7 @@ def publish(s: StreamSession, frame: bytes, version: int) -> None:
         send_errors(s, publisher_id, payload, version, ResponseCode.STREAM_DOES_NOT_EXIST)
         return
     try:
-        result = stream.append_publish(
-            publisher.reference, version, payload, int(time.time() * 1000)
-        )
+        result = _append(stream, publisher.reference, version, payload)
     except BadPublish as exc:
         raise CloseConnection(ResponseCode.UNKNOWN_FRAME, f"malformed Publish: {exc}") from None
     except LogError as exc:
@@ -134,6 +136,25 @@ def publish(s: StreamSession, frame: bytes, version: int) -> None:
     pending.append(PendingConfirm(result.next_offset, publisher_id, result.ids))
     if stream.log.durable_next >= result.next_offset:
         send_confirms(s, queue, pending, stream.log.durable_next)
+
+
+def _append(
+    stream: StreamQueue, reference: bytes, version: int, payload: memoryview
+) -> PublishResult:
+    """`append_publish`; a v2 frame with filter values over 255 bytes (up to the
+    protocol's 32,767) goes again with their stored forms (`filter_values`). Raises
+    BadPublish and the log's errors as `append_publish`."""
+    now_ms = int(time.time() * 1000)
+    try:
+        return stream.append_publish(reference, version, payload, now_ms)
+    except BadPublish as exc:
+        if version != 2 or filter_values.LONG_FILTER_TEXT not in str(exc):
+            raise
+    try:
+        shortened = filter_values.shorten_publish(payload)
+    except ValueError as exc:
+        raise BadPublish(str(exc)) from None
+    return stream.append_publish(reference, version, shortened, now_ms)
 
 
 def _write_allowed(s: StreamSession, publisher: Publisher) -> bool:

@@ -4,6 +4,7 @@ Owns what the stream protocol does to streams as entities: creating one as an AM
 declares an `x-queue-type: stream` queue (policies apply; the response goes out once the
 declaration is durable), deleting one (its AMQP consumers are cancelled and the stream
 clients that use it get MetadataUpdate), this node as every stream's leader in Metadata,
+the in-sync followers as replicas,
 RabbitMQ's StreamStats, and the consumer offsets stored on the broker: the same
 `StreamQueue.offsets` as the AMQP side's tracked offsets, under the reference as the AMQP
 side's consumer tag, both meaning "the last offset processed".
@@ -92,10 +93,30 @@ def remove_stream(s: StreamSession, name: str) -> None:
         consumer.cancel_by_broker()
 
 
+def replica_brokers(s: StreamSession) -> tuple[c.Broker, ...]:
+    """The in-sync followers that serve stream reads (docs/clustering.md), as brokers
+    1, 2, ...: those in the ISR, following the live stream, with a stream port."""
+    cluster = s.broker.cluster
+    if cluster is None:
+        return ()
+    brokers: list[c.Broker] = []
+    for row in cluster.nodes():
+        if row.is_self or not row.in_isr or row.state != "streaming":
+            continue
+        host, _, port = row.stream_advertised.rpartition(":")
+        if host and port.isdigit():
+            brokers.append(c.Broker(len(brokers) + 1, host.strip("[]"), int(port)))
+    return tuple(brokers)
+
+
 def metadata(s: StreamSession, m: c.Metadata) -> None:
-    """This node leads every stream (no replicas): broker 0 is the advertised address."""
+    """This node leads every stream: broker 0 is its advertised address; in a cluster,
+    the in-sync followers with a stream port are every stream's replicas, as RabbitMQ
+    lists a stream's members (its clients read from a replica when there is one)."""
     host, port = s.gateway.advertised(s)
-    brokers = (c.Broker(0, host, port),)
+    replicas = replica_brokers(s)
+    brokers = (c.Broker(0, host, port), *replicas)
+    references = tuple(broker.reference for broker in replicas)
     vhost = s.current_vhost()
     entries = []
     for name in m.streams[:METADATA_STREAMS_MAX]:
@@ -105,7 +126,7 @@ def metadata(s: StreamSession, m: c.Metadata) -> None:
         elif queue.stream is None or queue.failed is not None:
             entries.append(c.StreamMetadata(name, ResponseCode.STREAM_NOT_AVAILABLE, NO_LEADER))
         else:
-            entries.append(c.StreamMetadata(name, OK, 0))
+            entries.append(c.StreamMetadata(name, OK, 0, references))
     s.send(c.MetadataResponse(m.correlation_id, brokers, tuple(entries)))
 
 

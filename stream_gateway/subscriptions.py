@@ -32,6 +32,7 @@ from stream_gateway.codec.constants import (
 from stream_gateway.errors import StreamError
 from stream_gateway.streams import stream_queue
 from streamq.broker.queue import Queue
+from streamq.queues import filter_values
 from streamq.queues.chunks import CHUNK_HEADER_BYTES, Chunk, ChunkFilter
 from streamq.queues.stream import StreamQueue, StreamStart
 
@@ -91,10 +92,13 @@ def start_offset(s: StreamSession, queue: Queue, spec: c.OffsetSpec) -> int:
 
 
 def chunk_filter(properties: dict[str, str]) -> ChunkFilter | None:
+    """The subscription's filter: its `filter.N` values, a long one (over 255 bytes, up
+    to the protocol's limit) also in the form a stream client's record stores it."""
     values = frozenset(
-        v.encode()
+        form
         for k, v in properties.items()
         if k.startswith(SUBSCRIPTION_PROPERTY_FILTER_PREFIX)
+        for form in filter_values.forms(v.encode())
     )
     if not values:
         return None

@@ -33,15 +33,13 @@ import uvloop
 
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.listeners import (
-    TrustedProxy,
-    UnixListener,
     start_tcp_listener,
 )
 from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from mqtt_gateway.server import (
     MqttGateway,
-    MqttUnixListener,
 )
+from mqtt_gateway.websocket import MqttOverWebSocket
 from stream_gateway.server import (
     StreamGateway,
 )
@@ -56,9 +54,11 @@ from streamq.heap import RestTrim, tune_collector
 from streamq.links.supervisor import LinkSupervisor
 from streamq.log.versions import NewerFormat
 from streamq.pidfile import PidfileError, remove_pidfile, write_pidfile
+from streamq.proxy_receiver import TrustedProxy
 from streamq.sd_notify import notifier
 from streamq.serve_config import DataDirLocked, ServeConfig, ServeError
 from streamq.tls import TlsContexts
+from streamq.unix_socket import UnixListener
 
 if TYPE_CHECKING:
     from http_gateway.server import HttpServer
@@ -180,7 +180,7 @@ async def run_broker(
     links: LinkSupervisor | None = None
     streams: StreamGateway | None = None
     mqtt: MqttGateway | None = None
-    mqtt_unix: list[MqttUnixListener] = []
+    mqtt_unix: list[UnixListener] = []
     http_import = listening.import_http()  # loads while the broker recovers
     try:
         if config.pidfile:
@@ -229,12 +229,26 @@ async def run_broker(
         servers.append(amqp)
         listeners = [("amqp", config.bind, listening.bound_port(amqp))]
         # AMQP over WebSocket on the HTTP port, as LavinMQ (http_gateway/websocket_api.py).
+        origins = frozenset(filter(None, config.websocket_allow_origins.split(",")))
         websocket = AmqpOverWebSocket(
             gateway.protocol_factory,
             message_bytes_max(config.max_message_size, config.frame_max),
-            frozenset(filter(None, config.websocket_allow_origins.split(","))),
+            origins,
         )
-        http = await listening.listen_http(broker, http_bind, config.http_port, websocket)
+        # MQTT over WebSocket on `/mqtt` of the same ports, whatever MQTT listeners are on.
+        mqtt = MqttGateway(
+            broker,
+            max_inflight_messages=config.mqtt_max_inflight_messages,
+            default_vhost=config.mqtt_default_vhost,
+            packet_bytes_max=config.mqtt_max_packet_size,
+            topic_alias_maximum=config.mqtt_topic_alias_maximum,
+            ssl_cert_login=config.mqtt_ssl_cert_login,
+        )
+        mqtt.attach(asyncio.get_running_loop())
+        mqtt_websocket = MqttOverWebSocket(mqtt, origins)
+        http = await listening.listen_http(
+            broker, http_bind, config.http_port, websocket, mqtt_websocket=mqtt_websocket
+        )
         servers.append(http.server)
         listeners.append(("http", http_bind, listening.bound_port(http.server)))
         if config.amqp_unix_path:
@@ -246,7 +260,7 @@ async def run_broker(
             listeners.append(("amqp/ssl", config.bind, listening.bound_port(amqps)))
         if tls is not None and config.https_port >= 0:
             https = await listening.listen_http(
-                broker, http_bind, config.https_port, websocket, tls
+                broker, http_bind, config.https_port, websocket, tls, mqtt_websocket
             )
             https_servers.append(https)
             servers.append(https.server)
@@ -255,13 +269,8 @@ async def run_broker(
             streams = listening.stream_gateway(broker, config)
             listeners += await listening.listen_streams(streams, config, tls, servers)
         if config.mqtt_port >= 0 or config.mqtt_unix_path or config.mqtts_port >= 0:
-            mqtt = MqttGateway(
-                broker,
-                max_inflight_messages=config.mqtt_max_inflight_messages,
-                default_vhost=config.mqtt_default_vhost,
-                packet_bytes_max=config.mqtt_max_packet_size,
-            )
-            listeners += await listening.listen_mqtt(mqtt, config, servers, mqtt_unix, tls)
+            trusted = None if cluster is None else cluster.trusted_proxy
+            listeners += await listening.listen_mqtt(mqtt, config, servers, mqtt_unix, tls, trusted)
         broker.listeners[:] = listeners
         if tls is not None:
             broker.tls_files = (config.tls_cert, config.tls_ca_cert)

@@ -207,6 +207,15 @@ KEYS: Final[tuple[Key, ...]] = (
          help="largest MQTT packet accepted (bytes, fixed header included); larger "
          "closes the connection (5.0: reason 0x95)",
          ini=(("mqtt", "max_packet_size"),), metavar="BYTES"),
+    Key("mqtt_topic_alias_maximum", parse=v.in_range(0, 65535), default="16",
+         help="Topic Aliases an MQTT 5.0 client may set (CONNACK's Topic Alias Maximum; "
+         "RabbitMQ's mqtt.topic_alias_maximum); 0: none",
+         ini=(("mqtt", "topic_alias_maximum"),), metavar="N"),
+    Key("mqtt_ssl_cert_login", parse=v.boolean, default="false",
+         help="an MQTT CONNECT without user name and password over TLS with a verified "
+         "client certificate (tls_verify_peer) logs in as the certificate's CN "
+         "(RabbitMQ's mqtt.ssl_cert_login)",
+         ini=(("mqtt", "ssl_cert_login"),), metavar="BOOL"),
     # [mgmt]
     Key("http_bind", parse=v.address, default="127.0.0.1",
          help="address of the management (HTTP, HTTPS) listeners", ini=(("mgmt", "bind"),),

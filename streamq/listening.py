@@ -1,8 +1,8 @@
 """The broker's listeners: each protocol's server socket, bound before it accepts.
 
 Owns how `streamq serve` binds AMQP (TCP, TLS, unix socket), HTTP and HTTPS (the
-management API with AMQP over WebSocket), the stream protocol (plain, TLS) and MQTT (TCP,
-TLS, unix socket): every function binds without accepting (`start_serving=False`), and
+management API with AMQP and MQTT over WebSocket), the stream protocol (plain, TLS) and
+MQTT (TCP, TLS, unix socket): every function binds without accepting (`start_serving=False`), and
 `open_together` starts them all within one turn of the event loop, the AMQP port last
 (the readiness rule of `streamq.app`). A port that cannot be bound is a ServeError naming
 the protocol, the address and the reason.
@@ -18,17 +18,16 @@ from typing import TYPE_CHECKING, cast
 
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.listeners import (
-    UnixListener,
     start_unix_listener,
 )
 from amqp_gateway.tuning import AmqpTuning
 from amqp_gateway.websocket import AmqpOverWebSocket
 from mqtt_gateway.server import (
     MqttGateway,
-    MqttUnixListener,
     start_mqtt_listener,
     start_mqtt_unix_listener,
 )
+from mqtt_gateway.websocket import MqttOverWebSocket
 from stream_gateway.server import (
     StreamGateway,
     start_stream_listener,
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from http_gateway.server import HttpServer
 
 from streamq.serve_config import ServeConfig, ServeError
+from streamq.unix_socket import UnixListener
 
 
 async def listen(
@@ -57,20 +57,26 @@ async def listen_http(
     port: int,
     websocket: AmqpOverWebSocket,
     tls: TlsContexts | None = None,
+    mqtt_websocket: MqttOverWebSocket | None = None,
 ) -> HttpServer:
-    """The management API (and AMQP over WebSocket) on plain HTTP, or on HTTPS with
-    `tls`: bound, accepting once `open_together` opens it."""
+    """The management API (and AMQP and MQTT over WebSocket) on plain HTTP, or on HTTPS
+    with `tls`: bound, accepting once `open_together` opens it."""
     server = await import_http()
     what = "HTTP" if tls is None else "HTTPS"
     try:
         if tls is None:
             started = await server.start_http_server(
-                broker, host, port, websocket=websocket, start_serving=False
+                broker,
+                host,
+                port,
+                websocket=websocket,
+                mqtt_websocket=mqtt_websocket,
+                start_serving=False,
             )
         else:
             listen = tls_listen(tls, what)
             started = await server.start_http_server(
-                broker, host, port, listen, websocket=websocket
+                broker, host, port, listen, websocket=websocket, mqtt_websocket=mqtt_websocket
             )
         return cast("HttpServer", started)
     except OSError as exc:
@@ -213,18 +219,25 @@ async def listen_mqtt(
     mqtt: MqttGateway,
     config: ServeConfig,
     servers: list[asyncio.Server],
-    unix: list[MqttUnixListener],
+    unix: list[UnixListener],
     tls: TlsContexts | None,
+    trusted_proxy: Callable[[str], bool] | None = None,
 ) -> list[tuple[str, str, int]]:
     """The MQTT listeners (TCP, TLS, unix socket); their entries for `broker.listeners`,
-    with RabbitMQ's protocol names."""
+    with RabbitMQ's protocol names. `trusted_proxy`: a cluster leader's followers, whose
+    PROXY headers the TCP listener reads."""
     listeners = []
     host = config.bind if config.mqtt_bind is None else config.mqtt_bind
     mqtt.attach(asyncio.get_running_loop())  # the resource alarms, for every listener
     if config.mqtt_port >= 0:
         plain = await listen(
             lambda: start_mqtt_listener(
-                mqtt, host, config.mqtt_port, config.tcp_proxy_protocol, start_serving=False
+                mqtt,
+                host,
+                config.mqtt_port,
+                config.tcp_proxy_protocol,
+                trusted_proxy,
+                start_serving=False,
             ),
             host,
             config.mqtt_port,

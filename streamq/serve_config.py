@@ -60,6 +60,8 @@ class ServeConfig:
     mqtt_max_inflight_messages: int = 65535
     mqtt_default_vhost: str = "/"
     mqtt_max_packet_size: int = 1_048_576
+    mqtt_topic_alias_maximum: int = 16
+    mqtt_ssl_cert_login: bool = False  # RabbitMQ's mqtt.ssl_cert_login
     # What the AMQP connection tuning offers (connection.tune).
     heartbeat_s: int = 60
     frame_max: int = 131072

@@ -14,6 +14,8 @@
 # (<name>.log; by default it goes with the working copy); FUZZ_NICE the nice increment of
 # the fuzzing process (default 19, the lowest priority; FUZZ_NICE=0 keeps the caller's:
 # `FUZZ_NICE=0 nice -n 10 tools/fuzz.sh` runs at 10, without it at 19).
+# FUZZ_WAIT_SCALE (default 10) multiplies the fuzzers' wall-clock bounds, libFuzzer's
+# per-input -timeout among them (1: as in `make test`).
 # Exit status: 0 if every module ran its inputs clean.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +31,12 @@ else
     mkdir "$scratch"
 fi
 export STREAMQ_FUZZ_SCRATCH="$scratch"
+# The fuzzers' wall-clock bounds (tests/fuzz/harness.py WAIT_SCALE), ten times longer by
+# default: at the lowest CPU priority beside other work a process waits for a core.
+export STREAMQ_FUZZ_WAIT_SCALE="${FUZZ_WAIT_SCALE:-10}"
+# Failing inputs outlive the run: not under $work, which goes at exit (the modules run
+# with TMPDIR=$work, where tests/fuzz/harness.py would put them by default).
+export FUZZ_ARTIFACTS="${FUZZ_ARTIFACTS:-${TMPDIR:-/tmp}/streamq-fuzz-artifacts}"
 trap 'rm -rf "$work" "$scratch"' EXIT INT TERM
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
     | tar -xf - -C "$work"

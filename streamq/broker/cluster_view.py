@@ -33,6 +33,9 @@ class NodeRow:
     amqp: str  # host:port of its AMQP listener
     http: str
     is_self: bool
+    # What stream clients are told of its stream port ("host:port"; "" without one):
+    # Metadata lists in-sync followers with one as the streams' replicas.
+    stream_advertised: str = ""
 
     @property
     def connected(self) -> bool:

@@ -10,11 +10,11 @@ the log's buffers while they are recent), so memory does not grow with a queue's
   of records; the consumer frames them in one C call (`Consumer.deliver_records`)
   straight from the window's bytes.
 - One consumer (the common case for throughput) takes runs as long as its prefetch
-  allows. Several share a queue round robin in RabbitMQ's order (`Queue.turns`), a
-  turn each: one message each while the backlog is small (RUN_BACKLOG_MIN), as
-  RabbitMQ hands them out; past that a run each, its share of the backlog (at least
-  RUN_TURN_MIN) up to RUN_MAX and its credit (`run_size`). A run of one still goes out
-  through the run path.
+  allows. Several share a queue round robin in RabbitMQ's order (`Turns`, one per
+  `x-priority` level, higher levels first), a turn each: one message each while the
+  backlog is small (RUN_BACKLOG_MIN), as RabbitMQ hands them out; past that a run
+  each, its share of the backlog (at least RUN_TURN_MIN) up to RUN_MAX and its credit
+  (`run_size`). A run of one still goes out through the run path.
 - A queue with TTLs delivers runs up to the first message that has expired
   (`unexpired_runs`); that one is dead-lettered by the vhost's `take`.
 - A requeued message (redelivered, with a delivery count to show) goes alone through
@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Final
 
 from streamq.broker.queue import Consumer, Queue
+from streamq.broker.turns import Turns
 from streamq.log import format as fmt
 from streamq.log.errors import LogError, OffsetOutOfRange, RecordDamaged, SegmentCorrupted
 from streamq.log.log import SegmentLog
@@ -125,20 +126,21 @@ def unreadable_text(offset: int, exc: Exception) -> str:
 def round_robin(
     log: SegmentLog,
     queue: Queue,
-    consumers: list[Consumer],
+    consumers: list[Consumer] | Turns,
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
     run_length: RunLength | None = None,
 ) -> tuple[int, bool]:
     """Deliver to `consumers` in turn while one has credit; returns the budget left and
-    whether the queue ran out of ready messages. `take` (queues with TTLs) takes one
-    message at a time, its record read; without it, runs go out where they can. With
-    both, `run_length(first, count)` says how many of a run from offset `first` may go
-    out whole (those before the first that has expired: see `unexpired_runs`). Raises
-    MessageUnreadable."""
+    whether the queue ran out of ready messages. `consumers` is one priority level's
+    `Turns` (`_rotate`), or a list: the queue's one consumer, or a single active one.
+    `take` (queues with TTLs) takes one message at a time, its record read; without it,
+    runs go out where they can. With both, `run_length(first, count)` says how many of
+    a run from offset `first` may go out whole (those before the first that has
+    expired: see `unexpired_runs`). Raises MessageUnreadable."""
+    if isinstance(consumers, Turns):
+        return _rotate(log, queue, consumers, take, budget, run_length)
     count = len(consumers)
-    if count > 1 and consumers is queue.consumers:
-        return _rotate(log, queue, take, budget, run_length)
     index = queue.next_consumer
     idle = 0
     empty = False
@@ -199,21 +201,19 @@ def run_size(ready: int, turns: int, credit: int, budget: int) -> int:
 def _rotate(
     log: SegmentLog,
     queue: Queue,
+    level: Turns,
     take: Callable[[], tuple[ReadyMessage, fmt.Record] | None] | None,
     budget: int,
     run_length: RunLength | None,
 ) -> tuple[int, bool]:
-    """`round_robin` over all of a queue's consumers (one priority, not single active)
-    in RabbitMQ's order (`Queue.turns`): the head of the turns takes its turn (one
-    message, or a run: `run_size`), then goes to their tail; a consumer without credit
-    is parked, and comes back at the tail once it has credit again (RabbitMQ's
-    unblock). An index that skips the consumers without credit served them in another
-    order once one came back."""
-    turns, cursor = queue.turns, queue.cursor
-    if queue.parked:
-        parked, queue.parked = queue.parked, []
-        for consumer in parked:
-            (turns if consumer.credit() > 0 else queue.parked).append(consumer)
+    """`round_robin` over one priority level of a queue's consumers (not single active)
+    in RabbitMQ's order (`Turns`): the head of the turns takes its turn (one message, or
+    a run: `run_size`), then goes to their tail; a consumer without credit is parked,
+    and comes back at the tail when the gateway says its credit may have grown
+    (`Queue.unblock`, RabbitMQ's unblock), so a round costs O(1) in the consumers
+    without credit: it never walks them. An index that skips the consumers without
+    credit served them in another order once one came back."""
+    turns, cursor = level.active, queue.cursor
     empty, budget_given, no_ack = False, budget, 0
     runs = take is None or run_length is not None
     try:
@@ -227,7 +227,7 @@ def _rotate(
             consumer = turns[0]
             credit = consumer.credit()
             if credit <= 0:
-                queue.parked.append(turns.popleft())
+                level.park()  # back by `Queue.unblock`, O(1)
                 continue
             sent = 0
             if runs:
@@ -308,23 +308,31 @@ def _deliver_one(queue: Queue, consumer: Consumer, taken: tuple[ReadyMessage, fm
 
 
 def unexpired_runs(
-    log: SegmentLog, queue: Queue, fresh_from: int, expired: Callable[[fmt.Record], bool]
+    log: SegmentLog,
+    queue: Queue,
+    fresh_from: int,
+    expired: Callable[[fmt.Record], bool],
+    now_ms: int,
 ) -> RunLength:
-    """For a queue with TTLs, in a delivery round that offers the messages from
-    `fresh_from` on (`VHost.take`): how many of a run of never-delivered messages from
-    an offset on may go out whole, up to the first that `expired` (the others go
+    """For a queue with TTLs, in a delivery round at `now_ms` that offers the messages
+    from `fresh_from` on (`VHost.take`): how many of a run of never-delivered messages
+    from an offset on may go out whole, up to the first that `expired` (the others go
     through `take`, which dead-letters it). Those of the round may all go, whatever
-    their TTL. Before them, with the queue's TTL only, the run's first message decides
-    for the run (timestamps never decrease along the log, so the later ones expire
-    later); with per-message expirations each is read and checked, up to the first
+    their TTL. Before them, the run's first message decides for the queue's own TTL
+    (timestamps never decrease along the log, so the later ones expire later); per-message
+    expirations cannot have passed before the queue's bound (`Queue.own_expiry_min_ms`,
+    `streamq.broker.expiration`), and past it each is read and checked, up to the first
     that has expired. Reads records (MessageUnreadable)."""
     window = queue.window
-    by_head = not queue.holds_expiring
+    by_head = not queue.holds_expiring or now_ms < queue.own_expiry_min_ms
+    queue_ttl = queue.message_ttl_ms is not None
 
     def run_length(first: int, count: int) -> int:
         if first >= fresh_from:
             return count
         if by_head:
+            if not queue_ttl:
+                return count  # no queue TTL, and no own expiration has come yet
             return 0 if expired(read_queued(log, queue, first)) else count
         # The scan reads ahead in the window; the run is then framed from `first`, so
         # the window goes back to where it was if it still holds those bytes.

@@ -12,12 +12,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Protocol
 
 from streamq.broker.equivalence import QUEUE_CHECKED_ARGUMENTS, check_arguments
 from streamq.broker.errors import PreconditionFailed, ResourceLocked
+from streamq.broker.expiration import EXPIRY_NONE
 from streamq.broker.queue_arguments import max_priority, smaller
 from streamq.broker.stats import MessageStats
+from streamq.broker.turns import Turns
 from streamq.log.format import Record
 from streamq.queues.classic import ClassicQueue, ReadyMessage
 from streamq.queues.journal import QueueJournal
@@ -87,6 +90,9 @@ class Consumer(Protocol):
         """The queue is gone or failed: tell the client (consumer_cancel_notify)."""
 
 
+_PRIORITY_OF = attrgetter("priority")
+
+
 class Queue:
     __slots__ = (
         "arguments",
@@ -104,17 +110,18 @@ class Queue:
         "holds_expiring",
         "in_flow",
         "last_used_s",
+        "level_of",
+        "levels",
         "max_length",
         "max_length_bytes",
         "message_ttl_ms",
         "name",
         "next_consumer",
         "overflow",
-        "parked",
+        "own_expiry_min_ms",
         "policy",
         "stats",
         "stream",
-        "turns",
         "window",
     )
 
@@ -135,12 +142,12 @@ class Queue:
         self.cursor = ClassicQueue() if priorities is None else PriorityQueue(priorities)
         self.consumers: list[Consumer] = []
         self.next_consumer = 0
-        # RabbitMQ's round robin (rabbit_queue_consumers), for several consumers of one
-        # priority: `turns` is the active queue, whose head gets the next message and
-        # goes to its tail; one found without credit is `parked` until it has credit
-        # again, and then rejoins at the tail. The vhost adds and removes consumers.
-        self.turns: deque[Consumer] = deque()
-        self.parked: list[Consumer] = []
+        # RabbitMQ's round robin (rabbit_queue_consumers): the consumers' turns, one
+        # `Turns` per `x-priority` level, highest first (`levels`), each found by its
+        # priority (`level_of`). The vhost adds and removes consumers (`join`, `leave`);
+        # the gateway reports credit that may have grown (`unblock`).
+        self.levels: list[Turns] = []
+        self.level_of: dict[int, Turns] = {}
         self.had_consumers = False
         # Publisher flow control (classic queues): set by a delivery round that left every
         # consumer out of credit with a ready backlog past FLOW_READY_HIGH; cleared below
@@ -157,6 +164,9 @@ class Queue:
         # Set once a message with its own `expiration` was enqueued: only then does every
         # delivery check message TTLs (the check costs on the hot path).
         self.holds_expiring = False
+        # Before this (ms since the epoch) no never-delivered message of the queue expires
+        # by its own expiration: a lower bound, kept by `streamq.broker.expiration`.
+        self.own_expiry_min_ms = EXPIRY_NONE
         # The first log offset that no complete delivery round (one that emptied the queue
         # or left every consumer out of credit) has offered yet, past all that came while
         # the queue had no consumer. Messages from here on that were never delivered do
@@ -180,6 +190,42 @@ class Queue:
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
+
+    def join(self, consumer: Consumer) -> None:
+        """`consumer` takes turns at its priority's level, after those there (O(levels)
+        for a new level)."""
+        level = self.level_of.get(consumer.priority)
+        if level is None:
+            level = self.level_of[consumer.priority] = Turns(consumer.priority)
+            self.levels.append(level)
+            self.levels.sort(key=_PRIORITY_OF, reverse=True)
+        level.add(consumer)
+
+    def leave(self, consumer: Consumer) -> None:
+        """`consumer` takes no more turns; an emptied level goes."""
+        level = self.level_of[consumer.priority]
+        level.remove(consumer)
+        if not level:
+            del self.level_of[consumer.priority]
+            self.levels.remove(level)
+
+    def clear_turns(self) -> None:
+        self.levels = []
+        self.level_of = {}
+
+    def unblock(self, consumer: Consumer) -> None:
+        """`consumer`'s credit may have grown (acks, flow, qos, a socket that drains):
+        if it was parked without credit, it rejoins its level's turns at their tail
+        (`Turns.unblock`), O(1). The gateway calls it; the drain's kick follows."""
+        level = self.level_of.get(consumer.priority)
+        if level is not None:
+            level.unblock(consumer)
+
+    def parked_at(self, consumer: Consumer) -> int | None:
+        """When `consumer` was parked without credit (a number ordering parkings across
+        queues), None if it takes turns or is not a consumer here."""
+        level = self.level_of.get(consumer.priority)
+        return None if level is None else level.parked_at(consumer)
 
     @property
     def message_count(self) -> int:

@@ -32,8 +32,10 @@ from streamq.broker.delivery import (
     unexpired_runs,
 )
 from streamq.broker.errors import AccessRefused, MessageReadFailed, QueueUnavailable
+from streamq.broker.expiration import EXPIRY_NONE
 from streamq.broker.queue import Consumer, Queue
 from streamq.broker.streams import drain_stream
+from streamq.broker.turns import Turns
 from streamq.broker.vhost_entities import Entities
 from streamq.broker.vhost_schedule import Schedule
 from streamq.broker.vhost_settle import Settler
@@ -154,7 +156,7 @@ class Delivery:
             # What came while nobody consumed was not offered on arrival: its TTL counts.
             queue.fresh_offset_min = self.log.next_offset
         queue.consumers.append(consumer)
-        queue.turns.append(consumer)
+        queue.join(consumer)
         queue.had_consumers = True
         self.kick(queue)
         self._queue_changed(queue)
@@ -162,10 +164,7 @@ class Delivery:
     def remove_consumer(self, queue: Queue, consumer: Consumer) -> None:
         if consumer in queue.consumers:
             queue.consumers.remove(consumer)
-            if consumer in queue.turns:
-                queue.turns.remove(consumer)
-            elif consumer in queue.parked:
-                queue.parked.remove(consumer)
+            queue.leave(consumer)
             queue.last_used_s = time.monotonic()  # the x-expires lease starts again
         if not queue.consumers:
             queue.in_flow = False
@@ -217,15 +216,20 @@ class Delivery:
                 return self.take(queue, now_ms, fresh_from)
 
             runs_from = unexpired_runs(
-                self.log, queue, fresh_from, lambda record: self._expired(queue, record, now_ms)
+                self.log,
+                queue,
+                fresh_from,
+                lambda record: self._expired(queue, record, now_ms),
+                now_ms,
             )
 
+        groups: list[list[Consumer]] | list[Turns]
         if queue.single_active:
             groups = [consumers[:1]]  # the first consumer to subscribe, until it leaves
-        elif any(c.priority for c in consumers):
-            groups = priority_groups(consumers)  # x-priority: higher ones first
+        elif len(consumers) == 1:
+            groups = [consumers]  # alone: no turns to keep
         else:
-            groups = [consumers]
+            groups = queue.levels  # x-priority levels, highest first; O(1) per level
         budget = DRAIN_DELIVERIES_MAX
         for group in groups:
             try:
@@ -236,6 +240,9 @@ class Delivery:
             if empty:
                 queue.in_flow = False
                 queue.window.release()
+                if not queue.cursor.message_count:
+                    # No never-delivered message is left: none bounds the next ones.
+                    queue.own_expiry_min_ms = EXPIRY_NONE
                 if offered_end is not None:
                     queue.fresh_offset_min = offered_end
                 return
@@ -264,12 +271,3 @@ class Delivery:
         of the loop turn (where RabbitMQ's queue process delivers within one event)."""
         if queue.consumers and self.queues.get(queue.name) is queue:
             self._drain_queue(queue)
-
-
-def priority_groups(consumers: list[Consumer]) -> list[list[Consumer]]:
-    """Consumers grouped by `x-priority`, highest first, each group in subscription order:
-    a lower group gets messages only while every higher one is out of credit."""
-    groups: dict[int, list[Consumer]] = {}
-    for consumer in consumers:
-        groups.setdefault(consumer.priority, []).append(consumer)
-    return [groups[p] for p in sorted(groups, reverse=True)]

@@ -38,6 +38,7 @@ from streamq.broker.dedup import Deduper, deduper_for
 from streamq.broker.delayed import DelayedMessage, DelayedStore
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Exchange
+from streamq.broker.expiration import EXPIRY_NONE, deadline_ms, lower_bound
 from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
 from streamq.broker.queue import Queue
 from streamq.broker.vhost_schedule import Schedule
@@ -163,6 +164,7 @@ class Publisher:
         if expiring:
             for queue in queues:
                 queue.holds_expiring = True
+            lower_bound(queues, deadline_ms(properties_raw, timestamp_ms))
         # Only a message with a priority pays for reading it (priority queues use it).
         priority = (
             message_priority(properties_raw)
@@ -281,6 +283,14 @@ class Publisher:
         count = len(messages)
         dirty = self.schedule.dirty
         was_idle = not dirty
+        if expiring:
+            # Only a run with expirations reads them, once per distinct property list (a
+            # publisher's run usually has one): the set is built in C.
+            own = min(
+                deadline_ms(p, timestamp_ms) if p[0] & EXPIRATION_FLAG_BYTE0 else EXPIRY_NONE
+                for p in set(map(_PROPERTIES, messages))
+            )
+            lower_bound(queues, own)
         for queue in queues:
             if expiring:
                 queue.holds_expiring = True
@@ -353,6 +363,7 @@ def _over_limit(queue: Queue, messages: int, size: int) -> bool:
     return queue.over_limit(messages, size)
 
 
+_PROPERTIES = itemgetter(0)
 _BODY = itemgetter(1)
 
 

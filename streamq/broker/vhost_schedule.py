@@ -119,8 +119,7 @@ class Schedule:
         queue.in_flow = False
         queue.window.release()
         consumers, queue.consumers = list(queue.consumers), []
-        queue.turns.clear()
-        queue.parked.clear()
+        queue.clear_turns()
         for consumer in consumers:
             consumer.cancel_by_broker()
         self.dirty.discard(queue)
@@ -146,10 +145,7 @@ class Schedule:
         cancelled = ""
         if consumer is not None and consumer in queue.consumers:
             queue.consumers.remove(consumer)
-            if consumer in queue.turns:
-                queue.turns.remove(consumer)
-            elif consumer in queue.parked:
-                queue.parked.remove(consumer)
+            queue.leave(consumer)
             consumer.cancel_by_broker()
             cancelled = f"its consumer {consumer.tag!r} cancelled, "
         logger.warning(

@@ -28,6 +28,7 @@ from streamq.broker.definitions import (
     arguments_to_json,
 )
 from streamq.broker.exchange import Destination, Exchange
+from streamq.broker.expiration import EXPIRY_UNKNOWN
 from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import STREAM
@@ -254,6 +255,8 @@ class Storage:
         from the log and is rewritten."""
         cursor = queue.cursor
         queue.holds_expiring = replayed.expiring
+        if replayed.runs:  # their own expirations were not read: runs are checked
+            queue.own_expiry_min_ms = EXPIRY_UNKNOWN
         # After a failover every restored message counts as delivered once: plain queues
         # hold that as one offset (`redelivered_below`), priority queues per message.
         redelivered_below = replayed.runs[-1][0] + replayed.runs[-1][1] if replayed.runs else 0

@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -68,6 +69,7 @@ def node_info(config: ServeConfig, node_id: str) -> NodeInfo:
     at the advertised URI's host where a listener binds every address."""
     advertised_host = urlsplit(advertised_uri(config)).hostname or "127.0.0.1"
     http_bind = config.bind if config.http_bind is None else config.http_bind
+    mqtt_bind = config.bind if config.mqtt_bind is None else config.mqtt_bind
 
     def address(bind: str, port: int) -> str:
         host = advertised_host if bind in WILDCARDS else bind
@@ -80,7 +82,21 @@ def node_info(config: ServeConfig, node_id: str) -> NodeInfo:
         http=address(http_bind, config.http_port),
         amqps=address(config.bind, config.amqps_port),
         https=address(http_bind, config.https_port),
+        stream=address(config.bind, config.stream_port),
+        stream_advertised=stream_advertised(config),
+        mqtt=address(mqtt_bind, config.mqtt_port),
+        mqtts=address(mqtt_bind, config.mqtts_port),
     )
+
+
+def stream_advertised(config: ServeConfig) -> str:
+    """What Metadata tells clients of this node's stream port ("" without one): the
+    stream gateway's advertised host and port (the host name and the listener's port by
+    default, as RabbitMQ)."""
+    if config.stream_port < 0:
+        return ""
+    host = config.stream_advertised_host or socket.gethostname()
+    return f"{_host_text(host)}:{config.stream_advertised_port or config.stream_port}"
 
 
 def _host_text(host: str) -> str:
@@ -344,6 +360,7 @@ class Node:
         def attach(broker: Broker) -> None:
             broker.syncer.gate = server  # before any listener opens: every round waits
             broker.cluster = view
+            server.request_round = broker.syncer.barrier
 
         def serving(amqp_port: int, http_port: int) -> None:
             assert self._hooks is not None

@@ -26,6 +26,7 @@ from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 from streamq.cluster import replication as wire
+from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.cluster.replication import ReplicationError
 from streamq.cluster.sync import (
     SYNCING_MARKER,
@@ -68,15 +69,22 @@ class ReplicationClient:
         secret: str,
         leader_uri: str,
         tls: ssl.SSLContext | None = None,
+        *,
+        version: int = wire.VERSION,
+        replica: ReplicaProgress | None = None,
     ) -> None:
         """`tls`: connect over TLS with this context (the leader's certificate is checked
-        for the URI's host), else in clear text."""
+        for the URI's host), else in clear text. `version`: of the replication protocol
+        to speak (2 for a leader from before follower reads). `replica`: told what was
+        received and committed, for the stream reads this node serves."""
         self.data_dir = os.path.abspath(data_dir)
         self.node_id = node_id
         self._secret = secret
         self.leader_uri = leader_uri
         self._tls = tls
         self._address = parse_uri(leader_uri)
+        self.version = version
+        self.replica = replica
         self.synced = False
         self.acked = 0
         self._stopping = False
@@ -115,12 +123,16 @@ class ReplicationClient:
     async def _run(self) -> None:
         if self._stopping:
             return
+        if self.replica is not None:
+            self.replica.stopped()  # reads wait: a full sync may rewrite files
         reader, writer = await self._connect()
         try:
             await asyncio.wait_for(self._handshake(reader, writer), wire.HANDSHAKE_TIMEOUT_S)
             start, consistent_at = await self._full_sync(reader, writer)
             await self._follow(reader, writer, start, consistent_at)
         finally:
+            if self.replica is not None:
+                self.replica.stopped()
             writer.close()
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -153,9 +165,11 @@ class ReplicationClient:
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(wire.hello())
+        writer.write(wire.hello(self.version))
         try:
-            await wire.read_greeting(reader, self.leader_uri, tls=self._tls is not None)
+            await wire.read_greeting(
+                reader, self.leader_uri, tls=self._tls is not None, version=self.version
+            )
         except ssl.SSLError as exc:  # the leader's alert, after our side of a TLS 1.3 handshake
             raise ReplicationError(
                 f"the leader at {self.leader_uri} refused this node's certificate: "
@@ -256,6 +270,8 @@ class ReplicationClient:
     ) -> None:
         stream = _Stream(start)
         self.acked = start
+        if self.replica is not None:
+            self.replica.connected(start)
         if consistent_at <= start:
             await self._synced()
         # The first ack says "synced, streaming from here", even if nothing comes.
@@ -278,12 +294,19 @@ class ReplicationClient:
     async def _receive_stream(self, reader: asyncio.StreamReader, stream: _Stream) -> None:
         while True:
             kind, body = await wire.read_frame(reader)
+            if kind == wire.COMMITTED and self.version >= wire.VERSION_COMMITTED:
+                if self.replica is not None:
+                    self.replica.commit(wire.parse_u64(body))
+                continue
             if kind != wire.STREAM:
                 raise ReplicationError(f"unexpected frame {kind} in the live stream")
             position, data = wire.decode_positioned(body)
             if position != stream.received:
                 raise ReplicationError(f"stream at {position}, expected {stream.received}")
             stream.put(data)
+            if self.replica is not None:
+                # Before the bytes can reach the disk (they are applied on the thread).
+                self.replica.received = stream.received
             while stream.queued_bytes > APPLY_QUEUE_BYTES_MAX:
                 stream.space.clear()
                 await stream.space.wait()
@@ -315,6 +338,8 @@ class ReplicationClient:
     async def _synced(self) -> None:
         await self._on_thread(clear_marker, self.data_dir)
         self.synced = True
+        if self.replica is not None:
+            self.replica.consistent()
 
 
 class _Stream:

@@ -2,10 +2,13 @@
 
 Owns one `Following` per leader followed: the replication client (`ReplicationClient`,
 restarted after FOLLOW_RETRY_S whenever its connection ends, while the same leader is
-elected) and the forwarders on this node's client ports (`proxy.Forwarder`: AMQP with a
-PROXY v1 header, HTTP, and the TLS ports when both nodes have them). `close()` stops
-both and returns only once the replication client's last write to the data directory is
-done, so that the caller may then open a broker on it.
+elected; in replication version 3, or 2 for a leader that closed before greeting 3), the
+forwarders on this node's client ports (`proxy.Forwarder`: AMQP with a PROXY v1 header,
+HTTP, MQTT with a PROXY v1 header, and the TLS ports when both nodes have them) and, when
+the leader has a stream port, the stream port (`stream_proxy.StreamProxy`: piped to the
+leader's, with subscriptions served from this node's copy up to what `ReplicaProgress`
+allows). `close()` stops both and returns only once the replication client's last write
+to the data directory is done, so that the caller may then open a broker on it.
 """
 
 from __future__ import annotations
@@ -13,16 +16,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from streamq.app import ServeConfig
+from streamq.cluster import replication as wire
 from streamq.cluster.follower import ReplicationClient
 from streamq.cluster.membership import NodeInfo
 from streamq.cluster.proxy import Forwarder, split_address
+from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.cluster.replication import ReplicationError
+from streamq.cluster.stream_proxy import StreamProxy
 
 logger = logging.getLogger("streamq")
 
@@ -31,7 +38,7 @@ FOLLOW_RETRY_S: Final = 1.0
 
 @dataclass(frozen=True, slots=True)
 class ForwardedPort:
-    what: str  # "AMQP", "HTTP", "AMQPS", "HTTPS"
+    what: str  # "AMQP", "HTTP", "AMQPS", "HTTPS", "MQTT", "MQTTS"
     host: str  # this node's listening address
     port: int
     target: str  # the leader's "host:port"
@@ -40,8 +47,9 @@ class ForwardedPort:
 
 def forwarded_ports(config: ServeConfig, leader: NodeInfo) -> list[ForwardedPort]:
     """This node's client ports and the leader's matching addresses: AMQP (with a PROXY
-    header: the leader's AMQP listener trusts its followers' headers), HTTP, and the TLS
-    ports where this node has one and the leader advertises one."""
+    header: the leader's AMQP listener trusts its followers' headers), HTTP, MQTT (with a
+    PROXY header too) where both nodes have it, and the TLS ports where this node has
+    one and the leader advertises one."""
     http_bind = config.bind if config.http_bind is None else config.http_bind
     ports = [
         ForwardedPort("AMQP", config.bind, config.amqp_port, leader.amqp, True),
@@ -51,6 +59,11 @@ def forwarded_ports(config: ServeConfig, leader: NodeInfo) -> list[ForwardedPort
         ports.append(ForwardedPort("AMQPS", config.bind, config.amqps_port, leader.amqps, False))
     if config.https_port >= 0 and leader.https:
         ports.append(ForwardedPort("HTTPS", http_bind, config.https_port, leader.https, False))
+    mqtt_bind = config.bind if config.mqtt_bind is None else config.mqtt_bind
+    if config.mqtt_port >= 0 and leader.mqtt:
+        ports.append(ForwardedPort("MQTT", mqtt_bind, config.mqtt_port, leader.mqtt, True))
+    if config.mqtts_port >= 0 and leader.mqtts:
+        ports.append(ForwardedPort("MQTTS", mqtt_bind, config.mqtts_port, leader.mqtts, False))
     return ports
 
 
@@ -71,7 +84,10 @@ class Following:
         self.leader = leader
         self.tls = tls  # the replication link's client context now (None: clear text)
         self.client: ReplicationClient | None = None
+        self.replica = ReplicaProgress()
+        self.version = wire.VERSION
         self._forwarders: list[Forwarder] = []
+        self._stream_proxy: StreamProxy | None = None
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -87,6 +103,7 @@ class Following:
         )
         for port in forwarded_ports(self.config, self.leader):
             await self._forward(port)
+        await self._proxy_streams()
         self._task = asyncio.get_running_loop().create_task(self._replicate())
 
     async def _forward(self, port: ForwardedPort) -> None:
@@ -101,6 +118,23 @@ class Following:
             return
         self._forwarders.append(forwarder)
 
+    async def _proxy_streams(self) -> None:
+        """The stream port, when both this node and the leader have one."""
+        config = self.config
+        if config.stream_port < 0 or not self.leader.stream:
+            return
+        advertised = (config.stream_advertised_host or socket.gethostname(),
+                      config.stream_advertised_port)  # fmt: skip
+        proxy = StreamProxy(split_address(self.leader.stream), config.data_dir, self.replica,
+                            advertised=advertised, frame_max=config.stream_frame_max)  # fmt: skip
+        try:
+            await proxy.start(config.bind, config.stream_port)
+        except OSError as exc:
+            logger.error("clustering: cannot open the stream port %s:%s: %s",
+                         config.bind, config.stream_port, exc.strerror)  # fmt: skip
+            return
+        self._stream_proxy = proxy
+
     async def _replicate(self) -> None:
         while not self._stopping.is_set():
             self.client = ReplicationClient(
@@ -109,12 +143,19 @@ class Following:
                 self.secret,
                 self.leader.advertised_uri,
                 self.tls() if self.tls is not None else None,  # read at each connection
+                version=self.version,
+                replica=self.replica,
             )
             try:
                 await self.client.run()
             except ReplicationError as exc:
                 logger.warning("clustering: replication from %s ended: %s", self.leader.node_id,
                                exc)  # fmt: skip
+                if exc.before_greeting:
+                    # A leader of version 2 closes at a hello of 3 (a rolling upgrade):
+                    # the next attempt says 2, the one after 3 again, and so on.
+                    oldest = min(wire.VERSIONS_ACCEPTED)
+                    self.version = wire.VERSION if self.version == oldest else oldest
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), FOLLOW_RETRY_S)
 
@@ -125,6 +166,9 @@ class Following:
         for forwarder in self._forwarders:
             await forwarder.close()
         self._forwarders.clear()
+        if self._stream_proxy is not None:
+            await self._stream_proxy.close()
+            self._stream_proxy = None
         if self.client is not None:
             self.client.stop()  # run() returns after its writes are done
         if self._task is not None:

@@ -64,10 +64,12 @@ class IsrStore(Protocol):
 
 
 class _Session:
-    def __init__(self, node_id: str, host: str, cursor: int) -> None:
+    def __init__(self, node_id: str, host: str, cursor: int, version: int) -> None:
         self.node_id = node_id
         self.host = host
         self.cursor = cursor  # the next stream position to send
+        self.version = version  # of the replication protocol, as the follower's hello
+        self.committed_sent = 0  # the last COMMITTED position sent (version 3)
         self.follower = Follower(node_id, host, cursor)
         self.wake = asyncio.Event()
         self.task = asyncio.current_task()
@@ -111,6 +113,10 @@ class ReplicationServer:
         self._maintain_wake = asyncio.Event()
         self._growth_scheduled = False
         self._fenced = False
+        # Starts an empty fsync round through this gate (the broker's `Syncer.barrier`,
+        # set once the broker exists): a follower that starts streaming then hears of a
+        # committed position covering what it has, even on a cluster nobody writes to.
+        self.request_round: Callable[[], object] | None = None
 
     async def start(self, bind: str, port: int) -> int:
         """Listen on the clustering port; returns the bound port."""
@@ -182,8 +188,12 @@ class ReplicationServer:
     def _release(self) -> None:
         if self._fenced:
             return
-        for done in self._state.releasable(lease_valid=self._lease_valid()):
+        ready = self._state.releasable(lease_valid=self._lease_valid())
+        for done in ready:
             done(None)
+        if ready:  # the committed position moved: followers reading hear of it
+            for session in self._sessions.values():
+                session.wake.set()
 
     # What operators and the node see.
 
@@ -257,14 +267,14 @@ class ReplicationServer:
         session = None
         try:
             try:
-                node_id = await asyncio.wait_for(
+                node_id, version = await asyncio.wait_for(
                     self._handshake(reader, writer), wire.HANDSHAKE_TIMEOUT_S
                 )
             except (ReplicationError, OSError, TimeoutError) as exc:
                 peer = writer.get_extra_info("peername")
                 logger.warning("clustering: refused replication peer %s: %s", peer, exc)
                 return
-            session = await self._register(node_id, writer)
+            session = await self._register(node_id, version, writer)
             await self._full_sync(session, reader, writer)
             await self._follow(session, reader, writer)
         except (ReplicationError, OSError, TapTrimmed, TimeoutError) as exc:
@@ -280,9 +290,11 @@ class ReplicationServer:
                 self._unregister(session)
             writer.close()
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
-        await wire.read_hello(reader)
-        writer.write(wire.hello())
+    async def _handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[str, int]:
+        version = await wire.read_hello(reader)
+        writer.write(wire.hello(version))
         secret = await wire.read_secret(reader)
         if not hmac.compare_digest(secret, self._secret):
             writer.write(bytes([wire.REFUSED]))
@@ -292,9 +304,9 @@ class ReplicationServer:
         node_id = await wire.read_node_id(reader)
         if node_id == self.node_id:
             raise ReplicationError(f"a follower claims this leader's node id {node_id}")
-        return node_id
+        return node_id, version
 
-    async def _register(self, node_id: str, writer: asyncio.StreamWriter) -> _Session:
+    async def _register(self, node_id: str, version: int, writer: asyncio.StreamWriter) -> _Session:
         old = self._sessions.get(node_id)
         if old is not None and old.task is not None:
             old.task.cancel()
@@ -303,7 +315,7 @@ class ReplicationServer:
         if self._fenced:
             raise ReplicationError("this node is no longer the leader")
         host = writer.get_extra_info("peername")[0]
-        session = _Session(node_id, host, self.tap.position)
+        session = _Session(node_id, host, self.tap.position, version)
         self._sessions[node_id] = session
         self._state.followers[node_id] = session.follower
         self._maintain_wake.set()
@@ -385,6 +397,9 @@ class ReplicationServer:
     ) -> None:
         session.follower.state = "streaming"
         self._maintain_wake.set()
+        if self.request_round is not None and session.version >= wire.VERSION_COMMITTED:
+            with contextlib.suppress(RuntimeError):  # the broker is closing
+                self.request_round()
         sender = asyncio.create_task(self._send_stream(session, writer))
         acks = asyncio.create_task(self._read_acks(session, reader))
         try:
@@ -399,9 +414,10 @@ class ReplicationServer:
 
     async def _send_stream(self, session: _Session, writer: asyncio.StreamWriter) -> None:
         while True:
+            self._send_committed(session, writer)
             if self.tap.position <= session.cursor:
                 session.wake.clear()
-                if self.tap.position <= session.cursor:
+                if self.tap.position <= session.cursor and not self._committed_due(session):
                     await session.wake.wait()
                 continue
             data = self.tap.read(session.cursor, STREAM_READ_BYTES_MAX)
@@ -411,6 +427,19 @@ class ReplicationServer:
             session.cursor += len(data)
             self._trim()
             await writer.drain()
+
+    def _committed_due(self, session: _Session) -> bool:
+        """Whether the follower has not heard of the committed position it may use."""
+        if session.version < wire.VERSION_COMMITTED:
+            return False
+        return min(self._state.released, session.cursor) > session.committed_sent
+
+    def _send_committed(self, session: _Session, writer: asyncio.StreamWriter) -> None:
+        """COMMITTED: what every in-sync replica has and the leader released, capped at
+        what this follower was sent (it reads no further than it received anyway)."""
+        if self._committed_due(session):
+            session.committed_sent = min(self._state.released, session.cursor)
+            writer.write(wire.frame(wire.COMMITTED, wire.u64(session.committed_sent)))
 
     async def _read_acks(self, session: _Session, reader: asyncio.StreamReader) -> None:
         while True:

@@ -89,6 +89,13 @@ class NodeInfo:
     http: str
     amqps: str = ""
     https: str = ""
+    # The stream protocol's listener ("host:port", followers pipe to the leader's) and
+    # the address clients are told in Metadata ("" without a stream port, or from a
+    # node of before follower reads).
+    stream: str = ""
+    stream_advertised: str = ""
+    mqtt: str = ""  # "": no MQTT listener (or a node from before MQTT was forwarded)
+    mqtts: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

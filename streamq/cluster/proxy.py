@@ -1,11 +1,12 @@
 """A follower's forwarders: its client ports piped to the leader's, as LavinMQ's followers
 proxy.
 
-Owns `Forwarder`, one listening socket on this node (its AMQP, HTTP, AMQPS or HTTPS port)
-whose every connection is piped, byte for byte, to the matching address of the leader;
-an AMQP forwarder first sends a PROXY protocol v1 header naming the client, so that the
-leader shows (and judges, loopback rule included) the client rather than this node. TLS
-ports are piped as they are: the TLS session is the client's with the leader.
+Owns `Forwarder`, one listening socket on this node (its AMQP, HTTP, AMQPS, HTTPS, MQTT
+or MQTTS port) whose every connection is piped, byte for byte, to the matching address of
+the leader; an AMQP or MQTT forwarder first sends a PROXY protocol v1 header naming the
+client, so that the leader shows (and judges, loopback rule included) the client rather
+than this node. TLS ports are piped as they are: the TLS session is the client's with
+the leader.
 
 Bounded: each direction stops reading from one side while the other side's write buffer
 is above its high-water mark (asyncio's flow control: `pause_writing` on one protocol

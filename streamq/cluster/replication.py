@@ -7,8 +7,8 @@ asyncio stream. It decides nothing: the leader's side is `leader`, the follower'
 
 Handshake (follower -> leader unless noted), over TLS when the nodes have clustering
 TLS settings (`link_tls`), else in clear text:
-    "SQREPL" | u8 version (2)
-    leader -> follower: "SQREPL" | u8 version (2): the greeting. The follower sends its
+    "SQREPL" | u8 version (3; 2 from a node of before follower reads)
+    leader -> follower: "SQREPL" | u8 version (the follower's): the greeting. The follower sends its
                    secret only once it has it, so that a clear-text follower that reached
                    a TLS leader (which answers its hello with a TLS alert, or closes)
                    never sends the secret, and says so.
@@ -32,6 +32,10 @@ FRAME_BODY_BYTES_MAX). Leader -> follower, in this order:
                    `start`; once the follower applied up to `now` its copy is consistent
     STREAM         u64 stream position | action bytes (`streamq.log.tap`'s encoding; a
                    frame may end inside an action)
+    COMMITTED      u64 stream position (version 3 only): every round the leader recorded
+                   up to there is on every in-sync replica and released (its confirms
+                   went out). A follower serves stream reads only up to what its copy
+                   held when it had received no more than that (`replica_log`).
 Follower -> leader:
     FILE_REQUEST   u64 size | 20-byte SHA-1 of the follower's copy (size 0: none) | path
     REQUESTS_END   (empty): the follower asked for everything it lacks
@@ -45,7 +49,11 @@ import struct
 from typing import Final
 
 MAGIC: Final = b"SQREPL"
-VERSION: Final = 2
+VERSION: Final = 3
+# A leader of this version also takes followers of version 2 (they get no COMMITTED
+# frames), and a follower falls back to it for a leader of that version: rolling upgrades.
+VERSIONS_ACCEPTED: Final = frozenset({2, 3})
+VERSION_COMMITTED: Final = 3  # the first version with COMMITTED frames
 ACCEPTED: Final = 0
 REFUSED: Final = 1
 SHA1_BYTES: Final = 20
@@ -66,6 +74,7 @@ FILE_END: Final = 5
 FILE_MISSING: Final = 6
 SYNC_END: Final = 7
 STREAM: Final = 8
+COMMITTED: Final = 9
 FILE_REQUEST: Final = 16
 REQUESTS_END: Final = 17
 ACK: Final = 18
@@ -84,9 +93,11 @@ _REQUEST_HEAD: Final = struct.Struct(f"<Q{SHA1_BYTES}s")
 class ReplicationError(Exception):
     """The replication connection failed or was refused; `reason` says why."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, before_greeting: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        # The leader closed before greeting a hello of this version: try the older one.
+        self.before_greeting = before_greeting
 
 
 def frame(kind: int, body: bytes | bytearray | memoryview = b"") -> bytes:
@@ -113,15 +124,15 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         raise ReplicationError("connection closed by the peer") from None
 
 
-def hello() -> bytes:
+def hello(version: int = VERSION) -> bytes:
     """The follower's first bytes, and the leader's greeting."""
-    return MAGIC + bytes([VERSION])
+    return MAGIC + bytes([version])
 
 
-async def read_hello(reader: asyncio.StreamReader) -> None:
-    """The leader reads a connecting follower's hello. Raises ReplicationError on a TLS
-    ClientHello (a TLS follower on a clear-text port), a bad magic or version, or a closed
-    connection."""
+async def read_hello(reader: asyncio.StreamReader) -> int:
+    """The leader reads a connecting follower's hello; returns its version. Raises
+    ReplicationError on a TLS ClientHello (a TLS follower on a clear-text port), a bad
+    magic or version, or a closed connection."""
     try:
         head = await reader.readexactly(len(MAGIC) + 1)
     except asyncio.IncompleteReadError:
@@ -131,13 +142,18 @@ async def read_hello(reader: asyncio.StreamReader) -> None:
             "the peer speaks TLS and this node's replication port is clear text: give "
             "every node the clustering TLS settings (clustering_tls_cert, _key, _ca), or none"
         )
-    if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] != VERSION:
+    if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] not in VERSIONS_ACCEPTED:
         raise ReplicationError("not a streamq replication client of this version")
+    return head[len(MAGIC)]
 
 
-async def read_greeting(reader: asyncio.StreamReader, leader: str, *, tls: bool) -> None:
-    """The follower reads the leader's greeting (`tls`: over TLS). Raises ReplicationError
-    if the leader answered as a TLS server (an alert), closed, or is not of this version."""
+async def read_greeting(
+    reader: asyncio.StreamReader, leader: str, *, tls: bool, version: int = VERSION
+) -> None:
+    """The follower reads the leader's greeting (`tls`: over TLS) to its hello of
+    `version`. Raises ReplicationError if the leader answered as a TLS server (an alert),
+    closed (`before_greeting` set: maybe a leader of version 2), or is not of that
+    version."""
     try:
         head = await reader.readexactly(len(MAGIC) + 1)
     except asyncio.IncompleteReadError as exc:
@@ -149,16 +165,18 @@ async def read_greeting(reader: asyncio.StreamReader, leader: str, *, tls: bool)
             raise ReplicationError(
                 f"the leader at {leader} closed the TLS connection before its greeting: it "
                 "refused this node's certificate (not signed by its clustering_tls_ca?) or "
-                "is of another version; the secret was not sent"
+                "is of another version; the secret was not sent",
+                before_greeting=True,
             ) from None
         raise ReplicationError(
             f"the leader at {leader} closed the connection before its greeting: its "
             "replication port may require TLS (this node has no clustering TLS settings) or "
-            "be of another version; the secret was not sent"
+            "be of another version; the secret was not sent",
+            before_greeting=True,
         ) from None
     if head[0] in (TLS_ALERT_RECORD, TLS_HANDSHAKE_RECORD):
         raise ReplicationError(_tls_leader(leader))
-    if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] != VERSION:
+    if head[: len(MAGIC)] != MAGIC or head[len(MAGIC)] != version:
         raise ReplicationError(f"the leader at {leader} is not a leader of this version")
 
 

@@ -47,6 +47,7 @@ def node_rows(
                 amqp=info.amqp if info is not None else "",
                 http=info.http if info is not None else "",
                 is_self=False,
+                stream_advertised=info.stream_advertised if info is not None else "",
             )
         )
     return rows

@@ -11,21 +11,32 @@ stream protocol's Publish path keeps batches compressed; the readers that need m
 from __future__ import annotations
 
 import struct
+from types import ModuleType
 from typing import Final
-
-import cramjam
 
 from streamq.log import chunk
 from streamq.log.chunk import ChunkInvalid, EntryView
 
 BATCH_BYTES_MAX: Final = 64 * 1024 * 1024  # one batch's messages, decompressed
-CODECS: Final = {
-    chunk.COMPRESSION_GZIP: cramjam.gzip,
-    chunk.COMPRESSION_SNAPPY: cramjam.snappy,
-    chunk.COMPRESSION_LZ4: cramjam.lz4,
-    chunk.COMPRESSION_ZSTD: cramjam.zstd,
-}
 _SIZE: Final = struct.Struct(">I")
+_codecs: dict[int, ModuleType] = {}
+
+
+def codecs() -> dict[int, ModuleType]:
+    """cramjam's codec modules by compression, imported at the first compressed batch
+    read, not with the broker (about 3 MiB mapped; as `queues.sub_entries.codecs`)."""
+    if not _codecs:
+        import cramjam  # noqa: PLC0415  # deferred on purpose: see the docstring
+
+        _codecs.update(
+            {
+                chunk.COMPRESSION_GZIP: cramjam.gzip,
+                chunk.COMPRESSION_SNAPPY: cramjam.snappy,
+                chunk.COMPRESSION_LZ4: cramjam.lz4,
+                chunk.COMPRESSION_ZSTD: cramjam.zstd,
+            }
+        )
+    return _codecs
 
 
 def decompress(compression: int, data: bytes | memoryview, length: int) -> bytes:
@@ -33,7 +44,7 @@ def decompress(compression: int, data: bytes | memoryview, length: int) -> bytes
     it holds more or fewer, is damaged, or the codec is unknown."""
     if compression == chunk.COMPRESSION_NONE:
         return bytes(data)
-    codec = CODECS.get(compression)
+    codec = codecs().get(compression)
     if codec is None:
         raise ValueError(f"unknown sub-entry compression {compression}")
     if length > BATCH_BYTES_MAX:
@@ -43,11 +54,18 @@ def decompress(compression: int, data: bytes | memoryview, length: int) -> bytes
     out = bytearray(length)
     try:
         written = codec.decompress_into(bytes(data), out)
-    except cramjam.DecompressionError as exc:
+    except _decompression_error() as exc:
         raise ValueError(f"sub-entry batch does not decompress: {exc}") from None
     if written != length:
         raise ValueError(f"sub-entry batch decompresses to {written} bytes, not {length}")
     return bytes(out)
+
+
+def _decompression_error() -> type[Exception]:
+    import cramjam  # noqa: PLC0415  # imported by `codecs` already: a dict lookup
+
+    error: type[Exception] = cramjam.DecompressionError
+    return error
 
 
 def messages(entry: EntryView) -> list[bytes]:

@@ -1,11 +1,13 @@
 """`streamq perf`: a load generator that speaks AMQP 0-9-1 itself (issue 4).
 
 Owns the command's two entry points, called from `streamq.cli`: `add_parser` registers
-`streamq perf throughput | sink | connections | queues`, and `main` runs one and turns
+`streamq perf throughput | sink | connections | queues | mqtt`, and `main` runs one and turns
 every operating error into a one-line message on stderr and exit status 1 (never a
 traceback). The tests themselves live in the sibling modules: `throughput` (with
 `publisher`, `consumer`, `shared`, `worker`, `report`, `latency`), `sink`, `footprint`;
-`client` and `wire` are the AMQP client and its hot path over the project's codec.
+`client` and `wire` are the AMQP client and its hot path over the project's codec;
+`mqtt_throughput` (with `mqtt_roles`, `mqtt_client`, `mqtt_wire`, `mqtt_options`) and
+`mqtt_footprint` are `streamq perf mqtt throughput | connections`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ def add_parser(commands: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the chosen test; 0 on success, 1 on an operating error, 2 without a test."""
     if args.perf_command is None:
-        print("streamq perf: choose a test: throughput, sink, connections, queues", file=sys.stderr)
+        print(
+            "streamq perf: choose a test: throughput, sink, connections, queues, mqtt",
+            file=sys.stderr,
+        )
+        return _USAGE_ERROR
+    if args.perf_command == "mqtt" and args.mqtt_command is None:
+        print("streamq perf mqtt: choose a test: throughput, connections", file=sys.stderr)
         return _USAGE_ERROR
     try:
         return _run(args)
@@ -50,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     from streamq.perf.throughput import run_throughput  # noqa: PLC0415
 
     command = args.perf_command
+    if command == "mqtt":
+        return _run_mqtt(args)
     if command == "throughput":
         return run_throughput(throughput_config(args))
     if command == "sink":
@@ -60,5 +70,19 @@ def _run(args: argparse.Namespace) -> int:
     else:
         arguments = json_table(args.queue_args, "--queue-args")
         result = run_queues(uri, args.count, args.prefix, arguments, args.keep, args.pid)
+    print(format_result(result, args.json))
+    return 0
+
+
+def _run_mqtt(args: argparse.Namespace) -> int:
+    from streamq.perf.footprint import format_result  # noqa: PLC0415  # as in _run
+    from streamq.perf.mqtt_footprint import run_mqtt_connections  # noqa: PLC0415
+    from streamq.perf.mqtt_options import mqtt_throughput_config, parse_mqtt_uri  # noqa: PLC0415
+    from streamq.perf.mqtt_throughput import run_mqtt_throughput  # noqa: PLC0415
+
+    if args.mqtt_command == "throughput":
+        return run_mqtt_throughput(mqtt_throughput_config(args))
+    uri = parse_mqtt_uri(args.uri)
+    result = run_mqtt_connections(uri, args.count, args.keepalive, args.hold, args.pid)
     print(format_result(result, args.json))
     return 0

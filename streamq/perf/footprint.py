@@ -41,7 +41,7 @@ def broker_rss_kib(pid: int | None) -> int | None:
     raise PerfError(f"pid {pid} has no VmRSS (a kernel thread?)")
 
 
-def _raise_file_limit(needed: int) -> None:
+def raise_file_limit(needed: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
@@ -54,7 +54,7 @@ def run_connections(uri: AmqpUri, count: int, hold_s: float, pid: int | None) ->
     `PerfError` when one cannot be opened (those already open are closed)."""
     if count < 1:
         raise PerfError("connections: the count must be at least 1")
-    _raise_file_limit(count + FILES_SPARE)
+    raise_file_limit(count + FILES_SPARE)
     rss_before = broker_rss_kib(pid)
     clients: list[AmqpClient] = []
     started = time.monotonic()

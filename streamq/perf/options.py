@@ -15,6 +15,7 @@ from typing import Any, Final, cast
 
 from amqp_gateway.codec import FieldTable
 from streamq.perf.errors import PerfError
+from streamq.perf.mqtt_options import add_mqtt
 from streamq.perf.uri import DEFAULT_URI, AmqpUri, parse_uri
 from streamq.perf.wire import STAMP_BYTES
 
@@ -73,6 +74,7 @@ def add_subcommands(perf: argparse.ArgumentParser) -> None:
     for command in (connections, queues):
         _add_common(command)
         command.add_argument("--pid", type=int, help="the broker's pid, to report its VmRSS")
+    add_mqtt(commands)
 
 
 def _add_common(command: argparse.ArgumentParser) -> None:

@@ -100,23 +100,22 @@ def run_throughput(config: ThroughputConfig) -> int:
     )
     workers = start_workers(context, config, shared)
     live = sys.stderr if config.json else sys.stdout
-    try:
-        wait_until_ready(workers, shared)
-        elapsed_s = run_until_done(config, workers, shared, live)
-    finally:
-        shared.stop()
-        stop_workers(workers)
+    measured = measure(
+        workers,
+        shared,
+        Ticker(shared, bool(config.confirm_max), config.quiet, live),
+        config.duration_s,
+        ack_frames=bool(config.ack_every),
+    )
     raise_first_error(workers)
-    confirmed = shared.confirmed() if config.confirm_max else None
-    ack_frames = shared.ack_frames() if config.ack_every else None
     summary = report.summarize(
-        elapsed_s,
+        measured.elapsed_s,
         config.publishers,
         config.consumers,
         config.body_bytes,
-        (shared.published(), confirmed, shared.consumed()),
+        measured.counts,
         latency_summary([part for worker in workers for part in worker.latency]),
-        ack_frames,
+        measured.ack_frames,
     )
     print(report.summary_json(summary) if config.json else report.summary_table(summary))
     return 0
@@ -133,15 +132,73 @@ def wait_until_ready(workers: list[Worker], shared: Shared) -> None:
             raise_first_error(workers)
 
 
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What a run moved: (published, confirmed or None, consumed), and in how long."""
+
+    elapsed_s: float
+    counts: tuple[int, int | None, int]
+    ack_frames: int | None
+
+
+class Ticker:
+    """The live line a second: what moved since the one before, and what is unconfirmed
+    when publishers wait for confirms (or PUBACKs)."""
+
+    def __init__(self, shared: Shared, confirms: bool, quiet: bool, live: TextIO) -> None:
+        self.shared = shared
+        self.confirms = confirms
+        self.quiet = quiet
+        self.live = live
+        self.last = (0, 0)
+
+    def tick(self, second: int) -> None:
+        shared = self.shared
+        published, consumed = shared.published(), shared.consumed()
+        unconfirmed = published - shared.confirmed() if self.confirms else None
+        if not self.quiet:
+            moved = (published - self.last[0], consumed - self.last[1])
+            print(report.live_line(second, *moved, unconfirmed), file=self.live, flush=True)
+        self.last = (published, consumed)
+
+
+def measure(
+    workers: list[Worker],
+    shared: Shared,
+    ticker: Ticker,
+    duration_s: float,
+    *,
+    ack_frames: bool,
+) -> Measured:
+    """Start the workers once all are ready, let them run (`duration_s`, 0: until they
+    finish) with a live line a second, and stop them. The counts are read first, then
+    the time: the workers count on until they see the stop, and what they count after
+    the measured span must not be divided by it (a `-R 50` MQTT consumer counted 153 in
+    3.004 s)."""
+    try:
+        wait_until_ready(workers, shared)
+        started = run_until_done(workers, shared, ticker, duration_s)
+        counts = (
+            shared.published(),
+            shared.confirmed() if ticker.confirms else None,
+            shared.consumed(),
+        )
+        acks = shared.ack_frames() if ack_frames else None
+        return Measured(time.monotonic() - started, counts, acks)
+    finally:
+        shared.stop()
+        stop_workers(workers)
+
+
 def run_until_done(
-    config: ThroughputConfig, workers: list[Worker], shared: Shared, live: TextIO
+    workers: list[Worker], shared: Shared, ticker: Ticker, duration_s: float
 ) -> float:
-    """Let the workers run; print a live line a second. Returns the seconds run."""
+    """Let the workers run; a live line a second. Returns when they started (the
+    monotonic clock's time of the go)."""
     shared.go()
     started = time.monotonic()
-    stop_at = started + config.duration_s if config.duration_s else float("inf")
+    stop_at = started + duration_s if duration_s else float("inf")
     next_tick = started + TICK_S
-    last = (0, 0)
     try:
         while any(worker.result is None for worker in workers):
             now = time.monotonic()
@@ -152,24 +209,13 @@ def run_until_done(
                 break
             now = time.monotonic()
             if now >= next_tick:
-                last = print_live_line(config, shared, last, round(now - started), live)
+                ticker.tick(round(now - started))
                 next_tick += TICK_S
             if now >= stop_at:
                 break
     except KeyboardInterrupt:
         pass  # ^C ends the run early; the summary still comes.
-    return time.monotonic() - started
-
-
-def print_live_line(
-    config: ThroughputConfig, shared: Shared, last: tuple[int, int], second: int, live: TextIO
-) -> tuple[int, int]:
-    published, consumed = shared.published(), shared.consumed()
-    unconfirmed = published - shared.confirmed() if config.confirm_max else None
-    if not config.quiet:
-        line = report.live_line(second, published - last[0], consumed - last[1], unconfirmed)
-        print(line, file=live, flush=True)
-    return published, consumed
+    return started
 
 
 def stop_workers(workers: list[Worker]) -> None:

@@ -49,7 +49,7 @@ def parse_uri(text: str) -> AmqpUri:
     if not parts.hostname:
         raise PerfError(f"bad URI {text!r}: no host")
     tls = parts.scheme == "amqps"
-    cacertfile, verify = _tls_query(text, parts.query, tls)
+    cacertfile, verify = parse_tls_query(text, parts.query, tls)
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     return AmqpUri(
         host=parts.hostname,
@@ -63,9 +63,12 @@ def parse_uri(text: str) -> AmqpUri:
     )
 
 
-def _tls_query(text: str, query: str, tls: bool) -> tuple[str, bool]:
-    """`cacertfile` and `verify` from the query. Raises `PerfError` for another key, a
-    bad verify mode, or TLS parameters on an amqp:// URI."""
+def parse_tls_query(
+    text: str, query: str, tls: bool, tls_scheme: str = "amqps"
+) -> tuple[str, bool]:
+    """`cacertfile` and `verify` from the query (also of `streamq perf mqtt`'s URIs).
+    Raises `PerfError` for another key, a bad verify mode, or TLS parameters on a URI
+    whose scheme is not `tls_scheme`."""
     try:
         fields = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
@@ -74,7 +77,7 @@ def _tls_query(text: str, query: str, tls: bool) -> tuple[str, bool]:
     if unknown:
         raise PerfError(f"bad URI {text!r}: unsupported query parameter {unknown[0]!r}")
     if fields and not tls:
-        raise PerfError(f"bad URI {text!r}: TLS parameters need amqps://")
+        raise PerfError(f"bad URI {text!r}: TLS parameters need {tls_scheme}://")
     verify = fields.get("verify", ["verify_peer"])[-1]
     if verify not in VERIFY_MODES:
         raise PerfError(f"bad URI {text!r}: verify must be verify_peer or verify_none")

@@ -14,18 +14,33 @@ are lost alone (`SegmentLog.chunk_damaged`).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from streamq.log import chunk, frame
 from streamq.log.bloom import bloom_may_match
 from streamq.log.chunk import ChunkHeader, ChunkInvalid
-from streamq.log.log import SegmentLog
 from streamq.log.reader import ChunkPlace
 from streamq.queues.chunks import Chunk, ChunkFilter
 
 _HEAD = frame.FRAME_HEAD_BYTES
 
 
+class ChunkSource(Protocol):
+    """What reading a stored chunk needs of a log: `SegmentLog`'s, or a cluster
+    follower's `ReplicaLog` over its copy."""
+
+    def frame_view(self, base_offset: int, position: int, chunk_bytes: int) -> bytes | memoryview:
+        """The frame of the chunk at `position`, a view where it can be."""
+
+    def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
+        """The chunk at `place` fails its checks."""
+
+    def file_of(self, base_offset: int) -> int | None:
+        """A descriptor for `os.sendfile` of the segment at `base_offset`, or None."""
+
+
 def read_stored_chunk(
-    log: SegmentLog, place: ChunkPlace, offset: int, filter: ChunkFilter | None
+    log: ChunkSource, place: ChunkPlace, offset: int, filter: ChunkFilter | None
 ) -> Chunk:
     """The chunk at `place` for a consumer at `offset` (see the module docstring)."""
     end = place.first_offset + place.records
@@ -46,7 +61,7 @@ def read_stored_chunk(
 
 
 def _file_span(
-    log: SegmentLog, place: ChunkPlace, header: ChunkHeader
+    log: ChunkSource, place: ChunkPlace, header: ChunkHeader
 ) -> tuple[int, int, int] | None:
     """Where header and entries are one span of a sealed segment's file, for sendfile."""
     if header.bloom_size:

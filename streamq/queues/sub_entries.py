@@ -19,9 +19,8 @@ at most BATCH_BYTES_MAX.
 from __future__ import annotations
 
 import struct
+from types import ModuleType
 from typing import Final
-
-import cramjam
 
 COMPRESSED_TEXT: Final = "compressed sub-entry batches are not supported"  # _streamwire.c
 BATCH_BYTES_MAX: Final = 64 * 1024 * 1024  # one batch's messages, decompressed
@@ -34,7 +33,6 @@ GZIP: Final = 1
 SNAPPY: Final = 2
 LZ4: Final = 3
 ZSTD: Final = 4
-CODECS: Final = {GZIP: cramjam.gzip, SNAPPY: cramjam.snappy, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
 NAMES: Final = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 
 _COUNT: Final = struct.Struct(">i")
@@ -48,10 +46,33 @@ class BadBatch(ValueError):
     """A Publish frame that cannot be decompressed (its text says why)."""
 
 
+_codecs: dict[int, ModuleType] = {}
+
+
+def codecs() -> dict[int, ModuleType]:
+    """cramjam's codec modules by compression. cramjam is imported at the first
+    compressed batch, not with the broker: it maps about 3 MiB that a broker whose
+    clients never compress would hold for nothing (memory at rest, docs/perf.md)."""
+    if not _codecs:
+        import cramjam  # noqa: PLC0415  # deferred on purpose: see the docstring
+
+        _codecs.update(
+            {GZIP: cramjam.gzip, SNAPPY: cramjam.snappy, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+        )
+    return _codecs
+
+
+def _decompression_error() -> type[Exception]:
+    import cramjam  # noqa: PLC0415  # imported by `codecs` already: a dict lookup
+
+    error: type[Exception] = cramjam.DecompressionError
+    return error
+
+
 def decompress(compression: int, data: bytes | memoryview, length: int) -> bytes:
     """The `length` bytes that `data`, compressed with `compression`, holds; BadBatch if
     it holds more or fewer, is damaged, or the codec is unknown."""
-    codec = CODECS.get(compression)
+    codec = codecs().get(compression)
     if codec is None:
         raise BadBatch(f"unknown sub-entry compression {compression}")
     if length > BATCH_BYTES_MAX:
@@ -59,7 +80,7 @@ def decompress(compression: int, data: bytes | memoryview, length: int) -> bytes
     out = bytearray(length)
     try:
         written = codec.decompress_into(bytes(data), out)
-    except cramjam.DecompressionError as exc:
+    except _decompression_error() as exc:
         raise BadBatch(f"{NAMES[compression]} sub-entry batch does not decompress: {exc}") from None
     if written != length:
         raise BadBatch(
@@ -73,7 +94,7 @@ def compress(compression: int, messages: list[bytes]) -> bytes:
     """A sub-entry batch entry (type byte to data) of `messages` compressed with
     `compression`: what a client's producer sends after the publishing id."""
     plain = b"".join(_SIZE.pack(len(m)) + m for m in messages)
-    data = plain if compression == NONE else bytes(CODECS[compression].compress(plain))
+    data = plain if compression == NONE else bytes(codecs()[compression].compress(plain))
     kind = SUB_ENTRY | (compression << COMPRESSION_SHIFT)
     return _BATCH.pack(kind, len(messages), len(plain), len(data)) + data
 

@@ -21,10 +21,10 @@ import pika
 import pytest
 import uvloop
 
-from amqp_gateway.listeners import starts_with_header
 from streamq.app import ClusterRole, ServeConfig, lock_data_dir, run_broker
 from streamq.broker.broker import Broker
 from streamq.proxy_protocol import V2_SIGNATURE
+from streamq.proxy_receiver import starts_with_header
 from tests.integration.conftest import RunningBroker
 from tests.integration.test_publish_runs import TIMEOUT_S
 from tests.integration.test_transports import (
@@ -143,7 +143,7 @@ def test_a_header_from_an_untrusted_peer_is_refused(
             with spoofing as through, pytest.raises(pika.exceptions.AMQPConnectionError):
                 pika_connect(through.port)
             wait_for(lambda: "not a follower" in caplog.text)
-        assert "closing connection from 127.0.0.1:" in caplog.text
+        assert "closing AMQP connection from 127.0.0.1:" in caplog.text
         assert connections(broker) == []
         with pika_connect(broker.amqp_port) as direct:  # the broker goes on
             round_trip(direct)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from streamq.app import ServeConfig
 from streamq.broker.cluster_view import FOLLOWER, LEADER
 from streamq.cluster.controller import advertised_uri, node_info
@@ -33,7 +35,20 @@ def test_registered_addresses_replace_wildcards_with_the_advertised_host() -> No
         http="127.0.0.3:15672",
         amqps="10.0.0.1:5671",
         https="",  # -1: off
+        stream="10.0.0.1:5552",
+        stream_advertised=f"{socket.gethostname()}:5552",  # as the stream gateway's default
+        mqtt="10.0.0.1:1883",  # [mqtt] bind unset: `bind`'s wildcard, the advertised host
+        mqtts="",
     )
+
+
+def test_the_stream_port_is_registered_with_its_advertised_address() -> None:
+    config = ServeConfig(stream_port=5553, stream_advertised_host="s1.example",
+                         stream_advertised_port=6000)  # fmt: skip
+    info = node_info(config, "n1")
+    assert (info.stream, info.stream_advertised) == ("127.0.0.1:5553", "s1.example:6000")
+    off = node_info(ServeConfig(stream_port=-1), "n1")
+    assert (off.stream, off.stream_advertised) == ("", "")
 
 
 def test_rows_join_registered_nodes_and_live_followers() -> None:

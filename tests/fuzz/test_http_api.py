@@ -238,6 +238,20 @@ def test_a_lone_surrogate_in_a_redeclared_queue_argument_is_a_400() -> None:
     assert b"lone surrogate" in answer
 
 
+def test_a_base64_payload_outside_ascii_is_a_400() -> None:
+    """Regression of a fuzz finding (docs/fuzzing.md, the fifth session): a publish whose
+    base64 payload holds a character outside ASCII answered 500 (b64decode raises a
+    ValueError there, not binascii.Error)."""
+    status, answer = api().send(
+        "POST",
+        "/api/exchanges/%2F/amq.default/publish",
+        "",
+        b'{"properties": {}, "routing_key": "hq", "payload": "\\u00e9", '
+        b'"payload_encoding": "base64"}',
+    )
+    assert (status, json.loads(answer)["reason"]) == (400, "payload is not valid base64"), answer
+
+
 def test_an_ackmode_that_is_not_a_string_is_a_400() -> None:
     """Regression of a fuzz finding (docs/fuzzing.md): a JSON object as `ackmode`
     answered 500 (unhashable in the set of modes). Its own queue: the fuzzed requests

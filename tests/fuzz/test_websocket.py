@@ -33,12 +33,12 @@ from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from http_gateway.server import build_app
 from streamq.broker.broker import Broker
 from tests.fuzz.broker_host import BrokerHost
-from tests.fuzz.harness import bounded_run
+from tests.fuzz.harness import bounded_run, scaled_s
 
 CORPUS: Final = "websocket"
 EXAMPLES: Final = 1200
 INPUTS_PER_BROKER: Final = 3000
-CLOSE_WAIT_S: Final = 3.0
+CLOSE_WAIT_S: Final = scaled_s(3.0)
 SERVER_TURNS: Final = 8  # loop turns for the server between the input and the close
 MASK: Final = b"\x01\x02\x03\x04"
 CLOSE_FRAME: Final = (

@@ -222,3 +222,71 @@ def broker(tmp_path: Path) -> Iterator[RunningBroker]:
     running = RunningBroker(tmp_path / "data")
     yield running
     running.stop()
+
+
+CLIENT_WAIT_S = 10
+
+PikaConnect = Callable[..., pika.BlockingConnection]
+
+
+def pika_on(broker: RunningBroker, **kwargs: object) -> pika.BlockingConnection:
+    """A pika connection to `broker` as guest (pika.ConnectionParameters' `kwargs` beside
+    the address), with bounded connect and blocked waits."""
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        broker.amqp_port,
+        socket_timeout=CLIENT_WAIT_S,
+        blocked_connection_timeout=CLIENT_WAIT_S,
+        **kwargs,
+    )
+    return pika.BlockingConnection(params)
+
+
+@pytest.fixture
+def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
+    """A guest connection to the test's broker, closed after the test if still open."""
+    conn = pika_on(broker)
+    yield conn
+    if conn.is_open:
+        conn.close()
+
+
+@pytest.fixture
+def channel(connection: pika.BlockingConnection) -> BlockingChannel:
+    return connection.channel()
+
+
+@pytest.fixture
+def pika_connect(broker: RunningBroker) -> Iterator[PikaConnect]:
+    """`connect(vhost="/", user="guest", password=None)`: a pika connection to `broker`
+    (the password defaults to the user's name: guest's is guest), closed after the test
+    if still open."""
+    opened: list[pika.BlockingConnection] = []
+
+    def connect(
+        vhost: str = "/", user: str = "guest", password: str | None = None
+    ) -> pika.BlockingConnection:
+        params = pika.ConnectionParameters(
+            "127.0.0.1",
+            broker.amqp_port,
+            vhost,
+            pika.PlainCredentials(user, user if password is None else password),
+            socket_timeout=CLIENT_WAIT_S,
+            blocked_connection_timeout=CLIENT_WAIT_S,
+        )
+        conn = pika.BlockingConnection(params)
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        if conn.is_open:
+            conn.close()
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = CLIENT_WAIT_S) -> None:
+    """Poll `check` every 20 ms until it is true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

@@ -9,10 +9,6 @@ answers show the order they were applied in.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pika
-import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from amqp_gateway import codec
@@ -21,16 +17,6 @@ from tests.integration.conftest import RunningBroker, drain_bodies
 from tests.integration.test_publish_runs import Reader, open_raw, received
 
 TIMEOUT_S = 10
-
-
-@pytest.fixture
-def channel(broker: RunningBroker) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
-    )
-    yield connection.channel()
-    if connection.is_open:
-        connection.close()
 
 
 def frame(method: m.Method) -> bytes:

@@ -3,8 +3,6 @@ prefetch, requeue order, confirms, returns, transactions and the error codes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pika
 import pika.exceptions
 import pytest
@@ -20,19 +18,6 @@ def connect(broker: RunningBroker, **kwargs: object) -> pika.BlockingConnection:
         "127.0.0.1", broker.amqp_port, blocked_connection_timeout=TIMEOUT_S, **kwargs
     )
     return pika.BlockingConnection(params)
-
-
-@pytest.fixture
-def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
-    conn = connect(broker)
-    yield conn
-    if conn.is_open:
-        conn.close()
-
-
-@pytest.fixture
-def channel(connection: pika.BlockingConnection) -> BlockingChannel:
-    return connection.channel()
 
 
 def consume_n(channel: BlockingChannel, queue: str, count: int, ack: bool = True) -> list[tuple]:

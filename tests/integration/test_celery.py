@@ -18,7 +18,7 @@ from celery import Celery
 from celery.result import ResultSet
 
 from benchmarks.celery_app import ADD, FLAKY_ADD, SLOW_ADD, make_app
-from benchmarks.celery_tasks import Workers, WorkerSettings
+from benchmarks.celery_tasks import Workers, WorkerSettings, collect, send_tasks
 from tests.integration.conftest import RunningBroker
 
 RESULT_TIMEOUT_S = 30.0
@@ -67,6 +67,22 @@ def test_tasks_and_retries_come_back_over_rpc(
         assert ResultSet(results).get(timeout=RESULT_TIMEOUT_S) == [i + 1 for i in range(200)]
         assert ResultSet(retried).get(timeout=RESULT_TIMEOUT_S) == [i + 2 for i in range(10)]
         workers.check_alive()
+    finally:
+        workers.stop()
+
+
+@pytest.mark.timeout(120)
+def test_windowed_send_reads_results_while_sending(
+    broker: RunningBroker, caller: Celery, tmp_path: Path
+) -> None:
+    """The benchmark's send loop with a window: when it returns, every result but the
+    last `window` is back already (read while sending), and all are right."""
+    workers = start_workers(broker, tmp_path, "threads", prefetch_multiplier=4)
+    count, window = 120, 10
+    try:
+        results = send_tasks(caller, count, retry_every=30, window=window, timeout_s=60.0)
+        assert all(result.ready() for result in results[: count - window])
+        collect(results, RESULT_TIMEOUT_S, workers)  # raises on a missing or wrong value
     finally:
         workers.stop()
 

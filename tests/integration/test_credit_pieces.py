@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterator
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
@@ -37,16 +35,6 @@ from tests.integration.test_publish_runs import Reader, open_raw, received
 
 TIMEOUT_S = 10
 PREFETCH = 400  # a piece of acks and a half fit one TCP segment
-
-
-@pytest.fixture
-def channel(broker: RunningBroker) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
-    )
-    yield connection.channel()
-    if connection.is_open:
-        connection.close()
 
 
 def deliveries(methods: list[m.Method]) -> list[m.BasicDeliver]:

@@ -12,15 +12,13 @@ import json
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pika
 import pytest
 
 from streamq.cli import main
-from tests.integration.conftest import RunningBroker
+from tests.integration.conftest import PikaConnect, RunningBroker, wait_until
 from tests.ports import free_port
 
 WAIT_S = 10
@@ -60,38 +58,6 @@ class Ctl:
 @pytest.fixture
 def ctl(broker: RunningBroker, capsys: pytest.CaptureFixture[str]) -> Ctl:
     return Ctl(broker, capsys)
-
-
-@pytest.fixture
-def amqp(broker: RunningBroker) -> Iterator[Callable[..., pika.BlockingConnection]]:
-    opened: list[pika.BlockingConnection] = []
-
-    def connect(
-        user: str = "guest", password: str = "guest", vhost: str = "/"
-    ) -> pika.BlockingConnection:
-        params = pika.ConnectionParameters(
-            "127.0.0.1",
-            broker.amqp_port,
-            vhost,
-            pika.PlainCredentials(user, password),
-            blocked_connection_timeout=WAIT_S,
-            socket_timeout=WAIT_S,
-        )
-        conn = pika.BlockingConnection(params)
-        opened.append(conn)
-        return conn
-
-    yield connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
-
-
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def rows(ctl: Ctl, *args: str) -> list[dict[str, object]]:
@@ -159,7 +125,7 @@ def test_names_with_slashes_spaces_and_unicode(ctl: Ctl) -> None:
 
 
 def test_hash_password_gives_a_hash_the_broker_accepts(
-    ctl: Ctl, amqp: Callable[..., pika.BlockingConnection], monkeypatch: pytest.MonkeyPatch
+    ctl: Ctl, pika_connect: PikaConnect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     password_hash = ctl.ok("hash_password", "s3cret").strip()
     definitions = {
@@ -173,15 +139,13 @@ def test_hash_password_gives_a_hash_the_broker_accepts(
     )
     assert ctl.ok("import_definitions", "-") == "Imported definitions from -.\n"
     ctl.ok("authenticate_user", "eve", "s3cret")
-    amqp("eve", "s3cret").close()
+    pika_connect("/", "eve", "s3cret").close()
 
 
 # Queues and exchanges.
 
 
-def test_queues_created_listed_purged_and_deleted(
-    ctl: Ctl, amqp: Callable[..., pika.BlockingConnection]
-) -> None:
+def test_queues_created_listed_purged_and_deleted(ctl: Ctl, pika_connect: PikaConnect) -> None:
     ctl.ok(
         "create_queue",
         "jobs",
@@ -202,7 +166,7 @@ def test_queues_created_listed_purged_and_deleted(
     )
     ctl.ok("create_queue", "log", "--stream-queue")
     ctl.ok("create_queue", "temp", "--auto-delete")
-    channel = amqp().channel()
+    channel = pika_connect().channel()
     channel.confirm_delivery()
     for body in (b"a", b"b", b"c"):
         channel.basic_publish("", "jobs", body)
@@ -238,9 +202,9 @@ def test_queues_created_listed_purged_and_deleted(
     assert ctl.fails("create_queue", "log").startswith("400: ")  # inequivalent redeclare
 
 
-def test_delete_queue_if_empty(ctl: Ctl, amqp: Callable[..., pika.BlockingConnection]) -> None:
+def test_delete_queue_if_empty(ctl: Ctl, pika_connect: PikaConnect) -> None:
     ctl.ok("create_queue", "full")
-    channel = amqp().channel()
+    channel = pika_connect().channel()
     channel.confirm_delivery()
     channel.basic_publish("", "full", b"x")
     status, _, err = ctl("delete_queue", "full", "--if-empty")
@@ -302,10 +266,8 @@ def connection_names(ctl: Ctl, *args: str) -> list[str]:
     return [str(row["name"]) for row in rows(ctl, "list_connections", *args)]
 
 
-def test_connections_listed_and_closed(
-    ctl: Ctl, amqp: Callable[..., pika.BlockingConnection]
-) -> None:
-    first, second = amqp(), amqp()
+def test_connections_listed_and_closed(ctl: Ctl, pika_connect: PikaConnect) -> None:
+    first, second = pika_connect(), pika_connect()
     reasons: dict[int, tuple[int, str]] = {}
 
     def closed(conn: pika.BlockingConnection) -> bool:
@@ -390,10 +352,8 @@ def test_definitions_files_that_cannot_be_imported(ctl: Ctl, tmp_path: Path) -> 
     )
 
 
-def test_status(
-    ctl: Ctl, broker: RunningBroker, amqp: Callable[..., pika.BlockingConnection]
-) -> None:
-    amqp()
+def test_status(ctl: Ctl, broker: RunningBroker, pika_connect: PikaConnect) -> None:
+    pika_connect()
     wait_until(lambda: ctl.json("status")["connections"] == 1, "the connection counted")  # type: ignore[index]
     status = ctl.json("status")
     assert isinstance(status, dict)

@@ -64,6 +64,27 @@ def drain(broker: BrokerProcess, queue: str, vhost: str = "/") -> list[bytes]:
     return found
 
 
+def write_and_stop(
+    data_dir: Path, queues: dict[str, dict[str, object] | None], messages: list[tuple[str, bytes]]
+) -> None:
+    """A broker on `data_dir` declares `queues` (durable, with their arguments), publishes
+    `messages` (queue, body; persistent, mandatory, confirmed) and stops: once restarted it
+    holds none of them in memory, so deliveries read the segment files."""
+    broker = BrokerProcess(data_dir)
+    try:
+        connection = connect(broker)
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for queue, arguments in queues.items():
+            channel.queue_declare(queue, durable=True, arguments=arguments)
+        properties = pika.BasicProperties(delivery_mode=2)
+        for queue, body in messages:
+            channel.basic_publish("", queue, body, properties, mandatory=True)
+        connection.close()
+    finally:
+        broker.stop()
+
+
 @pytest.fixture
 def shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EioShim:
     made = EioShim(tmp_path / "shim", SEGMENTS)
@@ -134,19 +155,9 @@ def wait_for(connection: pika.BlockingConnection, done: Callable[[], bool]) -> N
 
 def test_eio_on_read_fails_that_delivery_only(tmp_path: Path, shim: EioShim) -> None:
     data_dir = tmp_path / "data"
-    broker = BrokerProcess(data_dir)
-    try:
-        connection = connect(broker)
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.queue_declare("a", durable=True)
-        channel.queue_declare("b", durable=True)
-        for n in range(BIG_MESSAGES):
-            channel.basic_publish("", "a", big_body(n), pika.BasicProperties(delivery_mode=2))
-        connection.close()
-    finally:
-        broker.stop()
-    # Restarted, nothing is in memory: deliveries read the segment files.
+    write_and_stop(
+        data_dir, {"a": None, "b": None}, [("a", big_body(n)) for n in range(BIG_MESSAGES)]
+    )
     broker = BrokerProcess(data_dir)
     try:
         connection = connect(broker)
@@ -216,18 +227,8 @@ def test_eio_on_a_stream_read_cancels_that_consumer_only(
     tmp_path: Path, stream_shim: EioShim
 ) -> None:
     data_dir = tmp_path / "data"
-    broker = BrokerProcess(data_dir)
-    arguments = {"x-queue-type": "stream"}
-    try:
-        connection = connect(broker)
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.queue_declare("s", durable=True, arguments=arguments)
-        for n in range(BIG_MESSAGES):
-            channel.basic_publish("", "s", big_body(n))
-        connection.close()
-    finally:
-        broker.stop()
+    bodies = [("s", big_body(n)) for n in range(BIG_MESSAGES)]
+    write_and_stop(data_dir, {"s": {"x-queue-type": "stream"}}, bodies)
     broker = BrokerProcess(data_dir)
     try:
         connection = connect(broker)
@@ -272,17 +273,8 @@ def test_eio_on_a_stream_protocol_read_ends_that_subscription_only(
     tmp_path: Path, stream_shim: EioShim
 ) -> None:
     data_dir = tmp_path / "data"
-    broker = BrokerProcess(data_dir)
-    try:
-        connection = connect(broker)
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.queue_declare("s", durable=True, arguments={"x-queue-type": "stream"})
-        for n in range(CONFIRMED):
-            channel.basic_publish("", "s", f"s:{n}".encode())
-        connection.close()
-    finally:
-        broker.stop()
+    bodies = [("s", f"s:{n}".encode()) for n in range(CONFIRMED)]
+    write_and_stop(data_dir, {"s": {"x-queue-type": "stream"}}, bodies)
     broker = BrokerProcess(data_dir)
     try:
         port = re.search(rb"stream=127\.0\.0\.1:(\d+)", broker.stderr)
@@ -316,18 +308,11 @@ def test_eio_while_dead_lettering_a_rejected_message_keeps_it_queued(
     tmp_path: Path, shim: EioShim
 ) -> None:
     data_dir = tmp_path / "data"
-    broker = BrokerProcess(data_dir)
-    dead_letters = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dl"}
-    try:
-        connection = connect(broker)
-        channel = connection.channel()
-        channel.confirm_delivery()
-        channel.queue_declare("dl", durable=True)
-        channel.queue_declare("d", durable=True, arguments=dead_letters)
-        publish_confirmed(channel, "d", 0)
-        connection.close()
-    finally:
-        broker.stop()
+    dead_letters: dict[str, object] = {
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dl",
+    }
+    write_and_stop(data_dir, {"dl": None, "d": dead_letters}, [("d", b"d:0")])
     broker = BrokerProcess(data_dir)
     try:
         connection = connect(broker)

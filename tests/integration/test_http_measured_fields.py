@@ -22,7 +22,7 @@ import pika
 from streamq.broker.resources import ResourceLimits
 from tests.integration.conftest import RunningBroker
 from tests.integration.mgmt_http import call, connect, mgmt_broker, q, wait_for
-from tests.integration.test_rabbitmqadmin import Admin, admin, rabbitmqadmin
+from tests.integration.rabbitmqadmin_runner import Admin, admin, rabbitmqadmin
 
 __all__ = ["admin", "mgmt_broker", "rabbitmqadmin"]
 

@@ -13,8 +13,7 @@ import json
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pika
@@ -22,7 +21,7 @@ import pika.exceptions
 import pytest
 from rstream import Producer
 
-from tests.integration.conftest import RunningBroker, broker_on
+from tests.integration.conftest import PikaConnect, RunningBroker, broker_on, wait_until
 
 WAIT_S = 10
 CTL_TIMEOUT_S = 30
@@ -43,30 +42,6 @@ def ok(broker: RunningBroker, method: str, path: str, body: object = None) -> ob
     return found
 
 
-@pytest.fixture
-def connect(broker: RunningBroker) -> Iterator[Callable[..., pika.BlockingConnection]]:
-    opened: list[pika.BlockingConnection] = []
-
-    def connect(vhost: str = "/", user: str = "guest") -> pika.BlockingConnection:
-        password = user  # every user of these tests has its name as password, but guest
-        params = pika.ConnectionParameters(
-            HOST,
-            broker.amqp_port,
-            vhost,
-            pika.PlainCredentials(user, password),
-            socket_timeout=WAIT_S,
-            blocked_connection_timeout=WAIT_S,
-        )
-        conn = pika.BlockingConnection(params)
-        opened.append(conn)
-        return conn
-
-    yield connect
-    for conn in opened:
-        if conn.is_open:
-            conn.close()
-
-
 def user_on(broker: RunningBroker, user: str, vhost: str) -> None:
     ok(broker, "PUT", f"/api/users/{user}", {"password": user, "tags": ""})
     ok(broker, "PUT", f"/api/permissions/{vhost}/{user}", EVERYTHING)
@@ -76,36 +51,29 @@ def tracked(broker: RunningBroker, vhost: str) -> int:
     return broker.ask(lambda: broker.broker.tracking.count_in_vhost(vhost))
 
 
-def wait_until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_a_closed_or_dropped_connection_frees_its_slot(
-    broker: RunningBroker, connect: Callable[..., pika.BlockingConnection]
+    broker: RunningBroker, pika_connect: PikaConnect
 ) -> None:
     ok(broker, "PUT", "/api/vhosts/v1", {})
     ok(broker, "PUT", "/api/vhost-limits/v1/max-connections", {"value": 1})
-    first = connect("v1")
+    first = pika_connect("v1")
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError, match=r"connection limit \(1\)"):
-        connect("v1")
+        pika_connect("v1")
     first.close()
     wait_until(lambda: tracked(broker, "v1") == 0, "the closed connection to be forgotten")
     # A peer that vanishes without a close frees its slot too (not the fixture's: closed).
     second = pika.BlockingConnection(pika.ConnectionParameters(HOST, broker.amqp_port, "v1"))
     second._impl._transport._sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
     wait_until(lambda: tracked(broker, "v1") == 0, "the dropped connection to be forgotten")
-    connect("v1").channel().queue_declare("fits")
+    pika_connect("v1").channel().queue_declare("fits")
 
 
 def test_a_user_s_channels_count_across_its_connections(
-    broker: RunningBroker, connect: Callable[..., pika.BlockingConnection]
+    broker: RunningBroker, pika_connect: PikaConnect
 ) -> None:
     user_on(broker, "u1", "%2F")
     ok(broker, "PUT", "/api/user-limits/u1/max-channels", {"value": 3})
-    a, b = connect(user="u1"), connect(user="u1")
+    a, b = pika_connect(user="u1"), pika_connect(user="u1")
     kept = [a.channel(), a.channel(), b.channel()]
     with pytest.raises(
         pika.exceptions.ConnectionClosedByBroker, match="maximum allowed user limit of"
@@ -113,15 +81,15 @@ def test_a_user_s_channels_count_across_its_connections(
         b.channel()
     assert a.is_open and all(ch.is_open for ch in kept[:2])
     kept[0].close()  # one freed: the next open fits
-    connect(user="u1").channel().queue_declare("", exclusive=True)
-    connect().channel()  # guest has no limit
+    pika_connect(user="u1").channel().queue_declare("", exclusive=True)
+    pika_connect().channel()  # guest has no limit
 
 
 def test_a_lowered_limit_closes_nothing_and_applies_to_the_next(
-    broker: RunningBroker, connect: Callable[..., pika.BlockingConnection]
+    broker: RunningBroker, pika_connect: PikaConnect
 ) -> None:
     ok(broker, "PUT", "/api/vhosts/v2", {})
-    conns = [connect("v2") for _ in range(3)]
+    conns = [pika_connect("v2") for _ in range(3)]
     channel = conns[0].channel()
     channel.queue_declare("a")
     channel.queue_declare("b")
@@ -133,7 +101,7 @@ def test_a_lowered_limit_closes_nothing_and_applies_to_the_next(
     with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="queue limit in vhost 'v2'"):
         channel.queue_declare("c")
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
-        connect("v2")
+        pika_connect("v2")
 
 
 async def test_stream_connections_count_but_are_never_refused(broker: RunningBroker) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pika
 import pytest
@@ -24,16 +24,6 @@ from tests.integration.conftest import RunningBroker, drain_bodies
 
 TIMEOUT_S = 10
 FRAME_MAX = 131072
-
-
-@pytest.fixture
-def channel(broker: RunningBroker) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(
-        pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
-    )
-    yield connection.channel()
-    if connection.is_open:
-        connection.close()
 
 
 def open_raw(port: int) -> Reader:

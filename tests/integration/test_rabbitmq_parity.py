@@ -21,19 +21,11 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
+from tests.integration.amqp_compat_calls import connect
 from tests.integration.conftest import RunningBroker, drain_bodies
-from tests.integration.test_amqp_compat import connect
 
 TIMEOUT_S = 10
 FRAME_MAX = 131072
-
-
-@pytest.fixture
-def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
-    conn = connect(broker)
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 class RawClient:

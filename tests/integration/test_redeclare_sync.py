@@ -10,24 +10,15 @@ thread is held busy here, so no round can finish until the test lets it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pika
-import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
 from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 10.0
 SETTLE_S = 0.5  # how long a reply that must wait for the round is given to come early
-
-
-@pytest.fixture
-def channel(broker: RunningBroker) -> Iterator[BlockingChannel]:
-    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.amqp_port))
-    yield connection.channel()
-    if connection.is_open:
-        connection.close()
 
 
 def hold_syncer(broker: RunningBroker) -> threading.Event:

@@ -13,7 +13,6 @@ and the per-record path replaces the value), read back and compared message by m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import aio_pika
 import pika
@@ -31,14 +30,6 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
     return pika.BlockingConnection(
         pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
     )
-
-
-@pytest.fixture
-def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
-    conn = connect(broker)
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 def properties_for(n: int) -> pika.BasicProperties:

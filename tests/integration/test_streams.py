@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
 
 import amqp
 import pika
@@ -24,14 +23,6 @@ def connect(broker: RunningBroker) -> pika.BlockingConnection:
     return pika.BlockingConnection(
         pika.ConnectionParameters("127.0.0.1", broker.amqp_port, blocked_connection_timeout=10)
     )
-
-
-@pytest.fixture
-def connection(broker: RunningBroker) -> Iterator[pika.BlockingConnection]:
-    conn = connect(broker)
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 def declare_stream(channel: BlockingChannel, name: str, count: int = 0, size: int = 100) -> None:

@@ -292,7 +292,7 @@ async def test_subprotocols_and_paths(broker: RunningBroker) -> None:
             await RawAmqp(ws).handshake()
         # Other subprotocols only: refused, not an AMQP connection.
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-            await session.ws_connect(ws_url(broker), protocols=("mqtt",))
+            await session.ws_connect(ws_url(broker), protocols=("stomp",))
         assert refused.value.status == 400
     # Plain requests still reach the API and its authentication.
     assert broker.http("GET", "/api/overview")[0] == 200

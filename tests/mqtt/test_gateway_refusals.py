@@ -11,6 +11,7 @@ from mqtt_gateway.codec import (
     Connect,
     Disconnect,
     PingReq,
+    Properties,
     ProtocolLevel,
     Publish,
     ReasonCode,
@@ -28,6 +29,16 @@ def test_an_unknown_protocol_level_gets_connack_1(mqtt_broker: MqttBroker) -> No
     raw = RawClient(mqtt_broker.mqtt_port)
     raw.send_bytes(bytes(connect))
     assert raw.read() == ConnAck(1)
+    assert raw.closed_by_peer()
+
+
+def test_an_authentication_method_gets_connack_0x8c(mqtt_broker: MqttBroker) -> None:
+    """MQTT 5's enhanced authentication: no method is offered (MQTT-4.12.0-1), even
+    with a valid user name and password beside it."""
+    auth = Properties(authentication_method="SCRAM-SHA-1", authentication_data=b"\x01")
+    raw = RawClient(mqtt_broker.mqtt_port, V5)
+    raw.send(Connect(V5, "scram", username="guest", password=b"guest", properties=auth))
+    assert raw.read() == ConnAck(ReasonCode.BAD_AUTHENTICATION_METHOD)
     assert raw.closed_by_peer()
 
 

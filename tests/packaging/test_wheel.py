@@ -73,7 +73,7 @@ def test_sdist_holds_every_source_the_build_needs(dist: Dist) -> None:
         names = {name.removeprefix(top) for name in sdist.getnames()}
     for path in package_files():
         assert str(path) in names, f"{path} is not in the sdist"
-    assert {"setup.py", "pyproject.toml", "README.md", "docs/changelog.md"} <= names
+    assert {"setup.py", "pyproject.toml", "README.md", "LICENSE", "docs/changelog.md"} <= names
     assert not [name for name in names if name.endswith(".so")]
 
 
@@ -81,11 +81,16 @@ def test_wheel_holds_the_c_modules_and_every_package_file(dist: Dist) -> None:
     with zipfile.ZipFile(dist.wheel) as wheel:
         names = {name for name in wheel.namelist() if not name.endswith("/")}  # files only
         metadata = wheel.read(f"streamq-{streamq.__version__}.dist-info/WHEEL").decode()
+        core = wheel.read(f"streamq-{streamq.__version__}.dist-info/METADATA").decode()
     dist_info = {name for name in names if ".dist-info/" in name}
     expected = {str(path) for path in package_files() if path.suffix not in SOURCE_ONLY}
     assert len(c_modules()) == 5  # the accelerators that setup.py lists
     assert names - dist_info == expected | set(c_modules())
     assert "Root-Is-Purelib: false" in metadata
+    assert f"streamq-{streamq.__version__}.dist-info/licenses/LICENSE" in dist_info
+    assert "License-Expression: Apache-2.0" in core
+    # pyarrow is the Spark data source's, not the broker's (pyproject.toml's `spark` extra).
+    assert 'Requires-Dist: pyarrow>=15; extra == "spark"' in core
 
 
 def test_wheel_is_named_for_this_version_and_manylinux(dist: Dist) -> None:

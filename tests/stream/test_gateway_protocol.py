@@ -37,6 +37,7 @@ class RawClient:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
         self.buffer = bytearray()
         self.correlation_id = 0
+        self.last_open: dict[str, str] = {}  # the OpenResponse's properties
 
     def next_id(self) -> int:
         self.correlation_id += 1
@@ -91,6 +92,7 @@ class RawClient:
         self.send(c.Open(self.next_id(), vhost))
         opened = self.read()
         assert isinstance(opened, c.OpenResponse) and opened.response_code == OK, opened
+        self.last_open = opened.properties
 
     def request(self, command: c.Command) -> c.Command:
         self.send(command)

@@ -221,6 +221,7 @@ unix_path = /tmp/mqtt.sock
 max_inflight_messages = 10
 default_vhost = devices
 max_packet_size = 65536
+topic_alias_maximum = 3
 """,
     )
     assert serve_config(resolved) == ServeConfig(
@@ -267,6 +268,7 @@ max_packet_size = 65536
         mqtt_max_inflight_messages=10,
         mqtt_default_vhost="devices",
         mqtt_max_packet_size=65536,
+        mqtt_topic_alias_maximum=3,
     )
     limits = serve_config(resolved).limits
     assert limits is not None

@@ -41,6 +41,7 @@ def test_credentials_are_parsed(header: str, expected: tuple[str, str]) -> None:
         "Bearer " + base64.b64encode(b"a:b").decode(),
         "Basic not*base64",
         "Basic " + base64.b64encode(b"\xff\xfe:x").decode(),  # not UTF-8
+        "Basic Z3Vlc3Q6Z3Vlc3Q\u00e9",  # a character outside ASCII: b64decode's ValueError
     ],
 )
 def test_bad_headers_give_no_credentials(header: str) -> None:

@@ -36,7 +36,8 @@ def test_the_mapping_is_its_own_inverse(topic: str) -> None:
 def test_queue_names_are_rabbitmqs() -> None:
     assert mapping.queue_name("dev", 0) == "mqtt-subscription-devqos0"
     assert mapping.queue_name("dev", 1) == "mqtt-subscription-devqos1"
-    assert mapping.queue_name("dev", 2) == "mqtt-subscription-devqos1"
+    assert mapping.queue_name("dev", 2) == "mqtt-subscription-devqos2"
+    assert mapping.shared_queue_name("workers") == "mqtt-shared-workers"
 
 
 @pytest.mark.parametrize(("qos", "dup", "mode"), [(0, False, 1), (1, True, 2), (2, False, 2)])

@@ -71,3 +71,38 @@ def test_every_damaged_byte_is_refused(tmp_path: Path) -> None:
     (tmp_path / retained.FILE_NAME).write_bytes(data[:-1])
     with pytest.raises(RetainedCorrupted):
         RetainedStore(str(tmp_path))
+
+
+def test_properties_are_kept_in_a_version_2_file(tmp_path: Path) -> None:
+    store = RetainedStore(str(tmp_path))
+    assert store.retain("plain", 0, b"p")
+    assert store.retain("with", 1, b"w", b"\x80\x00\x03abc", 1234)
+    assert store.bytes == len("plainpwithw") + 6
+    asyncio.run(store.flush())
+    data = (tmp_path / retained.FILE_NAME).read_bytes()
+    assert data[4:6] == b"\x02\x00"  # version 2
+    again = RetainedStore(str(tmp_path))
+    assert again.messages == {"plain": (0, b"p"), "with": (1, b"w")}
+    assert again.properties == {"with": (b"\x80\x00\x03abc", 1234)}
+    assert again.bytes == store.bytes
+    assert again.retain("with", 1, b"w2")  # replaced without properties: they go
+    assert again.properties == {}
+    assert again.bytes == len("plainpwithw2")
+    asyncio.run(again.flush())
+    assert (tmp_path / retained.FILE_NAME).read_bytes()[4:6] == b"\x01\x00"  # back to 1
+
+
+def test_a_version_2_file_refuses_every_damage() -> None:
+    data = retained.encode({"a": (1, b"xy"), "b": (0, b"z")}, {"a": (b"props", 7)})
+    assert retained.decode_all(data, "f") == (
+        {"a": (1, b"xy"), "b": (0, b"z")},
+        {"a": (b"props", 7)},
+    )
+    for cut in range(len(data)):
+        with pytest.raises(RetainedCorrupted):
+            retained.decode(data[:cut], "f")
+    for index in range(len(data)):
+        damaged = bytearray(data)
+        damaged[index] ^= 0x40
+        with pytest.raises(RetainedCorrupted):
+            retained.decode(bytes(damaged), "f")

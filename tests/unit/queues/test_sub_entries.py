@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -85,12 +87,12 @@ def test_uncompressed_and_compressed_batches_and_simple_entries_mix_in_one_frame
 
 def refused_entries() -> list[tuple[bytes, str]]:
     plain = struct.pack(">I", 5) + b"hello"
-    packed = bytes(sub_entries.CODECS[sub_entries.ZSTD].compress(plain))
+    packed = bytes(sub_entries.codecs()[sub_entries.ZSTD].compress(plain))
 
     def entry(kind: int, count: int, length: int, data: bytes) -> bytes:
         return struct.pack(">BHII", kind, count, length, len(data)) + data
 
-    bomb = bytes(sub_entries.CODECS[sub_entries.GZIP].compress(b"\x00" * (4 << 20)))
+    bomb = bytes(sub_entries.codecs()[sub_entries.GZIP].compress(b"\x00" * (4 << 20)))
     return [
         (entry(0xD0, 1, len(plain), packed), "unknown sub-entry compression 5"),
         (entry(0xC0, 1, len(plain) - 1, packed), "does not decompress"),
@@ -122,3 +124,16 @@ def test_a_truncated_frame_with_a_compressed_batch_is_refused(tmp_path: str, cut
         stream.append_publish(b"", 1, payload[:cut], 1000)
     assert stream.log.next_offset == 0
     close(stream)
+
+
+def test_the_broker_imports_no_codec_until_a_compressed_batch_comes() -> None:
+    """Memory at rest: cramjam (about 3 MiB mapped) is imported at the first compressed
+    batch, not with the broker and its gateways."""
+    code = (
+        "import sys, streamq.app, stream_gateway.server, http_gateway.server\n"
+        "assert 'cramjam' not in sys.modules, 'imported at start'\n"
+        "from streamq.queues import sub_entries\n"
+        "batch = sub_entries.compress(sub_entries.GZIP, [b'a'])\n"
+        "assert 'cramjam' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -3,8 +3,10 @@ spark_source may not import."""
 
 from __future__ import annotations
 
+import struct
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 
 from amqp_gateway.codec.properties import BasicProperties, encode_properties
@@ -63,3 +65,29 @@ def test_empty_properties() -> None:
 def test_malformed(raw: bytes) -> None:
     with pytest.raises(PropertiesMalformed, match="properties"):
         decode_properties(raw)
+
+
+def test_strings_that_are_not_utf8_get_replacement_characters() -> None:
+    """Short strings are bytes on the wire: invalid UTF-8 and a lone surrogate's encoding
+    (what a raw client may send) come out with U+FFFD per bad byte, valid text as it is,
+    header values as their bytes; pyarrow then takes every string (it raised before)."""
+    bad = b"\xed\xa0\x80"
+    # content-type, app-id and headers flags; shortstrs and a table built by hand.
+    flags = (1 << 15) | (1 << 13) | (1 << 3)
+
+    def shortstr(raw: bytes) -> bytes:
+        return bytes([len(raw)]) + raw
+
+    table = shortstr(b"k" + bad) + b"S" + struct.pack(">I", 3) + b"v\xff\xfe"
+    raw = (
+        struct.pack(">H", flags)
+        + shortstr(b"caf\xc3\xa9")
+        + struct.pack(">I", len(table))
+        + table
+        + shortstr(b"\xffapp")
+    )
+    values = decode_properties(raw)
+    assert values["content_type"] == "café"
+    assert values["app_id"] == "\ufffdapp"
+    assert values["headers"] == [("k\ufffd\ufffd\ufffd", b"v\xff\xfe")]
+    pa.array([values["app_id"], "k\ufffd"], pa.string())  # no UnicodeEncodeError
