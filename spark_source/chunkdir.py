@@ -20,11 +20,13 @@ from collections.abc import Iterator
 from spark_source.store import SegmentFile, Store
 from streamq.log import chunk, frame
 from streamq.log import format as fmt
-from streamq.log.chunk import ChunkHeader, ChunkInvalid
+from streamq.log.chunk import ChunkHeader, ChunkInvalid, EntryView
 from streamq.log.chunk_segment import chunk_records, resync_frame
 from streamq.log.errors import SegmentCorrupted
+from streamq.log.salvage import salvage
 
 log = logging.getLogger(__name__)
+Entries = list[tuple[int, EntryView]]  # (entry number, entry): the intact ones
 
 
 def is_chunk_segment(segment: SegmentFile, where: str) -> bool:
@@ -57,15 +59,25 @@ def _start_position(store: Store, base: int, size: int, offset: int) -> int:
 
 def _frames(
     segment: SegmentFile, where: str, position: int, end: int, skip_damage: bool
-) -> Iterator[tuple[bytes, ChunkHeader]]:
-    """The checked frames from `position` up to the one holding offset `end - 1`."""
+) -> Iterator[tuple[bytes, ChunkHeader, Entries | None]]:
+    """The checked frames from `position` up to the one holding offset `end - 1`, with
+    the intact entries of one whose entries alone are damaged (`salvage`, when
+    `skip_damage`; None: all of them)."""
     size = segment.size()
     while position < size:
         head = segment.pread(frame.FRAME_OVERHEAD, position)
+        entries: Entries | None = None
         try:
             header = chunk.decode_header(head, frame.FRAME_HEAD_BYTES)
             data = segment.pread(frame.frame_bytes(header), position)
-            header = frame.check_frame(data)
+            try:
+                header = frame.check_frame(data)
+            except frame.EntriesDamaged:
+                if not skip_damage:
+                    raise
+                entries = salvage(data, frame.FRAME_HEAD_BYTES, header).entries
+                log.warning("%s: damaged entries of the chunk at position %d skipped "
+                            "(failOnDataLoss=false)", where, position)  # fmt: skip
         except ChunkInvalid as exc:
             if not skip_damage:
                 raise SegmentCorrupted(where, position, str(exc)) from None
@@ -78,7 +90,7 @@ def _frames(
             continue
         if header.first_offset >= end:
             return
-        yield data, header
+        yield data, header, entries
         if header.next_offset >= end:
             return  # what follows is not durable (or padding of the active segment)
         position += len(data)
@@ -96,10 +108,10 @@ def read_range_records(
     try:
         position = _start_position(store, base, segment.size(), start)
         out: list[fmt.Record] = []
-        for data, header in _frames(segment, where, position, end, skip_damage):
+        for data, header, entries in _frames(segment, where, position, end, skip_damage):
             if header.next_offset <= start:
                 continue
-            chunk_records(data, 0, header, start, header.num_records, out)
+            chunk_records(data, 0, header, start, header.num_records, out, entries)
             while len(out) >= records_max:
                 yield [r for r in out[:records_max] if r.offset < end]
                 del out[:records_max]
@@ -118,7 +130,7 @@ def first_at_or_after(store: Store, base: int, end: int, timestamp_ms: int) -> i
     try:
         frames = _frames(segment, f"{store.describe()}/{name}", fmt.SEGMENT_HEADER_BYTES, end,
                          False)  # fmt: skip
-        for _data, header in frames:
+        for _data, header, _entries in frames:
             if header.timestamp_ms >= timestamp_ms:
                 return header.first_offset
     finally:

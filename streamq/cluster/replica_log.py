@@ -37,6 +37,7 @@ from streamq.cluster.replica_chunks import ChunkPlaces
 from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.log import format as fmt
 from streamq.log import frame
+from streamq.log.chunk import ChunkHeader, EntryView
 from streamq.log.damage import DamagedSpan
 from streamq.log.errors import OffsetOutOfRange, ReadFailed
 from streamq.log.reader import ChunkPlace
@@ -205,6 +206,18 @@ class ReplicaLog:
     def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
         """A follower does not resolve damage (the leader's scrub does): the read fails."""
         raise ReadFailed(place.path, place.position, OSError(f"damaged chunk: {reason}"))
+
+    def salvage_chunk(
+        self,
+        path: str,
+        base: int,
+        position: int,
+        data: bytes | memoryview,
+        header: ChunkHeader,
+        reason: str,
+    ) -> list[tuple[int, EntryView]]:
+        """A follower does not resolve damage (the leader's scrub does): the read fails."""
+        raise ReadFailed(path, position, OSError(f"damaged entries: {reason}"))
 
     def file_of(self, base_offset: int) -> int | None:
         """No `sendfile` from a follower's copy: its chunks go by a copy."""

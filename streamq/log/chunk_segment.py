@@ -13,6 +13,7 @@ what to cut or fail: `recovery` and `reader` do.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from streamq.log import amqp10, batches, chunk, frame
@@ -20,6 +21,7 @@ from streamq.log import format as fmt
 from streamq.log.chunk import ChunkHeader, ChunkInvalid, ChunkTruncated
 from streamq.log.damage import DamagedSpan
 from streamq.log.index import ChunkIndex
+from streamq.log.salvage import LostEntries, damaged_spans, salvage
 
 _NATIVE: Final = amqp10.native_properties(0)
 _new: Final = tuple.__new__
@@ -39,12 +41,14 @@ class ChunkScan(NamedTuple):
     damaged: list[DamagedSpan]
 
 
-def scan_chunk_segment(path: str, base_offset: int) -> ChunkScan:
+def scan_chunk_segment(path: str, base_offset: int, durable_to: int = 0) -> ChunkScan:
     """Walk a version-2 segment frame by frame: both CRCs, dense offsets from
-    `base_offset`, timestamps and epochs that never decrease. Bad bytes followed by a
+    `base_offset`, timestamps and epochs that never decrease. Entries that fail their own
+    checksum in a sound frame are damage alone (`salvage`). Bad bytes followed by a
     valid frame are damage (listed; the walk goes on there); bad bytes with none after
     them end the walk (a torn tail). The header is the caller's to check. One pread per
-    frame: memory is bounded by the largest chunk, not the segment."""
+    frame: memory is bounded by the largest chunk, not the segment. The file's last frame
+    with bad entries is a torn write's unless its offsets are below `durable_to`."""
     index = ChunkIndex()
     damaged: list[DamagedSpan] = []
     fd = os.open(path, os.O_RDONLY)
@@ -55,7 +59,9 @@ def scan_chunk_segment(path: str, base_offset: int) -> ChunkScan:
         epoch = 0
         while position < size:
             try:
-                header = _frame_at(fd, size, position, offset, last_ts, epoch)
+                last = (last_ts, epoch)
+                header, lost = _frame_at(fd, size, position, offset, last, durable_to)
+                damaged += damaged_spans(path, base_offset, position, lost)
             except ChunkInvalid:
                 found = _resync(fd, size, position, offset, last_ts, epoch)
                 if found is None:
@@ -78,25 +84,36 @@ def scan_chunk_segment(path: str, base_offset: int) -> ChunkScan:
     return ChunkScan(position, size, offset, first_ts, last_ts, index, damaged)
 
 
-def _read_frame(fd: int, size: int, position: int) -> tuple[bytes, ChunkHeader]:
-    """The checked frame at `position` of a file of `size` bytes (ChunkInvalid if not)."""
+def _read_frame(
+    fd: int, size: int, position: int, durable_to: int = 0
+) -> tuple[bytes, ChunkHeader, list[LostEntries]]:
+    """The checked frame at `position` of a file of `size` bytes (ChunkInvalid if not),
+    and the entries it lost to damage (`salvage`; positions within the frame). Bad
+    entries in the file's last frame are a torn write's (ChunkInvalid) unless its
+    offsets are below `durable_to`."""
     head = os.pread(fd, frame.FRAME_OVERHEAD, position)
     header = chunk.decode_header(head, frame.FRAME_HEAD_BYTES)
     if frame.frame_bytes(header) > size - position:
         raise ChunkTruncated("the frame passes the end of the file")
     data = os.pread(fd, frame.frame_bytes(header), position)
-    return data, frame.check_frame(data)
+    try:
+        return data, frame.check_frame(data), []
+    except frame.EntriesDamaged:
+        if position + len(data) >= size and header.next_offset > durable_to:
+            raise
+        return data, header, salvage(data, frame.FRAME_HEAD_BYTES, header).lost
 
 
 def _frame_at(
-    fd: int, size: int, position: int, offset: int, last_ts: int, epoch: int
-) -> ChunkHeader:
-    _data, header = _read_frame(fd, size, position)
+    fd: int, size: int, position: int, offset: int, last: tuple[int, int], durable_to: int
+) -> tuple[ChunkHeader, list[LostEntries]]:
+    last_ts, epoch = last
+    _data, header, lost = _read_frame(fd, size, position, durable_to)
     if header.first_offset != offset:
         raise ChunkInvalid(f"chunk of offset {header.first_offset} where {offset} was expected")
     if header.timestamp_ms < last_ts or header.epoch < epoch:
         raise ChunkInvalid(f"chunk of offset {offset}: its timestamp or epoch goes back")
-    return header
+    return header, lost
 
 
 def _resync(
@@ -119,7 +136,7 @@ def _resync(
                 header = chunk.decode_header(window, at - 1)
                 if not offset < header.first_offset <= offset + (start - position) // 4 + 1:
                     continue
-                _data, header = _read_frame(fd, size, start)
+                _data, header, _lost = _read_frame(fd, size, start)
             except ChunkInvalid:
                 continue
             if header.timestamp_ms >= last_ts and header.epoch >= epoch:
@@ -153,10 +170,12 @@ def chunk_records(
     skip_before: int,
     records_max: int,
     out: list[fmt.Record],
+    entries: Iterable[tuple[int, chunk.EntryView]] | None = None,
 ) -> int:
     """Append to `out` the records of the chunk whose frame is at `pos` in `buffer`
-    (checked by the caller), those at or past `skip_before`, at most `records_max`.
-    Returns the offset after the last record taken (or passed over)."""
+    (checked by the caller), those at or past `skip_before`, at most `records_max`;
+    `entries` (number, entry) instead of all of them (the intact ones of a damaged
+    chunk, `salvage`). Returns the offset after the last record taken (or passed over)."""
     at = pos + frame.FRAME_HEAD_BYTES
     values: list[bytes] = []
     if header.trailer_length:
@@ -166,7 +185,9 @@ def chunk_records(
     append = out.append
     offset = header.first_offset
     taken = 0
-    for number, entry in enumerate(chunk.iter_entries(buffer, at, header)):
+    if entries is None:
+        entries = enumerate(chunk.iter_entries(buffer, at, header))
+    for number, entry in entries:
         if taken >= records_max:
             return offset
         if entry.offset + entry.records <= skip_before:

@@ -22,7 +22,11 @@ Trailer: osiris sequence records (type 0: a publisher reference and its highest
 publishing id in the chunk), then at most one streamq record of type 0x80 (id size 0)
 holding the entries' filter values exactly, as runs of consecutive entries with the same
 value: `u16 run count`, then per run `u16 first entry`, `u16 entries`, `u16 length`,
-value (entries in no run have none). All trailer integers are big-endian, as osiris'.
+value (entries in no run have none); then one streamq record of type 0x81 (id size 0),
+the entries' own checksums: `u16 count`, then per entry the CRC32C of its bytes (size or
+batch header included), a u32. All trailer integers are big-endian, as osiris'. The
+0x81 record lets a reader keep the intact entries of a chunk whose entries' CRC32
+fails (`salvage`): bit rot loses the damaged entry's offsets alone.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ FRAME_OVERHEAD: Final = FRAME_HEAD_BYTES + chunk.HEADER_BYTES  # a frame's bytes
 INDEX_ENTRY: Final = struct.Struct("<IIqIIQ")
 INDEX_ENTRY_BYTES: Final = INDEX_ENTRY.size  # 32
 TRAILER_FILTER_VALUES: Final = 0x80
+TRAILER_ENTRY_CRCS: Final = 0x81
+ENTRY_CRC_BYTES: Final = 4
 _FILTER_COUNT: Final = struct.Struct(">H")
 _FILTER_RUN: Final = struct.Struct(">HHH")  # first entry, entries, value length
 _SEQUENCE: Final = struct.Struct(">BB")
@@ -69,6 +75,12 @@ class Trailer(NamedTuple):
 
     sequences: dict[bytes, int]
     filter_runs: list[FilterRun]
+    entry_crcs: bytes = b""  # the 0x81 record's CRC32Cs, 4 bytes each (b"": none)
+
+
+class EntriesDamaged(ChunkInvalid):
+    """The frame CRC32C holds (the chunk's header, filter and trailer are sound), but its
+    entries fail their CRC32 or framing: `salvage` finds the intact ones."""
 
 
 def encode_frame(chunk_bytes: bytes) -> bytes:
@@ -103,13 +115,19 @@ def check_frame(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHe
         raise ChunkInvalid(f"chunk type {header.chunk_type} in a stream segment")
     if _frame_crc(buffer, pos + FRAME_HEAD_BYTES, header) != frame_crc:
         raise ChunkInvalid(f"chunk at offset {header.first_offset}: the frame CRC32C fails")
-    return chunk.check_chunk(buffer, pos + FRAME_HEAD_BYTES)
+    try:
+        return chunk.check_chunk(buffer, pos + FRAME_HEAD_BYTES)
+    except ChunkTruncated:
+        raise
+    except ChunkInvalid as exc:
+        raise EntriesDamaged(str(exc)) from None
 
 
 def check_crcs(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHeader:
     """`check_frame` without walking the entries: the frame CRC32C and the entries'
     CRC32 only (the entries' framing was checked when they were written, and the CRC32
-    covers it), for the read paths that do not decode entries."""
+    covers it), for the read paths that do not decode entries. EntriesDamaged when
+    only the CRC32 fails."""
     if len(buffer) - pos < FRAME_OVERHEAD:
         raise ChunkTruncated(f"{len(buffer) - pos} bytes left for a frame")
     header = chunk.decode_header(buffer, pos + FRAME_HEAD_BYTES)
@@ -123,7 +141,7 @@ def check_crcs(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHea
     start = pos + FRAME_HEAD_BYTES + chunk.HEADER_BYTES + header.bloom_size
     with memoryview(buffer) as view:
         if _crc32(view[start : start + header.data_length], 0) != header.crc:
-            raise ChunkInvalid(f"chunk at offset {header.first_offset}: the entries' CRC32 fails")
+            raise EntriesDamaged(f"chunk at offset {header.first_offset}: the entries' CRC32 fails")
     return header
 
 
@@ -134,9 +152,12 @@ def frame_bytes(header: ChunkHeader) -> int:
 # The trailer ---------------------------------------------------------------------------
 
 
-def encode_trailer(sequences: dict[bytes, int], filter_runs: Sequence[FilterRun]) -> bytes:
+def encode_trailer(
+    sequences: dict[bytes, int], filter_runs: Sequence[FilterRun], entry_crcs: bytes = b""
+) -> bytes:
     """A trailer: one osiris sequence record per reference, then the filter values (if
-    any entry has one) as a 0x80 record of runs."""
+    any entry has one) as a 0x80 record of runs, then the entries' CRC32Cs (packed by
+    `_records.entry_crcs`) as a 0x81 record."""
     out = bytearray(
         chunk.encode_tracking(
             chunk.TrackingRecord(chunk.TRACKING_SEQUENCE, ref, seq)
@@ -147,6 +168,9 @@ def encode_trailer(sequences: dict[bytes, int], filter_runs: Sequence[FilterRun]
         out += _SEQUENCE.pack(TRAILER_FILTER_VALUES, 0) + _FILTER_COUNT.pack(len(filter_runs))
         for first, entries, value in filter_runs:
             out += _FILTER_RUN.pack(first, entries, len(value)) + value
+    if entry_crcs:
+        out += _SEQUENCE.pack(TRAILER_ENTRY_CRCS, 0)
+        out += _FILTER_COUNT.pack(len(entry_crcs) // ENTRY_CRC_BYTES) + entry_crcs
     return bytes(out)
 
 
@@ -155,6 +179,7 @@ def parse_trailer(data: bytes | memoryview) -> Trailer:
     view, at = memoryview(data), 0
     sequences: dict[bytes, int] = {}
     values: list[FilterRun] = []
+    crcs = b""
     while at < len(view):
         if len(view) - at < _SEQUENCE.size:
             raise ChunkInvalid("a trailer record crosses the trailer's end")
@@ -163,11 +188,19 @@ def parse_trailer(data: bytes | memoryview) -> Trailer:
         if kind == TRAILER_FILTER_VALUES and size == 0:
             at = _parse_filter_values(view, at, values)
             continue
+        if kind == TRAILER_ENTRY_CRCS and size == 0 and len(view) - at >= _FILTER_COUNT.size:
+            (count,) = _FILTER_COUNT.unpack_from(view, at)
+            at += _FILTER_COUNT.size
+            crcs = bytes(view[at : at + count * ENTRY_CRC_BYTES])
+            if len(crcs) != count * ENTRY_CRC_BYTES:
+                raise ChunkInvalid("the entry checksums cross the trailer's end")
+            at += len(crcs)
+            continue
         if kind != chunk.TRACKING_SEQUENCE or len(view) - at < size + _U64.size:
             raise ChunkInvalid(f"trailer record of type {kind:#x} in a stream chunk")
         sequences[bytes(view[at : at + size])] = _U64.unpack_from(view, at + size)[0]
         at += size + _U64.size
-    return Trailer(sequences, values)
+    return Trailer(sequences, values, crcs)
 
 
 def _parse_filter_values(view: memoryview, at: int, values: list[FilterRun]) -> int:

@@ -1,7 +1,8 @@
 """The chunk a version-2 log is gathering: entries appended since the last cut.
 
 Owns what goes into the next chunk before it is written (its first offset, timestamp,
-encoded entries, the filter values and publisher sequences of its trailer) and its
+encoded entries, the filter values, publisher sequences and entry checksums of its
+trailer) and its
 encoding into a frame (`frame`, `chunk`). No I/O; the log's `chunk_appender` decides
 when a chunk is cut and where its frame goes.
 """
@@ -9,7 +10,7 @@ when a chunk is cut and where its frame goes.
 from __future__ import annotations
 
 from streamq.log import chunk, frame
-from streamq.log._records import crc32c
+from streamq.log._records import crc32c, entry_crcs
 from streamq.log._streamwire import crc32 as _crc32
 from streamq.log.bloom import bloom_filter
 
@@ -76,7 +77,7 @@ class OpenChunk:
         if self.filtered < self.entries:
             values.add(b"")  # an entry without a value: the filter's bit 0
         bloom = bloom_filter(values, bloom_size)
-        trailer = frame.encode_trailer(self.sequences, self.filter_runs)
+        trailer = frame.encode_trailer(self.sequences, self.filter_runs, entry_crcs(data))
         header = chunk.HEADER.pack(
             chunk.MAGIC_VERSION, chunk.CHUNK_TYPE_USER, self.entries, self.records,
             self.timestamp_ms, epoch, self.first_offset, _crc32(data, 0), len(data),

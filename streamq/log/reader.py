@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from functools import partial
 from typing import NamedTuple
 
@@ -26,6 +26,7 @@ from streamq.log.chunk_segment import chunk_records
 from streamq.log.damage import DamagedSpan, resolve
 from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCorrupted
 from streamq.log.index import ChunkIndex
+from streamq.log.salvage import damaged_spans, salvage
 from streamq.log.segment import Segment, find_record, read_records
 from streamq.log.state import LogState
 
@@ -113,10 +114,13 @@ class LogReader(LogState):
             chunk_end = first + index.records[i]
             before = len(out)
             try:
-                records = self._decoded_chunk(base, position, size, first, chunk_end)
-                start = max(offset - first, 0)
-                out += records[start : start + wanted]
-                reached = first + start + len(records[start : start + wanted])
+                records = self._decoded_chunk(segment, position, size, first, chunk_end)
+                # Offsets may have gaps (entries lost to damage): find `offset` by value.
+                start = bisect_left(records, offset, key=_record_offset)
+                taken = records[start : start + wanted]
+                out += taken
+                more = start + len(taken) < len(records)
+                reached = taken[-1].offset + 1 if taken and more else chunk_end
             except ChunkInvalid as exc:
                 del out[before:]
                 span = DamagedSpan(segment.path, base, position,
@@ -132,21 +136,29 @@ class LogReader(LogState):
         return max(offset, segment.next_offset) if i >= len(index) else offset
 
     def _decoded_chunk(
-        self, base: int, position: int, size: int, first: int, end: int
+        self, segment: Segment, position: int, size: int, first: int, end: int
     ) -> list[fmt.Record]:
         """The records of the chunk at `position` (offsets `first` to `end`), checked and
         decoded once for the readers that read it record by record (kept for the last
-        few chunks read: consumers read a chunk a few records at a time)."""
+        few chunks read: consumers read a chunk a few records at a time). Entries that
+        fail their own checksum are damage, lost alone (`salvage`); the records of the
+        others are returned, their offsets with gaps."""
+        base = segment.base_offset
         key = (base, position)
         records = self._decoded.get(key)
         if records is not None:
             return records
         data = self.frame_at(base, position, size)
-        header = frame.check_frame(data)
+        entries = None
+        try:
+            header = frame.check_frame(data)
+        except frame.EntriesDamaged as exc:
+            header = chunk.decode_header(data, frame.FRAME_HEAD_BYTES)
+            entries = self.salvage_chunk(segment.path, base, position, data, header, str(exc))
         if header.first_offset != first or header.next_offset != end:
             raise ChunkInvalid(f"chunk {header.first_offset} where {first} was indexed")
         records = []
-        chunk_records(data, 0, header, first, header.num_records, records)
+        chunk_records(data, 0, header, first, header.num_records, records, entries)
         if len(self._decoded) >= DECODED_CHUNKS_MAX:
             del self._decoded[next(iter(self._decoded))]
         self._decoded[key] = records
@@ -182,6 +194,23 @@ class LogReader(LogState):
         """The format version of the segment at `base_offset` (2: chunks)."""
         return self._segments[bisect_right(self._bases, base_offset) - 1].version
 
+    def salvage_chunk(
+        self,
+        path: str,
+        base: int,
+        position: int,
+        data: bytes | memoryview,
+        header: chunk.ChunkHeader,
+        reason: str,
+    ) -> list[tuple[int, chunk.EntryView]]:
+        """The intact entries of the frame `data` at `position` of the segment at `base`,
+        whose entries fail their CRC32 (`frame.EntriesDamaged`); the lost ones are
+        damage (`salvage`). ChunkInvalid when the chunk cannot be salvaged."""
+        found = salvage(data, frame.FRAME_HEAD_BYTES, header)
+        for span in damaged_spans(path, base, position, found.lost):
+            self.damage.add(span, f"reading ({reason}; per-entry checksums)")
+        return found.entries
+
     def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
         """The chunk at `place` fails its checks: its offsets are lost alone."""
         size = frame.FRAME_HEAD_BYTES + place.chunk_bytes
@@ -199,7 +228,10 @@ class LogReader(LogState):
         while (place := self.chunk_at(offset)) is not None:
             data = self.frame_at(place.base_offset, place.position, place.chunk_bytes)
             try:
-                header = frame.check_frame(data)
+                try:
+                    header = frame.check_frame(data)
+                except frame.EntriesDamaged:  # the trailer is sound (the frame CRC32C)
+                    header = chunk.decode_header(data, frame.FRAME_HEAD_BYTES)
                 out.append((place.first_offset + place.records - 1,
                             chunk.trailer_of(data, frame.FRAME_HEAD_BYTES, header)))  # fmt: skip
             except ChunkInvalid as exc:
@@ -405,6 +437,10 @@ class LogReader(LogState):
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
             self._read_fds[segment.base_offset] = fd
         return fd
+
+
+def _record_offset(record: fmt.Record) -> int:
+    return record.offset
 
 
 def _last_timestamp_key(segment: Segment) -> int:

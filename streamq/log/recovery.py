@@ -277,7 +277,7 @@ def _open_chunk_segment(path: str, base: int, durable_to: int, floor_ms: int) ->
     """`_open_segment` of a version-2 segment (its header checked): the same rules per
     chunk. A bad tail below `durable_to` is damage: its offsets are lost, the bytes stay
     and the log goes on after them."""
-    scan = scan_chunk_segment(path, base)
+    scan = scan_chunk_segment(path, base, durable_to)
     segment = Segment(path, base, scan.chunk_index, frame.FORMAT_VERSION)
     segment.next_offset = scan.next_offset
     segment.size_bytes = scan.valid_bytes

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from streamq.log import chunk, frame
 from streamq.log import format as fmt
-from streamq.log import frame
 from streamq.log._records import check_records
 from streamq.log.chunk import ChunkInvalid
 from streamq.log.errors import LogError, OffsetOutOfRange
@@ -68,7 +68,8 @@ class Scrub:
 
     def _check_chunk(self, log: SegmentLog) -> int:
         """Check the next chunk of a version-2 segment (both CRCs) and move past it; a
-        bad one is damage (its offsets lost alone). Returns the bytes read."""
+        bad one is damage (its offsets lost alone; only its entries that fail their own
+        checksum when the frame is sound). Returns the bytes read."""
         place = log.chunk_at(self.offset)
         if place is None or place.base_offset != self.base:  # the segment's end
             following = log.segment_after(self.base)
@@ -78,6 +79,13 @@ class Scrub:
         data = log.frame_at(place.base_offset, place.position, place.chunk_bytes)
         try:
             frame.check_crcs(data)
+        except frame.EntriesDamaged as exc:  # header and trailer sound: per entry
+            try:
+                header = chunk.decode_header(data, frame.FRAME_HEAD_BYTES)
+                log.salvage_chunk(place.path, place.base_offset, place.position, data, header,
+                                  f"scrub: {exc}")  # fmt: skip
+            except ChunkInvalid as whole:
+                log.chunk_damaged(place, str(whole))
         except ChunkInvalid as exc:
             log.chunk_damaged(place, str(exc))
         self.position = place.position + len(data)

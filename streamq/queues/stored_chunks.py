@@ -8,12 +8,15 @@ every read. A consumer attaching inside a chunk gets the whole chunk, as from Ra
 rules it out is passed over; one that may match is checked exactly against the filter
 values of its trailer: wholly matching, it goes as stored; else its first run of
 matching entries goes as a chunk built for it (an exact filter, as version 1 gives).
-A chunk that fails its checks (frame CRC32C, the entries' CRC32) is damage: its offsets
-are lost alone (`SegmentLog.chunk_damaged`).
+A chunk whose frame CRC32C fails is damage: its offsets are lost alone
+(`SegmentLog.chunk_damaged`). One whose entries' CRC32 alone fails loses only the
+entries that fail their own CRC32C (`salvage`): the intact ones go as chunks built of
+their runs (the stored bytes would fail the client's CRC check).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from streamq.log import chunk, frame
@@ -35,6 +38,17 @@ class ChunkSource(Protocol):
     def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
         """The chunk at `place` fails its checks."""
 
+    def salvage_chunk(
+        self,
+        path: str,
+        base: int,
+        position: int,
+        data: bytes | memoryview,
+        header: ChunkHeader,
+        reason: str,
+    ) -> list[tuple[int, chunk.EntryView]]:
+        """The intact entries of a chunk whose entries fail their CRC32 (`salvage`)."""
+
     def file_of(self, base_offset: int) -> int | None:
         """A descriptor for `os.sendfile` of the segment at `base_offset`, or None."""
 
@@ -47,6 +61,15 @@ def read_stored_chunk(
     data = log.frame_view(place.base_offset, place.position, place.chunk_bytes)
     try:
         header = frame.check_crcs(data)
+    except frame.EntriesDamaged as exc:  # header and trailer sound: entries lost alone
+        try:
+            header = chunk.decode_header(data, _HEAD)
+            entries = log.salvage_chunk(place.path, place.base_offset, place.position, data,
+                                        header, str(exc))  # fmt: skip
+        except ChunkInvalid as whole:
+            log.chunk_damaged(place, str(whole))
+            return Chunk(-1, end, 0, b"")
+        return _salvaged(data, header, entries, max(offset, header.first_offset), filter)
     except ChunkInvalid as exc:
         log.chunk_damaged(place, str(exc))
         return Chunk(-1, end, 0, b"")
@@ -99,20 +122,55 @@ def _filtered(
     if not any(matching_runs) and not (unfiltered and without):
         return Chunk(-1, end, 0, b"")
     values = frame.filter_value_list(runs, header.num_entries)
+    return _first_run(header, values, enumerate(chunk.iter_entries(data, _HEAD, header)),
+                      offset, filter)  # fmt: skip
+
+
+def _salvaged(
+    data: bytes | memoryview,
+    header: ChunkHeader,
+    entries: list[tuple[int, chunk.EntryView]],
+    offset: int,
+    filter: ChunkFilter | None,
+) -> Chunk:
+    """A chunk of the first run of intact (and matching) entries from `offset` of a
+    chunk that lost entries to damage (`salvage`): built, as the stored bytes fail their
+    CRC32."""
+    values: list[bytes] = [b""] * header.num_entries
+    if header.trailer_length:
+        runs = frame.parse_trailer(chunk.trailer_of(data, _HEAD, header)).filter_runs
+        values = frame.filter_value_list(runs, header.num_entries)
+    return _first_run(header, values, entries, offset, filter)
+
+
+def _first_run(
+    header: ChunkHeader,
+    values: list[bytes],
+    entries: Iterable[tuple[int, chunk.EntryView]],
+    offset: int,
+    filter: ChunkFilter | None,
+) -> Chunk:
+    """A chunk built of the first run of consecutive matching entries (all of them match
+    without a filter) whose records reach `offset` or past it; a run ends at the first
+    entry passed over or missing."""
+    end = header.first_offset + header.num_records
     matching: list[chunk.EntryView] = []
-    for number, entry in enumerate(chunk.iter_entries(data, _HEAD, header)):
+    previous = -1
+    for number, entry in entries:
         if entry.offset + entry.records <= offset:
             continue
         value = values[number]
-        if (value in wanted) if value else unfiltered:
+        match = filter is None or ((value in filter.values) if value else filter.match_unfiltered)
+        if match and (not matching or number == previous + 1):
             matching.append(entry)
+            previous = number
         elif matching:
             break  # a run of matching entries ends at the first one passed over
     if not matching:
         return Chunk(-1, end, 0, b"")
     first, run_end = matching[0].offset, matching[-1].offset + matching[-1].records
-    entries = [_as_entry(entry) for entry in matching]
-    built = chunk.encode_chunk(entries, first, header.timestamp_ms, header.epoch)
+    kept = [_as_entry(entry) for entry in matching]
+    built = chunk.encode_chunk(kept, first, header.timestamp_ms, header.epoch)
     return Chunk(first, run_end, run_end - first, built)
 
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from streamq.log import chunk, frame
+from streamq.log import amqp10, chunk, frame
 from streamq.log import format as fmt
 from tests.integration.conftest import RunningBroker
 
@@ -22,11 +22,16 @@ class RecordSpan(NamedTuple):
 
 
 def record_spans(log_dir: Path) -> list[RecordSpan]:
-    """Every record of the log in `log_dir`, oldest first, from its segments' bytes."""
+    """Every record of the log in `log_dir`, oldest first, from its segments' bytes: in a
+    version-2 segment, each simple entry of its chunks (the span of its bytes, the body
+    an AMQP 0-9-1 consumer gets)."""
     spans = []
     for path in sorted(log_dir.glob("*" + fmt.SEGMENT_SUFFIX)):
         data = path.read_bytes()
         base = fmt.decode_segment_header(data, str(path))
+        if fmt.decode_segment_version(data) == frame.FORMAT_VERSION:
+            spans += _entry_spans(path, data)
+            continue
         records: list[fmt.Record] = []
         position = fmt.SEGMENT_HEADER_BYTES
         while position < len(data):
@@ -37,6 +42,22 @@ def record_spans(log_dir: Path) -> list[RecordSpan]:
             record = records[-1]
             spans.append(RecordSpan(path, position, result.position, record.offset, record.body))
             position, base = result.position, record.offset + 1
+    return spans
+
+
+def _entry_spans(path: Path, data: bytes) -> list[RecordSpan]:
+    spans = []
+    for chunk_span in chunk_spans_of(path, data):
+        header = chunk.decode_header(data, chunk_span.position + frame.FRAME_HEAD_BYTES)
+        at = chunk_span.entries_at
+        for entry in chunk.iter_entries(data, chunk_span.position + frame.FRAME_HEAD_BYTES, header):
+            assert not entry.batch, "a sub-entry batch: not a record of its own"
+            record = fmt.Record(entry.offset, 0, b"", b"", amqp10.native_properties(0),
+                                bytes(entry.data))  # fmt: skip
+            body = amqp10.to_amqp091("", record)[3]
+            end = at + 4 + len(entry.data)
+            spans.append(RecordSpan(path, at, end, entry.offset, body))
+            at = end
     return spans
 
 
@@ -57,19 +78,25 @@ def chunk_spans(log_dir: Path) -> list[ChunkSpan]:
     for path in sorted(log_dir.glob("*" + fmt.SEGMENT_SUFFIX)):
         data = path.read_bytes()
         fmt.decode_segment_header(data, str(path))
-        if fmt.decode_segment_version(data) != frame.FORMAT_VERSION:
-            continue
-        position = fmt.SEGMENT_HEADER_BYTES
-        while position < len(data):
-            try:
-                header = frame.check_frame(data, position)
-            except chunk.ChunkInvalid:
-                break  # the end (a clean close leaves no padding)
-            at = position + frame.FRAME_HEAD_BYTES + chunk.HEADER_BYTES + header.bloom_size
-            end = position + frame.frame_bytes(header)
-            spans.append(ChunkSpan(path, position, end, header.first_offset,
-                                   header.num_records, at, header.data_length))  # fmt: skip
-            position = end
+        if fmt.decode_segment_version(data) == frame.FORMAT_VERSION:
+            spans += chunk_spans_of(path, data)
+    return spans
+
+
+def chunk_spans_of(path: Path, data: bytes) -> list[ChunkSpan]:
+    """The chunks of the version-2 segment `path` whose bytes are `data`."""
+    spans = []
+    position = fmt.SEGMENT_HEADER_BYTES
+    while position < len(data):
+        try:
+            header = frame.check_frame(data, position)
+        except chunk.ChunkInvalid:
+            break  # the end (a clean close leaves no padding)
+        at = position + frame.FRAME_HEAD_BYTES + chunk.HEADER_BYTES + header.bloom_size
+        end = position + frame.frame_bytes(header)
+        spans.append(ChunkSpan(path, position, end, header.first_offset,
+                               header.num_records, at, header.data_length))  # fmt: skip
+        position = end
     return spans
 
 

@@ -1,5 +1,4 @@
-"""Bit rot in a stopped broker's segment logs: a damaged record (in a stream, whose
-segments hold chunks, a damaged chunk: docs/log-format.md) is lost alone, reported
+"""Bit rot in a stopped broker's segment logs: a damaged record is lost alone, reported
 (`damaged_messages`, the metric) and never delivered; every confirmed message after it is
 kept. A torn tail (nothing valid after the bad bytes) is still cut, and reported as no
 damage. The issue's two cases: a flip in the newest segment (found at recovery) and in a
@@ -17,12 +16,9 @@ import pytest
 
 from streamq.log import format as fmt
 from tests.integration.bit_rot import (
-    ChunkSpan,
-    chunk_spans,
     damaged_messages,
     damaged_metric,
     flip_in_body,
-    flip_in_chunk,
     messages_dir,
     record_spans,
     stream_dir,
@@ -81,68 +77,54 @@ def consume(broker: RunningBroker, queue: str, count: int, stream: bool = False)
     return received
 
 
-def lost_in(span: ChunkSpan) -> set[bytes]:
-    """The messages of a damaged chunk of a stream published by `publish` (offset n holds
-    message n)."""
-    return {body(n) for n in range(span.first_offset, span.first_offset + span.records)}
-
-
 @pytest.mark.parametrize("kind", ["classic", "stream"])
 def test_a_flipped_bit_in_the_newest_segment_loses_that_message_only(
     tmp_path: Path, kind: str
 ) -> None:
     """The issue's first case: 2,000 confirmed, one bit flipped in message 1,000 of the
-    newest segment (a stream: in the middle chunk of its newest segment). Recovery used
-    to cut the segment there (1,000 survived); now the damaged record (chunk) alone is
-    lost, and reported."""
+    newest segment. Recovery used to cut the segment there (1,000 survived); now the
+    damaged record alone is lost, and reported."""
     stream = kind == "stream"
     arguments = SMALL_STREAM if stream else {}
     running = RunningBroker(tmp_path / "data")
     publish(running, "q", COUNT, arguments)
     running.stop()
     log_dir = stream_dir(tmp_path / "data") if stream else messages_dir(tmp_path / "data")
+    spans = record_spans(log_dir)
     if stream:  # the newest segment: a stream with small segments has many
-        chunks = chunk_spans(log_dir)
-        chunks = [s for s in chunks if s.path == chunks[-1].path]
-        damaged = chunks[len(chunks) // 2]
-        assert damaged.path == sorted(log_dir.glob("*.seg"))[-1]
-        flip_in_chunk(damaged)
-        lost = lost_in(damaged)
-    else:
-        spans = record_spans(log_dir)
-        target = spans[len(spans) // 2]
-        assert target.path == sorted(log_dir.glob("*.seg"))[-1]
-        flip_in_body(target)
-        lost = {target.body}
+        spans = [s for s in spans if s.path == spans[-1].path]
+    target = spans[len(spans) // 2]
+    assert target.path == sorted(log_dir.glob("*.seg"))[-1]
+    flip_in_body(target)
+    lost = target.body
     with broker_on(tmp_path / "data") as restarted:
-        received = consume(restarted, "q", COUNT - len(lost), stream)
-        assert received == [body(n) for n in range(COUNT) if body(n) not in lost]
-        assert damaged_messages(restarted, "q") == len(lost)
-        assert damaged_metric(restarted) == len(lost)
+        received = consume(restarted, "q", COUNT - 1, stream)
+        assert received == [body(n) for n in range(COUNT) if body(n) != lost]
+        assert damaged_messages(restarted, "q") == 1
+        assert damaged_metric(restarted) == 1
         conn = connect(restarted)
         conn.channel().basic_publish("", "q", b"after")  # the log goes on
         conn.close()
         assert consume(restarted, "q", COUNT, stream)[-1] == b"after"
 
 
-def test_a_flipped_bit_in_a_sealed_stream_segment_loses_that_chunk_only(
+def test_a_flipped_bit_in_a_sealed_stream_segment_loses_that_message_only(
     tmp_path: Path,
 ) -> None:
     """The issue's second case, for a stream: the sealed segment is trusted at start (its
     index checks), the damage is found when the consumer reads it; the consumer is not
-    cancelled, the stream does not fail, every message of the other chunks arrives."""
+    cancelled, the stream does not fail, every other message arrives."""
     running = RunningBroker(tmp_path / "data")
     publish(running, "events", COUNT, SMALL_STREAM)
     running.stop()
-    spans = chunk_spans(stream_dir(tmp_path / "data"))
+    spans = record_spans(stream_dir(tmp_path / "data"))
     sealed = [s for s in spans if s.path == spans[0].path]
     target = sealed[len(sealed) // 2]
-    flip_in_chunk(target)
-    lost = lost_in(target)
+    flip_in_body(target)
     with broker_on(tmp_path / "data") as restarted:
-        received = consume(restarted, "events", COUNT - len(lost), stream=True)
-        assert received == [body(n) for n in range(COUNT) if body(n) not in lost]
-        assert damaged_messages(restarted, "events") == len(lost)
+        received = consume(restarted, "events", COUNT - 1, stream=True)
+        assert received == [body(n) for n in range(COUNT) if body(n) != target.body]
+        assert damaged_messages(restarted, "events") == 1
         status, queue, _ = restarted.http("GET", "/api/queues/%2F/events")
         assert status == 200 and isinstance(queue, dict) and queue["state"] == "running"
 
@@ -171,17 +153,14 @@ def test_a_torn_tail_is_still_cut_and_is_no_damage(tmp_path: Path) -> None:
 
 def test_a_tracked_stream_offset_moves_past_a_damaged_record(tmp_path: Path) -> None:
     """A consumer with automatic offset tracking that acks everything it gets: the
-    damaged chunk's records, never delivered, count as passed over (as filtered-out
-    ones), so the offset stored reaches the last message, and a reconnect resumes after
-    it."""
+    damaged record, never delivered, counts as passed over (as a filtered-out one), so
+    the offset stored reaches the last message, and a reconnect resumes after it."""
     running = RunningBroker(tmp_path / "data")
     publish(running, "events", 300, SMALL_STREAM)
     running.stop()
-    spans = chunk_spans(stream_dir(tmp_path / "data"))
+    spans = record_spans(stream_dir(tmp_path / "data"))
     sealed = [s for s in spans if s.path == spans[0].path]
-    damaged = sealed[len(sealed) // 2]
-    flip_in_chunk(damaged)
-    assert damaged.first_offset + damaged.records < 300  # the last message is kept
+    flip_in_body(sealed[len(sealed) // 2])
     with broker_on(tmp_path / "data") as restarted:
         conn = connect(restarted)
         channel = conn.channel()
@@ -197,10 +176,10 @@ def test_a_tracked_stream_offset_moves_past_a_damaged_record(tmp_path: Path) -> 
         tracking = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
         channel.basic_consume("events", on_message, consumer_tag="reader", arguments=tracking)
         deadline = time.monotonic() + TIMEOUT_S
-        while len(received) < 300 - damaged.records and time.monotonic() < deadline:
+        while len(received) < 299 and time.monotonic() < deadline:
             conn.process_data_events(time_limit=0.05)
         conn.close()
-        assert len(received) == 300 - damaged.records
+        assert len(received) == 299
         assert restarted.broker is not None
         vhost = restarted.broker.vhosts["/"]
 
@@ -220,13 +199,12 @@ def test_the_scrub_reports_damage_in_a_sealed_segment_nobody_reads(tmp_path: Pat
     running = RunningBroker(tmp_path / "data")
     publish(running, "events", 500, SMALL_STREAM)
     running.stop()
-    spans = chunk_spans(stream_dir(tmp_path / "data"))
+    spans = record_spans(stream_dir(tmp_path / "data"))
     sealed = [s for s in spans if s.path == spans[0].path]
-    damaged = sealed[len(sealed) // 2]
-    flip_in_chunk(damaged)
+    flip_in_body(sealed[len(sealed) // 2])
     with broker_on(tmp_path / "data") as restarted:
         deadline = time.monotonic() + TIMEOUT_S
         while damaged_messages(restarted, "events") == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert damaged_messages(restarted, "events") == damaged.records
-        assert damaged_metric(restarted) == damaged.records
+        assert damaged_messages(restarted, "events") == 1
+        assert damaged_metric(restarted) == 1

@@ -13,6 +13,7 @@ import pytest
 
 from streamq.log import amqp10, chunk, frame
 from streamq.log import format as fmt
+from streamq.log._records import entry_crcs
 from streamq.log.chunk import SimpleEntry, SubBatch
 from streamq.log.errors import LogError
 from streamq.log.log import LogConfig, SegmentLog
@@ -76,13 +77,14 @@ def test_stored_chunk_is_osiris_bytes_with_bloom_and_trailer(
     data = (tmp_path / "log" / fmt.segment_name(0)).read_bytes()
     ((position, header),) = frames(tmp_path / "log" / fmt.segment_name(0))
     at = position + frame.FRAME_HEAD_BYTES
+    crcs = entry_crcs(b"".join(chunk.encode_entry(SimpleEntry(b)) for b in (b"a", b"b")))
     expected = chunk.encode_chunk(
         [SimpleEntry(b"a", b"red"), SimpleEntry(b"b")], 0, 5, epoch=1,
-        trailer=frame.encode_trailer({b"pub-1": 41}, [(0, 1, b"red")]),
+        trailer=frame.encode_trailer({b"pub-1": 41}, [(0, 1, b"red")], crcs),
     )  # fmt: skip
     assert data[at : at + header.size] == expected
     trailer = frame.parse_trailer(chunk.trailer_of(data, at, header))
-    assert trailer == frame.Trailer({b"pub-1": 41}, [(0, 1, b"red")])
+    assert trailer == frame.Trailer({b"pub-1": 41}, [(0, 1, b"red")], crcs)
 
 
 @pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
@@ -181,9 +183,12 @@ def test_a_torn_last_chunk_is_cut_at_recovery(tmp_path: Path) -> None:
     log.close_blocking()
 
 
+@pytest.mark.parametrize("where", ["entries", "header"])
 def test_a_damaged_chunk_followed_by_a_valid_one_loses_its_offsets_alone(
-    tmp_path: Path,
+    tmp_path: Path, where: str
 ) -> None:
+    """A flip in an entry loses that entry (its own CRC32C in the trailer); one in the
+    chunk's header (the frame CRC32C fails) loses the chunk."""
     log = SegmentLog.open(str(tmp_path / "log"), V2)
     for i in range(3):
         log.append_entries([SimpleEntry(body(i, 40)), SimpleEntry(body(i + 10, 40))], i)
@@ -191,20 +196,23 @@ def test_a_damaged_chunk_followed_by_a_valid_one_loses_its_offsets_alone(
     log.close_blocking()
     path = tmp_path / "log" / fmt.segment_name(0)
     (position, _header) = frames(path)[1]
-    with open(path, "r+b") as f:  # a flipped bit in the second chunk's entries
-        at = position + frame.FRAME_HEAD_BYTES + chunk.HEADER_BYTES + 10
+    with open(path, "r+b") as f:  # a flipped bit in the second chunk
+        into = chunk.HEADER_BYTES + 10 if where == "entries" else 12  # 12: the timestamp
+        at = position + frame.FRAME_HEAD_BYTES + into
         f.seek(at)
         byte = f.read(1)
         f.seek(at)
         f.write(bytes([byte[0] ^ 0x01]))
     log = SegmentLog.open(str(tmp_path / "log"), V2)
     assert log.next_offset == 6
-    assert [r.offset for r in log.read(0, 10)] == [0, 1, 4, 5]
-    assert [(s.first_offset, s.end_offset) for s in log.damage.spans] == [(2, 4)]
+    lost = (2, 3) if where == "entries" else (2, 4)
+    kept = [n for n in range(6) if not lost[0] <= n < lost[1]]
+    assert [r.offset for r in log.read(0, 10)] == kept
+    assert [(s.first_offset, s.end_offset) for s in log.damage.spans] == [lost]
     log.close_blocking()
 
 
-def test_damage_met_by_a_reader_loses_that_chunk_only(log2: SegmentLog, tmp_path: Path) -> None:
+def test_damage_met_by_a_reader_loses_that_entry_only(log2: SegmentLog, tmp_path: Path) -> None:
     for i in range(3):
         log2.append_entries([SimpleEntry(body(i, 40))], i)
         log2.sync_blocking()
