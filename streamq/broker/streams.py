@@ -221,9 +221,9 @@ def _deliver_run(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: 
         if position >= log.durable_next:
             consumer.stream_window = None
         return 0
-    if log.chunk_at(position) is not None:
+    if log.chunk_at(position) is not None:  # a version-2 segment: its chunks' runs
         consumer.stream_window = None
-        return None  # a version-2 segment: its chunks decoded into records
+        return _deliver_chunk(queue, stream, consumer, position, count)
     window = consumer.stream_window
     if window is None:
         window = consumer.stream_window = ReadWindow()
@@ -245,6 +245,25 @@ def _deliver_run(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: 
     if position + delivered >= log.durable_next:
         consumer.stream_window = None
     if stopped and not delivered:
+        return None
+    return delivered
+
+
+def _deliver_chunk(
+    queue: Queue, stream: StreamQueue, consumer: Consumer, position: int, count: int
+) -> int | None:
+    """`_deliver_run` in a version-2 segment: the chunk holding `position` as version-1
+    records (`SegmentLog.chunk_run`), delivered by the same C call. None when the chunk
+    has no run (the per-record path takes it) or the run stops before anything went out."""
+    run = stream.log.chunk_run(position)
+    at = position - run.first_offset if run is not None else -1
+    if run is None or not 0 <= at < len(run.positions):
+        return None
+    delivered, _start, _next, _stopped = consumer.deliver_stream_records(
+        queue, run.data, run.positions[at], position, count
+    )
+    consumer.stream_position = position + delivered
+    if not delivered:
         return None
     return delivered
 

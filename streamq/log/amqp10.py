@@ -117,8 +117,15 @@ def _append_sections(
     fields: Fields,
     headers: list[Header],
 ) -> None:
-    t.encode_section(out, t.SECTION_HEADER, ("list", _header(fields)))
-    _append_annotations(out, exchange, routing_key, fields, headers)
+    notes: list[tuple[Value, Value]] = []
+    if fields.get("delivery_mode") is not None:
+        t.encode_section(out, t.SECTION_HEADER, ("list", _header(fields)))
+    else:
+        # No header section without a delivery mode (as RabbitMQ 3.10's rabbit_msg_record):
+        # its durable would come back as delivery mode 1 where the publisher set none. The
+        # priority and expiration go in annotations, which the way back reads then.
+        notes = _header_notes(fields)
+    _append_annotations(out, exchange, routing_key, fields, headers, notes)
     props = _properties(fields)
     if any(kind != "null" for kind, _ in props):
         t.encode_section(out, t.SECTION_PROPERTIES, ("list", props))
@@ -131,12 +138,25 @@ def _append_sections(
         t.encode_section(out, t.SECTION_APPLICATION_PROPERTIES, ("map", application))
 
 
+def _header_notes(fields: Fields) -> list[tuple[Value, Value]]:
+    """x-basic-priority and x-basic-expiration annotations, for a message without a header."""
+    notes: list[tuple[Value, Value]] = []
+    priority = fields.get("priority")
+    if isinstance(priority, int) and 0 <= priority <= 255:
+        notes.append((("symbol", "x-basic-priority"), ("ubyte", priority)))
+    expiration = fields.get("expiration")
+    if isinstance(expiration, str):
+        notes.append((("symbol", "x-basic-expiration"), ("string", expiration)))
+    return notes
+
+
 def _append_annotations(
     out: bytearray,
     exchange: bytes,
     routing_key: bytes,
     fields: Fields,
     headers: list[Header],
+    notes: list[tuple[Value, Value]] | None = None,
 ) -> None:
     entries: list[tuple[Value, Value]] = [
         (("symbol", "x-exchange"), ("string", _text(exchange))),
@@ -150,6 +170,7 @@ def _append_annotations(
     kind = fields.get("type")
     if kind is not None and kind != AMQP10_TYPE:
         entries.append((("symbol", "x-basic-type"), ("string", kind)))
+    entries += notes or []
     t.encode_section(out, t.SECTION_MESSAGE_ANNOTATIONS, ("map", entries))
 
 

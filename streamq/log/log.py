@@ -168,6 +168,7 @@ class SegmentLog(LogAppender, ChunkAppender, LogCommit, LogReader, LogState):
         if dropped:
             self._dir_dirty = True
             self._decoded.clear()  # chunks of dropped segments among them, maybe
+            self._runs.clear()
         return dropped
 
     # -- close ---------------------------------------------------------------------------

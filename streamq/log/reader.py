@@ -22,6 +22,7 @@ from typing import NamedTuple
 from streamq.log import chunk, frame
 from streamq.log import format as fmt
 from streamq.log.chunk import ChunkInvalid
+from streamq.log.chunk_runs import ChunkRun, chunk_run
 from streamq.log.chunk_segment import chunk_records
 from streamq.log.damage import DamagedSpan, resolve
 from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCorrupted
@@ -163,6 +164,30 @@ class LogReader(LogState):
             del self._decoded[next(iter(self._decoded))]
         self._decoded[key] = records
         return records
+
+    def chunk_run(self, offset: int) -> ChunkRun | None:
+        """The records of the durable chunk holding `offset` in the version-1 record form
+        (`chunk_runs`), for the C run path of AMQP consumers; None when `offset` is not in
+        a version-2 segment's chunk, or the chunk has no run (damage, long filter
+        values): the per-record path (`read`) then reads it. Kept for the last few chunks."""
+        place = self.chunk_at(offset)
+        if place is None or offset < place.first_offset:
+            return None
+        key = (place.base_offset, place.position)
+        if key in self._runs:
+            return self._runs[key]
+        segment = self._segments[bisect_right(self._bases, place.base_offset) - 1]
+        end = place.first_offset + place.records
+        try:
+            records = self._decoded_chunk(segment, place.position, place.chunk_bytes,
+                                          place.first_offset, end)  # fmt: skip
+        except ChunkInvalid:
+            return None  # `read` meets it again and records the damage
+        run = chunk_run(records, place.first_offset, place.records)
+        if len(self._runs) >= DECODED_CHUNKS_MAX:
+            del self._runs[next(iter(self._runs))]
+        self._runs[key] = run
+        return run
 
     def chunk_at(self, offset: int) -> ChunkPlace | None:
         """Where the durable chunk holding `offset` is (or the first durable one after

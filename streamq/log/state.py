@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from streamq.log import files
 from streamq.log import format as fmt
+from streamq.log.chunk_runs import ChunkRun
 from streamq.log.config import LogConfig
 from streamq.log.damage import DamageMap
 from streamq.log.errors import LogClosed, LogFailed, OutOfSpace
@@ -63,6 +64,8 @@ class LogState:
         self._epoch = 1
         # Version 2: the records of the chunks read last, by (segment base, position).
         self._decoded: dict[tuple[int, int], list[fmt.Record]] = {}
+        # ... and as version-1 records for the C run path (None: they have none).
+        self._runs: dict[tuple[int, int], ChunkRun | None] = {}
         self._unsealed: list[Segment] = []
         self._dir_dirty = False
         self._inflight: asyncio.Future[RoundResult] | None = None

@@ -19,6 +19,7 @@ from streamq.log.chunk import SimpleEntry
 from streamq.log.log import RunMessage, SegmentLog
 from streamq.queues import chunks, sub_entries
 from streamq.queues.chunks import Chunk, ChunkFilter
+from streamq.queues.converted_run import append_converted
 from streamq.queues.offsets import OffsetStore
 from streamq.queues.publish_entries import parse_publish
 from streamq.queues.publishers import NO_SEQUENCE, BadPublish, PublisherSequences
@@ -122,7 +123,10 @@ class StreamQueue:
         offset. Buffered: readable and durable after the log's next sync round."""
         log = self.log
         if log.chunked:
-            return log.append_entries(
+            first = append_converted(log, exchange, routing_key, messages, timestamp_ms)
+            if first is not None:
+                return first
+            return log.append_entries(  # an entry over the limit: RecordTooLarge there
                 [_converted(exchange, routing_key, m[0], m[1]) for m in messages], timestamp_ms
             )
         first = log.append_run(exchange, routing_key, messages, timestamp_ms)
