@@ -3,7 +3,8 @@
 All sit on the per-message hot path (STYLE.md section 11) and are measured in
 docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into runs,
 `amqp_gateway.codec._deliver` writes a delivery's frames (and a run of deliveries
-straight from log records), and `streamq.log._records` encodes a run of log records
+straight from log records), `mqtt_gateway.codec._scan` splits a read's MQTT PUBLISH
+packets into runs, and `streamq.log._records` encodes a run of log records
 with their CRC32C, and `streamq.log._streamwire` turns a stream-protocol Publish frame into
 records and builds chunks for stream consumers, and `streamq.log._amqp10` converts stream clients'
 AMQP 1.0 messages for AMQP 0-9-1 consumers and the Spark source. They need a C
@@ -18,13 +19,23 @@ setup(
     ext_modules=[
         Extension(
             "amqp_gateway.codec._scan",
-            ["amqp_gateway/codec/_scan.c"],
+            ["amqp_gateway/codec/_scan.c", "amqp_gateway/codec/_scan_acks.c"],
+            depends=["amqp_gateway/codec/_scan_frames.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
             "amqp_gateway.codec._deliver",
-            ["amqp_gateway/codec/_deliver.c"],
-            depends=["streamq/log/_amqp10_convert.h", "streamq/log/_amqp10_values.h"],
+            ["amqp_gateway/codec/_deliver.c", "amqp_gateway/codec/_deliver_runs.c"],
+            depends=[
+                "amqp_gateway/codec/_deliver_frames.h",
+                "streamq/log/_amqp10_convert.h",
+                "streamq/log/_amqp10_values.h",
+            ],
+            extra_compile_args=_FLAGS,
+        ),
+        Extension(
+            "mqtt_gateway.codec._scan",
+            ["mqtt_gateway/codec/_scan.c"],
             extra_compile_args=_FLAGS,
         ),
         Extension(

@@ -25,11 +25,7 @@ from amqp_gateway.endpoints import Endpoints, ip_endpoints, socket_endpoints, un
 from amqp_gateway.gateway import Gateway
 from amqp_gateway.session import HANDSHAKE_TIMEOUT_S, AmqpSession
 from streamq.proxy_protocol import ProxyHeader
-from streamq.proxy_receiver import (
-    OptionalProxyHeaderReceiver,
-    ProxyHeaderReceiver,
-    TrustedProxy,
-)
+from streamq.proxy_receiver import ProxyHeaderReceiver, TrustedProxy, protocol_factory
 from streamq.unix_socket import UnixListener, listen_unix
 
 logger = logging.getLogger(__name__)
@@ -59,15 +55,8 @@ async def start_tcp_listener(
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
 
-    def factory() -> asyncio.BaseProtocol:
-        if proxy_protocol:
-            return ProxyHeaderReceiver(AmqpStarter(gateway, socket_endpoints))
-        if trusted_proxy is not None:
-            return OptionalProxyHeaderReceiver(
-                AmqpStarter(gateway, socket_endpoints), trusted_proxy
-            )
-        return gateway.protocol_factory()
-
+    starter = AmqpStarter(gateway, socket_endpoints)
+    factory = protocol_factory(starter, proxy_protocol, trusted_proxy, gateway.protocol_factory)
     return await loop.create_server(
         factory, host, port, reuse_address=True, start_serving=start_serving
     )

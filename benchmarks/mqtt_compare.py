@@ -16,6 +16,9 @@ paho-mqtt for a real client's row. Issue 33's scenarios:
   broker's VmRSS before and after, per connection.
 
 Prints one line per run with the load average, then the medians and their ratio.
+`--baseline DIR` runs a third broker, streamq from another source tree (a `git archive`
+of an earlier commit, its C extensions built in place), in the same rotation, so that a
+change's before and after are both measured against RabbitMQ under the same load.
 
     PYTHONPATH=. python -m benchmarks.mqtt_compare --seconds 10 --rounds 2
 """
@@ -23,6 +26,7 @@ Prints one line per run with the load average, then the medians and their ratio.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -77,18 +81,26 @@ def _wait_listening(port: int, what: str) -> None:
 
 
 @contextmanager
-def streamq_broker(directory: Path) -> Iterator[Broker]:
+def streamq_broker(
+    directory: Path, source: Path | None = None, name: str = "streamq"
+) -> Iterator[Broker]:
+    """streamq from this tree, or with `source` from that one."""
     mqtt_port, amqp_port = free_port(), free_port()
     command = [
         *(sys.executable, "-m", "streamq", "serve", "--data-dir", str(directory / "data")),
         *("--amqp-port", str(amqp_port), "--http-port", "0", "--stream-port", "-1"),
         *("--mqtt-port", str(mqtt_port)),
     ]
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     with open(directory / "streamq.log", "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=source
+        )
     try:
-        _wait_listening(mqtt_port, "streamq")
-        yield Broker("streamq", mqtt_port, amqp_port, process.pid)
+        _wait_listening(mqtt_port, name)
+        yield Broker(name, mqtt_port, amqp_port, process.pid)
     finally:
         process.terminate()
         process.wait(60)
@@ -225,21 +237,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paho-messages", type=int, default=10000)
     parser.add_argument("--connections", type=int, default=10000)
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma-separated")
+    parser.add_argument("--baseline", type=Path, help="also run streamq from this source tree")
     args = parser.parse_args(argv)
     names = args.only.split(",")
     print(f"cpu: {cpu_model()}, {os.cpu_count()} cores; bodies {args.size} bytes", flush=True)
     results: dict[tuple[str, str], list[float]] = {}
-    with (
-        tempfile.TemporaryDirectory() as sq_dir,
-        tempfile.TemporaryDirectory() as rmq_dir,
-        streamq_broker(Path(sq_dir)) as streamq,
-        rabbitmq_broker(Path(rmq_dir)) as rabbitmq,
-    ):
+    with contextlib.ExitStack() as stack:
+        sq_dir, base_dir, rmq_dir = (
+            Path(stack.enter_context(tempfile.TemporaryDirectory())) for _ in range(3)
+        )
+        brokers = [stack.enter_context(streamq_broker(sq_dir))]
+        if args.baseline is not None:
+            base = streamq_broker(base_dir, args.baseline.resolve(), "baseline")
+            brokers.append(stack.enter_context(base))
+        rabbitmq = stack.enter_context(rabbitmq_broker(rmq_dir))
+        brokers.append(rabbitmq)
         for name in names:
             run, unit = SCENARIOS[name]
             rounds = 1 if name == "idle" else args.rounds
             for _ in range(rounds):
-                for broker in (streamq, rabbitmq):
+                for broker in brokers:
                     load = os.getloadavg()[0]
                     value = run(broker, args)
                     results.setdefault((name, broker.name), []).append(value)
@@ -247,12 +264,24 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name:13} {broker.name:9} {value:12.1f} {unit}  load {load:.1f}",
                         flush=True,
                     )
-    print("median                streamq     rabbitmq   streamq/rabbitmq")
-    for name in names:
-        ours = statistics.median(results[(name, "streamq")])
-        theirs = statistics.median(results[(name, "rabbitmq")])
-        print(f"{name:13} {ours:14.1f} {theirs:12.1f}   {ours / theirs:.2f}")
+    _print_medians(names, [b.name for b in brokers], results)
     return 0
+
+
+def _print_medians(
+    names: list[str], brokers: list[str], results: dict[tuple[str, str], list[float]]
+) -> None:
+    """The medians per scenario and broker, each streamq's over RabbitMQ's."""
+    ours = brokers[:-1]
+    print("median       " + "".join(f"{b:>14}" for b in brokers) + "".join(
+        f"  {b}/rabbitmq" for b in ours
+    ))  # fmt: skip
+    for name in names:
+        medians = [statistics.median(results[(name, b)]) for b in brokers]
+        ratios = "".join(
+            f"  {m / medians[-1]:{len(b) + 9}.2f}" for m, b in zip(medians[:-1], ours, strict=True)
+        )
+        print(f"{name:13}" + "".join(f"{m:14.1f}" for m in medians) + ratios)
 
 
 if __name__ == "__main__":

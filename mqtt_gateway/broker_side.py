@@ -41,6 +41,7 @@ from mqtt_gateway.codec import (
     ReasonCode,
     encode,
 )
+from mqtt_gateway.codec.runs import PublishRun, RunForm
 from mqtt_gateway.topic_aliases import TopicAliases
 from streamq.broker.accounts import PermissionKind
 from streamq.broker.stats import MessageStats
@@ -342,6 +343,57 @@ def release_qos2(s: MqttSession, packet_id: int) -> None:
         s.reply(PubComp(packet_id))
 
 
+def run_form(publisher: str | None) -> RunForm:
+    """How a session stores its runs of publishes (`Decoder.pop`): the property lists
+    `store_message` gives a publish without MQTT 5 properties or retain flag, by QoS and
+    DUP, with `publisher` (the client id, for No Local)."""
+    properties = tuple(
+        mapping.publish_properties(kind >> 1, bool(kind & 1), publisher=publisher)
+        for kind in range(4)
+    )
+    assert len(properties) == 4
+    return RunForm(properties, mapping.EXCHANGE, mapping.to_routing_key)
+
+
+def publish_run(s: MqttSession, run: PublishRun) -> None:
+    """`publish` of every packet of a run (QoS 0 and 1, one topic, no properties nor
+    retain): checked, routed and stored once, appended to the log in one step, and its
+    PUBACKs sent together once the log is synced. A refused run goes one by one (each
+    refusal as `publish` answers it), as does one whose route reads properties or
+    reaches a queue with a length limit."""
+    vhost = s.vhost
+    assert vhost is not None
+    routing_key = run.routing_key
+    if not (_permitted(s, "write", mapping.EXCHANGE) and _topic_permitted(s, "write", routing_key)):
+        for packet in run.packets():
+            publish(s, packet)
+            if s.closed:
+                return
+        return
+    s.note_publish()
+    messages = run.messages
+    count = len(messages)
+    stats = _exchange_stats(vhost)
+    queues = vhost.route_run(mapping.EXCHANGE, routing_key)
+    now_ms = int(time.time() * 1000)
+    if queues is None or (
+        queues
+        and not vhost.publish_run(
+            mapping.EXCHANGE, routing_key, messages, queues, now_ms, run.flags_byte0
+        )
+    ):
+        for properties_raw, payload, _exchange, _key, _bits in messages:
+            _store_raw(vhost, routing_key, properties_raw, payload, stats, now_ms)
+    else:
+        stats.publish_in += count
+        if queues:
+            stats.publish_out += count
+        else:
+            vhost.stats.drop_unroutable += count
+    if run.acks:
+        s.owe_publish_acks(run.acks, run.ack_count)
+
+
 def store_message(
     vhost: VHost, routing_key: str, qos: int, dup: bool, payload: bytes,
     properties: Properties = NO_PROPERTIES, *, publisher: str | None = None,
@@ -353,12 +405,24 @@ def store_message(
     properties_raw = message_properties.to_amqp(
         qos, dup, properties, publisher=publisher, retain=retain
     )
-    queues = vhost.route(mapping.EXCHANGE, routing_key, None, properties_raw=properties_raw)
     now_ms = int(time.time() * 1000)
-    offset = vhost.publish(mapping.EXCHANGE, routing_key, properties_raw, payload, queues, now_ms)
+    _store_raw(vhost, routing_key, properties_raw, payload, _exchange_stats(vhost), now_ms)
+
+
+def _exchange_stats(vhost: VHost) -> MessageStats:
     stats = vhost.exchange_stats.get(mapping.EXCHANGE)
     if stats is None:
         stats = vhost.exchange_stats[mapping.EXCHANGE] = MessageStats()
+    return stats
+
+
+def _store_raw(
+    vhost: VHost, routing_key: str, properties_raw: bytes, payload: bytes,
+    stats: MessageStats, now_ms: int,
+) -> None:  # fmt: skip
+    """Route one message with its AMQP properties through `amq.topic` and append it."""
+    queues = vhost.route(mapping.EXCHANGE, routing_key, None, properties_raw=properties_raw)
+    offset = vhost.publish(mapping.EXCHANGE, routing_key, properties_raw, payload, queues, now_ms)
     stats.publish_in += 1
     if offset is not None:
         stats.publish_out += 1

@@ -20,12 +20,10 @@ knows nothing of packets.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from typing import Final
 
-from streamq.log.files import write_file_atomic
+from mqtt_gateway.state_file import StateFile
 
 FILE_NAME: Final = "mqtt_pubrel"
 QOS2_IDS_MAX: Final = 0xFFFF
@@ -40,24 +38,19 @@ class PubrelCorrupted(Exception):
 class PubrelStore:
     """The QoS 2 deliveries of one vhost's persistent sessions awaiting PUBCOMP."""
 
-    __slots__ = ("_changes", "_lock", "_written", "entries", "path", "recovered")
+    __slots__ = ("entries", "file", "recovered")
 
     def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, FILE_NAME)
-        self.entries: dict[str, dict[int, Released]] = {}
+        self.file = StateFile(directory, FILE_NAME)
+        data = self.file.read()
+        self.entries: dict[str, dict[int, Released]] = (
+            {} if data is None else decode(data, self.file.path)
+        )
         # The deliveries the file held when opened (before this process settled any):
         # a queue offering one again is skipped, each at most once (consumer.py).
-        self.recovered: set[Released] = set()
-        self._changes = 0
-        self._written = 0
-        self._lock = asyncio.Lock()
-        try:
-            with open(self.path, "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
-            return
-        self.entries = decode(data, self.path)
-        self.recovered = {released for held in self.entries.values() for released in held.values()}
+        self.recovered: set[Released] = {
+            released for held in self.entries.values() for released in held.values()
+        }
 
     def of(self, client_id: str) -> dict[int, Released]:
         return dict(self.entries.get(client_id, {}))
@@ -67,7 +60,7 @@ class PubrelStore:
         held = self.entries.setdefault(client_id, {})
         if held.get(packet_id) != released:
             held[packet_id] = released
-            self._changes += 1
+            self.file.changed()
 
     def remove(self, client_id: str, packet_id: int, released: Released) -> None:
         """Forget the entry, if it is still `released` (the identifier may have been
@@ -77,26 +70,19 @@ class PubrelStore:
             del held[packet_id]
             if not held:
                 del self.entries[client_id]
-            self._changes += 1
+            self.file.changed()
 
     def drop(self, client_id: str) -> bool:
         """Forget a session's entries (it ended, or started clean); whether it had any.
         Buffered: durable after `flush`."""
         if self.entries.pop(client_id, None) is None:
             return False
-        self._changes += 1
+        self.file.changed()
         return True
 
     async def flush(self) -> None:
         """Return once every change made before the call is on disk. Raises OSError."""
-        target = self._changes
-        async with self._lock:
-            if self._written >= target:
-                return
-            changes = self._changes
-            data = encode(self.entries)
-            await asyncio.to_thread(write_file_atomic, self.path, data, fsync_dir=True)
-            self._written = changes
+        await self.file.flush(lambda: encode(self.entries))
 
 
 def encode(entries: dict[str, dict[int, Released]]) -> bytes:

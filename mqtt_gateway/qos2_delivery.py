@@ -28,7 +28,8 @@ from mqtt_gateway.pubrel_store import Released
 from streamq.log.errors import LogError
 
 if TYPE_CHECKING:
-    from mqtt_gateway.session import Inflight, MqttSession
+    from mqtt_gateway.confirms import Inflight
+    from mqtt_gateway.session import MqttSession
 
 logger = logging.getLogger(__name__)
 

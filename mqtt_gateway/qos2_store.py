@@ -14,12 +14,10 @@ in memory only (they end with the connection). At most QOS2_IDS_MAX per client: 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from typing import Final
 
-from streamq.log.files import write_file_atomic
+from mqtt_gateway.state_file import StateFile
 
 FILE_NAME: Final = "mqtt_qos2"
 QOS2_IDS_MAX: Final = 0xFFFF
@@ -32,20 +30,12 @@ class Qos2Corrupted(Exception):
 class Qos2Store:
     """The unreleased QoS 2 packet identifiers of one vhost's persistent sessions."""
 
-    __slots__ = ("_changes", "_lock", "_written", "ids", "path")
+    __slots__ = ("file", "ids")
 
     def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, FILE_NAME)
-        self.ids: dict[str, set[int]] = {}
-        self._changes = 0
-        self._written = 0
-        self._lock = asyncio.Lock()
-        try:
-            with open(self.path, "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
-            return
-        self.ids = decode(data, self.path)
+        self.file = StateFile(directory, FILE_NAME)
+        data = self.file.read()
+        self.ids: dict[str, set[int]] = {} if data is None else decode(data, self.file.path)
 
     def of(self, client_id: str) -> set[int]:
         return set(self.ids.get(client_id, ()))
@@ -55,7 +45,7 @@ class Qos2Store:
         held = self.ids.setdefault(client_id, set())
         if packet_id not in held:
             held.add(packet_id)
-            self._changes += 1
+            self.file.changed()
 
     def remove(self, client_id: str, packet_id: int) -> None:
         """Buffered: durable after `flush`."""
@@ -64,30 +54,23 @@ class Qos2Store:
             held.discard(packet_id)
             if not held:
                 del self.ids[client_id]
-            self._changes += 1
+            self.file.changed()
 
     def drop(self, client_id: str) -> bool:
         """Forget a session's identifiers (it ended, or started clean); whether it had
         any. Buffered: durable after `flush`."""
         if self.ids.pop(client_id, None) is None:
             return False
-        self._changes += 1
+        self.file.changed()
         return True
 
     @property
     def dirty(self) -> bool:
-        return self._written < self._changes
+        return self.file.dirty
 
     async def flush(self) -> None:
         """Return once every change made before the call is on disk. Raises OSError."""
-        target = self._changes
-        async with self._lock:
-            if self._written >= target:
-                return
-            changes = self._changes
-            data = encode(self.ids)
-            await asyncio.to_thread(write_file_atomic, self.path, data, fsync_dir=True)
-            self._written = changes
+        await self.file.flush(lambda: encode(self.ids))
 
 
 def encode(ids: dict[str, set[int]]) -> bytes:

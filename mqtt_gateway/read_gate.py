@@ -30,9 +30,9 @@ class ReadGate:
         self.alarm = False  # not read while a resource alarm lasts
         self.drain = False  # not read until the pending drain ran (`hold_for_drain`)
 
-    def owe_ack(self) -> None:
-        """One more publish's acknowledgement waits for the disk."""
-        self.unconfirmed += 1
+    def owe_ack(self, count: int = 1) -> None:
+        """`count` more publishes' acknowledgements wait for the disk."""
+        self.unconfirmed += count
         if self.unconfirmed >= UNCONFIRMED_MAX and not self.acks_held:
             self.acks_held = True
             self._pause()

@@ -23,13 +23,11 @@ the epoch); version 1 files are still read. A file that fails its check is refus
 
 from __future__ import annotations
 
-import asyncio
-import os
 import struct
 import zlib
 from typing import Final
 
-from streamq.log.files import write_file_atomic
+from mqtt_gateway.state_file import StateFile
 
 FILE_NAME: Final = "mqtt_retained"
 MAGIC: Final = b"SQMR"
@@ -58,22 +56,17 @@ class RetainedCorrupted(Exception):
 class RetainedStore:
     """The retained messages of one vhost."""
 
-    __slots__ = ("_changes", "_lock", "_written", "bytes", "messages", "path", "properties")
+    __slots__ = ("bytes", "file", "messages", "properties")
 
     def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, FILE_NAME)
+        self.file = StateFile(directory, FILE_NAME)
         self.messages: Messages = {}
         self.properties: PropertiesByTopic = {}
         self.bytes = 0
-        self._changes = 0  # counts changes; `_written` is the count the file holds
-        self._written = 0
-        self._lock = asyncio.Lock()
-        try:
-            with open(self.path, "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
+        data = self.file.read()
+        if data is None:
             return
-        self.messages, self.properties = decode_all(data, self.path)
+        self.messages, self.properties = decode_all(data, self.file.path)
         self.bytes = sum(len(t.encode()) + len(p) for t, (_q, p) in self.messages.items())
         self.bytes += sum(len(p) for p, _at in self.properties.values())
 
@@ -103,20 +96,13 @@ class RetainedStore:
             else:
                 self.properties.pop(topic, None)
             self.bytes += added - freed
-        self._changes += 1
+        self.file.changed()
         return True
 
     async def flush(self) -> None:
         """Return once every change made before the call is on disk (file and
         directory fsynced). Raises OSError (OutOfSpace among them) when it cannot be."""
-        target = self._changes
-        async with self._lock:
-            if self._written >= target:
-                return
-            changes = self._changes
-            data = encode(self.messages, self.properties)
-            await asyncio.to_thread(write_file_atomic, self.path, data, fsync_dir=True)
-            self._written = changes
+        await self.file.flush(lambda: encode(self.messages, self.properties))
 
     def matching(self, topic_filter: str) -> list[tuple[str, int, bytes]]:
         """The retained messages whose topic `topic_filter` matches, by topic."""

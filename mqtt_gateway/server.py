@@ -33,7 +33,7 @@ from mqtt_gateway.session import Endpoints, MqttSession
 from streamq.broker.broker import Broker
 from streamq.broker.queue import Queue
 from streamq.broker.vhost import VHost
-from streamq.proxy_receiver import OptionalProxyHeaderReceiver, ProxyHeaderReceiver, TrustedProxy
+from streamq.proxy_receiver import ProxyHeaderReceiver, TrustedProxy, protocol_factory
 from streamq.unix_socket import UnixListener, listen_unix
 
 logger = logging.getLogger(__name__)
@@ -270,15 +270,8 @@ async def start_mqtt_listener(
     loop = asyncio.get_running_loop()
     gateway.attach(loop)
 
-    def factory() -> asyncio.BaseProtocol:
-        if proxy_protocol:
-            return ProxyHeaderReceiver(MqttStarter(gateway, socket_endpoints))
-        if trusted_proxy is not None:
-            return OptionalProxyHeaderReceiver(
-                MqttStarter(gateway, socket_endpoints), trusted_proxy
-            )
-        return gateway.protocol_factory()
-
+    starter = MqttStarter(gateway, socket_endpoints)
+    factory = protocol_factory(starter, proxy_protocol, trusted_proxy, gateway.protocol_factory)
     return await loop.create_server(
         factory, host, port, reuse_address=True, start_serving=start_serving
     )

@@ -50,6 +50,8 @@ from mqtt_gateway.codec import (
     check_topic_name,
     encode,
 )
+from mqtt_gateway.codec.runs import PublishRun, RunForm
+from mqtt_gateway.confirms import Confirms, Inflight
 from mqtt_gateway.consumer import MqttConsumer
 from mqtt_gateway.pubrel_store import Released
 from mqtt_gateway.read_gate import ReadGate
@@ -73,7 +75,6 @@ _PUBACK: Final = struct.Struct(">BBH")  # fixed header, remaining length 2, pack
 _PUBACK_FIRST_BYTE: Final = 0x40
 _PUBACK_LENGTH: Final = 2
 
-Inflight = tuple[Queue, int, MqttConsumer]
 Endpoints = tuple[str, int, str, int]  # peer host, peer port, host, port
 
 
@@ -139,13 +140,10 @@ class MqttSession(asyncio.Protocol):
         self._next_packet_id = 0
         self._out = bytearray()  # written once per read and per drain round
         self._flush_scheduled = False
-        # Replies behind a sync round, in order: (packet, whether it is a publish's ack,
-        # the delivery a PUBREL settles once its state is on disk).
-        self._owed: list[tuple[bytes, bool, Inflight | None]] = []
-        self._owed_sync = False  # a reply waits for the message log's round
-        self._owed_sync_all = False  # one waits for the definitions too (a binding)
-        self._confirming = False
+        self.confirms = Confirms(self)  # replies behind a sync round
         self._to_settle: list[Inflight] = []
+        self._form: RunForm | None = None  # `_run_form`'s, for `_form_publisher`
+        self._form_publisher: str | None = None
         self.last_read_s = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -182,25 +180,35 @@ class MqttSession(asyncio.Protocol):
             return
         self.last_read_s = time.monotonic()
         self.recv_oct += len(data)
+        decoder = self.decoder
+        publishes = False
         try:
-            packets = self.decoder.feed(data)
+            decoder.push(data)
+            while (item := decoder.pop(self._run_form())) is not None:
+                publishes = publishes or type(item) is PublishRun or type(item) is Publish
+                self._handle_safely(item)
+                if self.is_closed():
+                    break  # the rest of the read goes unanswered
         except MqttCodecError as exc:
-            for packet in exc.packets_before:
-                if not self.closed:
-                    self._handle_safely(packet)
             if not self.closed:
                 self._refuse_bytes(exc)
             return
-        publishes = False
-        for packet in packets:
-            publishes = publishes or type(packet) is Publish
-            self._handle_safely(packet)
-            if self.is_closed():
-                break  # the rest of the read goes unanswered
         self.flush()
         vhost = self.vhost
         if publishes and vhost is not None and vhost.dirty:
             self.gate.hold_for_drain()
+
+    def _run_form(self) -> RunForm | None:
+        """How runs of this session's publishes are stored (`broker_side.run_form`);
+        None before CONNECT is accepted (no run then: each packet is judged alone)."""
+        if self.connect is None or self.vhost is None:
+            return None
+        publisher = self.client_id if self.no_local_in_use else None
+        form = self._form
+        if form is None or publisher != self._form_publisher:
+            form = self._form = broker_side.run_form(publisher)
+            self._form_publisher = publisher
+        return form
 
     def open_channel_count(self) -> int:
         """MQTT has no channels (for streamq/broker/connection_tracking.py)."""
@@ -229,7 +237,7 @@ class MqttSession(asyncio.Protocol):
 
     # -- packets -------------------------------------------------------------------------
 
-    def _handle_safely(self, packet: Packet) -> None:
+    def _handle_safely(self, packet: Packet | PublishRun) -> None:
         try:
             self._handle(packet)
         except (BrokerError, LogError) as exc:
@@ -239,7 +247,10 @@ class MqttSession(asyncio.Protocol):
             logger.exception("closing MQTT connection %s: internal error", self.peer)
             self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR)
 
-    def _handle(self, packet: Packet) -> None:
+    def _handle(self, packet: Packet | PublishRun) -> None:
+        if type(packet) is PublishRun:
+            broker_side.publish_run(self, packet)
+            return
         if isinstance(packet, Connect):
             if self.connect is not None:
                 # MQTT-3.1.0-2: a second CONNECT is a protocol violation; close.
@@ -382,7 +393,7 @@ class MqttSession(asyncio.Protocol):
         if self.closed:
             return
         if self.connect is not None and self.level is ProtocolLevel.MQTT_5:
-            self._owed.clear()  # nothing after a DISCONNECT (MQTT-3.14.4-1 by analogy)
+            self.confirms.owed.clear()  # nothing after a DISCONNECT (MQTT-3.14.4-1 by analogy)
             self.write(encode(Disconnect(reason), self.level))
         self.close_transport()
 
@@ -430,69 +441,31 @@ class MqttSession(asyncio.Protocol):
         definitions journal too (a durable queue or binding); `settle`: a QoS 2
         delivery's PUBREL, the delivery settled once the PUBREL state is written."""
         data = encode_reply(packet, self.level)
-        if not durable and not definitions and settle is None and not self._owed:
-            self.write(data)
+        confirms = self.confirms
+        if not (durable or definitions or settle is not None or confirms.owed or confirms.running):
+            self.write(data)  # nothing owed, none in a round: it may go now
             return
         if settle is not None:
             self.settling.append(settle)
-        self._owed.append((data, counted, settle))
-        self._owed_sync = self._owed_sync or durable
-        self._owed_sync_all = self._owed_sync_all or definitions
-        if not self._confirming:
-            self._confirming = True
-            self.spawn(self._confirm_loop())
+        self.confirms.owe(data, counted, settle, durable=durable, definitions=definitions)
 
-    def spawn(self, work: object) -> None:
+    def spawn(self, work: object) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]  # a coroutine
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _confirm_loop(self) -> None:
-        """Send the owed replies once a sync round covers what they promise."""
-        try:
-            while self._owed and not self.closed:
-                owed, self._owed = self._owed, []
-                vhost = self.vhost
-                assert vhost is not None
-                if any(settle is not None for _data, _counted, settle in owed):
-                    # The PUBREL state on disk before the acks (qos2_delivery.py).
-                    await self.gateway.flush_stores(vhost)
-                    self._settle_released(owed)
-                if self._owed_sync_all:
-                    self._owed_sync = self._owed_sync_all = False
-                    await vhost.sync_all()  # messages, queue journals and definitions
-                    await self.gateway.flush_stores(vhost)
-                elif self._owed_sync:
-                    self._owed_sync = False
-                    await vhost.sync()
-                    await self.gateway.flush_stores(vhost)
-                for data, _counted, _settle in owed:
-                    self.write(data)
-                self.gate.acks_sent(sum(counted for _data, counted, _settle in owed))
-                self.flush()
-        except (LogError, OSError) as exc:
-            logger.error("message store failed; closing MQTT connection %s: %s", self.peer, exc)
-            self.disconnect(ReasonCode.UNSPECIFIED_ERROR)
-        finally:
-            self._confirming = False
-
-    def _settle_released(self, owed: list[tuple[bytes, bool, Inflight | None]]) -> None:
-        """Settle the PUBREC'd deliveries of `owed` still in `settling` (those a
-        release handed to the gateway meanwhile are its to settle)."""
-        released = [held for _data, _counted, held in owed if held is not None]
-        keep = []
-        for held in self.settling:  # by identity: the tuples `reply` put there
-            if any(held is r for r in released):
-                qos2_delivery.settle(self, held)
-            else:
-                keep.append(held)
-        self.settling = keep
+        return task
 
     def owe_publish_ack(self, packet: Packet) -> None:
         """A PUBACK or PUBREC, once the publish is on disk; reading stops while too
         many wait (`ReadGate`)."""
         self.gate.owe_ack()
         self.reply(packet, durable=True, counted=True)
+
+    def owe_publish_acks(self, data: bytes, count: int) -> None:
+        """`count` PUBACKs encoded in `data` (a run's), sent together once the publishes
+        are on disk."""
+        self.gate.owe_ack(count)
+        self.confirms.owe(data, count, None, durable=True, definitions=False)
 
     def note_publish(self) -> None:
         """It publishes: while a resource alarm lasts, it is not read after this read."""

@@ -161,3 +161,19 @@ class OptionalProxyHeaderReceiver(ProxyHeaderReceiver[E]):
         transport = self._transport
         peer = transport.get_extra_info("peername") if transport is not None else None
         return isinstance(peer, tuple) and self._trusted_proxy(str(peer[0]))
+
+
+def protocol_factory(
+    starter: SessionStarter[E],
+    proxy_protocol: int,
+    trusted_proxy: TrustedProxy | None,
+    plain: Callable[[], asyncio.BaseProtocol],
+) -> Callable[[], asyncio.BaseProtocol]:
+    """A TCP listener's protocol factory: with `proxy_protocol` (1 or 2) every connection
+    starts with a header; with `trusted_proxy` a trusted peer's may; else `plain`'s
+    sessions, which read the protocol at once."""
+    if proxy_protocol:
+        return lambda: ProxyHeaderReceiver(starter)
+    if trusted_proxy is not None:
+        return lambda: OptionalProxyHeaderReceiver(starter, trusted_proxy)
+    return plain

@@ -15,7 +15,13 @@
 # the fuzzing process (default 19, the lowest priority; FUZZ_NICE=0 keeps the caller's:
 # `FUZZ_NICE=0 nice -n 10 tools/fuzz.sh` runs at 10, without it at 19).
 # FUZZ_WAIT_SCALE (default 10) multiplies the fuzzers' wall-clock bounds, libFuzzer's
-# per-input -timeout among them (1: as in `make test`).
+# per-input -timeout among them (1: as in `make test`). FUZZ_GROUP_NICE, if set, runs each
+# module in a session of its own and gives that session's CPU group (Linux autogroup,
+# /proc/PID/autogroup) this nice value: with autogroup scheduling each session shares the
+# CPU as one group and `nice` orders processes only inside their group, so a soak that
+# must yield to other sessions' work needs FUZZ_GROUP_NICE=19 (a negative value, which
+# needs CAP_SYS_NICE, makes it the others' better). In a session of its own the module
+# does not get the terminal's Ctrl-C: stop it by its pid.
 # Exit status: 0 if every module ran its inputs clean.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +43,11 @@ export STREAMQ_FUZZ_WAIT_SCALE="${FUZZ_WAIT_SCALE:-10}"
 # Failing inputs outlive the run: not under $work, which goes at exit (the modules run
 # with TMPDIR=$work, where tests/fuzz/harness.py would put them by default).
 export FUZZ_ARTIFACTS="${FUZZ_ARTIFACTS:-${TMPDIR:-/tmp}/streamq-fuzz-artifacts}"
-trap 'rm -rf "$work" "$scratch"' EXIT INT TERM
+# On INT or TERM the script ends (a trap that only removed the copies let the loop go on
+# to the next module without them); the EXIT trap removes them.
+trap 'rm -rf "$work" "$scratch"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
     | tar -xf - -C "$work"
 cd "$work"
@@ -52,6 +62,16 @@ if [ $# -eq 0 ]; then
     set -- $(cd tests/fuzz && ls test_*.py | sed 's/^test_//; s/\.py$//')
 fi
 preload="$("$python" -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so"
+# Runs its arguments, in a session of its own with FUZZ_GROUP_NICE (above); a weight that
+# cannot be set (no autogroup, or no privilege for a negative one) is left as it is.
+in_group() {
+    if [ -n "${FUZZ_GROUP_NICE:-}" ]; then
+        setsid sh -c 'echo "$0" >/proc/self/autogroup 2>/dev/null; exec "$@"' \
+            "$FUZZ_GROUP_NICE" "$@"
+    else
+        "$@"
+    fi
+}
 logs=${FUZZ_LOG_DIR:-$work}
 mkdir -p "$logs"
 status=0
@@ -62,7 +82,7 @@ for name in "$@"; do
     # make the runtime's stack depot grow past a GB and run 7 times slower; an error is
     # still caught, and a failing input is rerun with full stacks (docs/fuzzing.md).
     asan=detect_leaks=0:abort_on_error=1:malloc_context_size=0:quarantine_size_mb=16
-    if LD_PRELOAD="$preload" ASAN_OPTIONS="${FUZZ_ASAN_OPTIONS:-$asan}" \
+    if in_group env LD_PRELOAD="$preload" ASAN_OPTIONS="${FUZZ_ASAN_OPTIONS:-$asan}" \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH="$work" TMPDIR="$work" \
         nice -n "${FUZZ_NICE:-19}" "$python" -m tests.fuzz.soak "$name" -runs="$runs" $time_limit -print_final_stats=1 \
         >"$logs/$name.log" 2>&1; then

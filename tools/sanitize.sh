@@ -8,7 +8,9 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-$root/.venv/bin/python}
 work=$(mktemp -d "${TMPDIR:-/tmp}/streamq-sanitize.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+trap 'rm -rf "$work"' EXIT  # INT and TERM end the script (below), then this runs
+trap 'exit 130' INT
+trap 'exit 143' TERM
 (cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - 2>/dev/null) \
     | tar -xf - -C "$work"
 cd "$work"

@@ -26,15 +26,20 @@
  * 2. Every read is bounds-checked against the buffer before it happens.
  * 3. No Python code runs per message: only object allocation.
  *
+ * scan_acks is in _scan_acks.c, the parts both share in _scan_frames.h.
+ *
  * Build in place (setup.py does the same for the package):
  *   gcc -O2 -Wall -Wextra -Werror -shared -fPIC $(python3-config --includes) \
- *       amqp_gateway/codec/_scan.c -o amqp_gateway/codec/_scan$(python3-config --extension-suffix)
+ *       amqp_gateway/codec/_scan.c amqp_gateway/codec/_scan_acks.c \
+ *       -o amqp_gateway/codec/_scan$(python3-config --extension-suffix)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <stdint.h>
 #include <string.h>
+
+#include "_scan_frames.h"
 
 PyDoc_STRVAR(MODULE_DOC,
 "Split a run of whole basic.publish messages from a receive buffer in one call.\n"
@@ -64,57 +69,6 @@ PyDoc_STRVAR(MODULE_DOC,
 "one step. The profile of a consumer acking each message showed 28% of the broker's\n"
 "samples reading and splitting those frames and 35% settling them one by one.");
 
-/* Spec 4.2.3: frame types and the frame-end octet. */
-enum {
-    FRAME_METHOD = 1,
-    FRAME_HEADER = 2,
-    FRAME_BODY = 3,
-    FRAME_END = 0xCE,
-    FRAME_HEARTBEAT = 8,
-    FRAME_HEADER_BYTES = 7, /* type, channel, size */
-    BASIC_CLASS = 60,
-    BASIC_PUBLISH = 40,
-    BASIC_ACK = 80,
-    BASIC_REJECT = 90,
-    BASIC_NACK = 120,
-    /* class, method, delivery-tag, one octet of bits: all three methods (spec 1.8.3). */
-    ACK_PAYLOAD_BYTES = 2 + 2 + 8 + 1,
-    ACK_FRAME_BYTES = FRAME_HEADER_BYTES + ACK_PAYLOAD_BYTES + 1,
-    HEARTBEAT_FRAME_BYTES = FRAME_HEADER_BYTES + 1,
-    /* The kind byte of an entry of `scan_acks`; 0 is basic.ack without `multiple`. */
-    KIND_MULTIPLE = 1,
-    KIND_REQUEUE = 2,
-    KIND_NACK = 4,
-    KIND_REJECT = 8,
-    /* Method frame header, class, method, ticket, exchange length. */
-    PUBLISH_FIXED_BYTES = FRAME_HEADER_BYTES + 2 + 2 + 2 + 1,
-    /* Payload bytes besides the two shortstrs: ids, ticket, two length octets, bits. */
-    PUBLISH_PAYLOAD_FIXED_BYTES = 2 + 2 + 2 + 1 + 1 + 1,
-    /* Content header payload: class, weight, body-size (spec 4.2.6.1). */
-    HEADER_FIELDS_BYTES = 2 + 2 + 8,
-    /* The property flag word is mandatory, so the payload holds at least 14 bytes
-     * (content.decode_content_header raises FrameError below that). */
-    HEADER_PAYLOAD_MIN_BYTES = HEADER_FIELDS_BYTES + 2,
-};
-
-static inline uint32_t
-read_u16(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 8 | (uint32_t)p[1];
-}
-
-static inline uint32_t
-read_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-static inline uint64_t
-read_u64(const unsigned char *p)
-{
-    return (uint64_t)read_u32(p) << 32 | read_u32(p + 4);
-}
-
 /* One publish as spans into the buffer; nothing is allocated until it is accepted. */
 typedef struct {
     uint32_t channel;
@@ -129,41 +83,6 @@ typedef struct {
     Py_ssize_t body_size;
     Py_ssize_t end; /* offset of the byte after the last frame */
 } Publish;
-
-/* Reads the frame envelope at `at` and checks it: type, size <= payload_max, and the
- * whole frame, frame-end octet included, inside the buffer with 0xCE there (spec 4.2.3:
- * "frame-end" must be %xCE, else the frame is malformed). Returns the payload size, or
- * -1 when the frame is not complete and well formed. */
-static Py_ssize_t
-frame_payload_size(const unsigned char *data, Py_ssize_t length, Py_ssize_t at,
-                   unsigned kind, uint32_t channel, Py_ssize_t payload_max)
-{
-    if (length - at < FRAME_HEADER_BYTES) {
-        return -1; /* the envelope itself is incomplete */
-    }
-    const unsigned char *p = data + at;
-    /* Spec 4.2.6: content frames belong to the channel of the method they follow. */
-    if (p[0] != kind || read_u16(p + 1) != channel) {
-        return -1;
-    }
-    uint32_t size = read_u32(p + 3);
-    /* Spec 4.2.3 and frame_max: the caller passes the largest payload it accepts,
-     * frame_max itself (frame_max - 8 plus the 8 bytes of slack RabbitMQ allows a
-     * received frame, frame.received_payload_max); a larger one is a FRAME_ERROR the
-     * slow path reports. */
-    if ((uint64_t)size > (uint64_t)payload_max) {
-        return -1;
-    }
-    /* The payload and its frame-end octet must both be in the buffer. The subtraction
-     * cannot overflow: at + 7 <= length here. */
-    if ((uint64_t)size >= (uint64_t)(length - at - FRAME_HEADER_BYTES)) {
-        return -1;
-    }
-    if (p[FRAME_HEADER_BYTES + size] != FRAME_END) {
-        return -1;
-    }
-    return (Py_ssize_t)size;
-}
 
 /* Checks the publish starting at `at` against the rules of basic.read_publish (plus the
  * body frame's payload_max) and fills `out`. Returns 1 when it is accepted, else 0. */
@@ -272,29 +191,6 @@ decode_shortstr(const unsigned char *raw, Py_ssize_t size)
     return text;
 }
 
-/* A tuple of the `count` new references in `items`, which it steals in every case;
- * NULL with MemoryError if one of them is NULL or the tuple cannot be made. */
-static PyObject *
-steal_tuple(PyObject **items, Py_ssize_t count)
-{
-    PyObject *tuple = PyTuple_New(count);
-    int complete = tuple != NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        complete = complete && items[i] != NULL;
-    }
-    if (!complete) {
-        for (Py_ssize_t i = 0; i < count; i++) {
-            Py_XDECREF(items[i]);
-        }
-        Py_XDECREF(tuple);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyTuple_SET_ITEM(tuple, i, items[i]);
-    }
-    return tuple;
-}
-
 /* The message tuple (properties_raw, body, exchange, routing_key, bits), stealing the
  * references to `exchange` and `routing_key` in every case; NULL with MemoryError. */
 static PyObject *
@@ -321,29 +217,6 @@ message_tuple(const Publish *publish, const Previous *previous, PyObject *exchan
         PyLong_FromUnsignedLong(publish->bits), /* a cached small int */
     };
     return steal_tuple(items, 5);
-}
-
-/* An integer argument >= 0 (anything with __index__); a value past PY_SSIZE_T_MAX is
- * clamped to it, which no buffer reaches. Returns -1 with TypeError or ValueError. */
-static int
-non_negative(PyObject *value, const char *name, Py_ssize_t *out)
-{
-    PyObject *index = PyNumber_Index(value);
-    if (index == NULL) {
-        return -1;
-    }
-    int overflow = 0;
-    long long number = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (number == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (overflow < 0 || (overflow == 0 && number < 0)) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= 0", name);
-        return -1;
-    }
-    *out = (overflow > 0 || number > PY_SSIZE_T_MAX) ? PY_SSIZE_T_MAX : (Py_ssize_t)number;
-    return 0;
 }
 
 /* The result tuple (channel, end, messages, bits, flags), stealing `messages`; NULL on
@@ -436,27 +309,6 @@ scan(const unsigned char *data, Py_ssize_t length, Py_ssize_t position,
     return end;
 }
 
-/* The scanned buffer of scan_publishes and scan_acks, with their common argument checks:
- * 0 with `view` held (release it), or -1 with ValueError or the buffer's error set. */
-static int
-open_scan(PyObject *data, Py_ssize_t position, Py_ssize_t count_max, Py_buffer *view)
-{
-    if (count_max < 1) {
-        PyErr_SetString(PyExc_ValueError, "count_max must be >= 1");
-        return -1;
-    }
-    if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0) {
-        return -1;
-    }
-    if (position > view->len) {
-        PyErr_Format(PyExc_ValueError, "position %zd is past the end of the data (%zd bytes)",
-                     position, view->len);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 PyDoc_STRVAR(scan_publishes_doc,
 "scan_publishes(data, position, payload_max, body_bytes_max, count_max, /)\n"
 "--\n"
@@ -508,167 +360,6 @@ scan_publishes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     return scan_result(channel, end, messages, bits, flags);
-}
-
-/* -- scan_acks ---------------------------------------------------------------------------- */
-
-/* Whether the 8 bytes at `at` are an empty heartbeat on channel 0, the one form
- * `check_heartbeat_frame` accepts (spec 4.2.7). */
-static inline int
-is_heartbeat(const unsigned char *data, Py_ssize_t length, Py_ssize_t at)
-{
-    static const unsigned char heartbeat[HEARTBEAT_FRAME_BYTES] = {
-        FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END,
-    };
-    return length - at >= HEARTBEAT_FRAME_BYTES
-           && memcmp(data + at, heartbeat, HEARTBEAT_FRAME_BYTES) == 0;
-}
-
-/* The kind byte of the ack, nack or reject frame at `at` (its channel in `*channel`), or
- * -1 unless the frame is one that `read_frame` and `decode_method` accept: a whole method
- * frame with the frame-end octet, a payload of exactly 13 bytes (decode_basic_ack and the
- * generic decoder refuse any other size with 502) and class 60. Only the bits the spec
- * defines count, as in the decoders: multiple (ack, nack) and requeue (nack, reject). */
-static int
-ack_kind(const unsigned char *data, Py_ssize_t length, Py_ssize_t at, Py_ssize_t payload_max,
-         uint32_t *channel)
-{
-    if (length - at < ACK_FRAME_BYTES) {
-        return -1;
-    }
-    const unsigned char *p = data + at;
-    *channel = read_u16(p + 1);
-    Py_ssize_t size = frame_payload_size(data, length, at, FRAME_METHOD, *channel, payload_max);
-    if (size != ACK_PAYLOAD_BYTES || read_u16(p + 7) != BASIC_CLASS) {
-        return -1;
-    }
-    unsigned bits = p[FRAME_HEADER_BYTES + ACK_PAYLOAD_BYTES - 1];
-    switch (read_u16(p + 9)) {
-    case BASIC_ACK: /* multiple */
-        return (int)(bits & 1 ? KIND_MULTIPLE : 0);
-    case BASIC_NACK: /* multiple, requeue */
-        return (int)(KIND_NACK | (bits & 1 ? KIND_MULTIPLE : 0) | (bits & 2 ? KIND_REQUEUE : 0));
-    case BASIC_REJECT: /* requeue */
-        return (int)(KIND_REJECT | (bits & 1 ? KIND_REQUEUE : 0));
-    default:
-        return -1;
-    }
-}
-
-/* The first pass: how many acks from `position` make a run (on one channel, at most
- * `count_max`, empty heartbeats between them skipped), their channel, the OR of their
- * kinds and the end of the last one. Allocates nothing. */
-static Py_ssize_t
-count_acks(const unsigned char *data, Py_ssize_t length, Py_ssize_t position,
-           Py_ssize_t payload_max, Py_ssize_t count_max, uint32_t *channel, unsigned *flags,
-           Py_ssize_t *end)
-{
-    Py_ssize_t count = 0;
-    Py_ssize_t at = position;
-    *end = position;
-    while (count < count_max) {
-        /* A heartbeat only between acks: one before the first, or after the last, is
-         * left to the frame-by-frame path (`end` stays before it). */
-        if (count > 0 && is_heartbeat(data, length, at)) {
-            at += HEARTBEAT_FRAME_BYTES;
-            continue;
-        }
-        uint32_t frame_channel;
-        int kind = ack_kind(data, length, at, payload_max, &frame_channel);
-        if (kind < 0 || (count > 0 && frame_channel != *channel)) {
-            break;
-        }
-        *channel = frame_channel;
-        *flags |= (unsigned)kind;
-        count++;
-        at += ACK_FRAME_BYTES;
-        *end = at;
-    }
-    return count;
-}
-
-PyDoc_STRVAR(scan_acks_doc,
-"scan_acks(data, position, payload_max, count_max, /)\n"
-"--\n"
-"\n"
-"Read consecutive basic.ack, basic.nack and basic.reject methods on one channel from\n"
-"`data` at `position`.\n"
-"\n"
-"Returns `(channel, end, tags, kinds, flags)`: `tags` the delivery tags in frame order,\n"
-"`kinds` one byte per tag (multiple = 1, requeue = 2, nack = 4, reject = 8; a plain\n"
-"basic.ack is 0), `flags` the OR of the kinds, `end` the offset after the last frame\n"
-"read. A frame is taken exactly when `read_frame(data, offset, payload_max)` and\n"
-"`decode_method` would accept it, on the first frame's channel; at most `count_max`.\n"
-"Empty heartbeats on channel 0 between two of them are skipped. With none it returns\n"
-"`(0, position, [], b'', 0)`.\n"
-"\n"
-"Never raises for the bytes it reads: it stops at the first frame it does not accept.\n"
-"Raises TypeError when `data` has no buffer or an argument is not an integer, and\n"
-"ValueError for a negative argument, `position > len(data)` or `count_max < 1`.");
-
-static PyObject *
-scan_acks(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "scan_acks() takes 4 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    Py_ssize_t position, payload_max, count_max;
-    if (non_negative(args[1], "position", &position) < 0
-        || non_negative(args[2], "payload_max", &payload_max) < 0
-        || non_negative(args[3], "count_max", &count_max) < 0) {
-        return NULL;
-    }
-    Py_buffer view;
-    if (open_scan(args[0], position, count_max, &view) < 0) {
-        return NULL;
-    }
-    const unsigned char *data = (const unsigned char *)view.buf;
-    uint32_t channel = 0;
-    unsigned flags = 0;
-    Py_ssize_t end;
-    Py_ssize_t count =
-        count_acks(data, view.len, position, payload_max, count_max, &channel, &flags, &end);
-    /* The second pass fills objects of the exact size: every frame up to `end` is an
-     * accepted ack or a skipped heartbeat. */
-    PyObject *tags = PyList_New(count);
-    PyObject *kinds = PyBytes_FromStringAndSize(NULL, count);
-    if (tags == NULL || kinds == NULL) {
-        PyBuffer_Release(&view);
-        Py_XDECREF(tags);
-        Py_XDECREF(kinds);
-        return NULL;
-    }
-    char *kind_bytes = PyBytes_AS_STRING(kinds);
-    Py_ssize_t at = position;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        while (data[at] == FRAME_HEARTBEAT) {
-            at += HEARTBEAT_FRAME_BYTES;
-        }
-        uint32_t frame_channel;
-        int kind = ack_kind(data, view.len, at, payload_max, &frame_channel);
-        assert(kind >= 0 && frame_channel == channel);
-        (void)frame_channel; /* read by the assert only */
-        PyObject *tag = PyLong_FromUnsignedLongLong(read_u64(data + at + FRAME_HEADER_BYTES + 4));
-        if (tag == NULL) {
-            PyBuffer_Release(&view);
-            Py_DECREF(tags); /* the unset items are NULL, which the list skips */
-            Py_DECREF(kinds);
-            return NULL;
-        }
-        PyList_SET_ITEM(tags, i, tag);
-        kind_bytes[i] = (char)kind;
-        at += ACK_FRAME_BYTES;
-    }
-    PyBuffer_Release(&view);
-    PyObject *items[5] = {
-        PyLong_FromUnsignedLong(channel),
-        PyLong_FromSsize_t(end),
-        tags,
-        kinds,
-        PyLong_FromUnsignedLong(flags),
-    };
-    return steal_tuple(items, 5);
 }
 
 static PyMethodDef scan_methods[] = {

@@ -29,10 +29,12 @@ from mqtt_gateway.codec.constants import (
 )
 from mqtt_gateway.codec.errors import MalformedPacket, MqttCodecError, PacketTooLarge, ProtocolError
 from mqtt_gateway.codec.packets import Connect, Packet, PubAck, PubComp, PubRec, PubRel
+from mqtt_gateway.codec.runs import PublishRun, RunForm, scan_run
 from mqtt_gateway.codec.wire import Reader, Writer, read_varint, varint_bytes
 
 _TYPE_SHIFT: Final = 4
 _FLAGS_MASK: Final = 0x0F
+_PUBLISH: Final = int(PacketType.PUBLISH)
 
 Decode = Callable[[int, Reader, ProtocolLevel], Packet]
 # Each encoder takes its own packet class; the table is keyed by that class.
@@ -127,9 +129,14 @@ class Decoder:
     Holds at most one incomplete packet, and never more than `packet_bytes_max` of it:
     a remaining length past the limit is refused as soon as its last byte arrives. After
     a refusal the decoder is spent; every further `feed` raises the same error (the
-    connection is closing)."""
+    connection is closing).
 
-    __slots__ = ("_buffer", "_error", "packet_bytes_max", "protocol_level")
+    Two ways to read: `feed` returns every packet the bytes complete; `push` then `pop`
+    until None hands them out one at a time, so that the caller acts on each before the
+    next is decoded, and with a `RunForm`, a run of plain QoS 0 and 1 publishes comes as
+    one `PublishRun` (runs.py), split in C."""
+
+    __slots__ = ("_buffer", "_error", "_position", "packet_bytes_max", "protocol_level")
 
     def __init__(
         self,
@@ -140,12 +147,13 @@ class Decoder:
         self.protocol_level = protocol_level
         self.packet_bytes_max = packet_bytes_max
         self._buffer = bytearray()
+        self._position = 0  # where the next packet starts in `_buffer`
         self._error: MqttCodecError | None = None
 
     @property
     def buffered(self) -> int:
-        """Bytes held for an incomplete packet."""
-        return len(self._buffer)
+        """Bytes held for packets not yet handed out."""
+        return len(self._buffer) - self._position
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
         """Add received bytes; return the packets they complete, in order.
@@ -154,42 +162,71 @@ class Decoder:
         this call are on the error's `packets_before` attribute. A decoded CONNECT sets
         `protocol_level` for the packets after it (a second CONNECT is decoded too: refusing
         it is the session's job, MQTT-3.1.0-2)."""
+        self.push(data)
+        packets: list[Packet] = []
+        try:
+            while (packet := self.pop()) is not None:
+                assert not isinstance(packet, PublishRun)  # no form, no run
+                packets.append(packet)
+        except MqttCodecError as exc:
+            exc.packets_before = tuple(packets)
+            raise
+        return packets
+
+    def push(self, data: bytes | bytearray | memoryview) -> None:
+        """Add received bytes, for `pop`. Raises the error that spent the decoder."""
         if self._error is not None:
             raise self._error
         self._buffer += data
-        packets: list[Packet] = []
+
+    def pop(self, form: RunForm | None = None) -> Packet | PublishRun | None:
+        """The next complete packet, or with `form` the run of publishes that starts
+        there (`runs.scan_run`); None when the bytes held end before one does.
+
+        Raises `MqttCodecError` for a bad packet, and from then on (the decoder is spent)."""
+        if self._error is not None:
+            raise self._error
         try:
-            consumed = self._split(packets)
+            item = self._next(form)
         except MqttCodecError as exc:
-            exc.packets_before = tuple(packets)
             if exc.protocol_level is None:
                 exc.protocol_level = self.protocol_level
             self._error = exc
             self._buffer = bytearray()
+            self._position = 0
             raise
-        del self._buffer[:consumed]
-        return packets
+        if item is None:
+            del self._buffer[: self._position]
+            self._position = 0
+        return item
 
-    def _split(self, packets: list[Packet]) -> int:
-        position = 0
-        end = len(self._buffer)
-        while end - position >= PACKET_BYTES_MIN:
-            with memoryview(self._buffer) as view:
-                length = read_varint(view[:end], position + 1)
-            if length is None:
-                break
-            remaining, body_start = length
-            packet_end = body_start + remaining
-            if packet_end - position > self.packet_bytes_max:
-                raise PacketTooLarge(
-                    f"packet of {packet_end - position} bytes exceeds {self.packet_bytes_max}"
-                )
-            if packet_end > end:
-                break
-            body = bytes(self._buffer[body_start:packet_end])
-            packet = decode_packet(self._buffer[position], body, self.protocol_level)
-            if isinstance(packet, Connect):
-                self.protocol_level = packet.protocol_level
-            packets.append(packet)
-            position = packet_end
-        return position
+    def _next(self, form: RunForm | None) -> Packet | PublishRun | None:
+        buffer = self._buffer
+        position = self._position
+        end = len(buffer)
+        if end - position < PACKET_BYTES_MIN:
+            return None
+        level = self.protocol_level
+        if form is not None and level is not None and buffer[position] >> _TYPE_SHIFT == _PUBLISH:
+            found = scan_run(buffer, position, level, self.packet_bytes_max, form)
+            if found is not None:
+                run, self._position = found
+                return run
+        with memoryview(buffer) as view:
+            length = read_varint(view[:end], position + 1)
+        if length is None:
+            return None
+        remaining, body_start = length
+        packet_end = body_start + remaining
+        if packet_end - position > self.packet_bytes_max:
+            raise PacketTooLarge(
+                f"packet of {packet_end - position} bytes exceeds {self.packet_bytes_max}"
+            )
+        if packet_end > end:
+            return None
+        body = bytes(buffer[body_start:packet_end])
+        packet = decode_packet(buffer[position], body, level)
+        if isinstance(packet, Connect):
+            self.protocol_level = packet.protocol_level
+        self._position = packet_end
+        return packet

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from streamq.broker.queue import Queue
 from streamq.broker.queue_arguments import OVERFLOW_MODES, QUORUM
+from streamq.broker.raw_properties import EXPIRATION_FLAG
 from streamq.log.format import Record
-
-EXPIRATION_FLAG_BYTE0: Final = 0x01  # basic properties flag word: bit 8, expiration
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +125,7 @@ def at_least_once(
 
 def may_expire(properties_raw: bytes) -> bool:
     """Whether the properties carry an `expiration` (a flag bit: no decoding)."""
-    return bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG_BYTE0)
+    return bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG)
 
 
 def ttl_of(arguments: Mapping[str, object], policy: Mapping[str, object]) -> int | None:

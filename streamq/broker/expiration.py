@@ -17,21 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from streamq.broker.raw_properties import EXPIRATION_FLAG, FLAGS_BYTES, field_position
+
 if TYPE_CHECKING:
     from streamq.broker.queue import Queue
-
-# AMQP 0-9-1 basic properties start with a 16-bit flag word, most significant bit first:
-# content-type, content-encoding, headers, delivery-mode, priority, correlation-id,
-# reply-to, expiration, ... The fields that are present follow in that order.
-CONTENT_TYPE_FLAG: Final = 0x80
-CONTENT_ENCODING_FLAG: Final = 0x40
-HEADERS_FLAG: Final = 0x20
-DELIVERY_MODE_FLAG: Final = 0x10
-PRIORITY_FLAG: Final = 0x08
-CORRELATION_ID_FLAG: Final = 0x04
-REPLY_TO_FLAG: Final = 0x02
-EXPIRATION_FLAG: Final = 0x01
-FLAGS_BYTES: Final = 2
 
 EXPIRY_NONE: Final = 1 << 62
 """`Queue.own_expiry_min_ms` of a queue that holds no never-delivered message with an
@@ -45,27 +34,10 @@ def expiration_ms(properties_raw: bytes) -> int | None:
     """The message's `expiration` in ms; None without one, or when it is not a plain
     integer (such a publish was refused: see `amqp_gateway.routing.expiration_problem`),
     or the bytes are short."""
-    if len(properties_raw) <= FLAGS_BYTES:
+    if len(properties_raw) <= FLAGS_BYTES or not properties_raw[0] & EXPIRATION_FLAG:
         return None
-    flags = properties_raw[0]
-    if not flags & EXPIRATION_FLAG:
-        return None
-    position = FLAGS_BYTES
     try:
-        if flags & CONTENT_TYPE_FLAG:
-            position += 1 + properties_raw[position]
-        if flags & CONTENT_ENCODING_FLAG:
-            position += 1 + properties_raw[position]
-        if flags & HEADERS_FLAG:
-            position += 4 + int.from_bytes(properties_raw[position : position + 4], "big")
-        if flags & DELIVERY_MODE_FLAG:
-            position += 1
-        if flags & PRIORITY_FLAG:
-            position += 1
-        if flags & CORRELATION_ID_FLAG:
-            position += 1 + properties_raw[position]
-        if flags & REPLY_TO_FLAG:
-            position += 1 + properties_raw[position]
+        position = field_position(properties_raw, EXPIRATION_FLAG)
         size = properties_raw[position]
         text = properties_raw[position + 1 : position + 1 + size]
     except IndexError:

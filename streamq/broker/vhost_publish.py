@@ -33,14 +33,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 
-from streamq.broker.deadletter import EXPIRATION_FLAG_BYTE0
 from streamq.broker.dedup import Deduper, deduper_for
 from streamq.broker.delayed import DelayedMessage, DelayedStore
 from streamq.broker.errors import BrokerError
 from streamq.broker.exchange import Exchange
 from streamq.broker.expiration import EXPIRY_NONE, deadline_ms, lower_bound
-from streamq.broker.priority import PRIORITY_FLAG_BYTE0, message_priority
+from streamq.broker.priority import message_priority
 from streamq.broker.queue import Queue
+from streamq.broker.raw_properties import EXPIRATION_FLAG, PRIORITY_FLAG
 from streamq.broker.vhost_schedule import Schedule
 from streamq.log.format import Record
 from streamq.log.log import RunMessage, SegmentLog
@@ -160,7 +160,7 @@ class Publisher:
         size = len(body)
         dirty = self.schedule.dirty
         was_idle = not dirty
-        expiring = bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG_BYTE0)
+        expiring = bool(properties_raw) and bool(properties_raw[0] & EXPIRATION_FLAG)
         if expiring:
             for queue in queues:
                 queue.holds_expiring = True
@@ -168,7 +168,7 @@ class Publisher:
         # Only a message with a priority pays for reading it (priority queues use it).
         priority = (
             message_priority(properties_raw)
-            if properties_raw and properties_raw[0] & PRIORITY_FLAG_BYTE0
+            if properties_raw and properties_raw[0] & PRIORITY_FLAG
             else 0
         )
         for queue in queues:
@@ -275,11 +275,11 @@ class Publisher:
         size_bytes = sum(map(len, map(_BODY, messages)))
         flags = flags_byte0 if flags_byte0 is not None else _or_first_bytes(messages)
         priorities = (
-            [message_priority(m[0]) if m[0][0] & PRIORITY_FLAG_BYTE0 else 0 for m in messages]
-            if flags & PRIORITY_FLAG_BYTE0
+            [message_priority(m[0]) if m[0][0] & PRIORITY_FLAG else 0 for m in messages]
+            if flags & PRIORITY_FLAG
             else None
         )
-        expiring = bool(flags & EXPIRATION_FLAG_BYTE0)
+        expiring = bool(flags & EXPIRATION_FLAG)
         count = len(messages)
         dirty = self.schedule.dirty
         was_idle = not dirty
@@ -287,7 +287,7 @@ class Publisher:
             # Only a run with expirations reads them, once per distinct property list (a
             # publisher's run usually has one): the set is built in C.
             own = min(
-                deadline_ms(p, timestamp_ms) if p[0] & EXPIRATION_FLAG_BYTE0 else EXPIRY_NONE
+                deadline_ms(p, timestamp_ms) if p[0] & EXPIRATION_FLAG else EXPIRY_NONE
                 for p in set(map(_PROPERTIES, messages))
             )
             lower_bound(queues, own)

@@ -33,13 +33,12 @@ from mqtt_gateway.server import MqttGateway
 from mqtt_gateway.websocket import MqttOverWebSocket
 from streamq.broker.broker import Broker
 from tests.fuzz.broker_host import BrokerHost
-from tests.fuzz.harness import bounded_run, scaled_s
-from tests.fuzz.test_websocket import CLOSE_FRAME, SERVER_TURNS, frame
+from tests.fuzz.harness import bounded_run
+from tests.fuzz.websocket_client import converse, frame
 
 CORPUS: Final = "mqtt"
 EXAMPLES: Final = 600
 INPUTS_PER_BROKER: Final = 3000
-CLOSE_WAIT_S: Final = scaled_s(3.0)
 PACKET_BYTES_MAX: Final = 4096  # small: the fuzzer reaches the limits
 UPGRADE: Final = (
     b"GET /mqtt HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -81,29 +80,8 @@ class Site:
         self.server = self.host.run(self._server(broker))
 
     async def converse(self, data: bytes) -> bytes:
-        """The upgrade, `data`, a close frame and EOF; what the server sent, once it
-        closed (it must within CLOSE_WAIT_S)."""
         assert self.server.port is not None
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.server.port)
-        try:
-            writer.write(UPGRADE)
-            status = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CLOSE_WAIT_S)
-            try:
-                writer.write(data)
-                await writer.drain()
-                for _ in range(SERVER_TURNS):  # the server reads and answers on this loop
-                    await asyncio.sleep(0)
-                writer.write(CLOSE_FRAME)
-                writer.write_eof()
-            except OSError:
-                pass  # the server closed or reset a broken stream before the client was done
-            try:
-                rest = await asyncio.wait_for(reader.read(), CLOSE_WAIT_S)
-            except ConnectionResetError:
-                rest = b""
-            return status + rest
-        finally:
-            writer.close()
+        return await converse(self.server.port, UPGRADE, data)
 
 
 _site: Site | None = None

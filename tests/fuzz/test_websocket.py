@@ -22,7 +22,6 @@ python -m tests.fuzz.soak websocket -runs=1000000 (atheris soak, tools/fuzz.sh).
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Final
 
 from aiohttp.test_utils import TestServer
@@ -33,36 +32,18 @@ from amqp_gateway.websocket import AmqpOverWebSocket, message_bytes_max
 from http_gateway.server import build_app
 from streamq.broker.broker import Broker
 from tests.fuzz.broker_host import BrokerHost
-from tests.fuzz.harness import bounded_run, scaled_s
+from tests.fuzz.harness import bounded_run
+from tests.fuzz.websocket_client import converse, frame
 
 CORPUS: Final = "websocket"
 EXAMPLES: Final = 1200
 INPUTS_PER_BROKER: Final = 3000
-CLOSE_WAIT_S: Final = scaled_s(3.0)
-SERVER_TURNS: Final = 8  # loop turns for the server between the input and the close
-MASK: Final = b"\x01\x02\x03\x04"
-CLOSE_FRAME: Final = (
-    b"\x88\x82" + MASK + bytes(a ^ b for a, b in zip(b"\x03\xe8", MASK[:2], strict=True))
-)
 OPCODES: Final = (0x2, 0x2, 0x2, 0x0, 0x1, 0x9, 0xA, 0x8)  # mostly binary
 UPGRADE: Final = (
     b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
     b"Sec-WebSocket-Protocol: amqp\r\n\r\n"
 )
-
-
-def frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:
-    """A masked client frame."""
-    head = bytes([(0x80 if fin else 0) | opcode])
-    size = len(payload)
-    if size < 126:
-        head += bytes([0x80 | size])
-    elif size < 1 << 16:
-        head += bytes([0x80 | 126]) + struct.pack(">H", size)
-    else:
-        head += bytes([0x80 | 127]) + struct.pack(">Q", size)
-    return head + MASK + bytes(b ^ MASK[i % 4] for i, b in enumerate(payload))
 
 
 def frames(data: bytes) -> bytes:
@@ -103,29 +84,8 @@ class Site:
         self.server = self.host.run(self._server(broker))
 
     async def converse(self, data: bytes) -> bytes:
-        """The upgrade, `data`, a close frame and EOF; what the server sent, once it
-        closed (it must within CLOSE_WAIT_S)."""
         assert self.server.port is not None
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.server.port)
-        try:
-            writer.write(UPGRADE)
-            status = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CLOSE_WAIT_S)
-            try:
-                writer.write(data)
-                await writer.drain()
-                for _ in range(SERVER_TURNS):  # the server reads and answers on this loop
-                    await asyncio.sleep(0)
-                writer.write(CLOSE_FRAME)
-                writer.write_eof()
-            except OSError:
-                pass  # the server closed or reset a broken stream before the client was done
-            try:
-                rest = await asyncio.wait_for(reader.read(), CLOSE_WAIT_S)
-            except ConnectionResetError:
-                rest = b""
-            return status + rest
-        finally:
-            writer.close()
+        return await converse(self.server.port, UPGRADE, data)
 
 
 _site: Site | None = None

@@ -9,6 +9,8 @@ replies arrive in the order of their packets."""
 
 from __future__ import annotations
 
+import time
+
 import pika
 import pytest
 
@@ -30,6 +32,8 @@ from tests.mqtt.clients import RawClient
 from tests.mqtt.conftest import MqttBroker
 
 HELD_S = 1.0  # how long a held reply is watched for not arriving
+ROUND_WAIT_S = 10.0  # for the publish's round to start
+POLL_S = 0.01
 V311 = ProtocolLevel.MQTT_3_1_1
 
 
@@ -64,6 +68,35 @@ def test_publish_acks_wait_for_the_sync_round(mqtt_broker: MqttBroker) -> None:
     finally:
         gate.release()
     assert [raw.read(), raw.read(), raw.read()] == [PubAck(7), PubRec(8), PingResp()]
+    raw.close()
+
+
+def test_a_reply_read_while_a_round_is_in_flight_waits_for_it(mqtt_broker: MqttBroker) -> None:
+    # The PUBACK is no longer owed but in the round (its task awaits the sync): a PINGREQ
+    # read then must not overtake it.
+    connection = pika.BlockingConnection(
+        pika.ConnectionParameters("127.0.0.1", mqtt_broker.amqp_port)
+    )
+    channel = connection.channel()
+    channel.queue_declare("durable", durable=True)
+    channel.queue_bind("durable", "amq.topic", "t")
+    connection.close()
+    raw = connected(mqtt_broker, "in-round", clean=True)
+    assert mqtt_broker.broker is not None
+    gate = HoldingGate()
+    mqtt_broker.broker.syncer.gate = gate
+    try:
+        raw.send(Publish("t", b"one", 1, packet_id=9))
+        deadline = time.monotonic() + ROUND_WAIT_S
+        while gate.rounds == 0:
+            assert time.monotonic() < deadline, "no sync round started"
+            time.sleep(POLL_S)
+        raw.send(PingReq())
+        with pytest.raises(TimeoutError):
+            raw.read(timeout_s=HELD_S)
+    finally:
+        gate.release()
+    assert [raw.read(), raw.read()] == [PubAck(9), PingResp()]
     raw.close()
 
 

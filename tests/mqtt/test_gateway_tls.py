@@ -1,12 +1,15 @@
 """MQTT over TLS (`--mqtts-port`, `[mqtt] tls_port`): paho with the test CA publishes
-and subscribes on the TLS listener, with the AMQPS certificate; the connection is listed
+and subscribes on the TLS listener, with the AMQPS certificate, and MQTT.js does over
+TLS and secure WebSocket, verifying the certificate; the connection is listed
 with its TLS fields; a client that does not trust the CA fails its handshake."""
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Final
 
 import pytest
 
@@ -14,8 +17,11 @@ from mqtt_gateway.codec import ConnAck, Connect, ProtocolLevel
 from tests.integration.conftest import RunningBroker
 from tests.integration.tls_setup import Certs, client_context, handshake, pki, port_of
 from tests.mqtt.clients import Paho, RawClient
+from tests.node_clients import installed, run_script
 
 __all__ = ["pki"]  # the module-scoped certificates fixture
+
+NODE_DIR: Final = Path(__file__).parent / "node"
 
 
 @pytest.fixture
@@ -66,3 +72,37 @@ def test_the_certificate_is_the_amqps_one(broker: RunningBroker, pki: Certs) -> 
     raw.close()
     with pytest.raises(ssl.SSLError):
         handshake(port, client_context(pki.other_ca))
+
+
+def mqtt_js(url: str, client_id: str, ca: Path | None) -> tuple[int, dict[str, Any]]:
+    installed(NODE_DIR, "mqtt")
+    args = [url, "5", client_id] + ([str(ca)] if ca is not None else [])
+    result = run_script(NODE_DIR / "mqtt_ws_client.js", *args, timeout=60)
+    assert result.stdout.strip(), result.stderr
+    return result.returncode, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_mqtt_js_over_tls_and_secure_websocket(tmp_path: Path, pki: Certs) -> None:
+    running = RunningBroker(
+        tmp_path / "data", tls_cert=str(pki.server.cert), tls_key=str(pki.server.key),
+        mqtts_port=0, https_port=0,
+    )  # fmt: skip
+    try:
+        urls = {
+            "mqtts": f"mqtts://127.0.0.1:{port_of(running, 'mqtt/ssl')}",
+            "wss": f"wss://127.0.0.1:{port_of(running, 'https')}/mqtt",
+        }
+        for scheme, url in urls.items():
+            code, report = mqtt_js(url, f"js-{scheme}", pki.ca.cert)
+            assert code == 0 and report["error"] is None, (scheme, report)
+            assert report["granted"] == [1]
+            assert sorted((m["topic"], m["payload"], m["qos"]) for m in report["messages"]) == [
+                ("ws/js/a", "one", 1),
+                ("ws/js/b", "two", 0),
+            ]
+            # Without our CA, MQTT.js refuses the server's certificate.
+            code, report = mqtt_js(url, f"js-{scheme}-untrusted", None)
+            assert code == 1 and report["connack"] is None, (scheme, report)
+            assert report["error"]["code"] == "UNABLE_TO_VERIFY_LEAF_SIGNATURE", report
+    finally:
+        running.stop()

@@ -61,9 +61,12 @@ def package_files() -> list[Path]:
 
 
 def c_modules() -> list[str]:
-    """The C modules' file names in a wheel: one per .c source (setup.py builds each)."""
+    """The C modules' file names in a wheel: one per .c source that defines a module's init
+    function (setup.py builds each, with the other units it lists beside it)."""
     return [
-        str(path.with_suffix("")) + EXT_SUFFIX for path in package_files() if path.suffix == ".c"
+        str(path.with_suffix("")) + EXT_SUFFIX
+        for path in package_files()
+        if path.suffix == ".c" and "PyMODINIT_FUNC" in (REPO / path).read_text()
     ]
 
 
@@ -84,7 +87,7 @@ def test_wheel_holds_the_c_modules_and_every_package_file(dist: Dist) -> None:
         core = wheel.read(f"streamq-{streamq.__version__}.dist-info/METADATA").decode()
     dist_info = {name for name in names if ".dist-info/" in name}
     expected = {str(path) for path in package_files() if path.suffix not in SOURCE_ONLY}
-    assert len(c_modules()) == 5  # the accelerators that setup.py lists
+    assert len(c_modules()) == 6  # the accelerators that setup.py lists
     assert names - dist_info == expected | set(c_modules())
     assert "Root-Is-Purelib: false" in metadata
     assert f"streamq-{streamq.__version__}.dist-info/licenses/LICENSE" in dist_info
