@@ -14,6 +14,7 @@
 
 #include "_crc32.h"
 #include "_crc32c.h"
+#include "_streamwire_entries.h"
 
 PyDoc_STRVAR(MODULE_DOC,
 "The stream protocol's per-message work on the segment log, in C.\n"
@@ -32,36 +33,13 @@ PyDoc_STRVAR(MODULE_DOC,
 "(struct.unpack_from, a record encode and a CRC each), far below the protocol's rates;\n"
 "see benchmarks/stream_store_bench.py for this module's numbers.\n");
 
-/* Record layout: docs/log-format.md; little-endian. */
-#define RECORD_HEADER_BYTES 32
-#define RECORD_LENGTH_MIN (RECORD_HEADER_BYTES - 4)
-#define SHORTSTR_BYTES_MAX 255
-#define U32_MAX ((uint64_t)0xFFFFFFFFu)
-/* A native record's properties: NATIVE_MARK then the u64 publishing id (little-endian). */
-#define NATIVE_PROPERTIES_BYTES 10
-static const unsigned char NATIVE_MARK[2] = {0x00, 0x02};
+/* The record and chunk layouts, and the big-endian readers: _streamwire_entries.h. */
 
-/* Chunk layout: the osiris header (48 bytes, big-endian), then simple entries. */
-#define CHUNK_HEADER_BYTES 48
-#define ENTRY_SIZE_BYTES 4
-#define ENTRY_SIZE_MAX 0x7FFFFFFFu /* the top bit marks a sub-entry batch */
-
-static inline uint16_t
-load_be16(const unsigned char *p)
+/* _crc32c.h's CRC32C for the module's other unit (its tables are this unit's). */
+uint32_t
+streamwire_crc32c(uint32_t crc, const unsigned char *p, size_t n)
 {
-    return (uint16_t)((uint16_t)p[0] << 8 | p[1]);
-}
-
-static inline uint32_t
-load_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-static inline uint64_t
-load_be64(const unsigned char *p)
-{
-    return (uint64_t)load_be32(p) << 32 | load_be32(p + 4);
+    return crc32c_update(crc, p, n);
 }
 
 static inline void
@@ -446,7 +424,6 @@ PyDoc_STRVAR(publish_entries_doc,
 "a malformed payload (a compressed batch: COMPRESSED, for the caller to decompress).");
 
 #define FILTER_VALUE_BYTES_MAX 0x7FFF /* Publish v2's i16 */
-#define BATCH_HEADER_BYTES 11
 
 /* Pass 1 of publish_entries: validate and size; NULL or what is wrong. */
 static const char *
@@ -1148,6 +1125,8 @@ static PyMethodDef streamwire_methods[] = {
      publish_entries_doc},
     {"chunk_add", (PyCFunction)(void (*)(void))chunk_add, METH_FASTCALL, chunk_add_doc},
     {"crc32", (PyCFunction)(void (*)(void))crc32_of, METH_FASTCALL, crc32_doc},
+    {"chunk_run_records", (PyCFunction)(void (*)(void))chunk_run_records, METH_FASTCALL,
+     chunk_run_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,8 +1,9 @@
-"""Types of the C extension `streamq.log._streamwire` (source: `_streamwire.c`).
+"""Types of the C extension `streamq.log._streamwire` (sources: `_streamwire.c`,
+`_streamwire_runs.c`).
 
 The stream protocol's per-message work over the segment log: a Publish frame's messages
-into native records, the index entries of a run of encoded records, and a chunk's entries from
-segment bytes. No I/O.
+into native records, the index entries of a run of encoded records, a chunk's entries from
+segment bytes, and a stored chunk's entries as records for AMQP consumers. No I/O.
 """
 
 from collections.abc import Callable
@@ -100,3 +101,24 @@ def chunk_add(
 def crc32(data: Buffer, start: int, /) -> int:
     """zlib.crc32(data[start:]): the CRC of a chunk's entries (PCLMULQDQ folding where the
     CPU has it)."""
+
+def chunk_run_records(
+    data: Buffer,
+    entries_at: int,
+    data_length: int,
+    num_entries: int,
+    first_offset: int,
+    num_records: int,
+    timestamp_ms: int,
+    filter_runs: list[tuple[int, int, bytes]],
+    /,
+) -> tuple[bytes, bytes] | None:
+    """The records of a chunk whose entries are `data[entries_at:][:data_length]`
+    (`num_entries` entries, `num_records` records from `first_offset`, as its header
+    says) as version-1 records back to back, one per message (source:
+    `_streamwire_runs.c`): the chunk's `timestamp_ms`, an empty exchange, the entry's
+    filter value as the routing key (from `filter_runs`, a later run winning), a native
+    record's properties (publishing id 0), the message as the body. Returns (records,
+    positions: each record's start, native i64s), or None when an entry is a compressed
+    sub-entry batch or a filter value is over 255 bytes. Raises ValueError when the
+    entries' framing is not what the header says or a batch is malformed."""

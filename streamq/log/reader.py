@@ -22,7 +22,7 @@ from typing import NamedTuple
 from streamq.log import chunk, frame
 from streamq.log import format as fmt
 from streamq.log.chunk import ChunkInvalid
-from streamq.log.chunk_runs import ChunkRun, chunk_run
+from streamq.log.chunk_runs import ChunkRun, chunk_run, frame_run
 from streamq.log.chunk_segment import chunk_records
 from streamq.log.damage import DamagedSpan, resolve
 from streamq.log.errors import LogError, OffsetOutOfRange, ReadFailed, SegmentCorrupted
@@ -176,14 +176,20 @@ class LogReader(LogState):
         key = (place.base_offset, place.position)
         if key in self._runs:
             return self._runs[key]
-        segment = self._segments[bisect_right(self._bases, place.base_offset) - 1]
-        end = place.first_offset + place.records
         try:
-            records = self._decoded_chunk(segment, place.position, place.chunk_bytes,
-                                          place.first_offset, end)  # fmt: skip
+            data = self.frame_at(place.base_offset, place.position, place.chunk_bytes)
+            run = frame_run(data, place.first_offset, place.records)
         except ChunkInvalid:
-            return None  # `read` meets it again and records the damage
-        run = chunk_run(records, place.first_offset, place.records)
+            run = None  # damage: the decoded records' path finds it (and salvages)
+        if run is None:
+            segment = self._segments[bisect_right(self._bases, place.base_offset) - 1]
+            end = place.first_offset + place.records
+            try:
+                records = self._decoded_chunk(segment, place.position, place.chunk_bytes,
+                                              place.first_offset, end)  # fmt: skip
+            except ChunkInvalid:
+                return None  # `read` meets it again and records the damage
+            run = chunk_run(records, place.first_offset, place.records)
         if len(self._runs) >= DECODED_CHUNKS_MAX:
             del self._runs[next(iter(self._runs))]
         self._runs[key] = run
