@@ -33,6 +33,7 @@ from amqp_gateway import assembly, codec, handshake, states
 from amqp_gateway.codec import methods as m
 from amqp_gateway.codec.erlang_text import unexpected_frame_text
 from amqp_gateway.codec.frame import received_payload_max
+from amqp_gateway.codec.method_memo import MethodMemo
 from amqp_gateway.errors import (
     AMQPError,
     ChannelError,
@@ -111,6 +112,7 @@ class Connection:
         # the events read before it; `_buffer` holds that frame and what followed.
         self.parse_paused = False
         self._channels: dict[int, assembly.ProtocolChannel] = {}
+        self._methods = MethodMemo()  # channel methods seen before, kept decoded
         # Asked at each channel.open, after channel_max: RabbitMQ's 530 text when the
         # server refuses one more channel (a user's max-channels), else None.
         self.channel_gate: Callable[[], str | None] = _no_refusal
@@ -364,7 +366,7 @@ class Connection:
                 raise assembly.content_expected(channel)
             channel.publish = codec.read_basic_publish(payload)
             return
-        method = codec.decode_method(payload)
+        method = self._methods.decode(payload)
         if channel is not None and channel.publish is not None:
             raise assembly.content_expected(channel)
         if isinstance(method, m.ChannelOpen):
