@@ -47,7 +47,11 @@ setup(
         ),
         Extension(
             "streamq.log._streamwire",
-            ["streamq/log/_streamwire.c", "streamq/log/_streamwire_runs.c"],
+            [
+                "streamq/log/_streamwire.c",
+                "streamq/log/_streamwire_runs.c",
+                "streamq/log/_streamwire_publish.c",
+            ],
             depends=[
                 "streamq/log/_crc32.h",
                 "streamq/log/_crc32c.h",

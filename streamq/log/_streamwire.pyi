@@ -1,9 +1,10 @@
 """Types of the C extension `streamq.log._streamwire` (sources: `_streamwire.c`,
-`_streamwire_runs.c`).
+`_streamwire_runs.c`, `_streamwire_publish.c`).
 
 The stream protocol's per-message work over the segment log: a Publish frame's messages
 into native records, the index entries of a run of encoded records, a chunk's entries from
-segment bytes, and a stored chunk's entries as records for AMQP consumers. No I/O.
+segment bytes, a stored chunk's entries as records for AMQP consumers, and an AMQP 0-9-1
+publish run as chunk entries. No I/O.
 """
 
 from collections.abc import Callable
@@ -122,3 +123,19 @@ def chunk_run_records(
     positions: each record's start, native i64s), or None when an entry is a compressed
     sub-entry batch or a filter value is over 255 bytes. Raises ValueError when the
     entries' framing is not what the header says or a batch is malformed."""
+
+def converted_entries(
+    messages: list[tuple[bytes, bytes, str, str, int]],
+    routing_key: bytes,
+    prefix_of: Callable[[bytes], tuple[bytes | None, bytes]],
+    convert: Callable[[bytes, bytes], bytes],
+    entry_bytes_max: int,
+    /,
+) -> tuple[bytes, bytes, list[tuple[int, int, bytes]]] | None:
+    """The chunk entries of a 0-9-1 publish run (source: `_streamwire_publish.c`): for
+    each message (properties, body, ...), a native record's body with `routing_key` as
+    its filter value, else `prefix_of(properties)`'s sections (asked again only when the
+    properties differ from the message before) and a data section of the body, or with
+    None `convert(properties, body)` whole. Returns (entries, sizes with the size field
+    as native u32s, filter value runs merged as `frame.add_filter_run` does), or None
+    when an entry would be over `entry_bytes_max` bytes with its size field."""

@@ -1,8 +1,9 @@
 /*
- * streamq.log._streamwire's layouts, shared by its two units: `_streamwire.c` (Publish
- * frames into records or chunk entries, index spans, chunks from records, and the module)
- * and `_streamwire_runs.c` (a stored chunk's entries as a run of version-1 records, for
- * AMQP 0-9-1 consumers). Everything here is a constant, a static inline reader, or a
+ * streamq.log._streamwire's layouts, shared by its three units: `_streamwire.c` (Publish
+ * frames into records or chunk entries, index spans, chunks from records, and the module),
+ * `_streamwire_runs.c` (a stored chunk's entries as a run of version-1 records, for AMQP
+ * 0-9-1 consumers) and `_streamwire_publish.c` (an AMQP 0-9-1 publish run as chunk
+ * entries). Everything here is a constant, a static inline reader, or a
  * declaration of what one unit defines for the other.
  *
  * Record (docs/log-format.md, "Record"), little-endian:
@@ -63,6 +64,10 @@ load_be64(const unsigned char *p)
 
 /* _streamwire.c: CRC32C over the raw (inverted) register, as _crc32c.h's crc32c_update. */
 uint32_t streamwire_crc32c(uint32_t crc, const unsigned char *p, size_t n);
+
+/* _streamwire_publish.c */
+PyObject *converted_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char converted_entries_doc[];
 
 /* _streamwire_runs.c */
 PyObject *chunk_run_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

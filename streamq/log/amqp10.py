@@ -84,6 +84,22 @@ def to_amqp10(exchange: bytes, routing_key: bytes, properties: bytes, body: byte
     return b"".join((prefix, _DATA_LARGE, size.to_bytes(4, "big"), body))
 
 
+def sections_before_body(exchange: bytes, routing_key: bytes, properties: bytes) -> bytes | None:
+    """What `to_amqp10` puts before a data section of the body for these properties
+    (cached as it caches them), or None when the body decides (basic.type amqp-1.0): the
+    publish run's C loop (`_streamwire.converted_entries`) then calls `to_amqp10`."""
+    key = (exchange, routing_key, properties)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        prefix, amqp10_body = _prefix(exchange, routing_key, properties)
+        if amqp10_body:
+            return None
+        if len(_PREFIXES) >= PREFIXES_MAX:
+            _PREFIXES.clear()  # a stream with ever-new properties: start over
+        _PREFIXES[key] = prefix
+    return prefix
+
+
 # The sections before the body of a converted record, by (exchange, routing key,
 # properties): the messages of a stream mostly share them, and encoding them costs 20-50 us.
 PREFIXES_MAX: Final = 1024

@@ -7,7 +7,9 @@ its `x-stream-filter-value` header as its filter value, and a native record give
 record form (`amqp10.native_properties`) stored as its body with its routing key as
 filter value, exactly as `StreamQueue.append` stores one message. The entries are encoded
 back to back and appended as one run (`SegmentLog.append_entry_run`), with no entry
-object per message: the per-message work of a publish run is a dict hit and a join.
+object per message: the loop is C (`_streamwire.converted_entries`), which asks Python
+for the sections before the body once per run of equal properties (and per message only
+when the body decides the conversion).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from array import array
 from typing import Final
 
 from streamq.log import amqp10
-from streamq.log.frame import FilterRun, add_filter_run
+from streamq.log._streamwire import converted_entries
 from streamq.log.log import RunMessage, SegmentLog
 
 _SIMPLE_SIZE_MAX: Final = 0x7FFFFFFF  # a simple entry's size is 31 bits
@@ -34,27 +36,17 @@ def append_converted(
     per-entry path then appends those before it and raises RecordTooLarge). Buffered:
     durable after the log's next sync round. Raises what `append_entry_run` raises."""
     limit = min(log.config.record_bytes_max, _SIMPLE_SIZE_MAX + 4)
-    parts: list[bytes] = []
-    sizes = array("I")
-    runs: list[FilterRun] = []
-    to_amqp10, filter_value_of = amqp10.to_amqp10, amqp10.filter_value_of
-    native = amqp10.NATIVE_MARK
-    for number, message in enumerate(messages):
-        properties, body = message[0], message[1]
-        if properties[:2] == native:
-            entry, value = body, routing_key
-        else:
-            entry = to_amqp10(exchange, routing_key, properties, body)
-            value = filter_value_of(properties)
-        size = len(entry)
-        if 4 + size > limit:
-            return None
-        parts.append(size.to_bytes(4, "big"))
-        parts.append(entry)
-        sizes.append(4 + size)
-        if value:
-            add_filter_run(runs, number, 1, value)
+
+    def prefix_of(properties: bytes) -> tuple[bytes | None, bytes]:
+        prefix = amqp10.sections_before_body(exchange, routing_key, properties)
+        return prefix, amqp10.filter_value_of(properties)
+
+    def convert(properties: bytes, body: bytes) -> bytes:
+        return amqp10.to_amqp10(exchange, routing_key, properties, body)
+
+    made = converted_entries(messages, routing_key, prefix_of, convert, limit)
+    if made is None:
+        return None
+    data, sizes, runs = made
     records = array("I", [1]) * len(messages)
-    return log.append_entry_run(
-        b"".join(parts), sizes.tobytes(), records.tobytes(), runs, timestamp_ms
-    )
+    return log.append_entry_run(data, sizes, records.tobytes(), runs, timestamp_ms)
