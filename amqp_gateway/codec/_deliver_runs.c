@@ -17,6 +17,160 @@
 #include "../../streamq/log/_amqp10_convert.h" /* native records' conversion */
 #include "_deliver_frames.h"
 
+/* -- what both runs share: their arguments, and the first pass's walk over the records --- */
+
+/* The arguments both run functions take first (out, data, position, first_offset, count,
+ * channel, consumer_tag, first_tag, frame_max, out_bytes_max), read and checked. */
+typedef struct {
+    PyObject *out; /* a bytearray */
+    Py_buffer in;
+    Bytes tag;
+    Py_ssize_t position;
+    uint64_t first_offset;
+    Py_ssize_t count;
+    long channel;
+    uint64_t first_tag;
+    size_t piece_max;    /* frame_max less a frame's overhead */
+    size_t method_fixed; /* a basic.deliver payload's size less exchange and routing key */
+    Py_ssize_t out_bytes_max;
+} RunArgs;
+
+/* Reads args[0..9] into `a`; -1 with an exception (nothing held then). `name` is the
+ * function's, for the messages; `offset_max` bounds first_offset. */
+static int
+run_args(PyObject *const *args, const char *name, unsigned long long offset_max, RunArgs *a)
+{
+    memset(a, 0, sizeof *a);
+    a->out = args[0];
+    if (!PyByteArray_Check(a->out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a bytearray");
+        return -1;
+    }
+    Py_ssize_t position = PyLong_AsSsize_t(args[2]);
+    unsigned long long first_offset = PyLong_AsUnsignedLongLong(args[3]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[4]);
+    long channel = PyLong_AsLong(args[5]);
+    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[7]);
+    long long frame_max = PyLong_AsLongLong(args[8]);
+    Py_ssize_t out_bytes_max = PyLong_AsSsize_t(args[9]);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    if (channel < 0 || channel > CHANNEL_MAX || position < 0 || count < 0 ||
+        frame_max < FRAME_OVERHEAD_BYTES + HEADER_FIELDS_BYTES + 2 || first_offset > offset_max) {
+        PyErr_Format(PyExc_ValueError, "%s: argument out of range", name);
+        return -1;
+    }
+    if (get_shortstr(args[6], &a->tag) < 0) {
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[1], &a->in, PyBUF_SIMPLE) < 0) {
+        bytes_release(&a->tag);
+        return -1;
+    }
+    a->position = position;
+    a->first_offset = first_offset;
+    a->count = count;
+    a->channel = channel;
+    a->first_tag = first_tag;
+    a->piece_max = (size_t)(frame_max - FRAME_OVERHEAD_BYTES);
+    a->method_fixed = DELIVER_PAYLOAD_FIXED_BYTES + (size_t)a->tag.size;
+    a->out_bytes_max = out_bytes_max;
+    return 0;
+}
+
+static void
+run_args_release(RunArgs *a)
+{
+    PyBuffer_Release(&a->in);
+    bytes_release(&a->tag);
+}
+
+/* The first pass: where it is in the data and what the run holds so far. */
+typedef struct {
+    Py_ssize_t pos;        /* the next record */
+    Py_ssize_t start;      /* the run's first record */
+    Py_ssize_t end_pos;    /* after the last record delivered or passed over */
+    uint64_t expected;     /* the offset the next delivered record must have */
+    long long next_offset; /* after the last record passed over or delivered; -1: none */
+    Py_ssize_t delivered;
+    size_t total; /* the bytes the run appends to out */
+} RunWalk;
+
+static void
+run_walk_init(RunWalk *w, const RunArgs *a)
+{
+    w->pos = a->position > a->in.len ? a->in.len : a->position;
+    w->start = w->end_pos = w->pos;
+    w->expected = a->first_offset;
+    w->next_offset = -1;
+    w->delivered = 0;
+    w->total = 0;
+}
+
+/* The next record of the run into `rec`: 1 when it is there, at the expected offset; 0
+ * when the run ends before it (count or out_bytes_max reached, or the rest is in the next
+ * read); -1 with ValueError. Records before the run's first offset are passed over. */
+static inline int
+run_walk_next(RunWalk *w, const RunArgs *a, uint32_t *record_length, Record *rec)
+{
+    const unsigned char *data = a->in.buf;
+    while (w->delivered < a->count && (a->out_bytes_max <= 0 || w->delivered == 0 ||
+                                       w->total < (size_t)a->out_bytes_max)) {
+        uint64_t offset;
+        int found = read_record_at(data, a->in.len, w->pos, record_length, &offset, rec);
+        if (found <= 0) {
+            return found;
+        }
+        if (offset < w->expected && w->delivered == 0) {
+            w->pos += 4 + (Py_ssize_t)*record_length; /* before the run: passed over */
+            w->start = w->end_pos = w->pos;
+            w->next_offset = (long long)offset + 1;
+            continue;
+        }
+        if (offset != w->expected) {
+            PyErr_Format(PyExc_ValueError, "record offset %llu at %zd where %llu was expected",
+                         (unsigned long long)offset, w->pos, (unsigned long long)w->expected);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* Takes the record run_walk_next found into the run, its delivery `header_size` bytes of
+ * content header fields. */
+static inline void
+run_walk_take(RunWalk *w, const RunArgs *a, uint32_t record_length, const Record *rec,
+              size_t header_size)
+{
+    size_t pieces = rec->body_len == 0 ? 0 : (rec->body_len - 1) / a->piece_max + 1;
+    w->total += a->method_fixed + rec->exchange_len + rec->routing_key_len + header_size +
+                rec->body_len + (2 + pieces) * FRAME_OVERHEAD_BYTES;
+    w->pos += 4 + (Py_ssize_t)record_length;
+    w->end_pos = w->pos;
+    w->expected++;
+    w->delivered++;
+    w->next_offset = (long long)w->expected;
+}
+
+/* Grows out by the run's bytes; where pass 2 writes them, or NULL with an exception. */
+static unsigned char *
+run_room(const RunWalk *w, const RunArgs *a)
+{
+    Py_ssize_t mark = PyByteArray_GET_SIZE(a->out);
+    if (w->delivered > 0) {
+        if (w->total > (size_t)(PY_SSIZE_T_MAX - mark)) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        if (PyByteArray_Resize(a->out, mark + (Py_ssize_t)w->total) < 0) {
+            return NULL;
+        }
+    }
+    return (unsigned char *)PyByteArray_AS_STRING(a->out) + mark;
+}
+
 const char deliver_records_doc[] = PyDoc_STR(
 "deliver_records($module, out, records, position, first_offset, count, channel,\n"
 "                consumer_tag, first_delivery_tag, frame_max, out_bytes_max, /)\n"
@@ -45,132 +199,67 @@ deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "deliver_records() takes 10 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *out = args[0];
-    if (!PyByteArray_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a bytearray");
-        return NULL;
-    }
-    Py_ssize_t position = PyLong_AsSsize_t(args[2]);
-    unsigned long long first_offset = PyLong_AsUnsignedLongLong(args[3]);
-    Py_ssize_t count = PyLong_AsSsize_t(args[4]);
-    long channel = PyLong_AsLong(args[5]);
-    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[7]);
-    long long frame_max = PyLong_AsLongLong(args[8]);
-    Py_ssize_t out_bytes_max = PyLong_AsSsize_t(args[9]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (channel < 0 || channel > CHANNEL_MAX || position < 0 || count < 0 ||
-        frame_max < FRAME_OVERHEAD_BYTES + HEADER_FIELDS_BYTES + 2) {
-        PyErr_SetString(PyExc_ValueError, "deliver_records: argument out of range");
-        return NULL;
-    }
-    Bytes tag;
-    memset(&tag, 0, sizeof tag);
-    if (get_shortstr(args[6], &tag) < 0) {
-        return NULL;
-    }
-    Py_buffer in;
-    if (PyObject_GetBuffer(args[1], &in, PyBUF_SIMPLE) < 0) {
-        bytes_release(&tag);
+    RunArgs a;
+    if (run_args(args, "deliver_records", UINT64_MAX, &a) < 0) {
         return NULL;
     }
     PyObject *result = NULL;
     PyObject *sizes = NULL;
-    const unsigned char *data = in.buf;
-    Py_ssize_t length = in.len;
-    size_t piece_max = (size_t)(frame_max - FRAME_OVERHEAD_BYTES);
-    size_t method_fixed = DELIVER_PAYLOAD_FIXED_BYTES + (size_t)tag.size;
 
     /* Pass 1: find the records, check them, and size the output. */
-    Py_ssize_t pos = position > length ? length : position;
-    Py_ssize_t end_pos = pos;
-    Py_ssize_t delivered = 0;
-    size_t total = 0;
-    uint64_t expected = first_offset;
-    long long next_offset = -1; /* after the last record passed over or delivered */
-    Py_ssize_t start = pos;     /* the first record of the run */
+    RunWalk w;
+    run_walk_init(&w, &a);
     Record rec;
-    while (delivered < count && (out_bytes_max <= 0 || delivered == 0 ||
-                                 total < (size_t)out_bytes_max)) {
-        uint32_t record_length;
-        uint64_t offset;
-        int found = read_record_at(data, length, pos, &record_length, &offset, &rec);
-        if (found < 0) {
-            goto done;
-        }
-        if (found == 0) {
-            break; /* the rest is in the next read */
-        }
-        if (offset < expected && delivered == 0) {
-            pos += 4 + (Py_ssize_t)record_length; /* before the run: skipped */
-            start = end_pos = pos;
-            next_offset = (long long)offset + 1;
-            continue;
-        }
-        if (offset != expected) {
-            PyErr_Format(PyExc_ValueError, "record offset %llu at %zd where %llu was expected",
-                         (unsigned long long)offset, pos, (unsigned long long)expected);
-            goto done;
-        }
+    uint32_t record_length;
+    int found;
+    while ((found = run_walk_next(&w, &a, &record_length, &rec)) == 1) {
         size_t header_size = HEADER_FIELDS_BYTES + rec.properties_len;
-        if (header_size > piece_max) {
+        if (header_size > a.piece_max) {
             PyErr_Format(PyExc_ValueError, "content header of %zu bytes exceeds frame_max %lld",
-                         header_size, frame_max);
+                         header_size, (long long)(a.piece_max + FRAME_OVERHEAD_BYTES));
             goto done;
         }
-        size_t pieces = rec.body_len == 0 ? 0 : (rec.body_len - 1) / piece_max + 1;
-        total += method_fixed + rec.exchange_len + rec.routing_key_len + header_size +
-                 rec.body_len + (2 + pieces) * FRAME_OVERHEAD_BYTES;
-        pos += 4 + (Py_ssize_t)record_length;
-        end_pos = pos;
-        expected++;
-        delivered++;
-        next_offset = (long long)expected;
+        run_walk_take(&w, &a, record_length, &rec, header_size);
     }
-    sizes = PyList_New(delivered);
+    if (found < 0) {
+        goto done;
+    }
+    sizes = PyList_New(w.delivered);
     if (sizes == NULL) {
         goto done;
     }
-    Py_ssize_t mark = PyByteArray_GET_SIZE(out);
-    if (delivered > 0) {
-        if (total > (size_t)(PY_SSIZE_T_MAX - mark)) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (PyByteArray_Resize(out, mark + (Py_ssize_t)total) < 0) {
-            goto done;
-        }
+    unsigned char *p = run_room(&w, &a);
+    if (p == NULL) {
+        goto done;
     }
     /* Pass 2: write them (the checks above hold: the input did not change). */
-    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + mark;
-    pos = start;
-    for (Py_ssize_t written = 0; written < delivered; written++) {
+    const unsigned char *data = a.in.buf;
+    Py_ssize_t pos = w.start;
+    for (Py_ssize_t written = 0; written < w.delivered; written++) {
         const unsigned char *r = data + pos;
-        uint32_t record_length = get_le32(r);
-        pos += 4 + (Py_ssize_t)record_length;
-        (void)parse_record(r, record_length, pos, &rec); /* checked in pass 1 */
+        uint32_t length = get_le32(r);
+        pos += 4 + (Py_ssize_t)length;
+        (void)parse_record(r, length, pos, &rec); /* checked in pass 1 */
 
-        uint32_t method_size = (uint32_t)(method_fixed + rec.exchange_len + rec.routing_key_len);
-        p = put_deliver_method(p, (uint32_t)channel, method_size, &tag,
-                               first_tag + (uint64_t)written, 0, rec.exchange, rec.exchange_len,
+        uint32_t method_size = (uint32_t)(a.method_fixed + rec.exchange_len + rec.routing_key_len);
+        p = put_deliver_method(p, (uint32_t)a.channel, method_size, &a.tag,
+                               a.first_tag + (uint64_t)written, 0, rec.exchange, rec.exchange_len,
                                rec.routing_key, rec.routing_key_len);
-        p = put_content_header(p, (uint32_t)channel, rec.properties_len, (uint64_t)rec.body_len);
+        p = put_content_header(p, (uint32_t)a.channel, rec.properties_len, (uint64_t)rec.body_len);
         memcpy(p, rec.properties, rec.properties_len);
         p += rec.properties_len;
         *p++ = FRAME_END;
-        p = put_body_frames(p, (uint32_t)channel, rec.body, rec.body_len, piece_max);
+        p = put_body_frames(p, (uint32_t)a.channel, rec.body, rec.body_len, a.piece_max);
         PyObject *size = PyLong_FromSize_t(rec.body_len);
         if (size == NULL) {
             goto done; /* out keeps what was written: only on memory exhaustion */
         }
         PyList_SET_ITEM(sizes, written, size);
     }
-    result = Py_BuildValue("(nnLO)", delivered, end_pos, next_offset, sizes);
+    result = Py_BuildValue("(nnLO)", w.delivered, w.end_pos, w.next_offset, sizes);
 done:
     Py_XDECREF(sizes);
-    PyBuffer_Release(&in);
-    bytes_release(&tag);
+    run_args_release(&a);
     return result;
 }
 
@@ -385,140 +474,74 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
                      "deliver_stream_records() takes 10 or 11 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *out = args[0];
-    if (!PyByteArray_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a bytearray");
-        return NULL;
-    }
-    Py_ssize_t position = PyLong_AsSsize_t(args[2]);
-    unsigned long long first_offset = PyLong_AsUnsignedLongLong(args[3]);
-    Py_ssize_t count = PyLong_AsSsize_t(args[4]);
-    long channel = PyLong_AsLong(args[5]);
-    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[7]);
-    long long frame_max = PyLong_AsLongLong(args[8]);
-    Py_ssize_t out_bytes_max = PyLong_AsSsize_t(args[9]);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (channel < 0 || channel > CHANNEL_MAX || position < 0 || count < 0 ||
-        frame_max < FRAME_OVERHEAD_BYTES + HEADER_FIELDS_BYTES + 2 ||
-        first_offset > (unsigned long long)INT64_MAX) {
-        PyErr_SetString(PyExc_ValueError, "deliver_stream_records: argument out of range");
-        return NULL;
-    }
-    Bytes tag;
-    memset(&tag, 0, sizeof tag);
-    if (get_shortstr(args[6], &tag) < 0) {
-        return NULL;
-    }
-    Py_buffer in;
-    if (PyObject_GetBuffer(args[1], &in, PyBUF_SIMPLE) < 0) {
-        bytes_release(&tag);
+    RunArgs a;
+    if (run_args(args, "deliver_stream_records", (unsigned long long)INT64_MAX, &a) < 0) {
         return NULL;
     }
     Py_buffer key_view = {0};
     int has_key = nargs == 11 && args[10] != Py_None;
     if (has_key && PyObject_GetBuffer(args[10], &key_view, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&in);
-        bytes_release(&tag);
+        run_args_release(&a);
         return NULL;
     }
     A10Span stream_key = {key_view.buf, has_key ? (size_t)key_view.len : 0};
     PyObject *result = NULL;
-    const unsigned char *data = in.buf;
-    Py_ssize_t length = in.len;
-    size_t piece_max = (size_t)(frame_max - FRAME_OVERHEAD_BYTES);
-    size_t method_fixed = DELIVER_PAYLOAD_FIXED_BYTES + (size_t)tag.size;
 
     /* Pass 1: find the records, check them, plan their splices and size the output. */
-    Py_ssize_t pos = position > length ? length : position;
-    Py_ssize_t start = pos; /* the first record of the run */
-    Py_ssize_t end_pos = pos;
-    Py_ssize_t delivered = 0;
-    size_t total = 0;
-    uint64_t expected = first_offset;
-    long long next_offset = -1; /* after the last record passed over or delivered */
+    RunWalk w;
+    run_walk_init(&w, &a);
     int stopped = 0;
     Record rec;
     Splice splice;
-    while (delivered < count && (out_bytes_max <= 0 || delivered == 0 ||
-                                 total < (size_t)out_bytes_max)) {
-        uint32_t record_length;
-        uint64_t offset;
-        int found = read_record_at(data, length, pos, &record_length, &offset, &rec);
-        if (found < 0) {
-            goto done;
-        }
-        if (found == 0) {
-            break; /* the rest is in the next read */
-        }
-        if (offset < expected && delivered == 0) {
-            pos += 4 + (Py_ssize_t)record_length; /* before the run: skipped */
-            start = end_pos = pos;
-            next_offset = (long long)offset + 1;
-            continue;
-        }
-        if (offset != expected) {
-            PyErr_Format(PyExc_ValueError, "record offset %llu at %zd where %llu was expected",
-                         (unsigned long long)offset, pos, (unsigned long long)expected);
-            goto done;
-        }
+    uint32_t record_length;
+    int found;
+    while ((found = run_walk_next(&w, &a, &record_length, &rec)) == 1) {
         size_t header_size = 0;
         int converted = has_key && is_native_record(&rec) ? native_as_091(&rec, stream_key) : 0;
         if (converted == 0 && plan_splice(rec.properties, rec.properties_len, &splice) == 0) {
             header_size = HEADER_FIELDS_BYTES + spliced_size(rec.properties_len, &splice);
         }
-        if (header_size == 0 || header_size > piece_max) {
+        if (header_size == 0 || header_size > a.piece_max) {
             stopped = 1; /* the per-record path's: it splices, or raises, as it does */
-            next_offset = (long long)expected;
+            w.next_offset = (long long)w.expected;
             break;
         }
-        size_t pieces = rec.body_len == 0 ? 0 : (rec.body_len - 1) / piece_max + 1;
-        total += method_fixed + rec.exchange_len + rec.routing_key_len + header_size +
-                 rec.body_len + (2 + pieces) * FRAME_OVERHEAD_BYTES;
-        pos += 4 + (Py_ssize_t)record_length;
-        end_pos = pos;
-        expected++;
-        delivered++;
-        next_offset = (long long)expected;
+        run_walk_take(&w, &a, record_length, &rec, header_size);
     }
-    Py_ssize_t mark = PyByteArray_GET_SIZE(out);
-    if (delivered > 0) {
-        if (total > (size_t)(PY_SSIZE_T_MAX - mark)) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        if (PyByteArray_Resize(out, mark + (Py_ssize_t)total) < 0) {
-            goto done;
-        }
+    if (found < 0) {
+        goto done;
+    }
+    unsigned char *p = run_room(&w, &a);
+    if (p == NULL) {
+        goto done;
     }
     /* Pass 2: write them (the checks above hold: the input did not change). */
-    unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + mark;
-    pos = start;
-    for (Py_ssize_t written = 0; written < delivered; written++) {
+    const unsigned char *data = a.in.buf;
+    Py_ssize_t pos = w.start;
+    for (Py_ssize_t written = 0; written < w.delivered; written++) {
         const unsigned char *r = data + pos;
-        uint32_t record_length = get_le32(r);
-        pos += 4 + (Py_ssize_t)record_length;
-        (void)parse_record(r, record_length, pos, &rec); /* checked in pass 1 */
+        uint32_t length = get_le32(r);
+        pos += 4 + (Py_ssize_t)length;
+        (void)parse_record(r, length, pos, &rec); /* checked in pass 1 */
         if (has_key && is_native_record(&rec)) {
             (void)native_as_091(&rec, stream_key); /* as in pass 1: the same bytes */
         }
         (void)plan_splice(rec.properties, rec.properties_len, &splice);
 
-        uint32_t method_size = (uint32_t)(method_fixed + rec.exchange_len + rec.routing_key_len);
-        p = put_deliver_method(p, (uint32_t)channel, method_size, &tag,
-                               first_tag + (uint64_t)written, 0, rec.exchange, rec.exchange_len,
+        uint32_t method_size = (uint32_t)(a.method_fixed + rec.exchange_len + rec.routing_key_len);
+        p = put_deliver_method(p, (uint32_t)a.channel, method_size, &a.tag,
+                               a.first_tag + (uint64_t)written, 0, rec.exchange, rec.exchange_len,
                                rec.routing_key, rec.routing_key_len);
 
         uint32_t properties_size = spliced_size(rec.properties_len, &splice);
-        p = put_content_header(p, (uint32_t)channel, properties_size, (uint64_t)rec.body_len);
+        p = put_content_header(p, (uint32_t)a.channel, properties_size, (uint64_t)rec.body_len);
         p = put_spliced_properties(p, rec.properties, rec.properties_len, &splice,
-                                   first_offset + (uint64_t)written);
+                                   a.first_offset + (uint64_t)written);
         *p++ = FRAME_END;
-        p = put_body_frames(p, (uint32_t)channel, rec.body, rec.body_len, piece_max);
+        p = put_body_frames(p, (uint32_t)a.channel, rec.body, rec.body_len, a.piece_max);
     }
     /* end_pos is after the last record delivered or passed over: where a stop is. */
-    result = Py_BuildValue("(nnLO)", delivered, end_pos, next_offset,
+    result = Py_BuildValue("(nnLO)", w.delivered, w.end_pos, w.next_offset,
                            stopped ? Py_True : Py_False);
 done:
     if (has_key) {
@@ -527,7 +550,6 @@ done:
     if (native_props.cap > (1u << 20)) {
         a10_out_free(&native_props); /* a huge message does not pin its buffer */
     }
-    PyBuffer_Release(&in);
-    bytes_release(&tag);
+    run_args_release(&a);
     return result;
 }
