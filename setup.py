@@ -51,6 +51,8 @@ setup(
                 "streamq/log/_streamwire.c",
                 "streamq/log/_streamwire_runs.c",
                 "streamq/log/_streamwire_publish.c",
+                "streamq/log/_streamwire_chunks.c",
+                "streamq/log/_streamwire_publish_frames.c",
             ],
             depends=[
                 "streamq/log/_crc32.h",

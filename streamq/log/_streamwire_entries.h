@@ -1,6 +1,8 @@
 /*
- * streamq.log._streamwire's layouts, shared by its three units: `_streamwire.c` (Publish
- * frames into records or chunk entries, index spans, chunks from records, and the module),
+ * streamq.log._streamwire's layouts, shared by its five units: `_streamwire.c` (Publish
+ * frames into records, index spans, and the module), `_streamwire_publish_frames.c`
+ * (Publish frames into chunk entries), `_streamwire_chunks.c`
+ * (osiris chunks from version-1 records, for stream-protocol consumers),
  * `_streamwire_runs.c` (a stored chunk's entries as a run of version-1 records, for AMQP
  * 0-9-1 consumers) and `_streamwire_publish.c` (an AMQP 0-9-1 publish run as chunk
  * entries). Everything here is a constant, a static inline reader, or a
@@ -62,8 +64,50 @@ load_be64(const unsigned char *p)
     return (uint64_t)load_be32(p) << 32 | load_be32(p + 4);
 }
 
-/* _streamwire.c: CRC32C over the raw (inverted) register, as _crc32c.h's crc32c_update. */
+static inline void
+store_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void
+store_be64(unsigned char *p, uint64_t v)
+{
+    store_be32(p, (uint32_t)(v >> 32));
+    store_be32(p + 4, (uint32_t)v);
+}
+
+/* _streamwire.c: CRC32C over the raw (inverted) register, as _crc32c.h's crc32c_update,
+ * and the CRC32 (IEEE) of _crc32.h's crc32_ieee. */
 uint32_t streamwire_crc32c(uint32_t crc, const unsigned char *p, size_t n);
+uint32_t streamwire_crc32(uint32_t crc, const unsigned char *p, size_t n);
+
+/* _streamwire.c: one message of a Publish frame, as parsed (where its parts are in the
+ * payload), and the parser: NULL with the message's size in *size and its parts in *m,
+ * or a text naming what is wrong. */
+typedef struct {
+    uint64_t id;
+    const unsigned char *filter; /* NULL: none */
+    size_t filter_len;
+    const unsigned char *body; /* a simple entry's message, or a sub-entry batch's data */
+    size_t body_len;
+    uint32_t batch_count; /* 0: a simple entry; else the messages of an uncompressed batch */
+} PublishedMessage;
+const char *streamwire_parse_message(const unsigned char *p, size_t avail, int version,
+                                     PublishedMessage *m, size_t *size, size_t filter_max);
+
+/* _streamwire_publish_frames.c */
+PyObject *publish_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char publish_entries_doc[];
+
+/* _streamwire_chunks.c */
+PyObject *chunk_add(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char chunk_add_doc[];
+PyObject *crc32_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char crc32_doc[];
 
 /* _streamwire_publish.c */
 PyObject *converted_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
