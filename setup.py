@@ -6,7 +6,8 @@ docs/perf.md: `amqp_gateway.codec._scan` splits a read's publishes into runs,
 straight from log records), `mqtt_gateway.codec._scan` splits a read's MQTT PUBLISH
 packets into runs, and `streamq.log._records` encodes a run of log records
 with their CRC32C, and `streamq.log._streamwire` turns a stream-protocol Publish frame into
-records and builds chunks for stream consumers, and `streamq.log._amqp10` converts stream clients'
+records and builds chunks for stream consumers (and a stored chunk's entries as records
+for AMQP consumers), and `streamq.log._amqp10` converts stream clients'
 AMQP 1.0 messages for AMQP 0-9-1 consumers and the Spark source. They need a C
 compiler and Python's headers at install time (`pip install -e .` builds them in place).
 """
@@ -46,8 +47,18 @@ setup(
         ),
         Extension(
             "streamq.log._streamwire",
-            ["streamq/log/_streamwire.c"],
-            depends=["streamq/log/_crc32.h", "streamq/log/_crc32c.h"],
+            [
+                "streamq/log/_streamwire.c",
+                "streamq/log/_streamwire_runs.c",
+                "streamq/log/_streamwire_publish.c",
+                "streamq/log/_streamwire_chunks.c",
+                "streamq/log/_streamwire_publish_frames.c",
+            ],
+            depends=[
+                "streamq/log/_crc32.h",
+                "streamq/log/_crc32c.h",
+                "streamq/log/_streamwire_entries.h",
+            ],
             extra_compile_args=_FLAGS,
         ),
         Extension(

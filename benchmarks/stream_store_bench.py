@@ -11,7 +11,8 @@ Measures, on one core and best of several rounds, in messages/s:
   each body), chunks of up to 4096 entries or 1 MiB, and the same with a filter of one
   value that every record matches.
 Bodies are 16 bytes (and 1 KiB with --body 1024). The log lives in a temporary
-directory (on TMPDIR's file system).
+directory (on TMPDIR's file system), in segment format version 2 (streams' chunks; the
+stored chunks are read, a copy of their bytes) or, with --format 1, version 1.
 
 Run: .venv/bin/python benchmarks/stream_store_bench.py [--seconds S] [--messages N]
 Needs the extensions built (setup.py).
@@ -50,8 +51,9 @@ def publish_payload(first_id: int, count: int, body: bytes, filter_value: bytes 
     return b"".join(parts)
 
 
-def open_stream(directory: str) -> StreamQueue:
-    log = SegmentLog.open(os.path.join(directory, "log"), LogConfig(segment_bytes_max=64 << 20))
+def open_stream(directory: str, format_version: int = 2) -> StreamQueue:
+    config = LogConfig(segment_bytes_max=64 << 20, format_version=format_version)
+    log = SegmentLog.open(os.path.join(directory, "log"), config)
     return StreamQueue(log, RetentionRules(), OffsetStore.open(os.path.join(directory, "off")))
 
 
@@ -109,12 +111,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000, help="messages per frame")
     parser.add_argument("--body", type=int, default=16, help="body bytes")
     parser.add_argument("--run", type=int, default=3, help="rounds (best is reported)")
+    parser.add_argument(
+        "--format", type=int, default=2, choices=(1, 2), help="segment format (2: streams')"
+    )
     args = parser.parse_args()
     body = b"x" * args.body
     print(f"CPU: {cpu_model()}; Python {platform.python_version()}; body {args.body} B; ")
     print(f"{args.messages} messages per Publish frame; TMPDIR {tempfile.gettempdir()}")
     with tempfile.TemporaryDirectory() as directory:
-        stream = open_stream(directory)
+        stream = open_stream(directory, args.format)
+        print(f"segment format version {args.format}")
         for name, reference in (
             ("append_publish (v1, no reference)", b""),
             ("append_publish (v2, reference, filter)", b"producer-1"),

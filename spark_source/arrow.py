@@ -23,7 +23,7 @@ from typing import Final
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
 
-from spark_source import logdir
+from spark_source import chunkdir, logdir
 from spark_source.columns import Ints, RecordColumns
 from spark_source.planning import DataLoss, SegmentRange
 from spark_source.properties import PROPERTY_NAMES, PropertyValue, decode_properties
@@ -87,6 +87,9 @@ def read_partition(
     """
     schema = arrow_schema(include_headers)
     try:
+        if logdir.is_chunk_segment(part.store, part.base):
+            yield from _chunk_batches(part, schema, include_headers, fail_on_data_loss)
+            return
         for columns in logdir.read_range_columns(
             part.store,
             part.base,
@@ -101,6 +104,21 @@ def read_partition(
         if fail_on_data_loss:
             raise DataLoss(f"{lost}; set failOnDataLoss=false to skip") from exc
         log.warning("%s; skipping them", lost)
+
+
+def _chunk_batches(
+    part: SegmentRange, schema: pa.Schema, include_headers: bool, fail_on_data_loss: bool
+) -> Iterator[pa.RecordBatch]:
+    """`read_partition` of a version-2 segment: its chunks' records (`chunkdir`), a
+    batch per list (per-record Python: the Arrow decode of chunks is still to come)."""
+    try:
+        for records in chunkdir.read_range_records(
+            part.store, part.base, part.start, part.end, BATCH_RECORDS_MAX,
+            skip_damage=not fail_on_data_loss,
+        ):  # fmt: skip
+            yield to_batch(records, part.stream, schema, include_headers)
+    except FileNotFoundError as exc:
+        raise logdir.SegmentGone(f"{part.store.describe()}/segment {part.base}") from exc
 
 
 def columns_to_batch(

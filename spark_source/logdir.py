@@ -20,6 +20,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from typing import Final, NamedTuple
 
+from spark_source import chunkdir
 from spark_source.columns import RecordColumns, decode_columns
 from spark_source.store import SegmentFile, Store, stream_directory
 from streamq.log import format as fmt
@@ -132,8 +133,15 @@ def read_range(
 
     Raises SegmentGone when the segment no longer exists, and SegmentCorrupted when a
     record below `end` is missing or fails its checks (the caller read `end` from the
-    durable marker, so every such record must be intact).
+    durable marker, so every such record must be intact). A version-2 segment's
+    records come from its chunks (`chunkdir`).
     """
+    if is_chunk_segment(store, base):
+        try:
+            yield from chunkdir.read_range_records(store, base, start, end, records_max)
+        except FileNotFoundError as exc:
+            raise SegmentGone(f"{store.describe()}/{fmt.segment_name(base)}") from exc
+        return
     segment, where = _open_segment(store, base)
     try:
         offset, position = _seek(store, segment, where, base, start)
@@ -277,7 +285,24 @@ def first_at_or_after(view: LogView, timestamp_ms: int) -> int:
     return view.latest
 
 
+def is_chunk_segment(store: Store, base: int) -> bool:
+    """Whether the segment `base` is of format version 2 (chunks: `chunkdir` reads it).
+    Raises SegmentGone, and SegmentCorrupted for a bad header."""
+    segment, where = _open_segment(store, base)
+    try:
+        return chunkdir.is_chunk_segment(segment, where)
+    except FileNotFoundError as exc:
+        raise SegmentGone(where) from exc
+    finally:
+        segment.close()
+
+
 def _first_in_segment(store: Store, base: int, end: int, timestamp_ms: int) -> int | None:
+    if is_chunk_segment(store, base):
+        try:
+            return chunkdir.first_at_or_after(store, base, end, timestamp_ms)
+        except FileNotFoundError as exc:
+            raise SegmentGone(f"{store.describe()}/{fmt.segment_name(base)}") from exc
     segment, where = _open_segment(store, base)
     try:
         index = _load_index(store, base, segment.size())

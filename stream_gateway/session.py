@@ -80,6 +80,7 @@ class StreamSession(asyncio.Protocol):
         self.subscriptions: dict[int, Subscription] = {}
         self.deliver_v2 = False  # the client said it reads Deliver v2 (committed offset)
         self.write_paused = False
+        self.socket_fd = -1  # >= 0: the plain socket's descriptor, for os.sendfile
         self.blocked = False  # not read while a resource alarm lasts (it publishes)
         self.connected_at_ms = int(time.time() * 1000)
         self.recv_oct = 0
@@ -97,6 +98,10 @@ class StreamSession(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        # Plain TCP (or a Unix socket): chunks may go by os.sendfile; TLS: a copy.
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self.socket_fd = sock.fileno()
         own = transport.get_extra_info("sockname")
         peer = transport.get_extra_info("peername")
         if isinstance(own, tuple) and isinstance(peer, tuple):

@@ -48,6 +48,9 @@ SEGMENT_BYTES_MIN: Final = 4096  # smaller x-stream-max-segment-size-bytes round
 SEGMENT_BYTES_DEFAULT: Final = 8 * 1024 * 1024
 SEGMENT_BYTES_MAX: Final = 3_000_000_000  # RabbitMQ's cap (decimal: 3,000,000,001 is refused)
 OFFSETS_SUFFIX: Final = ".offsets"
+# The format of the segments a stream writes (docs/log-format.md): 2, osiris chunks. A
+# stream written by an older streamq keeps its version-1 segments and goes on in version 2.
+STREAM_FORMAT: Final = 2
 DRAIN_RECORDS_MAX: Final = 4096  # per stream per drain, so one stream cannot starve others
 # Records read at once for the per-record path when a run stops (native records the C
 # conversion leaves to Python): one read per record would make them 10x slower.
@@ -93,7 +96,9 @@ def segment_bytes(arguments: Mapping[str, object], where: str) -> int:
 
 def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:
     """Open (recovering) or create the stream's log. Raises LogError and OSError."""
-    config = LogConfig(segment_bytes_max=segment_bytes(queue.arguments, queue.name))
+    config = LogConfig(
+        segment_bytes_max=segment_bytes(queue.arguments, queue.name), format_version=STREAM_FORMAT
+    )
     stream = StreamQueue(
         SegmentLog.open(directory, config, syncer),
         rules_from_arguments(queue.arguments),
@@ -216,6 +221,9 @@ def _deliver_run(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: 
         if position >= log.durable_next:
             consumer.stream_window = None
         return 0
+    if log.chunk_at(position) is not None:  # a version-2 segment: its chunks' runs
+        consumer.stream_window = None
+        return _deliver_chunk(queue, stream, consumer, position, count)
     window = consumer.stream_window
     if window is None:
         window = consumer.stream_window = ReadWindow()
@@ -237,6 +245,25 @@ def _deliver_run(queue: Queue, stream: StreamQueue, consumer: Consumer, budget: 
     if position + delivered >= log.durable_next:
         consumer.stream_window = None
     if stopped and not delivered:
+        return None
+    return delivered
+
+
+def _deliver_chunk(
+    queue: Queue, stream: StreamQueue, consumer: Consumer, position: int, count: int
+) -> int | None:
+    """`_deliver_run` in a version-2 segment: the chunk holding `position` as version-1
+    records (`SegmentLog.chunk_run`), delivered by the same C call. None when the chunk
+    has no run (the per-record path takes it) or the run stops before anything went out."""
+    run = stream.log.chunk_run(position)
+    at = position - run.first_offset if run is not None else -1
+    if run is None or not 0 <= at < len(run.positions):
+        return None
+    delivered, _start, _next, _stopped = consumer.deliver_stream_records(
+        queue, run.data, run.positions[at], position, count
+    )
+    consumer.stream_position = position + delivered
+    if not delivered:
         return None
     return delivered
 

@@ -18,6 +18,11 @@ most CANDIDATES_MAX of them, until a COMMITTED position covers it.
 Locating an offset uses the segment's index file when it has one (sealed segments), and
 otherwise the record starts it saw at each read (`view_at` reads at record starts): a
 reader that goes forward finds its next record within one read.
+
+Version-2 segments (stored chunks, docs/log-format.md) are read as the leader reads them:
+`chunk_at` places an offset's chunk (`replica_chunks.ChunkPlaces`), and
+`stored_chunks.read_stored_chunk` sends its stored bytes, so a follower's chunks are the
+leader's, byte for byte.
 """
 
 from __future__ import annotations
@@ -28,10 +33,14 @@ from bisect import bisect_right, insort
 from collections import deque
 from typing import Final
 
+from streamq.cluster.replica_chunks import ChunkPlaces
 from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.log import format as fmt
+from streamq.log import frame
+from streamq.log.chunk import ChunkHeader, EntryView
 from streamq.log.damage import DamagedSpan
 from streamq.log.errors import OffsetOutOfRange, ReadFailed
+from streamq.log.reader import ChunkPlace
 
 CANDIDATES_MAX: Final = 1024  # marker values waiting for a COMMITTED position
 POINTS_MAX: Final = 4096  # record starts remembered per segment
@@ -52,6 +61,8 @@ class ReplicaLog:
         self._candidates: deque[tuple[int, int]] = deque()  # (received, marker value)
         self._bases: list[int] = []
         self._points: dict[int, list[tuple[int, int]]] = {}  # base: [(offset, position)]
+        self._places: dict[int, ChunkPlaces] = {}  # base: chunks of a version-2 segment
+        self._versions: dict[int, int] = {}  # base: segment format version
         self._fds: dict[int, int] = {}
 
     # -- what may be read ------------------------------------------------------------------
@@ -100,6 +111,10 @@ class ReplicaLog:
         bases = sorted(b for b in map(fmt.parse_segment_name, names) if b is not None)
         for gone in set(self._points) - set(bases):
             del self._points[gone]
+        for gone in set(self._places) - set(bases):
+            del self._places[gone]
+        for gone in set(self._versions) - set(bases):
+            del self._versions[gone]
         for gone in set(self._fds) - set(bases):
             os.close(self._fds.pop(gone))
         self._bases = bases
@@ -154,6 +169,84 @@ class ReplicaLog:
             fmt.segment_name(base_offset), position, OSError(f"damaged record at {offset}")
         )
 
+    # -- stored chunks (version-2 segments), as stored_chunks.read_stored_chunk reads them --
+
+    def chunk_at(self, offset: int) -> ChunkPlace | None:
+        """Where the committed chunk holding `offset` is (or the first one after it in the
+        same segment) when `offset` is in a version-2 segment; None in a version-1
+        segment or at the committed end (`SegmentLog.chunk_at`)."""
+        if not self._bases or offset < self._bases[0]:
+            raise OffsetOutOfRange(offset, self.start_offset)
+        while offset < self.end:
+            base = self._bases[bisect_right(self._bases, offset) - 1]
+            if self._version(base) != frame.FORMAT_VERSION:
+                return None
+            places = self._chunk_places(base)
+            i = places.find(offset)
+            if i >= len(places):
+                following = self.segment_after(base)
+                if following is None or following >= self.end:
+                    return None
+                offset = following  # the segment's chunks end before it: the next one
+                continue
+            first = places.firsts[i]
+            if first >= self.end:
+                return None
+            return ChunkPlace(base, places.positions[i], first, places.records[i],
+                              places.chunk_bytes[i], places.path)  # fmt: skip
+        return None
+
+    def frame_view(self, base_offset: int, position: int, chunk_bytes: int) -> bytes:
+        """The frame of the chunk at `position` (`chunk_at` placed it)."""
+        try:
+            return os.pread(self._fd(base_offset), frame.FRAME_HEAD_BYTES + chunk_bytes, position)
+        except OSError as exc:
+            raise ReadFailed(fmt.segment_name(base_offset), position, exc) from exc
+
+    def chunk_damaged(self, place: ChunkPlace, reason: str) -> None:
+        """A follower does not resolve damage (the leader's scrub does): the read fails."""
+        raise ReadFailed(place.path, place.position, OSError(f"damaged chunk: {reason}"))
+
+    def salvage_chunk(
+        self,
+        path: str,
+        base: int,
+        position: int,
+        data: bytes | memoryview,
+        header: ChunkHeader,
+        reason: str,
+    ) -> list[tuple[int, EntryView]]:
+        """A follower does not resolve damage (the leader's scrub does): the read fails."""
+        raise ReadFailed(path, position, OSError(f"damaged entries: {reason}"))
+
+    def file_of(self, base_offset: int) -> int | None:
+        """No `sendfile` from a follower's copy: its chunks go by a copy."""
+        return None
+
+    def _version(self, base: int) -> int:
+        version = self._versions.get(base)
+        if version is None:
+            path = os.path.join(self.directory, fmt.segment_name(base))
+            try:
+                head = os.pread(self._fd(base), fmt.SEGMENT_HEADER_BYTES, 0)
+            except OSError as exc:
+                raise ReadFailed(path, 0, exc) from exc
+            fmt.decode_segment_header(head, path)  # SegmentCorrupted when short or bad
+            version = self._versions[base] = fmt.decode_segment_version(head)
+        return version
+
+    def _chunk_places(self, base: int) -> ChunkPlaces:
+        """The chunks of the version-2 segment at `base` known up to the committed end."""
+        places = self._places.get(base)
+        if places is None:
+            path = os.path.join(self.directory, fmt.segment_name(base))
+            places = self._places[base] = ChunkPlaces(base, path)
+            index_path = os.path.join(self.directory, fmt.index_name(base))
+            with contextlib.suppress(FileNotFoundError), open(index_path, "rb") as file:
+                places.load_index(file.read(), os.fstat(self._fd(base)).st_size)
+        places.walk(self._fd(base), self.end)
+        return places
+
     # -- offset specifications -------------------------------------------------------------
 
     def first_at_or_after(self, timestamp_ms: int) -> int:
@@ -167,6 +260,10 @@ class ReplicaLog:
         return self.end
 
     def _scan_timestamp(self, base: int, end: int, timestamp_ms: int) -> int | None:
+        if self._version(base) == frame.FORMAT_VERSION:  # every record has its chunk's time
+            places = self._chunk_places(base)
+            i = places.first_at_or_after(timestamp_ms)
+            return places.firsts[i] if i < len(places) and places.firsts[i] < end else None
         position, offset, size = fmt.SEGMENT_HEADER_BYTES, base, SCAN_BYTES
         path = os.path.join(self.directory, fmt.segment_name(base))
         while offset < end:

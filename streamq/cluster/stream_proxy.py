@@ -8,8 +8,10 @@ does for its own clients; this node looks at a few frames only:
 - the client's **Subscribe** (not for a single active consumer, nor a super stream's
   member) goes to the leader with credit 0: the leader checks the stream and the
   permissions and answers, and never delivers to it. Once the leader answered OK, this
-  node serves the subscription from its copy (`replica_log`): chunks built as the
-  leader builds them (`read_chunk`), only up to the committed end, for the client's
+  node serves the subscription from its copy (`replica_log`): the stored chunks of
+  version-2 segments as the leader sends them (`read_stored_chunk`), those of version-1
+  segments built as the leader builds them (`read_chunk`), only up to the committed
+  end, for the client's
   **Credit** (not forwarded) until its **Unsubscribe** (forwarded too);
 - the client's **SaslAuthenticate** as a user of `loopback_users` (guest) from an
   address that is not loopback is refused here, as the leader would: the leader sees
@@ -48,7 +50,8 @@ from streamq.broker.users import login_allowed
 from streamq.cluster.replica_log import ReplicaLog
 from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.log.errors import LogError, OffsetOutOfRange
-from streamq.queues.chunks import CHUNK_HEADER_BYTES, ChunkFilter, read_chunk
+from streamq.queues.chunks import CHUNK_HEADER_BYTES, Chunk, ChunkFilter, read_chunk
+from streamq.queues.stored_chunks import read_stored_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -324,7 +327,7 @@ class _Connection:
         while sub.credit > 0 and self.proxy.progress.readable:
             bytes_max = self.frame_max - DELIVER_HEAD_BYTES - CHUNK_HEADER_BYTES
             try:
-                chunk = read_chunk(log, offset, CHUNK_RECORDS_MAX, bytes_max, sub.filter)  # type: ignore[arg-type]  # ReplicaLog has the part of SegmentLog read_chunk reads
+                chunk = _read_chunk(log, offset, bytes_max, sub.filter)
             except OffsetOutOfRange:
                 log.refresh(relist=True)
                 offset = max(offset, log.start_offset)
@@ -362,6 +365,18 @@ def loopback_refusal(peer_host: str, frame: bytes) -> bytes | None:
         return None
     code = ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK
     return encode(c.SaslAuthenticateResponse(command.correlation_id, code))
+
+
+def _read_chunk(
+    log: ReplicaLog, offset: int, bytes_max: int, filter: ChunkFilter | None
+) -> Chunk | None:
+    """The chunk from `offset` (raised to the copy's start), as the leader's
+    `StreamQueue.read_chunk` gives it."""
+    offset = max(offset, log.start_offset)
+    place = log.chunk_at(offset)
+    if place is not None:  # a version-2 segment: the chunk as stored
+        return read_stored_chunk(log, place, offset, filter)
+    return read_chunk(log, offset, CHUNK_RECORDS_MAX, bytes_max, filter)  # type: ignore[arg-type]  # ReplicaLog has the part of SegmentLog read_chunk reads
 
 
 def _start_offset(log: ReplicaLog, spec: c.OffsetSpec) -> int:

@@ -619,7 +619,81 @@ resync_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     return Py_BuildValue("(nKO)", found, offset, complete ? Py_True : Py_False);
 }
 
+static inline uint32_t
+load_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+PyDoc_STRVAR(entry_crcs_doc,
+"entry_crcs(entries, /) -> bytes\n"
+"\n"
+"The CRC32C of each osiris chunk entry in `entries` (simple entries and sub-entry\n"
+"batches back to back, each with its size or batch header), as big-endian u32s, in\n"
+"order: the per-entry checksums of a version-2 chunk's trailer (docs/log-format.md).\n"
+"ValueError when an entry crosses the end.");
+
+static PyObject *
+entry_crcs(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "entry_crcs() takes 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)view.buf;
+    size_t len = (size_t)view.len, at = 0, count = 0;
+    /* First pass: count the entries and check their framing. */
+    while (at < len) {
+        size_t size;
+        if (data[at] & 0x80) { /* batch: type, u16 records, u32 uncompressed, u32 length */
+            if (len - at < 11) {
+                goto crosses;
+            }
+            size = 11 + (size_t)load_be32(data + at + 7);
+        }
+        else {
+            if (len - at < 4) {
+                goto crosses;
+            }
+            size = 4 + (size_t)load_be32(data + at);
+        }
+        if (size > len - at) {
+            goto crosses;
+        }
+        at += size;
+        count += 1;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * 4));
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *crcs = (unsigned char *)PyBytes_AS_STRING(out);
+    at = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t size = (data[at] & 0x80) ? 11 + (size_t)load_be32(data + at + 7)
+                                         : 4 + (size_t)load_be32(data + at);
+        uint32_t crc = crc32c_update(0xFFFFFFFFu, data + at, size) ^ 0xFFFFFFFFu;
+        crcs[4 * i] = (unsigned char)(crc >> 24);
+        crcs[4 * i + 1] = (unsigned char)(crc >> 16);
+        crcs[4 * i + 2] = (unsigned char)(crc >> 8);
+        crcs[4 * i + 3] = (unsigned char)crc;
+        at += size;
+    }
+    PyBuffer_Release(&view);
+    return out;
+crosses:
+    PyBuffer_Release(&view);
+    PyErr_SetString(PyExc_ValueError, "an entry crosses the end of the entries");
+    return NULL;
+}
+
 static PyMethodDef records_methods[] = {
+    {"entry_crcs", (PyCFunction)(void (*)(void))entry_crcs, METH_FASTCALL, entry_crcs_doc},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      encode_records_doc},
     {"crc32c", (PyCFunction)(void (*)(void))py_crc32c, METH_FASTCALL, crc32c_doc},

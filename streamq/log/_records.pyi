@@ -104,3 +104,7 @@ def resync_records(
     the record is wholly in `data` and its CRC32C matches, not when it runs past the end of
     `data` (read on from `found` to check it). None when no position before the last 32
     bytes of `data` qualifies."""
+
+def entry_crcs(entries: Buffer, /) -> bytes:
+    """The CRC32C of each osiris chunk entry in `entries` (its size or batch header
+    included), big-endian u32s in order; ValueError when an entry crosses the end."""

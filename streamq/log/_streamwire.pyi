@@ -1,13 +1,30 @@
-"""Types of the C extension `streamq.log._streamwire` (source: `_streamwire.c`).
+"""Types of the C extension `streamq.log._streamwire` (sources: `_streamwire.c`,
+`_streamwire_runs.c`, `_streamwire_publish.c`).
 
 The stream protocol's per-message work over the segment log: a Publish frame's messages
-into native records, the index entries of a run of encoded records, and a chunk's entries from
-segment bytes. No I/O.
+into native records, the index entries of a run of encoded records, a chunk's entries from
+segment bytes, a stored chunk's entries as records for AMQP consumers, and an AMQP 0-9-1
+publish run as chunk entries. No I/O.
 """
 
 from collections.abc import Callable
 
 from typing_extensions import Buffer
+
+def publish_entries(
+    version: int,
+    payload: Buffer,
+    sequence: int,
+    dedup: bool,
+    entry_bytes_max: int,
+    /,
+) -> tuple[bytes, bytes, bytes, int, int, bytes, int, list[tuple[int, int, bytes]]]:
+    """Parse a Publish frame's messages into osiris chunk entries, each as it was sent
+    (a simple message or an uncompressed sub-entry batch, its header included), skipping
+    duplicates with `dedup` (ids not above `sequence`, -1: none yet). Returns (entries,
+    sizes, records: native u32 arrays, message count, records stored, ids: u64 big-endian
+    each, the new sequence or -1, filter value runs [(first entry, entries, value)]).
+    Raises ValueError."""
 
 def encode_publish(
     version: int,
@@ -85,3 +102,40 @@ def chunk_add(
 def crc32(data: Buffer, start: int, /) -> int:
     """zlib.crc32(data[start:]): the CRC of a chunk's entries (PCLMULQDQ folding where the
     CPU has it)."""
+
+def chunk_run_records(
+    data: Buffer,
+    entries_at: int,
+    data_length: int,
+    num_entries: int,
+    first_offset: int,
+    num_records: int,
+    timestamp_ms: int,
+    filter_runs: list[tuple[int, int, bytes]],
+    /,
+) -> tuple[bytes, bytes] | None:
+    """The records of a chunk whose entries are `data[entries_at:][:data_length]`
+    (`num_entries` entries, `num_records` records from `first_offset`, as its header
+    says) as version-1 records back to back, one per message (source:
+    `_streamwire_runs.c`): the chunk's `timestamp_ms`, an empty exchange, the entry's
+    filter value as the routing key (from `filter_runs`, a later run winning), a native
+    record's properties (publishing id 0), the message as the body. Returns (records,
+    positions: each record's start, native i64s), or None when an entry is a compressed
+    sub-entry batch or a filter value is over 255 bytes. Raises ValueError when the
+    entries' framing is not what the header says or a batch is malformed."""
+
+def converted_entries(
+    messages: list[tuple[bytes, bytes, str, str, int]],
+    routing_key: bytes,
+    prefix_of: Callable[[bytes], tuple[bytes | None, bytes]],
+    convert: Callable[[bytes, bytes], bytes],
+    entry_bytes_max: int,
+    /,
+) -> tuple[bytes, bytes, list[tuple[int, int, bytes]]] | None:
+    """The chunk entries of a 0-9-1 publish run (source: `_streamwire_publish.c`): for
+    each message (properties, body, ...), a native record's body with `routing_key` as
+    its filter value, else `prefix_of(properties)`'s sections (asked again only when the
+    properties differ from the message before) and a data section of the body, or with
+    None `convert(properties, body)` whole. Returns (entries, sizes with the size field
+    as native u32s, filter value runs merged as `frame.add_filter_run` does), or None
+    when an entry would be over `entry_bytes_max` bytes with its size field."""

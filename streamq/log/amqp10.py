@@ -84,6 +84,22 @@ def to_amqp10(exchange: bytes, routing_key: bytes, properties: bytes, body: byte
     return b"".join((prefix, _DATA_LARGE, size.to_bytes(4, "big"), body))
 
 
+def sections_before_body(exchange: bytes, routing_key: bytes, properties: bytes) -> bytes | None:
+    """What `to_amqp10` puts before a data section of the body for these properties
+    (cached as it caches them), or None when the body decides (basic.type amqp-1.0): the
+    publish run's C loop (`_streamwire.converted_entries`) then calls `to_amqp10`."""
+    key = (exchange, routing_key, properties)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        prefix, amqp10_body = _prefix(exchange, routing_key, properties)
+        if amqp10_body:
+            return None
+        if len(_PREFIXES) >= PREFIXES_MAX:
+            _PREFIXES.clear()  # a stream with ever-new properties: start over
+        _PREFIXES[key] = prefix
+    return prefix
+
+
 # The sections before the body of a converted record, by (exchange, routing key,
 # properties): the messages of a stream mostly share them, and encoding them costs 20-50 us.
 PREFIXES_MAX: Final = 1024
@@ -117,8 +133,15 @@ def _append_sections(
     fields: Fields,
     headers: list[Header],
 ) -> None:
-    t.encode_section(out, t.SECTION_HEADER, ("list", _header(fields)))
-    _append_annotations(out, exchange, routing_key, fields, headers)
+    notes: list[tuple[Value, Value]] = []
+    if fields.get("delivery_mode") is not None:
+        t.encode_section(out, t.SECTION_HEADER, ("list", _header(fields)))
+    else:
+        # No header section without a delivery mode (as RabbitMQ 3.10's rabbit_msg_record):
+        # its durable would come back as delivery mode 1 where the publisher set none. The
+        # priority and expiration go in annotations, which the way back reads then.
+        notes = _header_notes(fields)
+    _append_annotations(out, exchange, routing_key, fields, headers, notes)
     props = _properties(fields)
     if any(kind != "null" for kind, _ in props):
         t.encode_section(out, t.SECTION_PROPERTIES, ("list", props))
@@ -131,12 +154,25 @@ def _append_sections(
         t.encode_section(out, t.SECTION_APPLICATION_PROPERTIES, ("map", application))
 
 
+def _header_notes(fields: Fields) -> list[tuple[Value, Value]]:
+    """x-basic-priority and x-basic-expiration annotations, for a message without a header."""
+    notes: list[tuple[Value, Value]] = []
+    priority = fields.get("priority")
+    if isinstance(priority, int) and 0 <= priority <= 255:
+        notes.append((("symbol", "x-basic-priority"), ("ubyte", priority)))
+    expiration = fields.get("expiration")
+    if isinstance(expiration, str):
+        notes.append((("symbol", "x-basic-expiration"), ("string", expiration)))
+    return notes
+
+
 def _append_annotations(
     out: bytearray,
     exchange: bytes,
     routing_key: bytes,
     fields: Fields,
     headers: list[Header],
+    notes: list[tuple[Value, Value]] | None = None,
 ) -> None:
     entries: list[tuple[Value, Value]] = [
         (("symbol", "x-exchange"), ("string", _text(exchange))),
@@ -150,6 +186,7 @@ def _append_annotations(
     kind = fields.get("type")
     if kind is not None and kind != AMQP10_TYPE:
         entries.append((("symbol", "x-basic-type"), ("string", kind)))
+    entries += notes or []
     t.encode_section(out, t.SECTION_MESSAGE_ANNOTATIONS, ("map", entries))
 
 
@@ -307,6 +344,24 @@ def as_amqp091(stream: str, record: Record) -> Record:
         return record
     exchange, routing_key, properties, body = to_amqp091(stream, record)
     return Record(record.offset, record.timestamp_ms, exchange, routing_key, properties, body)
+
+
+@functools.lru_cache(maxsize=1024)  # a stream's publishers share a few property lists
+def filter_value_of(properties: bytes) -> bytes:
+    """The `x-stream-filter-value` header of 0-9-1 `properties` (a string, or bytes), as
+    the filter value a chunk stores; b"" when there is none (or another type)."""
+    if FILTER_VALUE_HEADER.encode() not in properties:
+        return b""
+    try:
+        headers = decode_properties(properties).get("headers") or []
+    except PropertiesMalformed:
+        return b""
+    for name, _kind, value in headers:
+        if name == FILTER_VALUE_HEADER:
+            if isinstance(value, bytes):
+                return value
+            return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else b""
+    return b""
 
 
 def filter_properties(filter_value: bytes) -> bytes:

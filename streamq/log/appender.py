@@ -127,6 +127,8 @@ class LogAppender(LogState):
         """
         if self._failed is not None or self._closed:
             self._check_usable()
+        if self._active.version != fmt.FORMAT_VERSION:
+            raise LogError(f"log {self.directory}: records appended to a chunk segment")
         if timestamp_ms < self._last_timestamp_ms:  # noqa: PLR1730 (max() is a call)
             timestamp_ms = self._last_timestamp_ms
         first = self._next_offset
@@ -198,6 +200,8 @@ class LogAppender(LogState):
         if self._failed is not None or self._closed:
             self._check_usable()
         assert timestamp_ms >= self._last_timestamp_ms, "records encoded before a newer append"
+        if self._active.version != fmt.FORMAT_VERSION:
+            raise LogError(f"log {self.directory}: records appended to a chunk segment")
         first = self._next_offset
         position_in = 0
         done = 0
@@ -251,6 +255,8 @@ class LogAppender(LogState):
         roll first if it would not fit, index it, buffer it, flush a full buffer."""
         offset = self._next_offset
         segment = self._active
+        if segment.version != fmt.FORMAT_VERSION:
+            raise LogError(f"log {self.directory}: a record appended to a chunk segment")
         size = len(record)
         position = segment.size_bytes
         if position + size > self.config.segment_bytes_max and offset > segment.base_offset:
@@ -335,9 +341,11 @@ class LogAppender(LogState):
             except (OSError, LogError) as exc:
                 self._write_error = exc
 
-    def _seal_active(self, offset: int, position: int) -> None:
-        """Close the active segment for appends and start the next one at `offset`."""
+    def _seal_active(self, offset: int, position: int, version: int = 0) -> None:
+        """Close the active segment for appends and start the next one at `offset`, of
+        format `version` (0: the active segment's)."""
         old = self._active
+        version = version or old.version
         old.size_bytes = position
         old.next_offset = offset
         self._flush(old)
@@ -351,10 +359,11 @@ class LogAppender(LogState):
                 self.config.index_interval_bytes,
                 old.last_timestamp_ms,
                 write_header=False,
+                version=version,
             )
         except OSError as exc:
             raise self._fail(exc) from exc
-        header = fmt.encode_segment_header(offset, old.last_timestamp_ms)
+        header = fmt.encode_segment_header(offset, old.last_timestamp_ms, version)
         try:
             append_all(new.write_fd, header)
         except OutOfSpace:

@@ -255,6 +255,8 @@ class LogCommit(LogState):
 
     def _prepare_round(self) -> Round:
         """Runs on the caller's thread: flush buffers and list what the round must fsync."""
+        if self._open_chunk is not None:  # version 2: a round makes whole chunks durable
+            self._cut_chunk()
         self._flush(self._active)
         sealing = list(self._unsealed)
         fds = [s.write_fd for s in sealing] + [self._active.write_fd]

@@ -34,3 +34,10 @@ class LogConfig:
     # rather than from the disk past the page cache. 0 keeps none: only the buffers not
     # yet written are read from memory.
     recent_bytes_max: int = 0
+    # The format of the segments this log creates: 1 records (every log), 2 osiris chunks
+    # (streams; docs/log-format.md). Segments of both may be in one log.
+    format_version: int = 1
+    # Version 2: a chunk's entries, at most (a bigger entry is a chunk alone): 1 MiB less
+    # a Deliver's frame header (17 bytes) and the chunk header (48).
+    chunk_data_bytes_max: int = MIB - 65
+    bloom_size: int = 16  # a version-2 chunk's filter bytes when an entry has a value

@@ -70,7 +70,8 @@ from streamq.log.versions import refuse_newer
 
 SEGMENT_MAGIC: Final = b"SQSG"
 INDEX_MAGIC: Final = b"SQIX"
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 1  # what this module encodes: records
+FORMAT_VERSION_MAX: Final = 2  # the highest segment version read (2: chunks, see `frame`)
 SEGMENT_SUFFIX: Final = ".seg"
 INDEX_SUFFIX: Final = ".idx"
 DURABLE_FILE: Final = "durable"
@@ -90,6 +91,7 @@ INDEX_ENTRY_BYTES: Final = INDEX_ENTRY.size  # 16
 DURABLE_RECORD: Final = struct.Struct("<QI")  # offset, crc32c of the offset bytes
 
 _crc_u32: Final = struct.Struct("<I")
+_INDEX_ENTRY_BYTES_BY_VERSION: Final = {1: INDEX_ENTRY_BYTES, 2: 32}  # 2: frame.INDEX_ENTRY
 
 CRC32C_RESET_WORD: Final = 0x9BE09BAB
 """`crc32c(le32(v ^ CRC32C_RESET_WORD), v) == 0` for every CRC32C value v: four bytes
@@ -145,12 +147,12 @@ def parse_segment_name(name: str) -> int | None:
     return int(stem)
 
 
-def encode_segment_header(base_offset: int, floor_ms: int) -> bytes:
+def encode_segment_header(base_offset: int, floor_ms: int, version: int = FORMAT_VERSION) -> bytes:
     """`floor_ms`: no record of the segment has an earlier timestamp (the log's newest
     when it rolled), so that timestamps stay monotonic even when every older segment has
-    been dropped and this one is still empty."""
+    been dropped and this one is still empty. `version` 2: a segment of chunks."""
     head = SEGMENT_HEADER.pack(
-        SEGMENT_MAGIC, FORMAT_VERSION, SEGMENT_HEADER_BYTES, base_offset, floor_ms, 0, 0
+        SEGMENT_MAGIC, version, SEGMENT_HEADER_BYTES, base_offset, floor_ms, 0, 0
     )
     return head[:28] + _crc_u32.pack(crc32c(head[:28]))
 
@@ -160,8 +162,13 @@ def decode_segment_floor(data: bytes) -> int:
     return int(SEGMENT_HEADER.unpack_from(data, 0)[4])
 
 
+def decode_segment_version(data: bytes) -> int:
+    """The format version of a header already validated by `decode_segment_header`."""
+    return int(SEGMENT_HEADER.unpack_from(data, 0)[1])
+
+
 def decode_segment_header(data: bytes, path: str) -> int:
-    """Validate a segment header and return its base offset.
+    """Validate a segment header (version 1 or 2) and return its base offset.
 
     Raises SegmentCorrupted when the magic, version, size or checksum is wrong, and
     NewerFormat (streamq/log/versions.py) for a version above this streamq's.
@@ -174,7 +181,7 @@ def decode_segment_header(data: bytes, path: str) -> int:
     # Before any check a newer layout may fail: a newer segment is never taken for a
     # damaged one (whose header recovery rewrites).
     refuse_newer_segment(data, path)
-    if version != FORMAT_VERSION:
+    if not FORMAT_VERSION <= version <= FORMAT_VERSION_MAX:
         raise SegmentCorrupted(path, 0, f"unsupported segment format version {version}")
     if header_bytes != SEGMENT_HEADER_BYTES:
         raise SegmentCorrupted(path, 0, f"bad segment header size {header_bytes}")
@@ -192,8 +199,8 @@ def refuse_newer_segment(data: bytes, path: str) -> None:
     if len(data) < SEGMENT_HEADER.size or data[:4] != SEGMENT_MAGIC:
         return
     fields = SEGMENT_HEADER.unpack_from(data, 0)
-    if fields[1] > FORMAT_VERSION and crc32c(data[:28]) == fields[6]:
-        refuse_newer(path, "segment", fields[1], FORMAT_VERSION)
+    if fields[1] > FORMAT_VERSION_MAX and crc32c(data[:28]) == fields[6]:
+        refuse_newer(path, "segment", fields[1], FORMAT_VERSION_MAX)
 
 
 def record_size(message: Message) -> int:
@@ -342,17 +349,26 @@ def encode_index(
     entries: Sequence[tuple[int, int, int]],
 ) -> bytes:
     body = b"".join(INDEX_ENTRY.pack(*entry) for entry in entries)
-    head = INDEX_HEADER.pack(
-        INDEX_MAGIC,
-        FORMAT_VERSION,
-        INDEX_HEADER_BYTES,
-        base_offset,
-        next_offset,
-        segment_bytes,
-        last_timestamp_ms,
-        len(entries),
-        0,
+    return encode_index_body(
+        base_offset, next_offset, segment_bytes, last_timestamp_ms, len(entries), body
     )
+
+
+def encode_index_body(
+    base_offset: int,
+    next_offset: int,
+    segment_bytes: int,
+    last_timestamp_ms: int,
+    count: int,
+    body: bytes,
+    version: int = FORMAT_VERSION,
+) -> bytes:
+    """An index file of `count` entries already encoded in `body` (version 2's are the
+    chunk entries of `frame`)."""
+    head = INDEX_HEADER.pack(
+        INDEX_MAGIC, version, INDEX_HEADER_BYTES, base_offset, next_offset, segment_bytes,
+        last_timestamp_ms, count, 0,
+    )  # fmt: skip
     crc = crc32c(body, crc32c(head[:44]))
     return head[:44] + _crc_u32.pack(crc) + body
 
@@ -362,13 +378,18 @@ def decode_index(data: bytes, path: str = "index") -> IndexFile | None:
 
     An index can always be rebuilt from its segment, so a bad one is not an error.
     """
-    if not index_intact(data, path):
+    if not index_intact(data, path) or index_version(data) != FORMAT_VERSION:
         return None
     _, _, _, base, next_off, seg_bytes, last_ts, _, _ = INDEX_HEADER.unpack_from(data, 0)
     # C-level: a tuple of ints per entry, no Python step each (a 64 MiB segment of small
     # records has 16k entries, and every sealed segment's index is read at start-up).
     entries = list(INDEX_ENTRY.iter_unpack(memoryview(data)[INDEX_HEADER_BYTES:]))
     return IndexFile(base, next_off, seg_bytes, last_ts, entries)
+
+
+def index_version(data: bytes) -> int:
+    """The version of an index file `index_intact` accepted (2: a chunk index)."""
+    return int(INDEX_HEADER.unpack_from(data, 0)[1])
 
 
 def index_intact(data: bytes, path: str = "index") -> bool:
@@ -380,9 +401,10 @@ def index_intact(data: bytes, path: str = "index") -> bool:
         return False
     magic, version, header_bytes, _, _, _, _, count, crc = INDEX_HEADER.unpack_from(data, 0)
     expected: int = crc
-    if magic != INDEX_MAGIC or version != FORMAT_VERSION or header_bytes != INDEX_HEADER_BYTES:
+    if magic != INDEX_MAGIC or header_bytes != INDEX_HEADER_BYTES:
         return False
-    if len(data) - INDEX_HEADER_BYTES != count * INDEX_ENTRY_BYTES:
+    entry_bytes = _INDEX_ENTRY_BYTES_BY_VERSION.get(version)
+    if entry_bytes is None or len(data) - INDEX_HEADER_BYTES != count * entry_bytes:
         return False
     with memoryview(data) as view:
         return crc32c(view[INDEX_HEADER_BYTES:], crc32c(view[:44])) == expected

@@ -91,3 +91,67 @@ class SparseIndex:
         del self.positions[keep:]
         del self.timestamps[keep:]
         self.last_position = self.positions[-1] if self.positions else -(1 << 62)
+
+
+class ChunkIndex(SparseIndex):
+    """The dense index of a version-2 segment: one entry per chunk (its frame's position,
+    first offset and timestamp, as SparseIndex's), plus each chunk's record count, size
+    and epoch, so that a reader plans a read without the chunk's header."""
+
+    __slots__ = ("chunk_bytes", "epochs", "records")
+
+    def __init__(self) -> None:
+        super().__init__(0)  # every chunk gets an entry
+        self.records = array("I")
+        self.chunk_bytes = array("I")
+        self.epochs = array("Q")
+
+    @classmethod
+    def from_chunks(cls, entries: Iterable[tuple[int, int, int, int, int, int]]) -> ChunkIndex:
+        index = cls()
+        for entry in entries:
+            index.add_chunk(*entry)
+        return index
+
+    def add_chunk(
+        self,
+        relative_offset: int,
+        position: int,
+        timestamp_ms: int,
+        records: int,
+        chunk_bytes: int,
+        epoch: int,
+    ) -> None:
+        self.add(relative_offset, position, timestamp_ms)
+        self.records.append(records)
+        self.chunk_bytes.append(chunk_bytes)
+        self.epochs.append(epoch)
+
+    def chunks(self) -> list[tuple[int, int, int, int, int, int]]:
+        return list(
+            zip(
+                self.relative_offsets, self.positions, self.timestamps,
+                self.records, self.chunk_bytes, self.epochs, strict=True,
+            )
+        )  # fmt: skip
+
+    def find(self, relative_offset: int) -> int:
+        """The number of the chunk holding `relative_offset`, or of the first chunk after
+        it (offsets lost to damage have no chunk); len(self) past the last chunk."""
+        i = bisect_right(self.relative_offsets, relative_offset) - 1
+        if i < 0:
+            return 0
+        if relative_offset < self.relative_offsets[i] + self.records[i]:
+            return i
+        return i + 1
+
+    def first_at_or_after(self, timestamp_ms: int) -> int:
+        """The number of the first chunk whose timestamp is `timestamp_ms` or later."""
+        return bisect_left(self.timestamps, timestamp_ms)
+
+    def truncate_after(self, position: int) -> None:
+        keep = bisect_left(self.positions, position)
+        super().truncate_after(position)
+        del self.records[keep:]
+        del self.chunk_bytes[keep:]
+        del self.epochs[keep:]

@@ -34,16 +34,18 @@ import logging
 import os
 
 from streamq.heap import return_freed_memory
-from streamq.log import files
+from streamq.log import files, frame
+from streamq.log import format as fmt
 from streamq.log.appender import LogAppender, RunMessage
+from streamq.log.chunk_appender import ChunkAppender
 from streamq.log.commit import LogCommit
 from streamq.log.config import MIB, LogConfig
 from streamq.log.errors import LogError, fenced
 from streamq.log.reader import LogReader
 from streamq.log.recent import IDLE_RELEASE_S
-from streamq.log.recovery import recover
+from streamq.log.recovery import create_segment, recover
 from streamq.log.rounds import NO_COMPANION_WORK, CompanionWork
-from streamq.log.segment import SegmentInfo
+from streamq.log.segment import Segment, SegmentInfo
 from streamq.log.space import close_batches
 from streamq.log.state import LogState
 from streamq.log.syncer import Syncer
@@ -61,7 +63,7 @@ __all__ = [  # what the rest of the code base imports from here
 logger = logging.getLogger(__name__)
 
 
-class SegmentLog(LogAppender, LogCommit, LogReader, LogState):
+class SegmentLog(LogAppender, ChunkAppender, LogCommit, LogReader, LogState):
     """An append-only log of messages in a directory of segments. Open with `open()`."""
 
     @classmethod
@@ -75,10 +77,18 @@ class SegmentLog(LogAppender, LogCommit, LogReader, LogState):
         explain (the caller fails this log only).
         """
         config = config or LogConfig()
-        recovered = recover(directory, config.index_interval_bytes)
-        log = cls(directory, config, syncer or Syncer(), recovered.segments)
+        recovered = recover(directory, config.index_interval_bytes, config.format_version)
+        segments = recovered.segments
+        if config.format_version == frame.FORMAT_VERSION and segments[-1].version == 1:
+            segments[-1] = _start_chunk_segment(directory, segments, config)
+        log = cls(directory, config, syncer or Syncer(), segments)
         for span in recovered.damaged:
             log.damage.add(span, "at recovery")
+        if log._active.version == 1 and config.format_version == frame.FORMAT_VERSION:
+            # The version-1 active segment holds records: it is sealed (by the next
+            # round), and appends go to a version-2 segment after it.
+            log._seal_active(log._active.next_offset, log._active.size_bytes, frame.FORMAT_VERSION)
+            log.sync_blocking()
         return log
 
     def limit_recent(self, bytes_max: int) -> None:
@@ -157,6 +167,8 @@ class SegmentLog(LogAppender, LogCommit, LogReader, LogState):
             dropped += 1
         if dropped:
             self._dir_dirty = True
+            self._decoded.clear()  # chunks of dropped segments among them, maybe
+            self._runs.clear()
         return dropped
 
     # -- close ---------------------------------------------------------------------------
@@ -271,3 +283,22 @@ class SegmentLog(LogAppender, LogCommit, LogReader, LogState):
             self._syncer.submit_write(self._stalled.drop)
         except RuntimeError:  # the Syncer was shut down: no thread to race with
             self._stalled.drop()
+
+
+def _start_chunk_segment(directory: str, segments: list[Segment], config: LogConfig) -> Segment:
+    """The log's newest segment when it is a version-1 segment without records and the
+    log now writes version 2: replaced by an empty version-2 segment (same base and
+    floor). One with records is kept (`SegmentLog.open` seals it)."""
+    active = segments[-1]
+    if active.record_count or active.size_bytes > fmt.SEGMENT_HEADER_BYTES:
+        return active
+    floor = max([0, *(s.last_timestamp_ms for s in segments[:-1])])
+    with open(active.path, "rb") as file:
+        floor = max(floor, fmt.decode_segment_floor(file.read(fmt.SEGMENT_HEADER_BYTES)))
+    files.close_fd(active.write_fd)
+    files.remove(active.path)
+    new = create_segment(directory, active.base_offset, config.index_interval_bytes, floor,
+                         version=frame.FORMAT_VERSION)  # fmt: skip
+    os.fsync(new.write_fd)
+    files.fsync_directory(directory)
+    return new

@@ -29,13 +29,14 @@ import logging
 import os
 from typing import NamedTuple
 
-from streamq.log import files
+from streamq.log import files, frame
 from streamq.log import format as fmt
+from streamq.log.chunk_segment import scan_chunk_segment
 from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.files import fsync_directory, write_all
 from streamq.log.full_disk import write_index_or_defer
-from streamq.log.index import SparseIndex
+from streamq.log.index import ChunkIndex, SparseIndex
 from streamq.log.segment import Segment, scan_segment
 from streamq.progress import Progress
 
@@ -58,8 +59,9 @@ class _Opened(NamedTuple):
     tail_lost: bool  # its last records are damaged, and the log goes on after them
 
 
-def recover(directory: str, interval_bytes: int) -> Recovered:
+def recover(directory: str, interval_bytes: int, version: int = fmt.FORMAT_VERSION) -> Recovered:
     """Open `directory` as a log, repairing a torn tail. Fsyncs every repair before returning.
+    A new log's first segment is of format `version`; an existing log's segments keep theirs.
 
     Raises SegmentCorrupted for damage a crash cannot explain.
     """
@@ -67,7 +69,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
     _remove_temp_files(directory)
     bases = _segment_bases(directory)
     if not bases:
-        segment = create_segment(directory, 0, interval_bytes)
+        segment = create_segment(directory, 0, interval_bytes, version=version)
         fsync_directory(directory)
         return Recovered([segment], 0, 0, [])
     segments: list[Segment] = []
@@ -99,7 +101,7 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
         if not is_last and (later_sealed or durable >= bases[i + 1]):
             durable_to = bases[i + 1]
         floor_ms = segments[-1].last_timestamp_ms if segments else 0
-        opened = _open_segment(path, base, interval_bytes, is_last, durable_to, floor_ms)
+        opened = _open_segment(path, base, interval_bytes, is_last, durable_to, floor_ms, version)
         segment = opened.segment
         segments.append(segment)
         progress.step()
@@ -113,13 +115,19 @@ def recover(directory: str, interval_bytes: int) -> Recovered:
             deleted += _delete_segments(directory, bases[i + 1 :])
             break
     if not segments:
-        segments.append(create_segment(directory, bases[0], interval_bytes))
+        segments.append(create_segment(directory, bases[0], interval_bytes, version=version))
         os.fsync(segments[0].write_fd)
     elif tail_lost:
         # The newest segment ends in damage: appends go on in a new one, after it.
         last = segments[-1]
         segments.append(
-            create_segment(directory, last.next_offset, interval_bytes, last.last_timestamp_ms)
+            create_segment(
+                directory,
+                last.next_offset,
+                interval_bytes,
+                last.last_timestamp_ms,
+                version=last.version,
+            )
         )
         os.fsync(segments[-1].write_fd)
     _make_active(segments[-1])
@@ -145,6 +153,7 @@ def create_segment(
     floor_ms: int = 0,
     *,
     write_header: bool = True,
+    version: int = fmt.FORMAT_VERSION,
 ) -> Segment:
     """Create an empty segment file holding only its header (without `write_header`,
     empty: the caller writes the header first, as the log does on a roll).
@@ -155,8 +164,9 @@ def create_segment(
     path = os.path.join(directory, fmt.segment_name(base_offset))
     fd = files.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
     if write_header:
-        write_all(fd, fmt.encode_segment_header(base_offset, floor_ms))
-    segment = Segment(path, base_offset, SparseIndex(interval_bytes))
+        write_all(fd, fmt.encode_segment_header(base_offset, floor_ms, version))
+    index = ChunkIndex() if version == frame.FORMAT_VERSION else SparseIndex(interval_bytes)
+    segment = Segment(path, base_offset, index, version)
     segment.write_fd = fd
     return segment
 
@@ -171,7 +181,13 @@ def _make_active(segment: Segment) -> None:
 
 
 def _open_segment(
-    path: str, base: int, interval_bytes: int, is_last: bool, durable_to: int, floor_ms: int
+    path: str,
+    base: int,
+    interval_bytes: int,
+    is_last: bool,
+    durable_to: int,
+    floor_ms: int,
+    version: int = fmt.FORMAT_VERSION,
 ) -> _Opened:
     """The segment at `path`, what was cut from it and the damage found in it. Records
     below `durable_to` were durable: bad bytes in their place are damage, not a torn tail."""
@@ -179,7 +195,7 @@ def _open_segment(
     if is_last and file_bytes < fmt.SEGMENT_HEADER_BYTES:
         # Created but its header never reached the disk: write it again.
         files.remove(path)
-        segment = create_segment(os.path.dirname(path), base, interval_bytes)
+        segment = create_segment(os.path.dirname(path), base, interval_bytes, version=version)
         os.fsync(segment.write_fd)
         return _Opened(segment, 0, [], False)
     indexed = _load_index(path, base, file_bytes, interval_bytes) if not is_last else None
@@ -187,7 +203,9 @@ def _open_segment(
         with open(path, "rb") as f:  # a newer streamq's segment stops the start
             fmt.refuse_newer_segment(f.read(fmt.SEGMENT_HEADER_BYTES), path)
         return _Opened(indexed, 0, [], False)
-    _check_header(path, base, floor_ms)
+    found = _check_header(path, base, floor_ms, version)
+    if found == frame.FORMAT_VERSION:
+        return _open_chunk_segment(path, base, durable_to, floor_ms)
     scan = scan_segment(path, base, interval_bytes, 1 << 64)
     segment = Segment(path, base, scan.sparse_index)
     segment.next_offset = scan.next_offset
@@ -226,25 +244,67 @@ def _open_segment(
     return _Opened(segment, cut, damaged, tail_lost)
 
 
-def _check_header(path: str, base: int, floor_ms: int) -> None:
-    """Rewrite a damaged segment header from what the file name and the log say; it
-    holds no record. Fsynced before returning."""
+def _check_header(path: str, base: int, floor_ms: int, version: int) -> int:
+    """The segment's format version; a damaged header is rewritten from what the file
+    name and the log say (it holds no record; its version from the first bytes after
+    it: a chunk frame's magic says 2, else `version` for an empty file, else 1).
+    Fsynced before returning."""
     with open(path, "rb") as f:
-        head = f.read(fmt.SEGMENT_HEADER_BYTES)
+        head = f.read(fmt.SEGMENT_HEADER_BYTES + frame.FRAME_HEAD_BYTES + 1)
     try:
         found = fmt.decode_segment_header(head, path)
         if found == base:
-            return
+            return fmt.decode_segment_version(head)
         reason = f"{path}: base offset {found} in the header"
     except SegmentCorrupted as exc:
         reason = str(exc)
     logger.error("%s; header rewritten (base offset %d, floor %d ms)", reason, base, floor_ms)
+    first = head[fmt.SEGMENT_HEADER_BYTES + frame.FRAME_HEAD_BYTES :]
+    if len(head) <= fmt.SEGMENT_HEADER_BYTES:
+        kind = version
+    else:
+        kind = frame.FORMAT_VERSION if first[:1] == b"\x50" else fmt.FORMAT_VERSION
     fd = files.open_fd(path, os.O_WRONLY)
     try:
-        files.pwrite(fd, fmt.encode_segment_header(base, floor_ms), 0)
+        files.pwrite(fd, fmt.encode_segment_header(base, floor_ms, kind), 0)
         os.fsync(fd)
     finally:
         files.close_fd(fd)
+    return kind
+
+
+def _open_chunk_segment(path: str, base: int, durable_to: int, floor_ms: int) -> _Opened:
+    """`_open_segment` of a version-2 segment (its header checked): the same rules per
+    chunk. A bad tail below `durable_to` is damage: its offsets are lost, the bytes stay
+    and the log goes on after them."""
+    scan = scan_chunk_segment(path, base, durable_to)
+    segment = Segment(path, base, scan.chunk_index, frame.FORMAT_VERSION)
+    segment.next_offset = scan.next_offset
+    segment.size_bytes = scan.valid_bytes
+    segment.first_timestamp_ms = scan.first_timestamp_ms
+    segment.last_timestamp_ms = scan.last_timestamp_ms
+    damaged = list(scan.damaged)
+    cut = scan.file_bytes - scan.valid_bytes
+    tail_lost = bool(cut) and durable_to > scan.next_offset
+    if tail_lost:
+        damaged.append(
+            DamagedSpan(
+                path, base, scan.valid_bytes, scan.file_bytes, scan.next_offset, durable_to, cut
+            )
+        )
+        segment.next_offset = durable_to
+        segment.size_bytes = scan.file_bytes
+        if segment.first_timestamp_ms < 0:
+            segment.first_timestamp_ms = segment.last_timestamp_ms = max(floor_ms, 0)
+        cut = 0
+    fd = files.open_fd(path, os.O_WRONLY)  # durable before anyone reads it as durable
+    try:
+        if cut:
+            files.ftruncate(fd, scan.valid_bytes)
+        os.fsync(fd)
+    finally:
+        files.close_fd(fd)
+    return _Opened(segment, cut, damaged, tail_lost)
 
 
 def _durable_offset(directory: str) -> int:
@@ -265,9 +325,12 @@ def _load_index(path: str, base: int, file_bytes: int, interval_bytes: int) -> S
     index_path = os.path.join(os.path.dirname(path), fmt.index_name(base))
     try:
         with open(index_path, "rb") as f:
-            decoded = fmt.decode_index(f.read(), index_path)
+            raw = f.read()
     except FileNotFoundError:
         return None
+    if fmt.index_intact(raw, index_path) and fmt.index_version(raw) == frame.FORMAT_VERSION:
+        return _load_chunk_index(path, base, file_bytes, raw)
+    decoded = fmt.decode_index(raw, index_path)
     if decoded is None or decoded.base_offset != base or not decoded.entries:
         return None
     if file_bytes < decoded.segment_bytes:
@@ -323,3 +386,26 @@ def _remove_temp_files(directory: str) -> None:
     for name in os.listdir(directory):
         if name.endswith(".tmp"):
             files.remove(os.path.join(directory, name))
+
+
+def _load_chunk_index(path: str, base: int, file_bytes: int, raw: bytes) -> Segment | None:
+    """`_load_index` of a version-2 index file (intact)."""
+    _, _, _, base_found, next_offset, segment_bytes, last_ts, _, _ = fmt.INDEX_HEADER.unpack_from(
+        raw, 0
+    )
+    entries = frame.decode_index_entries(memoryview(raw)[fmt.INDEX_HEADER_BYTES :])
+    if base_found != base or not entries:
+        return None
+    if file_bytes < segment_bytes:
+        raise SegmentCorrupted(
+            path, file_bytes, f"segment is shorter than the {segment_bytes} bytes indexed"
+        )
+    if file_bytes != segment_bytes:
+        return None
+    segment = Segment(path, base, ChunkIndex.from_chunks(entries), frame.FORMAT_VERSION)
+    segment.next_offset = next_offset
+    segment.size_bytes = segment_bytes
+    segment.first_timestamp_ms = entries[0].timestamp_ms
+    segment.last_timestamp_ms = last_ts
+    segment.sealed = True
+    return segment

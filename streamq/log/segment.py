@@ -14,10 +14,12 @@ from collections.abc import Callable
 from typing import BinaryIO, NamedTuple
 
 from streamq.log import format as fmt
+from streamq.log import frame
 from streamq.log._records import check_records, scan_records
 from streamq.log.damage import DamagedSpan, span_at
 from streamq.log.errors import SegmentCorrupted
-from streamq.log.index import SparseIndex
+from streamq.log.frame import encode_index_entries
+from streamq.log.index import ChunkIndex, SparseIndex
 from streamq.log.writer import SegmentWriter
 
 _U64_MAX = (1 << 64) - 1
@@ -47,12 +49,17 @@ class Segment:
         "path",
         "sealed",
         "size_bytes",
+        "version",
         "write_fd",
         "writer",
     )
 
-    def __init__(self, path: str, base_offset: int, index: SparseIndex) -> None:
+    def __init__(
+        self, path: str, base_offset: int, index: SparseIndex, version: int = fmt.FORMAT_VERSION
+    ) -> None:
         self.path = path
+        # The segment's format version: 1 holds records, 2 chunks (`index` a ChunkIndex).
+        self.version = version
         self.base_offset = base_offset
         self.next_offset = base_offset
         self.size_bytes = fmt.SEGMENT_HEADER_BYTES
@@ -74,6 +81,11 @@ class Segment:
         return os.path.join(os.path.dirname(self.path), fmt.index_name(self.base_offset))
 
     def index_bytes(self) -> bytes:
+        if isinstance(self.index, ChunkIndex):
+            return fmt.encode_index_body(
+                self.base_offset, self.next_offset, self.size_bytes, self.last_timestamp_ms,
+                len(self.index), encode_index_entries(self.index.chunks()), frame.FORMAT_VERSION,
+            )  # fmt: skip
         return fmt.encode_index(
             self.base_offset,
             self.next_offset,

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 
 from streamq.log import files
 from streamq.log import format as fmt
+from streamq.log.chunk_runs import ChunkRun
 from streamq.log.config import LogConfig
 from streamq.log.damage import DamageMap
 from streamq.log.errors import LogClosed, LogFailed, OutOfSpace
+from streamq.log.open_chunk import OpenChunk
 from streamq.log.recent import RecentWrites
 from streamq.log.rounds import CompanionWork, RoundResult
 from streamq.log.segment import Segment, SegmentInfo
@@ -57,6 +59,13 @@ class LogState:
         )
         self._durable_next = self._next_offset
         self._buffer = bytearray()
+        # Version 2: the chunk being gathered (cut at each round), and the writer's epoch.
+        self._open_chunk: OpenChunk | None = None
+        self._epoch = 1
+        # Version 2: the records of the chunks read last, by (segment base, position).
+        self._decoded: dict[tuple[int, int], list[fmt.Record]] = {}
+        # ... and as version-1 records for the C run path (None: they have none).
+        self._runs: dict[tuple[int, int], ChunkRun | None] = {}
         self._unsealed: list[Segment] = []
         self._dir_dirty = False
         self._inflight: asyncio.Future[RoundResult] | None = None
@@ -112,6 +121,11 @@ class LogState:
         return self._last_timestamp_ms
 
     @property
+    def chunked(self) -> bool:
+        """Whether appends go to a version-2 segment (`append_entries`), not records."""
+        return self._active.version != fmt.FORMAT_VERSION
+
+    @property
     def start_offset(self) -> int:
         """The first offset still in the log (retention drops segments from the head)."""
         return self._segments[0].base_offset
@@ -164,6 +178,8 @@ class LogState:
         # Calls from one part into another, declared here for the type checker only (at
         # run time `SegmentLog` has them from its parts: see the module docstring).
         def _flush(self, segment: Segment) -> None: ...  # appender
+        def _seal_active(self, offset: int, position: int, version: int = 0) -> None: ...
+        def _cut_chunk(self) -> None: ...  # chunk_appender
         def _ran_out_of_space(self, error: OutOfSpace) -> None: ...  # commit
         def _arm_recent_release(self) -> None: ...  # log
         def _at_rest(self) -> None: ...  # log

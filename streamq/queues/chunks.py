@@ -68,7 +68,12 @@ class Chunk(NamedTuple):
     # Entries in the chunk. 0 only with a filter: records were passed over and none was
     # taken (data is then b""); read on from next_offset.
     records: int
-    data: bytes | bytearray  # the whole chunk, header included, ready to follow Deliver's header
+    # The whole chunk, header included, ready to follow Deliver's header (a view of a
+    # stored chunk's bytes for a version-2 segment: `stored_chunks`).
+    data: bytes | bytearray | memoryview
+    # Where `data` also is in a segment file, complete and durable: (descriptor, position,
+    # length), for `os.sendfile` (valid until the log is next used); None otherwise.
+    file: tuple[int, int, int] | None = None
 
 
 def read_chunk(

@@ -32,7 +32,7 @@ import os
 import struct
 from typing import Final
 
-from streamq.log import amqp10, files
+from streamq.log import amqp10, files, frame
 from streamq.log._records import crc32c
 from streamq.log.errors import OutOfSpace
 from streamq.log.files import write_file_atomic
@@ -128,6 +128,13 @@ def scan_native(log: SegmentLog, start: int, entries: dict[bytes, Entry]) -> Non
     """Raise `entries` to the publishing ids of the native records from `start` on (only
     at open, and bounded by COVERED_LAG_MAX plus a sync round after a clean run)."""
     offset, end = max(start, log.start_offset), log.durable_next
+    for last, trailer in log.chunk_trailers(offset):  # version-2 segments: their trailers
+        for reference, sequence in frame.parse_trailer(trailer).sequences.items():
+            entry = entries.get(reference)
+            if entry is None:
+                entries[reference] = Entry(sequence, last)
+            elif sequence >= entry.sequence:
+                entry.sequence, entry.offset = sequence, last
     unpack = _PUBLISHING_ID.unpack_from
     while offset < end:
         batch = log.read(offset, SCAN_BATCH_RECORDS)

@@ -11,13 +11,19 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 from retention.rules import RetentionRules, drop_before
+from streamq.log import amqp10
 from streamq.log import format as fmt
 from streamq.log._streamwire import encode_publish as _encode_publish
+from streamq.log._streamwire import publish_entries as _publish_entries
+from streamq.log.chunk import SimpleEntry
 from streamq.log.log import RunMessage, SegmentLog
 from streamq.queues import chunks, sub_entries
 from streamq.queues.chunks import Chunk, ChunkFilter
+from streamq.queues.converted_run import append_converted
 from streamq.queues.offsets import OffsetStore
+from streamq.queues.publish_entries import parse_publish
 from streamq.queues.publishers import NO_SEQUENCE, BadPublish, PublisherSequences
+from streamq.queues.stored_chunks import read_stored_chunk
 
 READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
 # The newest appends stay in memory as records (the tail), so that consumers at the end
@@ -26,6 +32,7 @@ READ_RECORDS_MAX: Final = 256  # records read for one consumer per drain
 TAIL_RECORDS_MAX: Final = 4096
 TAIL_BYTES_MAX: Final = 1024 * 1024  # of bodies and properties
 _new: Final = tuple.__new__
+_NO_TAIL: Final = 1 << 62
 
 
 class PublishResult(NamedTuple):
@@ -83,7 +90,8 @@ class StreamQueue:
         log.add_sync_companion(self.publishers.prepare_sync)
         self._checked_segments = -1  # segment count at the last retention check
         self._tail: list[fmt.Record] = []  # the records of offsets _tail_base and on
-        self._tail_base = log.next_offset
+        # A stream in chunks keeps no tail (readers decode its chunks): never reached.
+        self._tail_base = _NO_TAIL if log.chunked else log.next_offset
         self._tail_bytes = 0
 
     @property
@@ -93,8 +101,13 @@ class StreamQueue:
     def append(
         self, exchange: bytes, routing_key: bytes, properties: bytes, body: bytes, timestamp_ms: int
     ) -> int:
-        """Buffered: readable and durable after the log's next sync round."""
+        """Buffered: readable and durable after the log's next sync round. A stream in
+        chunks stores the message converted to AMQP 1.0 (`amqp10.to_amqp10`), with the
+        `x-stream-filter-value` header as its filter value."""
         log = self.log
+        if log.chunked:
+            return log.append_entries((_converted(exchange, routing_key, properties, body),),
+                                      timestamp_ms)  # fmt: skip
         offset = log.append_one(exchange, routing_key, properties, body, timestamp_ms)
         self._remember(offset, log.last_timestamp_ms, exchange, routing_key, properties, body)
         return offset
@@ -109,6 +122,13 @@ class StreamQueue:
         """`append` of a run of messages (`SegmentLog.append_run`); returns the first
         offset. Buffered: readable and durable after the log's next sync round."""
         log = self.log
+        if log.chunked:
+            first = append_converted(log, exchange, routing_key, messages, timestamp_ms)
+            if first is not None:
+                return first
+            return log.append_entries(  # an entry over the limit: RecordTooLarge there
+                [_converted(exchange, routing_key, m[0], m[1]) for m in messages], timestamp_ms
+            )
         first = log.append_run(exchange, routing_key, messages, timestamp_ms)
         timestamp_ms = log.last_timestamp_ms
         remember = self._remember
@@ -135,6 +155,8 @@ class StreamQueue:
             timestamp_ms = log.last_timestamp_ms
         publishers = self.publishers
         sequence = publishers.sequence(reference) if reference else NO_SEQUENCE
+        if log.chunked:
+            return self._append_entries(reference, version, payload, timestamp_ms, sequence)
         arguments = (
             log.next_offset,
             timestamp_ms,
@@ -165,13 +187,70 @@ class StreamQueue:
                 publishers.update(reference, sequence, log.next_offset - 1)
         return PublishResult(count, appended, log.next_offset, ids)
 
+    def _append_entries(
+        self,
+        reference: bytes,
+        version: int,
+        payload: bytes | memoryview,
+        timestamp_ms: int,
+        sequence: int,
+    ) -> PublishResult:
+        """`append_publish` to a stream in chunks: the messages as sent, parsed in C
+        (`_streamwire.publish_entries`), the reference's sequence in the chunk's trailer;
+        a frame with compressed batches takes `_append_compressed`."""
+        log = self.log
+        try:
+            parsed = _publish_entries(
+                version, payload, sequence, bool(reference), log.config.record_bytes_max
+            )
+        except ValueError as exc:
+            if str(exc) != sub_entries.COMPRESSED_TEXT:
+                raise BadPublish(str(exc)) from None
+            return self._append_compressed(reference, version, payload, timestamp_ms, sequence)
+        data, sizes, records, count, stored, ids, sequence, filters = parsed
+        if stored:
+            sequences = {reference: sequence} if reference else None
+            log.append_entry_run(data, sizes, records, filters, timestamp_ms, sequences)
+            if reference:
+                self.publishers.update(reference, sequence, log.next_offset - 1)
+        return PublishResult(count, stored, log.next_offset, ids)
+
+    def _append_compressed(
+        self,
+        reference: bytes,
+        version: int,
+        payload: bytes | memoryview,
+        timestamp_ms: int,
+        sequence: int,
+    ) -> PublishResult:
+        """A Publish frame with compressed sub-entry batches, parsed in Python
+        (`publish_entries`): each batch decompressed once to check it, stored compressed."""
+        log = self.log
+        try:
+            parsed = parse_publish(
+                version, payload, sequence, bool(reference), log.config.record_bytes_max
+            )
+        except (ValueError, OverflowError) as exc:
+            raise BadPublish(str(exc)) from None
+        if parsed.entries:
+            sequences = {reference: parsed.sequence} if reference else None
+            log.append_entries(parsed.entries, timestamp_ms, sequences)
+            if reference:
+                self.publishers.update(reference, parsed.sequence, log.next_offset - 1)
+        return PublishResult(parsed.count, parsed.records, log.next_offset, parsed.ids)
+
     def read_chunk(
         self, offset: int, records_max: int, bytes_max: int, filter: ChunkFilter | None = None
     ) -> Chunk | None:
         """One osiris chunk of the durable records from `offset` (raised to the stream's
         start) for a stream-protocol consumer; see `chunks.read_chunk`. None when there
         is no durable record at or after `offset`."""
-        return chunks.read_chunk(self.log, offset, records_max, bytes_max, filter)
+        log = self.log
+        offset = max(offset, log.start_offset)
+        place = log.chunk_at(offset)
+        if place is not None:  # a version-2 segment: its chunks as stored
+            return read_stored_chunk(log, place, offset, filter)
+        return chunks.read_chunk(log, offset, records_max, bytes_max, filter)
 
     def _remember(
         self,
@@ -253,3 +332,15 @@ class StreamQueue:
             end = min(first + READ_RECORDS_MAX, log.durable_next - self._tail_base)
             return self._tail[first:end] if end > first else []
         return log.read(offset, READ_RECORDS_MAX)
+
+
+def _converted(exchange: bytes, routing_key: bytes, properties: bytes, body: bytes) -> SimpleEntry:
+    """An AMQP 0-9-1 publish as a chunk entry: its AMQP 1.0 conversion and filter value.
+    A native record given in the record form (`amqp10.native_properties`: the routing key
+    is its filter value) is its body as it is."""
+    if amqp10.is_native(properties):
+        return SimpleEntry(body, routing_key)
+    return SimpleEntry(
+        amqp10.to_amqp10(exchange, routing_key, properties, body),
+        amqp10.filter_value_of(properties),
+    )

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from streamq.log import amqp10, chunk, frame
 from streamq.log import format as fmt
 from tests.integration.conftest import RunningBroker
 
@@ -21,11 +22,16 @@ class RecordSpan(NamedTuple):
 
 
 def record_spans(log_dir: Path) -> list[RecordSpan]:
-    """Every record of the log in `log_dir`, oldest first, from its segments' bytes."""
+    """Every record of the log in `log_dir`, oldest first, from its segments' bytes: in a
+    version-2 segment, each simple entry of its chunks (the span of its bytes, the body
+    an AMQP 0-9-1 consumer gets)."""
     spans = []
     for path in sorted(log_dir.glob("*" + fmt.SEGMENT_SUFFIX)):
         data = path.read_bytes()
         base = fmt.decode_segment_header(data, str(path))
+        if fmt.decode_segment_version(data) == frame.FORMAT_VERSION:
+            spans += _entry_spans(path, data)
+            continue
         records: list[fmt.Record] = []
         position = fmt.SEGMENT_HEADER_BYTES
         while position < len(data):
@@ -37,6 +43,66 @@ def record_spans(log_dir: Path) -> list[RecordSpan]:
             spans.append(RecordSpan(path, position, result.position, record.offset, record.body))
             position, base = result.position, record.offset + 1
     return spans
+
+
+def _entry_spans(path: Path, data: bytes) -> list[RecordSpan]:
+    spans = []
+    for chunk_span in chunk_spans_of(path, data):
+        header = chunk.decode_header(data, chunk_span.position + frame.FRAME_HEAD_BYTES)
+        at = chunk_span.entries_at
+        for entry in chunk.iter_entries(data, chunk_span.position + frame.FRAME_HEAD_BYTES, header):
+            assert not entry.batch, "a sub-entry batch: not a record of its own"
+            record = fmt.Record(entry.offset, 0, b"", b"", amqp10.native_properties(0),
+                                bytes(entry.data))  # fmt: skip
+            body = amqp10.to_amqp091("", record)[3]
+            end = at + 4 + len(entry.data)
+            spans.append(RecordSpan(path, at, end, entry.offset, body))
+            at = end
+    return spans
+
+
+class ChunkSpan(NamedTuple):
+    path: Path  # the version-2 segment file
+    position: int  # of the frame
+    end: int  # one past its last byte
+    first_offset: int
+    records: int
+    entries_at: int  # where its entries start in the file
+    entries_bytes: int
+
+
+def chunk_spans(log_dir: Path) -> list[ChunkSpan]:
+    """Every chunk of the version-2 segments of the log in `log_dir`, oldest first, from
+    the segments' bytes (`frame` alone)."""
+    spans = []
+    for path in sorted(log_dir.glob("*" + fmt.SEGMENT_SUFFIX)):
+        data = path.read_bytes()
+        fmt.decode_segment_header(data, str(path))
+        if fmt.decode_segment_version(data) == frame.FORMAT_VERSION:
+            spans += chunk_spans_of(path, data)
+    return spans
+
+
+def chunk_spans_of(path: Path, data: bytes) -> list[ChunkSpan]:
+    """The chunks of the version-2 segment `path` whose bytes are `data`."""
+    spans = []
+    position = fmt.SEGMENT_HEADER_BYTES
+    while position < len(data):
+        try:
+            header = frame.check_frame(data, position)
+        except chunk.ChunkInvalid:
+            break  # the end (a clean close leaves no padding)
+        at = position + frame.FRAME_HEAD_BYTES + chunk.HEADER_BYTES + header.bloom_size
+        end = position + frame.frame_bytes(header)
+        spans.append(ChunkSpan(path, position, end, header.first_offset,
+                               header.num_records, at, header.data_length))  # fmt: skip
+        position = end
+    return spans
+
+
+def flip_in_chunk(span: ChunkSpan) -> None:
+    """Flip a bit in the middle of the chunk's entries (its CRC32 then fails)."""
+    flip_bit(span.path, (span.entries_at + span.entries_bytes // 2) * 8 + 3)
 
 
 def flip_bit(path: Path, bit: int) -> None:

@@ -1,15 +1,16 @@
 """Filter values and publisher references up to the stream protocol's limit (an int16
 length: 32,767 bytes; issue 32, item 2), where they once were refused over 255 bytes.
 
-A native record keeps its one-byte length fields: a longer value is stored as its
-digest (streamq.queues.filter_values), and every comparison compares that form too.
+A stream's chunks (format version 2) keep filter values whole in their trailer; a
+publisher reference, and a filter value in a version-1 segment's native record (one-byte
+length fields), over 255 bytes is kept as its digest (streamq.queues.filter_values), and
+every comparison compares that form too.
 Checked with rstream (Publish v2 from its filter_value_extractor, a subscription's
 filter, a long publisher_name that deduplicates), with raw frames at the limit itself,
 and with an AMQP consumer's x-stream-filter on the same records."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,10 +26,6 @@ from tests.stream.test_rstream_publish import query_sequence, with_id
 
 LONG: dict[str, str] = {colour: colour * 200 for colour in ("red", "blue")}  # 600, 800 B
 PROTOCOL_MAX = 32767
-
-
-def stored_form(value: str) -> str:
-    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
 
 async def long_colour(message: AMQPMessage) -> str:
@@ -83,8 +80,10 @@ async def test_long_filter_values_filter_exactly_for_stream_and_amqp_consumers(
 
     got = await in_thread(consume_blue)
     assert [body for body, _ in got] == [b"%d" % n for n in range(1, 100, 2)]
-    # What the record holds: the value's stored form (documented in stream-protocol.md).
-    assert {headers["x-stream-filter-value"] for _, headers in got} == {stored_form(LONG["blue"])}
+    # A stream stores chunks (format version 2): the trailer holds the value itself, up
+    # to the protocol's limit; only a version-1 segment's record holds its stored form
+    # (documented in stream-protocol.md).
+    assert {headers["x-stream-filter-value"] for _, headers in got} == {LONG["blue"]}
 
 
 async def test_a_long_publisher_reference_deduplicates(clients: Clients) -> None:

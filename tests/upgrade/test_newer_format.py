@@ -109,6 +109,6 @@ def test_a_newer_segment_or_index_stops_the_broker_naming_both_versions(
     path.write_bytes(bytes(data))
     stderr = serve_refused(data_dir)
     assert f"{path}: {kind} format version {NEWER} was written by a newer streamq" in stderr
-    assert f"reads {kind} format versions up to {fmt.FORMAT_VERSION}" in stderr
+    assert f"reads {kind} format versions up to {fmt.FORMAT_VERSION_MAX}" in stderr
     assert "Traceback" not in stderr
     assert path.read_bytes() == bytes(data)

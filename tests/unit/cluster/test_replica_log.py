@@ -4,7 +4,8 @@ A real stream log is written by `StreamQueue` (as the leader's broker writes it)
 replica reads the same directory with a `ReplicaProgress` driven by hand, as the
 replication client would. Checked: nothing is readable until a COMMITTED position
 covers the bytes received when the marker was read (the follower's commit rule), then
-exactly what the leader's `read_chunk` gives, chunk by chunk, across segments; a new
+exactly what the leader's reads give, chunk by chunk, across segments (a stream in
+format version 1, chunks built at read time, and in version 2, stored chunks); a new
 connection (epoch) forgets uncovered marker reads; a full sync (not readable) freezes
 the end; offset specifications; retention removing the first segment; and the
 follower's stream port applying the loopback rule."""
@@ -16,29 +17,45 @@ import struct
 
 import pytest
 
+from retention.rules import RetentionRules
 from stream_gateway.codec import commands as c
 from stream_gateway.codec import decode, encode
 from stream_gateway.codec.constants import OffsetType, ResponseCode
 from streamq.cluster.replica_log import ReplicaLog
 from streamq.cluster.replica_progress import ReplicaProgress
 from streamq.cluster.stream_proxy import _start_offset, loopback_refusal
+from streamq.log.config import LogConfig
 from streamq.log.errors import OffsetOutOfRange
-from streamq.queues.chunks import read_chunk
+from streamq.log.log import SegmentLog
+from streamq.queues.chunks import Chunk, read_chunk
+from streamq.queues.offsets import OffsetStore
+from streamq.queues.stored_chunks import read_stored_chunk
 from streamq.queues.stream import StreamQueue
-from tests.unit.queues.test_stream_native import close, open_stream
+from tests.unit.queues.test_stream_native import close
+
+PUBLISH_BATCH = 50
 
 
 def publish(stream: StreamQueue, first_id: int, count: int) -> None:
-    body = b"".join(
-        struct.pack(">QI", first_id + n, 20) + b"message %012d" % n for n in range(count)
+    """`count` messages, in Publish frames of up to PUBLISH_BATCH, each one synced (a
+    round: in format version 2, a chunk, which never spans segments)."""
+    for start in range(0, count, PUBLISH_BATCH):
+        n_max = min(PUBLISH_BATCH, count - start)
+        body = b"".join(
+            struct.pack(">QI", first_id + start + n, 20) + b"message %012d" % (start + n)
+            for n in range(n_max)
+        )
+        stream.append_publish(b"", 1, struct.pack(">i", n_max) + body, 1_000 + first_id + start)
+        stream.log.sync_blocking()
+
+
+@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
+def stream(tmp_path: str, request: pytest.FixtureRequest) -> StreamQueue:
+    config = LogConfig(segment_bytes_max=2048, format_version=request.param)
+    log = SegmentLog.open(os.path.join(str(tmp_path), "log"), config)
+    opened = StreamQueue(
+        log, RetentionRules(), OffsetStore.open(os.path.join(str(tmp_path), "off"))
     )
-    stream.append_publish(b"", 1, struct.pack(">i", count) + body, 1_000 + first_id)
-    stream.log.sync_blocking()
-
-
-@pytest.fixture
-def stream(tmp_path: str) -> StreamQueue:
-    opened = open_stream(str(tmp_path), segment_bytes_max=4096)
     yield opened
     close(opened)
 
@@ -50,9 +67,19 @@ def replica_of(stream: StreamQueue) -> tuple[ReplicaLog, ReplicaProgress]:
     return ReplicaLog(stream.log.directory, progress), progress
 
 
+def one_chunk(log: object, offset: int) -> Chunk | None:
+    """The chunk from `offset` as the leader's `StreamQueue.read_chunk` and the
+    follower's `stream_proxy` read it: stored (version 2) or built (version 1)."""
+    offset = max(offset, log.start_offset)  # type: ignore[attr-defined]
+    place = log.chunk_at(offset)  # type: ignore[attr-defined]
+    if place is not None:
+        return read_stored_chunk(log, place, offset, None)  # type: ignore[arg-type]
+    return read_chunk(log, offset, 50, 1 << 20)  # type: ignore[arg-type]
+
+
 def chunks(log: object, offset: int) -> list[bytes]:
     out = []
-    while (chunk := read_chunk(log, offset, 50, 1 << 20)) is not None:  # type: ignore[arg-type]
+    while (chunk := one_chunk(log, offset)) is not None:
         out.append(bytes(chunk.data))
         offset = chunk.next_offset
     return out
@@ -71,14 +98,14 @@ def test_only_what_a_commit_covers_is_read_then_the_leaders_chunks(stream: Strea
     replica.refresh()
     assert (replica.known, replica.end) == (True, 300)
     assert len(stream.log.segments()) > 2  # the read crosses segments
-    assert chunks(replica, 0) == chunks(stream.log, 0)
+    assert chunks(replica, 0) == chunks(stream.log, 0) != []
     assert chunks(replica, 123) == chunks(stream.log, 123)
     # More records: not readable until covered, even though they are on the disk.
     publish(stream, 301, 50)
     progress.received = 900
     replica.refresh()
     assert replica.end == 300
-    assert read_chunk(replica, 300, 50, 1 << 20) is None  # type: ignore[arg-type]
+    assert one_chunk(replica, 300) is None
     progress.commit(900)
     replica.refresh()
     assert replica.end == 350
@@ -113,6 +140,8 @@ def test_offset_specifications_and_retention(stream: StreamQueue) -> None:
     assert _start_offset(replica, spec(OffsetType.OFFSET, 120)) == 120
     assert _start_offset(replica, spec(OffsetType.OFFSET, 9_999)) == 300
     assert _start_offset(replica, spec(OffsetType.TIMESTAMP, 0)) == 0
+    # The frame from 100 was appended at 1_101, the one before at 1_051.
+    assert _start_offset(replica, spec(OffsetType.TIMESTAMP, 1_100)) == 100
     assert _start_offset(replica, spec(OffsetType.TIMESTAMP, 1 << 60)) == 300
     # Retention removes the first segment after a replica listed it (a segment already
     # open stays readable, as on the leader): the read fails, and the next listing
@@ -123,9 +152,9 @@ def test_offset_specifications_and_retention(stream: StreamQueue) -> None:
     first, second = (s.base_offset for s in stream.log.segments()[:2])
     os.remove(os.path.join(stream.log.directory, f"{first:020d}.seg"))
     with pytest.raises(OffsetOutOfRange):
-        read_chunk(fresh, 0, 50, 1 << 20)  # type: ignore[arg-type]
+        one_chunk(fresh, 0)
     fresh.refresh(relist=True)
-    chunk = read_chunk(fresh, 0, 50, 1 << 20)  # type: ignore[arg-type]
+    chunk = one_chunk(fresh, 0)
     assert chunk is not None and chunk.first_offset == second
 
 

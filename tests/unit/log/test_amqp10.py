@@ -14,7 +14,7 @@ from rstream.amqp import AMQPMessage, amqp_decoder
 
 from amqp_gateway.codec.properties import BasicProperties, decode_properties, encode_properties
 from amqp_gateway.codec.values import Float32, Int8, Int16, Timestamp, UInt8, UInt16, UInt32
-from streamq.log import amqp091, amqp10
+from streamq.log import _amqp10, amqp091, amqp10
 from streamq.log import amqp10_types as t
 from streamq.log.amqp10 import (
     AMQP10_TYPE,
@@ -24,6 +24,7 @@ from streamq.log.amqp10 import (
     is_native,
     native_properties,
     to_amqp091,
+    to_amqp091_reference,
     to_amqp10,
 )
 from streamq.log.format import Record
@@ -110,8 +111,11 @@ def test_to_amqp10_decodes_in_rstream_with_every_field() -> None:
 
 def test_to_amqp10_minimal_and_large() -> None:
     m = amqp_decoder(to_amqp10(b"", b"s", b"\x00\x00", b""))
-    assert m.header.durable is False
+    # No delivery mode: no header section (as RabbitMQ 3.10), so that none comes back.
+    assert m.header is None
     assert m.properties is None and m.application_properties is None
+    transient = encode_properties(BasicProperties(delivery_mode=1))
+    assert amqp_decoder(to_amqp10(b"", b"s", transient, b"")).header.durable is False
     body = bytes(range(256)) * 300
     headers = {f"h{i}": "v" * 300 for i in range(40)}  # str32 values, map32
     props = encode_properties(BasicProperties(headers=headers))
@@ -207,6 +211,28 @@ def test_round_trip_091_to_10_and_back() -> None:
     assert p.headers is not None and FULL.headers is not None
     lost = {"nested"}  # tables are not application properties (as RabbitMQ)
     assert p.headers == {k: v for k, v in FULL.headers.items() if k not in lost}
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        BasicProperties(),
+        BasicProperties(priority=3, content_type="application/json"),
+        BasicProperties(expiration="5000"),
+        BasicProperties(expiration="soon", priority=0),
+        BasicProperties(delivery_mode=1, priority=9, expiration="7"),
+    ],
+)
+def test_delivery_mode_priority_and_expiration_come_back_as_given(given: BasicProperties) -> None:
+    """No delivery mode set: none comes back (the priority and expiration travel as
+    annotations then), through the Python and the C conversion alike."""
+    data = to_amqp10(b"", b"s", encode_properties(given), b"x")
+    python = decode_properties(to_amqp091_reference("s", native(data))[2])
+    c_converted = _amqp10.convert(data, b"s", b"")
+    assert c_converted is not None
+    for p in (python, decode_properties(c_converted[2])):
+        for name in ("delivery_mode", "priority", "expiration", "content_type"):
+            assert getattr(p, name) == getattr(given, name), name
 
 
 def test_as_amqp091_leaves_091_records_alone() -> None:

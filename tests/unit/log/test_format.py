@@ -111,8 +111,10 @@ def test_segment_header_round_trip_and_checks() -> None:
     with pytest.raises(SegmentCorrupted, match="bad segment magic"):
         fmt.decode_segment_header(b"XXXX" + header[4:], "p")
     future = bytearray(header)
-    struct.pack_into("<H", future, 4, 2)
-    with pytest.raises(SegmentCorrupted, match="unsupported segment format version 2"):
+    assert fmt.decode_segment_version(header) == 1
+    assert fmt.decode_segment_version(fmt.encode_segment_header(123, 456, 2)) == 2
+    struct.pack_into("<H", future, 4, 3)  # its CRC not updated: damage
+    with pytest.raises(SegmentCorrupted, match="unsupported segment format version 3"):
         fmt.decode_segment_header(bytes(future), "p")
     damaged = bytearray(header)
     damaged[10] ^= 1

@@ -69,10 +69,10 @@ def test_a_newer_version_is_refused_naming_both(kind: str, tmp_path: Path) -> No
 def test_a_newer_segment_header_is_refused_not_taken_for_damage() -> None:
     header = bytearray(fmt.encode_segment_header(0, 0))
     assert fmt.decode_segment_header(bytes(header), "s.seg") == 0
-    struct.pack_into("<H", header, 4, fmt.FORMAT_VERSION + NEWER)
+    struct.pack_into("<H", header, 4, fmt.FORMAT_VERSION_MAX + NEWER - 1)
     damaged = bytes(header)  # the version changed, the CRC not: a flipped bit
     with pytest.raises(SegmentCorrupted, match="unsupported segment format version 8"):
         fmt.decode_segment_header(damaged, "s.seg")
     struct.pack_into("<I", header, 28, crc32c(bytes(header[:28])))  # as a newer streamq
-    with pytest.raises(NewerFormat, match=r"s\.seg: segment format version 8 .* up to 1"):
+    with pytest.raises(NewerFormat, match=r"s\.seg: segment format version 8 .* up to 2"):
         fmt.decode_segment_header(bytes(header), "s.seg")
