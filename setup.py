@@ -41,8 +41,8 @@ setup(
         ),
         Extension(
             "streamq.log._records",
-            ["streamq/log/_records.c"],
-            depends=["streamq/log/_crc32c.h"],
+            ["streamq/log/_records.c", "streamq/log/_records_scan.c"],
+            depends=["streamq/log/_crc32c.h", "streamq/log/_records_layout.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
