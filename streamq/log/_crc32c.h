@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "_le.h" /* load_le32, load_le64 */
 
 /* -DCRC32C_PORTABLE_ONLY builds without the SSE4.2 path (to test the fallback in place). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
@@ -28,18 +29,6 @@
 
 static uint32_t crc_table[8][256]; /* slicing-by-8 tables, filled once at import */
 static int crc_hardware;           /* the CPU has SSE4.2's crc32 instruction */
-
-static inline uint32_t
-load_le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t
-load_le64(const unsigned char *p)
-{
-    return (uint64_t)load_le32(p) | (uint64_t)load_le32(p + 4) << 32;
-}
 
 
 static inline void

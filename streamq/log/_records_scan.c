@@ -13,19 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_le.h"
 #include "_records_layout.h"
-
-static inline uint32_t
-get_le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t
-get_le64(const unsigned char *p)
-{
-    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
 
 static const char RECORD_PARTIAL[] = "partial record";
 
@@ -35,7 +24,7 @@ check_one_record(const unsigned char *r, Py_ssize_t avail, uint64_t expected, si
     if (avail < RECORD_HEADER_BYTES) {
         return RECORD_PARTIAL;
     }
-    uint32_t record_length = get_le32(r);
+    uint32_t record_length = load_le32(r);
     if (record_length < RECORD_LENGTH_MIN) {
         return "bad record length";
     }
@@ -43,15 +32,15 @@ check_one_record(const unsigned char *r, Py_ssize_t avail, uint64_t expected, si
         return RECORD_PARTIAL;
     }
     uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
-    uint32_t lprops = get_le32(r + 28);
+    uint32_t lprops = load_le32(r + 28);
     if (flags != 0 || (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN) {
         return "bad record fields";
     }
     uint32_t crc = records_crc32c(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu;
-    if (crc != get_le32(r + 4)) {
+    if (crc != load_le32(r + 4)) {
         return "record checksum mismatch";
     }
-    if (get_le64(r + 8) != expected) {
+    if (load_le64(r + 8) != expected) {
         return "record offset out of sequence";
     }
     *size = 4 + (size_t)record_length;
@@ -167,7 +156,7 @@ scan_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         const unsigned char *r = data + position;
         size_t size;
         const char *error = check_one_record(r, length - position, expected, &size);
-        long long ts = error == NULL ? (long long)get_le64(r + 16) : 0;
+        long long ts = error == NULL ? (long long)load_le64(r + 16) : 0;
         if (error != NULL || ts < last_ts) {
             stopped = error != RECORD_PARTIAL; /* a partial record: the end of the data */
             break;
@@ -245,18 +234,18 @@ resync_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t q = position; q + RECORD_HEADER_BYTES <= length; q++) {
         const unsigned char *r = data + q;
-        offset = get_le64(r + RECORD_OFFSET_AT);
+        offset = load_le64(r + RECORD_OFFSET_AT);
         /* The cheap tests first: almost every position fails the offset range. */
         if (offset < min_offset || offset > max_offset + (unsigned long long)(q - position) / 32) {
             continue;
         }
-        uint32_t record_length = get_le32(r);
+        uint32_t record_length = load_le32(r);
         uint32_t lex = r[24], lrk = r[25], flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
-        uint32_t lprops = get_le32(r + RECORD_PROPERTIES_LEN_AT);
+        uint32_t lprops = load_le32(r + RECORD_PROPERTIES_LEN_AT);
         if (record_length < RECORD_LENGTH_MIN || flags != 0 ||
             (uint64_t)lex + lrk + lprops > record_length - RECORD_LENGTH_MIN ||
             (long long)q + 4 + (long long)record_length > file_bytes ||
-            (long long)get_le64(r + RECORD_TIMESTAMP_AT) < last_ts) {
+            (long long)load_le64(r + RECORD_TIMESTAMP_AT) < last_ts) {
             continue;
         }
         if ((size_t)(length - q) < 4 + (size_t)record_length) {
@@ -264,7 +253,7 @@ resync_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
             break;
         }
         uint32_t crc = records_crc32c(0xFFFFFFFFu, r + 8, record_length - 4) ^ 0xFFFFFFFFu;
-        if (crc == get_le32(r + RECORD_CRC_AT)) {
+        if (crc == load_le32(r + RECORD_CRC_AT)) {
             found = q;
             complete = 1;
             break;

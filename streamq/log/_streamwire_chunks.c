@@ -13,19 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_le.h"
 #include "_streamwire_entries.h"
-
-static inline uint32_t
-get_le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t
-get_le64(const unsigned char *p)
-{
-    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
 
 /* ---- Chunks ------------------------------------------------------------------------- */
 
@@ -162,26 +151,26 @@ check_record(const unsigned char *r, size_t avail, uint64_t expected, RecordView
     if (avail < RECORD_HEADER_BYTES) {
         return RECORD_PARTIAL;
     }
-    uint32_t length = get_le32(r);
+    uint32_t length = load_le32(r);
     if (length < RECORD_LENGTH_MIN) {
         return "bad record length";
     }
     if (avail - 4 < length) {
         return RECORD_PARTIAL;
     }
-    size_t lex = r[24], lrk = r[25], lprops = get_le32(r + 28);
+    size_t lex = r[24], lrk = r[25], lprops = load_le32(r + 28);
     if ((r[26] | r[27]) != 0 || (uint64_t)lex + lrk + lprops > length - RECORD_LENGTH_MIN) {
         return "bad record fields";
     }
     uint32_t crc = streamwire_crc32c(0xFFFFFFFFu, r + 8, length - 4) ^ 0xFFFFFFFFu;
-    if (crc != get_le32(r + 4)) {
+    if (crc != load_le32(r + 4)) {
         return "record checksum mismatch";
     }
-    v->offset = get_le64(r + 8);
+    v->offset = load_le64(r + 8);
     if (v->offset != expected) {
         return "record offset out of sequence";
     }
-    v->timestamp_ms = (int64_t)get_le64(r + 16);
+    v->timestamp_ms = (int64_t)load_le64(r + 16);
     v->exchange = r + RECORD_HEADER_BYTES;
     v->exchange_len = lex;
     v->routing_key = v->exchange + lex;
