@@ -21,7 +21,7 @@ setup(
         Extension(
             "amqp_gateway.codec._scan",
             ["amqp_gateway/codec/_scan.c", "amqp_gateway/codec/_scan_acks.c"],
-            depends=["amqp_gateway/codec/_scan_frames.h"],
+            depends=["amqp_gateway/codec/_scan_frames.h", "streamq/_steal_tuple.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
@@ -37,12 +37,13 @@ setup(
         Extension(
             "mqtt_gateway.codec._scan",
             ["mqtt_gateway/codec/_scan.c"],
+            depends=["streamq/_steal_tuple.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
             "streamq.log._records",
             ["streamq/log/_records.c", "streamq/log/_records_scan.c"],
-            depends=["streamq/log/_crc32c.h", "streamq/log/_records_layout.h"],
+            depends=["streamq/log/_crc32c.h", "streamq/log/_le.h", "streamq/log/_records_layout.h"],
             extra_compile_args=_FLAGS,
         ),
         Extension(
@@ -57,6 +58,7 @@ setup(
             depends=[
                 "streamq/log/_crc32.h",
                 "streamq/log/_crc32c.h",
+                "streamq/log/_le.h",
                 "streamq/log/_streamwire_entries.h",
             ],
             extra_compile_args=_FLAGS,

@@ -96,28 +96,7 @@ frame_payload_size(const unsigned char *data, Py_ssize_t length, Py_ssize_t at,
     return (Py_ssize_t)size;
 }
 
-/* A tuple of the `count` new references in `items`, which it steals in every case;
- * NULL with MemoryError if one of them is NULL or the tuple cannot be made. */
-static inline PyObject *
-steal_tuple(PyObject **items, Py_ssize_t count)
-{
-    PyObject *tuple = PyTuple_New(count);
-    int complete = tuple != NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        complete = complete && items[i] != NULL;
-    }
-    if (!complete) {
-        for (Py_ssize_t i = 0; i < count; i++) {
-            Py_XDECREF(items[i]);
-        }
-        Py_XDECREF(tuple);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyTuple_SET_ITEM(tuple, i, items[i]);
-    }
-    return tuple;
-}
+#include "../../streamq/_steal_tuple.h" /* steal_tuple */
 
 /* An integer argument >= 0 (anything with __index__); a value past PY_SSIZE_T_MAX is
  * clamped to it, which no buffer reaches. Returns -1 with TypeError or ValueError. */

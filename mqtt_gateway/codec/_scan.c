@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../streamq/_steal_tuple.h" /* steal_tuple */
+
 PyDoc_STRVAR(MODULE_DOC,
 "Split a run of whole MQTT PUBLISH packets from a receive buffer in one call.\n"
 "\n"
@@ -203,28 +205,6 @@ non_negative(PyObject *value, const char *name, Py_ssize_t *out)
     }
     *out = number;
     return 0;
-}
-
-/* A tuple of the `count` new references in `items`, which it steals in every case. */
-static PyObject *
-steal_tuple(PyObject **items, Py_ssize_t count)
-{
-    PyObject *tuple = PyTuple_New(count);
-    int complete = tuple != NULL;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        complete = complete && items[i] != NULL;
-    }
-    if (!complete) {
-        for (Py_ssize_t i = 0; i < count; i++) {
-            Py_XDECREF(items[i]);
-        }
-        Py_XDECREF(tuple);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyTuple_SET_ITEM(tuple, i, items[i]);
-    }
-    return tuple;
 }
 
 /* The checked `properties` argument: a tuple of KINDS bytes objects. */
