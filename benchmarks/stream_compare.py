@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -146,6 +146,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=WINDOW, help="unconfirmed messages")
     parser.add_argument("--credit", type=int, default=CREDIT, help="initial credit (chunks)")
     parser.add_argument("--json", type=Path, help="also write every value to this file")
+    parser.add_argument(
+        "--streamq-flag",
+        action="append",
+        default=[],
+        help="one more `streamq serve` flag with --start (repeat for more)",
+    )
     args = parser.parse_args(argv)
     if not args.start and (args.streamq is None or args.rabbitmq is None):
         parser.error("give both addresses, or --start")
@@ -153,10 +159,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def started_brokers(directory: Path) -> Iterator[tuple[tuple[str, int], tuple[str, int]]]:
-    """streamq and RabbitMQ with stream listeners on free loopback ports."""
+def started_brokers(
+    directory: Path, flags: Sequence[str] = ()
+) -> Iterator[tuple[tuple[str, int], tuple[str, int]]]:
+    """streamq (with more `streamq serve` flags) and RabbitMQ with stream listeners on
+    free loopback ports."""
     streamq_port, rabbitmq_port = free_port(), free_port()
-    streamq = BrokerProcess(directory / "streamq", "--stream-port", str(streamq_port))
+    streamq = BrokerProcess(directory / "streamq", "--stream-port", str(streamq_port), *flags)
     # Its log goes on after the `listening` line: drained, so the pipe never fills.
     threading.Thread(target=_drain, args=(streamq.process.stderr,), daemon=True).start()
     try:
@@ -200,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         if args.start:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            args.streamq, args.rabbitmq = stack.enter_context(started_brokers(directory))
+            args.streamq, args.rabbitmq = stack.enter_context(
+                started_brokers(directory, args.streamq_flag)
+            )
         addresses = dict(zip(names, (args.streamq, args.rabbitmq), strict=True))
         scenarios = stream_scenarios(addresses, args.quick, args)
         print(json.dumps({"cpu": cpu_model(), "cores": os.cpu_count(), "load": os.getloadavg()}))

@@ -97,7 +97,12 @@ def segment_bytes(arguments: Mapping[str, object], where: str) -> int:
 def open_stream(directory: str, queue: Queue, syncer: Syncer) -> StreamQueue:
     """Open (recovering) or create the stream's log. Raises LogError and OSError."""
     config = LogConfig(
-        segment_bytes_max=segment_bytes(queue.arguments, queue.name), format_version=STREAM_FORMAT
+        segment_bytes_max=segment_bytes(queue.arguments, queue.name),
+        format_version=STREAM_FORMAT,
+        # Through the page cache: readers behind the writers by less than the memory the
+        # kernel gives it read from there (docs/durability.md, "The page cache").
+        direct_io=False,
+        write_behind=True,
     )
     stream = StreamQueue(
         SegmentLog.open(directory, config, syncer),

@@ -296,7 +296,9 @@ class LogAppender(LogState):
         if writer is None:
             try:
                 direct = self.config.direct_io and self._syncer.direct_io
-                writer = SegmentWriter(segment.path, position, direct=direct)
+                writer = SegmentWriter(
+                    segment.path, position, direct=direct, write_behind=self.config.write_behind
+                )
             except OSError as exc:
                 raise self._fail(exc) from exc
             segment.writer = writer

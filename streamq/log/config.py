@@ -27,6 +27,10 @@ class LogConfig:
     writes_pending_bytes_max: int = 8 * MIB
     # Segment writes bypass the page cache (O_DIRECT) where the file system allows it.
     direct_io: bool = True
+    # Plain (page cache) writes start their write-back at once (sync_file_range), so that
+    # dirty pages do not pile up until the round's fdatasync; streams write this way
+    # (docs/durability.md, "The page cache").
+    write_behind: bool = False
     read_chunk_bytes: int = 256 * 1024
     read_fds_max: int = 32
     # Written buffers kept in memory after their write, up to this many bytes, so that

@@ -15,9 +15,12 @@ descriptor that writes under a data directory comes from `open_fd` or `dup_fd`.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from typing import Final
 
 from streamq.log.errors import OutOfSpace
@@ -137,6 +140,36 @@ OUT_OF_SPACE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 def is_out_of_space(exc: OSError) -> bool:
     return exc.errno in OUT_OF_SPACE_ERRNOS
+
+
+# sync_file_range(2)'s flag that starts write-back of dirty pages without waiting for it.
+_SYNC_FILE_RANGE_WRITE: Final = 2
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range, or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    function = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+    if function is not None:
+        function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+        function.restype = ctypes.c_int
+    return function
+
+
+_sync_range = _sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Ask the kernel to start writing `length` bytes of `fd` from `offset` to the device
+    now, without waiting (sync_file_range with SYNC_FILE_RANGE_WRITE). The pages stay in
+    the page cache, clean once written, so readers right behind still read from memory,
+    and the next fdatasync finds little left to write. Durability is not changed: only an
+    fdatasync makes the range durable. Returns False where the call is missing or the
+    file system refuses it (the write-back then starts when the kernel chooses)."""
+    if _sync_range is None:
+        return False
+    return bool(_sync_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0)
 
 
 def fsync_directory(directory: str) -> None:

@@ -42,7 +42,7 @@ import os
 from typing import Final
 
 from streamq.log.errors import LogError, OutOfSpace
-from streamq.log.files import is_out_of_space
+from streamq.log.files import is_out_of_space, start_writeback
 from streamq.log.tap import current
 
 BLOCK_BYTES: Final = 4096  # alignment of direct I/O: covers 512-byte and 4 KiB devices
@@ -71,13 +71,15 @@ class SegmentWriter:
     only on the Syncer thread afterwards.
     """
 
-    __slots__ = ("_first", "block_start", "direct", "end", "fd", "path", "tail")
+    __slots__ = ("_first", "block_start", "direct", "end", "fd", "path", "tail", "write_behind")
 
-    def __init__(self, path: str, end: int, *, direct: bool) -> None:
+    def __init__(self, path: str, end: int, *, direct: bool, write_behind: bool = False) -> None:
         """Open the segment at `path`, whose bytes up to `end` are written (by a buffered
-        write or before a restart). Raises OSError."""
+        write or before a restart). With `write_behind`, each plain write starts its own
+        write-back at once (`files.start_writeback`). Raises OSError."""
         self.path = path
         self.direct = direct
+        self.write_behind = write_behind
         self.end = end  # the logical end: where the next write must start
         self.block_start = end - end % BLOCK_BYTES  # file position of the block holding `end`
         self.tail = b""  # the bytes from `block_start` to `end`
@@ -127,6 +129,8 @@ class SegmentWriter:
                 written = os.pwrite(self.fd, view, at)
                 view = view[written:]
                 at += written
+            if self.write_behind:
+                start_writeback(self.fd, position, len(data))
 
     def finish(self, *, cut_padding: bool) -> None:
         """Close the file; with cut_padding, first cut the zeros past the logical end (the
