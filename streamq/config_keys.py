@@ -130,7 +130,8 @@ KEYS: Final[tuple[Key, ...]] = (
          ini=(("main", "consumer_timeout"), ("amqp", "consumer_timeout")),
          flags=("--consumer-timeout-ms",), metavar="MS"),
     Key("direct_io", parse=v.boolean, default="true",
-         help="write segments past the page cache where the file system allows it",
+         help="write message logs past the page cache where the file system allows it "
+         "(streams always go through it)",
          ini=(("main", "direct_io"),), flags=("--no-direct-io",), flag_const="false"),
     # [amqp]
     Key("amqp_bind", field="bind", parse=v.address, default="127.0.0.1",

@@ -1,12 +1,10 @@
 """How segment writes use the page cache (docs/durability.md, "The page cache"): a
 stream's segments are written through it, with write-back started at each write, so a
 reader just behind the writers finds the bytes in memory; a message log's go past it
-(O_DIRECT). Residency is asked of the kernel with mincore(2)."""
+(O_DIRECT). Residency is asked of the kernel (tests/page_cache.py)."""
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import sys
 from pathlib import Path
@@ -21,43 +19,13 @@ from streamq.log.chunk import SimpleEntry
 from streamq.log.format import segment_name
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.log.syncer import Syncer
+from tests.page_cache import resident_fraction
 
 from .conftest import message
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="mincore and sync_file_range are Linux's"
 )
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.argtypes = (
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
-
-
-def resident_fraction(path: str) -> float:
-    """The fraction of the file's pages that are in the page cache."""
-    size = os.path.getsize(path)
-    pages = -(-size // mmap.PAGESIZE)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert address not in (None, ctypes.c_void_p(-1).value), "mmap failed"
-        try:
-            vector = ctypes.create_string_buffer(pages)
-            assert _libc.mincore(address, size, vector) == 0, os.strerror(ctypes.get_errno())
-        finally:
-            _libc.munmap(address, size)
-    finally:
-        os.close(fd)
-    return sum(byte & 1 for byte in vector.raw[:pages]) / pages
 
 
 def segment_paths(log: SegmentLog) -> list[str]:
