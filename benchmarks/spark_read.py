@@ -28,6 +28,7 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pika
@@ -38,8 +39,9 @@ from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from spark_source.logdir import stream_directory
 from spark_source.options import parse_options
 from spark_source.source import BatchReader, StreamqDataSource
-from streamq.log.amqp10 import native_properties
-from streamq.log.format import Message
+from streamq.broker.streams import STREAM_FORMAT
+from streamq.log.amqp10 import to_amqp10
+from streamq.log.chunk import SimpleEntry
 from streamq.log.log import LogConfig, SegmentLog
 from tests.integration.conftest import RunningBroker
 
@@ -100,22 +102,12 @@ def write_log(data_dir: str, messages: int, body_bytes: int, writer: str) -> Non
         properties = encode_properties(
             BasicProperties(content_type="application/json", headers={"source": "bench"})
         )
-        body = payload
+        entry = SimpleEntry(to_amqp10(b"", b"events", properties, payload))
     else:
-        properties = native_properties(0)
         size = len(payload)
         length = bytes([0xA0, size]) if size < 256 else b"\xb0" + size.to_bytes(4, "big")
-        body = b"\x00\x53\x75" + length + payload  # one AMQP 1.0 data section
-    log = SegmentLog.open(stream_directory(data_dir, "/", "events"), LogConfig())
-    now_ms = int(time.time() * 1000)
-    for first in range(0, messages, APPEND_BATCH):
-        count = min(APPEND_BATCH, messages - first)
-        log.append(
-            [Message(b"", b"" if writer == "stream" else b"events", properties, body)] * count,
-            now_ms,
-        )
-    log.sync_blocking()
-    log.close_blocking()
+        entry = SimpleEntry(b"\x00\x53\x75" + length + payload)  # one AMQP 1.0 data section
+    write_entries(data_dir, messages, lambda first, count: [entry] * count)
 
 
 def props_message(n: int, payload: bytes) -> bytes:
@@ -134,16 +126,27 @@ def props_message(n: int, payload: bytes) -> bytes:
 def write_props_log(data_dir: str, messages: int, payload: bytes) -> None:
     """The "stream-props" writer: native records of `props_message`, as the stream
     protocol stores what such a producer publishes."""
-    log = SegmentLog.open(stream_directory(data_dir, "/", "events"), LogConfig())
+    write_entries(
+        data_dir,
+        messages,
+        lambda first, count: [
+            SimpleEntry(props_message(n, payload)) for n in range(first, first + count)
+        ],
+    )
+
+
+def write_entries(
+    data_dir: str, messages: int, entries: Callable[[int, int], list[SimpleEntry]]
+) -> None:
+    """Append `messages` entries to the stream's log (format version 2, as the broker
+    writes streams: a 0-9-1 publish as its AMQP 1.0 conversion), `APPEND_BATCH` to a
+    chunk; `entries(first, count)` makes each batch."""
+    config = LogConfig(format_version=STREAM_FORMAT, direct_io=False, write_behind=True)
+    log = SegmentLog.open(stream_directory(data_dir, "/", "events"), config)
     now_ms = int(time.time() * 1000)
     for first in range(0, messages, APPEND_BATCH):
-        count = min(APPEND_BATCH, messages - first)
-        batch = [
-            Message(b"", b"", native_properties(n), props_message(n, payload))
-            for n in range(first, first + count)
-        ]
-        log.append(batch, now_ms)
-    log.sync_blocking()
+        log.append_entries(entries(first, min(APPEND_BATCH, messages - first)), now_ms)
+        log.sync_blocking()
     log.close_blocking()
 
 

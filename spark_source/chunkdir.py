@@ -17,10 +17,14 @@ import logging
 from bisect import bisect_right
 from collections.abc import Iterator
 
+import numpy as np
+
+from spark_source.columns import Ints, RecordColumns, run_columns
 from spark_source.store import SegmentFile, Store
 from streamq.log import chunk, frame
 from streamq.log import format as fmt
 from streamq.log.chunk import ChunkHeader, ChunkInvalid, EntryView
+from streamq.log.chunk_runs import ChunkRun, checked_frame_run, chunk_run
 from streamq.log.chunk_segment import chunk_records, resync_frame
 from streamq.log.errors import SegmentCorrupted
 from streamq.log.salvage import salvage
@@ -59,10 +63,10 @@ def _start_position(store: Store, base: int, size: int, offset: int) -> int:
 
 def _frames(
     segment: SegmentFile, where: str, position: int, end: int, skip_damage: bool
-) -> Iterator[tuple[bytes, ChunkHeader, Entries | None]]:
-    """The checked frames from `position` up to the one holding offset `end - 1`, with
-    the intact entries of one whose entries alone are damaged (`salvage`, when
-    `skip_damage`; None: all of them)."""
+) -> Iterator[tuple[int, bytes, ChunkHeader, Entries | None]]:
+    """The checked frames from `position` up to the one holding offset `end - 1`, each
+    with its position and, for one whose entries alone are damaged, its intact entries
+    (`salvage`, when `skip_damage`; None: all of them)."""
     size = segment.size()
     while position < size:
         head = segment.pread(frame.FRAME_OVERHEAD, position)
@@ -90,7 +94,7 @@ def _frames(
             continue
         if header.first_offset >= end:
             return
-        yield data, header, entries
+        yield position, data, header, entries
         if header.next_offset >= end:
             return  # what follows is not durable (or padding of the active segment)
         position += len(data)
@@ -108,7 +112,7 @@ def read_range_records(
     try:
         position = _start_position(store, base, segment.size(), start)
         out: list[fmt.Record] = []
-        for data, header, entries in _frames(segment, where, position, end, skip_damage):
+        for _at, data, header, entries in _frames(segment, where, position, end, skip_damage):
             if header.next_offset <= start:
                 continue
             chunk_records(data, 0, header, start, header.num_records, out, entries)
@@ -122,6 +126,93 @@ def read_range_records(
         segment.close()
 
 
+def read_range_columns(
+    store: Store, base: int, start: int, end: int, records_max: int, skip_damage: bool = False
+) -> Iterator[RecordColumns | list[fmt.Record]]:
+    """`read_range_records` in bulk: the records [start, end) as columns of at most
+    `records_max` rows, the chunks' runs joined across chunks (each chunk's records made
+    by `chunk_runs` in C: no Python object per record). A chunk only the Python path
+    takes (salvaged entries, a filter value over 255 bytes) comes as its list of records,
+    in order. Raises as `read_range_records` does."""
+    name = fmt.segment_name(base)
+    where = f"{store.describe()}/{name}"
+    segment = store.open_file(name)
+    batch = _Batch(records_max)
+    try:
+        position = _start_position(store, base, segment.size(), start)
+        for at, data, header, entries in _frames(segment, where, position, end, skip_damage):
+            if header.next_offset <= start:
+                continue
+            try:
+                run = _run(data, header) if entries is None else None
+            except ChunkInvalid as exc:  # framing against a header whose CRCs held
+                raise SegmentCorrupted(where, at, str(exc)) from None
+            if run is None:
+                yield from batch.flush()
+                records: list[fmt.Record] = []
+                chunk_records(data, 0, header, start, header.num_records, records, entries)
+                records = [r for r in records if r.offset < end]
+                if records:
+                    yield records
+                continue
+            first = max(start - run.first_offset, 0)
+            last = min(end - run.first_offset, len(run.positions))
+            yield from batch.add(run.data, np.frombuffer(run.positions, np.int64)[first:last])
+        yield from batch.flush()
+    finally:
+        segment.close()
+
+
+def _run(data: bytes, header: ChunkHeader) -> ChunkRun | None:
+    """The chunk's records in the version-1 form (C), or from its decoded records when
+    the C declines (compressed sub-entry batches); None when neither can (a filter
+    value too long for a routing key). Raises ChunkInvalid."""
+    run = checked_frame_run(data, header)
+    if run is not None:
+        return run
+    records: list[fmt.Record] = []
+    chunk_records(data, 0, header, header.first_offset, header.num_records, records)
+    return chunk_run(records, header.first_offset, header.num_records)
+
+
+class _Batch:
+    """Runs of records gathered into columns of at most `records_max` rows."""
+
+    def __init__(self, records_max: int) -> None:
+        self.records_max = records_max
+        self.parts: list[tuple[bytes, Ints]] = []  # a buffer, its records' positions
+        self.count = 0
+
+    def add(self, buffer: bytes, positions: Ints) -> Iterator[RecordColumns]:
+        if len(positions):
+            self.parts.append((buffer, positions))
+            self.count += len(positions)
+        while self.count >= self.records_max:
+            columns = self._joined()
+            yield _slice(columns, 0, self.records_max)
+            rest = columns.positions[self.records_max :]
+            self.parts, self.count = [], 0
+            if len(rest):
+                at = int(rest[0])
+                self.parts, self.count = [(columns.buffer[at:], rest - at)], len(rest)
+
+    def flush(self) -> Iterator[RecordColumns]:
+        if self.count:
+            yield self._joined()
+        self.parts, self.count = [], 0
+
+    def _joined(self) -> RecordColumns:
+        if len(self.parts) == 1:
+            return run_columns(*self.parts[0])
+        bases = np.cumsum([0] + [len(buffer) for buffer, _ in self.parts[:-1]])
+        positions = np.concatenate([p + b for (_, p), b in zip(self.parts, bases, strict=True)])
+        return run_columns(b"".join(buffer for buffer, _ in self.parts), positions)
+
+
+def _slice(c: RecordColumns, first: int, last: int) -> RecordColumns:
+    return RecordColumns(c.buffer, *(column[first:last] for column in c[1:]))
+
+
 def first_at_or_after(store: Store, base: int, end: int, timestamp_ms: int) -> int | None:
     """The first offset below `end` of the version-2 segment `base` whose chunk was
     written at or after `timestamp_ms` (every record has its chunk's time), or None."""
@@ -130,7 +221,7 @@ def first_at_or_after(store: Store, base: int, end: int, timestamp_ms: int) -> i
     try:
         frames = _frames(segment, f"{store.describe()}/{name}", fmt.SEGMENT_HEADER_BYTES, end,
                          False)  # fmt: skip
-        for _data, header, _entries in frames:
+        for _at, _data, header, _entries in frames:
             if header.timestamp_ms >= timestamp_ms:
                 return header.first_offset
     finally:

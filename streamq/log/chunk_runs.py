@@ -50,14 +50,21 @@ def frame_run(data: bytes | memoryview, first_offset: int, count: int) -> ChunkR
     header = frame.check_crcs(data)
     if header.first_offset != first_offset or header.num_records != count:
         raise ChunkInvalid(f"chunk {header.first_offset} where {first_offset} was indexed")
+    return checked_frame_run(data, header)
+
+
+def checked_frame_run(data: bytes | memoryview, header: chunk.ChunkHeader) -> ChunkRun | None:
+    """`frame_run` of a frame whose CRCs the caller checked (`header` is its header):
+    the C conversion alone. None when the chunk needs the Python path; raises
+    ChunkInvalid when the entries' framing is not what the header says."""
     at = frame.FRAME_HEAD_BYTES
     runs: list[frame.FilterRun] = []
     if header.trailer_length:
         runs = frame.parse_trailer(chunk.trailer_of(data, at, header)).filter_runs
     try:
         made = chunk_run_records(data, at + chunk.HEADER_BYTES + header.bloom_size,
-                                 header.data_length, header.num_entries, first_offset, count,
-                                 header.timestamp_ms, runs)  # fmt: skip
+                                 header.data_length, header.num_entries, header.first_offset,
+                                 header.num_records, header.timestamp_ms, runs)  # fmt: skip
     except ValueError as exc:
         raise ChunkInvalid(str(exc)) from None
     if made is None:
@@ -65,7 +72,7 @@ def frame_run(data: bytes | memoryview, first_offset: int, count: int) -> ChunkR
     records, starts = made
     positions = array("q")
     positions.frombytes(starts)
-    return ChunkRun(first_offset, records, positions)
+    return ChunkRun(header.first_offset, records, positions)
 
 
 def chunk_run(records: list[fmt.Record], first_offset: int, count: int) -> ChunkRun | None:
