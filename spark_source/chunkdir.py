@@ -75,7 +75,7 @@ def _frames(
             header = chunk.decode_header(head, frame.FRAME_HEAD_BYTES)
             data = segment.pread(frame.frame_bytes(header), position)
             try:
-                header = frame.check_frame(data)
+                header = frame.check_crcs(data)  # framing: where the entries are read
             except frame.EntriesDamaged:
                 if not skip_damage:
                     raise
@@ -112,10 +112,13 @@ def read_range_records(
     try:
         position = _start_position(store, base, segment.size(), start)
         out: list[fmt.Record] = []
-        for _at, data, header, entries in _frames(segment, where, position, end, skip_damage):
+        for at, data, header, entries in _frames(segment, where, position, end, skip_damage):
             if header.next_offset <= start:
                 continue
-            chunk_records(data, 0, header, start, header.num_records, out, entries)
+            try:
+                chunk_records(data, 0, header, start, header.num_records, out, entries)
+            except ChunkInvalid as exc:  # framing against a header whose CRCs held
+                raise SegmentCorrupted(where, at, str(exc)) from None
             while len(out) >= records_max:
                 yield [r for r in out[:records_max] if r.offset < end]
                 del out[:records_max]
