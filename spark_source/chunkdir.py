@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Iterator
+from typing import Final
 
 import numpy as np
 
@@ -30,6 +31,8 @@ from streamq.log.errors import SegmentCorrupted
 from streamq.log.salvage import salvage
 
 log = logging.getLogger(__name__)
+# Runs of records (a chunk's each) are joined into one batch up to this many bytes.
+JOIN_BYTES_MAX: Final = 256 * 1024
 Entries = list[tuple[int, EntryView]]  # (entry number, entry): the intact ones
 
 
@@ -179,30 +182,40 @@ def _run(data: bytes, header: ChunkHeader) -> ChunkRun | None:
 
 
 class _Batch:
-    """Runs of records gathered into columns of at most `records_max` rows."""
+    """Runs of records gathered into columns of at most `records_max` rows. Small runs
+    are joined (a batch per chunk of a few records would cost Arrow's fixed work per
+    batch); a run of JOIN_BYTES_MAX or more goes out alone, never copied."""
 
     def __init__(self, records_max: int) -> None:
         self.records_max = records_max
         self.parts: list[tuple[bytes, Ints]] = []  # a buffer, its records' positions
         self.count = 0
+        self.bytes = 0
 
     def add(self, buffer: bytes, positions: Ints) -> Iterator[RecordColumns]:
-        if len(positions):
-            self.parts.append((buffer, positions))
-            self.count += len(positions)
+        if not len(positions):
+            return
+        if len(buffer) >= JOIN_BYTES_MAX:
+            yield from self.flush()
+        self.parts.append((buffer, positions))
+        self.count += len(positions)
+        self.bytes += len(buffer)
         while self.count >= self.records_max:
             columns = self._joined()
             yield _slice(columns, 0, self.records_max)
             rest = columns.positions[self.records_max :]
-            self.parts, self.count = [], 0
+            self.parts, self.count, self.bytes = [], 0, 0
             if len(rest):
                 at = int(rest[0])
-                self.parts, self.count = [(columns.buffer[at:], rest - at)], len(rest)
+                self.parts = [(columns.buffer[at:], rest - at)]
+                self.count, self.bytes = len(rest), len(columns.buffer) - at
+        if self.bytes >= JOIN_BYTES_MAX:
+            yield from self.flush()
 
     def flush(self) -> Iterator[RecordColumns]:
         if self.count:
             yield self._joined()
-        self.parts, self.count = [], 0
+        self.parts, self.count, self.bytes = [], 0, 0
 
     def _joined(self) -> RecordColumns:
         if len(self.parts) == 1:
