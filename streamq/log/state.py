@@ -28,6 +28,7 @@ from streamq.log.chunk_runs import ChunkRun
 from streamq.log.config import LogConfig
 from streamq.log.damage import DamageMap
 from streamq.log.errors import LogClosed, LogFailed, OutOfSpace
+from streamq.log.index import ChunkIndex
 from streamq.log.open_chunk import OpenChunk
 from streamq.log.recent import RecentWrites
 from streamq.log.rounds import CompanionWork, RoundResult
@@ -59,9 +60,12 @@ class LogState:
         )
         self._durable_next = self._next_offset
         self._buffer = bytearray()
-        # Version 2: the chunk being gathered (cut at each round), and the writer's epoch.
+        # Version 2: the chunk being gathered (cut at each round), and the writer's epoch:
+        # one more than the newest stored chunk's, so each opening of the log for writes
+        # (a start, or a node taking over as leader) begins an epoch, as osiris bumps
+        # its writer's epoch at each election; 1 for a log with no chunk yet.
         self._open_chunk: OpenChunk | None = None
-        self._epoch = 1
+        self._epoch = _stored_epoch(segments) + 1
         # Version 2: the records of the chunks read last, by (segment base, position).
         self._decoded: dict[tuple[int, int], list[fmt.Record]] = {}
         # ... and as version-1 records for the C run path (None: they have none).
@@ -189,3 +193,12 @@ def _header_floor(segment: Segment) -> int:
     """The floor timestamp in the segment's header (see `format.encode_segment_header`)."""
     with open(segment.path, "rb") as file:
         return fmt.decode_segment_floor(file.read(fmt.SEGMENT_HEADER_BYTES))
+
+
+def _stored_epoch(segments: list[Segment]) -> int:
+    """The epoch of the newest chunk of `segments` (0 when none has a chunk)."""
+    for segment in reversed(segments):
+        index = segment.index
+        if isinstance(index, ChunkIndex) and len(index.epochs):
+            return int(index.epochs[-1])
+    return 0

@@ -23,6 +23,7 @@ from rstream import ConfirmationStatus, Consumer, OffsetType, Producer
 
 from stream_gateway.codec import commands as c
 from stream_gateway.codec.constants import Key, ResponseCode
+from streamq.log import format as fmt
 from tests.cluster.cluster_nodes import Cluster, ClusterNode
 from tests.cluster.conftest import etcd  # noqa: F401 (the etcd fixture)
 from tests.cluster.etcd_server import EtcdServer
@@ -30,6 +31,7 @@ from tests.differential.peers import free_port
 from tests.stream.conftest import CREDENTIALS, HOST, numbered, send_confirmed, subscribe
 from tests.stream.test_client_quirks import rbfly_read
 from tests.stream.test_gateway_protocol import RawClient
+from tests.unit.log.test_log_chunks import frames
 
 LEASE_TTL_S: Final = 3
 START_TIMEOUT_S: Final = 60.0
@@ -248,6 +250,21 @@ def test_reads_continue_after_a_failover(
         asyncio.run(after())
         assert served_before >= 1, cluster.log_tails()
         assert survivor.log().count(SERVED_HERE) == served_in_before + 1, cluster.log_tails()
+        # The new leader's writer began an epoch: its chunks' is above the old leader's,
+        # in its copy and in the survivor's (the same bytes).
+        for node in (new_leader, survivor):
+            chunks = chunk_epochs(node.data_dir)
+            assert [offset for offset, _ in chunks] == sorted(offset for offset, _ in chunks)
+            before_epochs = {epoch for offset, epoch in chunks if offset < 300}
+            after_epochs = {epoch for offset, epoch in chunks if offset >= 300}
+            assert after_epochs and min(after_epochs) > max(before_epochs), chunks
+
+
+def chunk_epochs(data_dir: Path) -> list[tuple[int, int]]:
+    """(first offset, epoch) of every chunk of the data directory's one stream."""
+    segments = sorted(data_dir.glob(f"vhosts/*/streams/*/*{fmt.SEGMENT_SUFFIX}"))
+    assert segments, f"no stream segment under {data_dir}"
+    return [(h.first_offset, h.epoch) for path in segments for _, h in frames(path)]
 
 
 @pytest.mark.timeout(240)

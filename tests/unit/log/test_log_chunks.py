@@ -276,3 +276,32 @@ def test_damage_is_passed_over_across_the_resync_window(tmp_path: Path) -> None:
     assert [r.body for r in log.read(0, 10)] == [b"a", b"c", b"d"]
     assert [(s.first_offset, s.end_offset) for s in log.damage.spans] == [(1, 2)]
     log.close_blocking()
+
+
+def epochs(directory: Path) -> list[tuple[int, int]]:
+    """(first offset, epoch) of every chunk of every segment, in offset order."""
+    names = sorted(n for n in os.listdir(directory) if n.endswith(fmt.SEGMENT_SUFFIX))
+    return [(h.first_offset, h.epoch) for name in names for _, h in frames(directory / name)]
+
+
+def test_each_opening_of_the_log_begins_a_new_epoch(tmp_path: Path) -> None:
+    """As osiris bumps its writer's epoch at each election, a log's chunks get one more
+    than the newest stored chunk's each time the log is opened for writes (a restart, or
+    a node taking over as leader); epochs never decrease, also across segments, and an
+    opening that wrote nothing leaves no trace."""
+    directory = tmp_path / "log"
+    expected: list[tuple[int, int]] = []
+    offset = 0
+    for opening, rounds in enumerate((2, 0, 3, 1), start=1):
+        log = SegmentLog.open(str(directory), V2)
+        for _ in range(rounds):
+            log.append_entries([SimpleEntry(body(offset, 1500))], 1000)
+            log.sync_blocking()
+            expected.append((offset, opening - (opening > 2)))  # the second wrote nothing
+            offset += 1
+        log.close_blocking()
+    assert epochs(directory) == expected
+    assert len([n for n in os.listdir(directory) if n.endswith(fmt.SEGMENT_SUFFIX)]) > 2
+    reopened = SegmentLog.open(str(directory), V2)
+    assert [r.offset for r in reopened.read(0, 100)] == list(range(offset))
+    reopened.close_blocking()
