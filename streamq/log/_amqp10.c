@@ -156,10 +156,88 @@ typedef struct {
     const int64_t *positions, *ends, *exchange_lens, *routing_key_lens, *properties_lens;
 } RecordIndex;
 
+/* What the last converted native record gave, when its message was `head` then one data
+ * section: a record whose message has the same head bytes and the same filter value,
+ * then one data section, converts to the same exchange, routing key and properties
+ * (they come from the sections before the body alone), so they are copied, not decoded
+ * again. Records of one publisher mostly share their head. */
+typedef struct {
+    const uint8_t *head;
+    size_t head_n;
+    A10Span filter, exchange, routing_key;
+    size_t props_at, props_n; /* the properties, in the properties column's data */
+    int valid;
+} Memo;
+
+/* Whether `p[0..n)` is exactly one data section (binary of one- or four-byte size);
+ * its payload in `payload`. */
+static int
+one_data_section(const uint8_t *p, size_t n, A10Span *payload)
+{
+    if (n < 5 || p[0] != 0x00 || p[1] != 0x53 || p[2] != 0x75) {
+        return 0;
+    }
+    size_t header = p[3] == 0xa0 ? 5 : p[3] == 0xb0 ? 8 : 0;
+    if (header == 0 || n < header ||
+        (header == 5 ? (size_t)p[4] : (size_t)a10_be(p + 4, 4)) != n - header) {
+        return 0;
+    }
+    payload->p = p + header;
+    payload->n = n - header;
+    return 1;
+}
+
+/* The memo's copy for a native message `body` with filter value `filter`: 1 and its
+ * columns appended, 0 when the memo does not apply, -1 on an allocation failure. */
+static int
+add_remembered(Column *cols, Memo *m, const uint8_t *body, size_t body_len, A10Span filter)
+{
+    A10Span payload;
+    if (!m->valid || body_len < m->head_n || filter.n != m->filter.n ||
+        memcmp(body, m->head, m->head_n) != 0 ||
+        (filter.n && memcmp(filter.p, m->filter.p, filter.n) != 0) ||
+        !one_data_section(body + m->head_n, body_len - m->head_n, &payload)) {
+        return 0;
+    }
+    uint8_t *p = a10_grow(&cols[2].data, m->props_n);
+    if (p == NULL && m->props_n) {
+        return -1;
+    }
+    if (m->props_n) { /* below the old end: the grown buffer still holds it */
+        memcpy(p, cols[2].data.data + m->props_at, m->props_n);
+    }
+    a10_put(&cols[3].data, payload.p, payload.n);
+    return column_end(&cols[2]) || column_add(&cols[0], m->exchange.p, m->exchange.n) ||
+           column_add(&cols[1], m->routing_key.p, m->routing_key.n) || column_end(&cols[3])
+               ? -1 : 1;
+}
+
+/* After converting `body` (its properties from `props_at` in the column): remember it
+ * when its message is a head then one data section. */
+static void
+remember(Memo *m, const uint8_t *body, size_t body_len, A10Span filter, const A10Result *r,
+         const A10Scratch *s, const Column *props, size_t props_at)
+{
+    m->valid = 0;
+    if (s->data_count != 1 || s->data[0].p + s->data[0].n != body + body_len) {
+        return;
+    }
+    for (size_t header = 5; header <= 8; header += 3) {
+        A10Span payload;
+        size_t at = (size_t)(s->data[0].p - body);
+        if (at >= header && one_data_section(body + at - header, body_len - at + header,
+                                             &payload)) {
+            *m = (Memo){body, at - header, filter, r->exchange, r->routing_key, props_at,
+                        props->data.len - props_at, 1};
+            return;
+        }
+    }
+}
+
 /* Record i's columns appended: as they are, or converted when native. 1: fall back. */
 static int
 add_record(Column *cols, const uint8_t *buf, size_t size, const RecordIndex *ix, size_t i,
-           A10Span stream_key, A10Scratch *s)
+           A10Span stream_key, A10Scratch *s, Memo *memo)
 {
     int64_t pos = ix->positions[i], end = ix->ends[i];
     int64_t lens[3] = {ix->exchange_lens[i], ix->routing_key_lens[i], ix->properties_lens[i]};
@@ -180,9 +258,17 @@ add_record(Column *cols, const uint8_t *buf, size_t size, const RecordIndex *ix,
                column_add(&cols[3], body, body_len) ? 1 : 0;
     }
     A10Span filter = {key, (size_t)lens[1]};
+    int remembered = add_remembered(cols, memo, body, body_len, filter);
+    if (remembered) {
+        return remembered < 0 ? 1 : 0;
+    }
+    size_t props_at = cols[2].data.len;
     A10Result r;
-    if (a10_convert(body, body_len, stream_key, filter, s, &cols[2].data, &r) != A10_OK ||
-        column_end(&cols[2]) < 0) {
+    if (a10_convert(body, body_len, stream_key, filter, s, &cols[2].data, &r) != A10_OK) {
+        return 1;
+    }
+    remember(memo, body, body_len, filter, &r, s, &cols[2], props_at);
+    if (column_end(&cols[2]) < 0) {
         return 1;
     }
     for (size_t k = 0; k < s->data_count; k++) {
@@ -244,8 +330,9 @@ convert_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (int k = 0; k < COLUMNS; k++) {
         fallback |= column_end(&cols[k]); /* the first offset, 0 */
     }
+    Memo memo = {0};
     for (size_t i = 0; i < count && !fallback; i++) {
-        fallback = add_record(cols, spans[0].p, spans[0].n, &ix, i, spans[6], s);
+        fallback = add_record(cols, spans[0].p, spans[0].n, &ix, i, spans[6], s, &memo);
     }
     if (fallback) {
         result = Py_NewRef(Py_None);

@@ -308,6 +308,49 @@ def test_convert_records_equals_convert(bodies: list[bytes], mixed: bool) -> Non
         assert values == [getattr(r, field) for r in expected]
 
 
+def _data_section(payload: bytes) -> bytes:
+    size = len(payload)
+    length = bytes([0xA0, size]) if size < 256 else b"\xb0" + size.to_bytes(4, "big")
+    return b"\x00\x53\x75" + length + payload
+
+
+@_SETTINGS
+@given(
+    st.lists(rstream_messages(), min_size=1, max_size=3),
+    st.lists(
+        st.tuples(st.integers(0, 2), st.binary(max_size=400), st.sampled_from((b"", b"fv", b"fw"))),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_convert_records_equals_convert_for_runs_sharing_a_head(
+    messages: list[bytes], picks: list[tuple[int, bytes, bytes]]
+) -> None:
+    """Records whose messages share everything before one data section (what one
+    publisher sends), with other bodies (one- and four-byte sizes) and filter values in
+    between: the run's conversion, which copies what a shared head converted to, equals
+    the per-record one. A message not ending in one data section keeps its own."""
+    records = []
+    for i, (which, payload, filter_value) in enumerate(picks):
+        message = messages[which % len(messages)]
+        tail = message.rfind(b"\x00\x53\x75")
+        head = message[:tail] if tail >= 0 else message
+        body = head + _data_section(payload) if tail >= 0 else message
+        records.append(Record(i, 1, b"", filter_value, native_properties(i), body))
+    buffer, arrays = _records_buffer(records)
+    columns = _amqp10.convert_records(buffer, *arrays, STREAM_KEY)
+    expected = [amqp10.as_amqp091(STREAM, r) for r in records]
+    alone = [_amqp10.convert(r.body, STREAM_KEY, r.routing_key) for r in records]
+    assert (columns is None) == (None in alone)
+    if columns is None:
+        return
+    for k, field in enumerate(("exchange", "routing_key", "properties", "body")):
+        data, offsets = columns[k]
+        bounds = np.frombuffer(offsets, np.int32)
+        values = [data[bounds[i] : bounds[i + 1]] for i in range(len(records))]
+        assert values == [getattr(r, field) for r in expected], field
+
+
 def test_convert_records_refuses_bad_bounds() -> None:
     buffer, arrays = _records_buffer([Record(0, 1, b"", b"", native_properties(0), b"")])
     arrays[1] = arrays[1] + 100  # ends past the buffer
