@@ -34,6 +34,9 @@ from streamq.log.amqp10 import NATIVE_MARK, as_amqp091, filter_properties
 log = logging.getLogger(__name__)
 
 BATCH_RECORDS_MAX: Final = 10_000  # rows per Arrow batch, Spark's maxRecordsPerBatch
+# Converted properties are decoded per distinct value when there are at most one per
+# this many rows, else split per row in C (`_split_properties`).
+DISTINCT_FEW_RATIO: Final = 16
 TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
 DATA_SECTION: Final = b"\x00\x53\x75"  # an AMQP 1.0 described data section
 VBIN8: Final = 0xA0  # its binary with a one-byte length, then
@@ -147,7 +150,10 @@ def columns_to_batch(
         if converted is None:
             return to_batch(_records(c), stream, schema, include_headers)
         exchange, routing_key, properties, body = converted
-        split = _split_properties(properties, count, include_headers)
+        # Few distinct property lists (one publisher's, say): the dictionary path below
+        # decodes each once; many (a message id per message): split them in C.
+        few = len(properties.unique()) * DISTINCT_FEW_RATIO <= count
+        split = None if few else _split_properties(properties, count, include_headers)
         if split is not None:
             fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
             return pa.RecordBatch.from_arrays([*fields, *split], schema=schema)

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rstream._pyamqp.message import Properties
 from rstream.amqp import AMQPMessage
 
+from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from spark_source import arrow
 from spark_source import properties as spark_properties
 from spark_source.arrow import arrow_schema, columns_to_batch, to_batch
@@ -27,7 +29,7 @@ from spark_source.columns import RecordColumns, decode_columns
 from streamq.log import amqp091
 from streamq.log import format as fmt
 from streamq.log.amqp091 import PropertiesMalformed
-from streamq.log.amqp10 import native_properties, to_amqp091_reference
+from streamq.log.amqp10 import native_properties, to_amqp091_reference, to_amqp10
 from streamq.log.format import Record
 from tests.unit.log.test_amqp10_c import SANITIZED, rstream_messages
 
@@ -115,6 +117,25 @@ def test_messages_with_properties_take_the_c_columns() -> None:
     fast = columns_to_batch(columns, STREAM, arrow_schema(True), True)
     assert fast.equals(reference_batch(records, True))
     assert fast.column("properties").to_pylist()[7]["message_id"] == "7"
+
+
+@pytest.mark.parametrize("include_headers", [True, False])
+def test_one_publishers_properties_are_decoded_once_per_distinct_value(
+    include_headers: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages whose properties repeat (an AMQP 0-9-1 publisher's, stored as AMQP 1.0)
+    take the per-distinct decode, not the per-row split, and give the reference batch."""
+
+    def message(i: int) -> bytes:
+        properties = BasicProperties(content_type="a/b", headers={"h": i % 3})
+        return to_amqp10(b"x", b"k%d" % (i % 2), encode_properties(properties), b"p%d" % i)
+
+    records = [Record(i, 1_000, b"", b"", native_properties(i), message(i)) for i in range(64)]
+    monkeypatch.setattr(arrow, "_split_properties", None)  # never called
+    batch = columns_to_batch(columns_of(records), STREAM, arrow_schema(include_headers),
+                             include_headers)  # fmt: skip
+    assert batch.equals(reference_batch(records, include_headers))
+    assert batch.column("routing_key").to_pylist()[:2] == ["k0", "k1"]
 
 
 def test_a_message_only_python_converts_sends_the_batch_to_to_batch() -> None:
