@@ -23,16 +23,21 @@ Memory is per run and per message in flight, not per queued message:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from itertools import repeat
 from operator import sub
-from typing import NamedTuple, cast
+from typing import Final, NamedTuple, cast
 
 from sortedcontainers import SortedList
 
 from streamq.log.errors import RecordDamaged
 from streamq.queues.journal import LiveSnapshot, QueueJournal
 from streamq.queues.runs import RunSet
+
+GIVEN_BACK_SHOWN_MAX: Final = 10  # offsets an ERROR about a wrong give-back names
+
+logger = logging.getLogger(__name__)
 
 
 class ReadyMessage(NamedTuple):
@@ -264,7 +269,7 @@ class ClassicQueue:
 
     def untake_run(self, first: int, count: int) -> None:
         """Give back the part of a run taken by `take_run` that did not go out."""
-        self._taken_from.fresh.add_front(first, count)
+        self._give_back(self._taken_from.fresh, first, count)
 
     def fresh_head_run(self) -> tuple[int, int]:
         """The first run of never-delivered messages, if they are next in line (no
@@ -303,10 +308,28 @@ class ClassicQueue:
     def untake(self, offset: int) -> None:
         """Give back the message just taken by `take`, which did not go out."""
         level = self._taken_from
-        if offset in self._counts:
-            level.requeued.add(offset)
+        if offset not in self._counts:
+            self._give_back(level.fresh, offset, 1)
+        elif offset in self.unacked or offset in level.requeued:
+            _given_back_wrongly(self.journal, [offset])
         else:
-            level.fresh.add_front(offset, 1)
+            level.requeued.add(offset)
+
+    def _give_back(self, fresh: RunSet, first: int, count: int) -> None:
+        """Put `first` .. `first + count - 1`, taken and not sent, back at the front of
+        the never-delivered ones. Checked: one in flight (it went out) or ready already
+        would go out again unflagged, so it is left out and named in an ERROR with the
+        queue (a bug of the caller; an acked one goes unseen: no acked offset is kept)."""
+        end, head, unacked = first + count, fresh.first(), self.unacked
+        if (head is None or end <= head) and unacked.keys().isdisjoint(range(first, end)):
+            fresh.add_front(first, count)
+            return
+        wrong = [o for o in range(first, end) if o in unacked or o in fresh]
+        if wrong:
+            _given_back_wrongly(self.journal, wrong)
+        for offset in range(first, end):
+            if offset not in unacked and offset not in fresh:
+                fresh.add(offset)
 
     def take_expired(
         self,
@@ -547,6 +570,13 @@ class ClassicQueue:
         if self.dead:
             candidates.append(min(self.dead))
         return min(candidates) if candidates else None
+
+
+def _given_back_wrongly(journal: QueueJournal | None, offsets: list[int]) -> None:
+    where = journal.path if journal is not None else "(not durable)"
+    shown = ", ".join(map(str, offsets[:GIVEN_BACK_SHOWN_MAX]))
+    text = "queue %s: offsets %s (%d) given back while in flight or held; left out"
+    logger.error(text, where, shown, len(offsets))
 
 
 def level_min(level: Level) -> int | None:

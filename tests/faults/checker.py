@@ -6,7 +6,10 @@ which of the broker's promises it breaks. The rules, per queue and stream:
   be in the stream.
 - `unexpected`: something was delivered, or is still held, that was never published to
   that target.
-- `unflagged`: a queue delivered a message again without setting `redelivered`.
+- `unflagged`: a queue delivered a message again without setting `redelivered`: more
+  than one delivery of it without the flag, or one that reached its consumer after
+  another delivery of it and cannot be the broker's first one arriving late (see
+  `_late_first`).
 - `duplicates`: more repeat deliveries (flagged ones, and acked messages still held after
   heal) than the run allows (`duplicates_max`): at-least-once is not unbounded.
 - `stored_twice`: a stream holds one message at two offsets.
@@ -162,12 +165,51 @@ def _check_repeats(seen: _Seen, held: set[Key], verdict: Verdict) -> None:
         if _is_stream(seen, target):
             continue
         in_order = sorted(deliveries, key=lambda d: d.at)
-        for again in in_order[1:]:
-            verdict.repeats += 1
-            if not again.redelivered:
-                verdict.violate("unflagged", f"{message} in {target} to {again.consumer}")
+        verdict.repeats += len(in_order) - 1
+        unflagged = [d for d in in_order if not d.redelivered]
+        for again in unflagged[1:]:
+            verdict.violate("unflagged", f"{message} in {target} to {again.consumer} again")
+        if unflagged and unflagged[0] is not in_order[0]:
+            first = unflagged[0]
+            if not _late_first(seen, first, in_order[: in_order.index(first)]):
+                verdict.violate(
+                    "unflagged", f"{message} in {target} to {first.consumer} after a delivery"
+                )
         if key in seen.acked and key in held:
             verdict.repeats += 1  # acked, and back after heal: it will be delivered again
+
+
+def _late_first(seen: _Seen, delivery: Delivery, earlier: list[Delivery]) -> bool:
+    """Whether `delivery` (without the flag, received after the `earlier` deliveries of
+    its message) can be the broker's first delivery of it, held up in the network: sent
+    before its connection broke, received after the broker had given that connection
+    up, requeued the message and delivered it again.
+
+    Then the broker sent nothing on that connection after giving it up, which was before
+    the earlier deliveries: none of them came on it, and every delivery on it from this
+    one on is of a message published before the first of them. A delivery there of a
+    message published later shows a connection the broker still served. Unknowable
+    (False) without the connection (`session`), as in histories from before it was
+    recorded."""
+    connection = (delivery.consumer, delivery.session)
+    if delivery.session is None or any((d.consumer, d.session) == connection for d in earlier):
+        return False
+    redelivered_at = earlier[0].at
+    for (target, message), deliveries in seen.deliveries.items():
+        if target != delivery.target:
+            continue
+        for other in deliveries:
+            if (other.consumer, other.session) != connection or other.at < delivery.at:
+                continue
+            if _published_at(seen, target, message) >= redelivered_at:
+                return False
+    return True
+
+
+def _published_at(seen: _Seen, target: str, message: str) -> float:
+    """When `message` was first sent to `target` (infinity if never)."""
+    publishes = seen.published.get((target, message))
+    return min(p.sent for p in publishes) if publishes else float("inf")
 
 
 def _check_stream(seen: _Seen, remaining: Remaining, verdict: Verdict) -> None:

@@ -6,7 +6,11 @@ history's events (tests/faults/history.py). A message's body is its name in the 
 What a publisher records: `confirmed` for basic.ack, `refused` for basic.nack or a
 return (mandatory, unroutable), `unknown` when the connection ends before an answer.
 The node of an event is the one that served the connection: the `node` server property
-(in a cluster the leader, also behind a follower that forwards the connection).
+(in a cluster the leader, also behind a follower that forwards the connection). A
+delivery also records which of the consumer's connections it came on (`session`): a
+delivery sent before a connection broke can still reach the client after the broker gave
+that connection up and delivered the message again (tests/faults/checker.py tells them
+apart).
 """
 
 from __future__ import annotations
@@ -173,6 +177,7 @@ class Consumer(Client):
         channel = connection.channel()
         channel.basic_qos(prefetch_count=PREFETCH)
         add, queue, name = self.recorder.add, self.queue, self.client_name
+        session = self.connections  # this connection's number, for the checker
 
         def on_message(
             ch: pika.adapters.blocking_connection.BlockingChannel,
@@ -181,7 +186,8 @@ class Consumer(Client):
             body: bytes,
         ) -> None:
             message = body.decode()
-            add(Delivery(queue, message, name, node, time.time(), bool(method.redelivered)))
+            redelivered = bool(method.redelivered)
+            add(Delivery(queue, message, name, node, time.time(), redelivered, session=session))
             ch.basic_ack(method.delivery_tag)
             add(Ack(queue, message, name, time.time()))
 
@@ -205,6 +211,7 @@ class StreamReader(Client):
         channel = connection.channel()
         channel.basic_qos(prefetch_count=PREFETCH)
         add, queue, name = self.recorder.add, self.queue, self.client_name
+        session = self.connections  # this connection's number, for the checker
 
         def on_message(
             ch: pika.adapters.blocking_connection.BlockingChannel,
@@ -213,7 +220,8 @@ class StreamReader(Client):
             body: bytes,
         ) -> None:
             offset = stream_offset(properties)
-            add(Delivery(queue, body.decode(), name, node, time.time(), offset=offset))
+            at = time.time()
+            add(Delivery(queue, body.decode(), name, node, at, offset=offset, session=session))
             self.next_offset = offset + 1
             ch.basic_ack(method.delivery_tag)
 

@@ -56,8 +56,10 @@ class NodeClock:
         self.path = path
         self.library = library()
         self.offset_s = 0
-        # (host time from which it held, offset in seconds), in order.
-        self.steps: list[tuple[float, int]] = [(0.0, 0)]
+        # (host time from which it held, offset in seconds), in order. The first span
+        # starts now, not at 0: from 0 it would hold every reading of a clock stepped
+        # back, which `host_time` would then map to an hour early.
+        self.steps: list[tuple[float, int]] = [(time.time(), 0)]
         self._write(0)
 
     def wrap(self, argv: list[str]) -> list[str]:

@@ -44,7 +44,9 @@ class Publish:
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """A message handed to a consumer: `redelivered` as the delivery said (AMQP's flag);
-    `offset` the stream offset it was read at (None for a queue)."""
+    `offset` the stream offset it was read at (None for a queue); `session` which of the
+    consumer's connections it came on (1 for its first; None in histories from before
+    it was recorded)."""
 
     target: str
     message: str
@@ -53,6 +55,7 @@ class Delivery:
     at: float
     redelivered: bool = False
     offset: int | None = None
+    session: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

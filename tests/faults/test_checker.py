@@ -124,6 +124,75 @@ def test_a_repeat_delivery_without_the_redelivered_flag_is_caught() -> None:
     only(check(events), "unflagged")
 
 
+def test_two_deliveries_without_the_flag_are_caught_whatever_their_connections() -> None:
+    events = replaced(
+        clean(),
+        Delivery(Q, "q2", "c2", "n2", 11.5, redelivered=True),
+        Delivery(Q, "q2", "c2", "n2", 11.5, session=1),
+    )
+    events = replaced(
+        events, Delivery(Q, "q2", "c1", "n1", 4.0), Delivery(Q, "q2", "c1", "n1", 4.0, session=1)
+    )
+    only(check(events), "unflagged")
+
+
+def p1_652(c0_next_session: int) -> list[Event]:
+    """The fault run that found the stale delivery (times less 1796498000): p1-652 went
+    to c0 through a follower (n0) whose link then went down; the leader gave that
+    connection up, requeued p1-652 and delivered it, flagged, to c1, which acked it; when
+    n0's link came back the first delivery reached c0 after all, unflagged, and c0's
+    connection ended. c0's next delivery, of p1-707, on connection `c0_next_session`."""
+    events: list[Event] = [Tenure("t9", "lease", 780.9, None), Tenure("t9", "writes", 782.9)]
+    for n, sent, outcome in ((651, 784.508, "confirmed"), (652, 784.63, "unknown")):
+        answered = 784.63 if outcome == "confirmed" else None
+        events.append(Publish(Q, f"p1-{n}", "p1", n, "t9", sent, outcome, answered))
+    events += [
+        Publish(Q, "p1-653", "p1", 653, "t9", 789.995, "confirmed", 790.003),
+        Publish(Q, "p1-707", "p1", 707, "t9", 791.707, "confirmed", 791.724),
+        Delivery(Q, "p1-651", "c0", "t9", 784.512, session=3),
+        Delivery(Q, "p1-652", "c1", "t9", 789.18, redelivered=True, session=1),
+        Delivery(Q, "p1-653", "c1", "t9", 789.999, session=1),
+        Delivery(Q, "p1-652", "c0", "t9", 791.505, session=3),
+        Delivery(Q, "p1-707", "c0", "t9", 791.711, session=c0_next_session),
+        Remaining(Q, "queue", ()),
+    ]
+    events += [Ack(Q, e.message, e.consumer, e.at) for e in events if isinstance(e, Delivery)]
+    return events
+
+
+def test_a_first_delivery_received_after_its_redelivery_on_a_dead_connection_passes() -> None:
+    verdict = check(p1_652(c0_next_session=4))
+    assert verdict.ok, verdict.report()
+    assert verdict.repeats == 1
+
+
+def test_a_late_unflagged_delivery_on_a_connection_still_served_is_caught() -> None:
+    """c0's connection got p1-707, published after p1-652's redelivery: the broker still
+    served it then, so p1-652 came on it after the requeue, without the flag."""
+    verdict = check(p1_652(c0_next_session=3))
+    only(verdict, "unflagged")
+    assert "p1-652 in work to c0 after a delivery" in verdict.examples["unflagged"][0]
+
+
+def test_a_late_unflagged_delivery_on_the_connection_of_its_redelivery_is_caught() -> None:
+    """c0 got p1-652 flagged, then again unflagged, on one connection: no first delivery
+    held up, since the broker gives a connection up before it redelivers what it held."""
+    events = replaced(
+        p1_652(c0_next_session=4),
+        Delivery(Q, "p1-652", "c1", "t9", 789.18, redelivered=True, session=1),
+        Delivery(Q, "p1-652", "c0", "t9", 789.18, redelivered=True, session=3),
+    )
+    only(check(events), "unflagged")
+
+
+def test_a_late_unflagged_delivery_without_its_connection_recorded_is_caught() -> None:
+    events = [
+        dataclasses.replace(e, session=None) if isinstance(e, Delivery) else e
+        for e in p1_652(c0_next_session=4)
+    ]
+    only(check(events), "unflagged")
+
+
 def test_repeats_past_the_bound_are_caught_even_when_flagged() -> None:
     events = clean() + [Delivery(Q, "q0", "c2", "n2", 20.0 + n, redelivered=True) for n in range(5)]
     assert check(events, duplicates_max=6).ok
@@ -197,8 +266,8 @@ def test_a_long_writes_tenure_is_seen_past_shorter_ones_that_start_later() -> No
 
 def test_the_history_survives_its_file(tmp_path: Path) -> None:
     path = tmp_path / "history.jsonl"
-    write_history(path, clean())
-    assert list(read_history(path)) == clean()
+    write_history(path, p1_652(4) + clean())
+    assert list(read_history(path)) == p1_652(4) + clean()
 
 
 def test_a_damaged_history_line_is_refused(tmp_path: Path) -> None:

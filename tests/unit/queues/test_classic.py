@@ -4,6 +4,7 @@ and memory per run rather than per message."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +65,39 @@ def test_a_run_delivered_in_part_gives_the_rest_back_to_the_front() -> None:
     assert ready == ReadyMessage(103, False, 0)
     queue.untake(ready.offset)
     assert queue.ready_runs() == [(103, 7)] and queue.peek() == 103
+
+
+def test_offsets_given_back_while_in_flight_or_held_are_left_out_with_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A give-back to the ready messages of an offset in flight (or already ready) would
+    deliver it again unflagged: it is refused and named in an ERROR, the rest goes back."""
+    queue = ClassicQueue()
+    queue.enqueue_run(100, 10, 100, None)
+    caplog.set_level(logging.ERROR, logger="streamq.queues.classic")
+    first, count = queue.take_run(8)
+    queue.delivered_run(first, [10, 10, 10])
+    queue.untake_run(first + 3, count - 3)  # as a partial delivery does: no error
+    assert not caplog.records
+    first, count = queue.take_run(4)
+    queue.delivered_run(first, [10, 10])
+    queue.untake_run(first, count)  # 103 and 104 went out: a caller that lost track
+    assert "offsets 103, 104 (2) given back" in caplog.text
+    assert queue.ready_runs() == [(105, 5)] and sorted(queue.unacked) == [100, 101, 102, 103, 104]
+    caplog.clear()
+    queue.untake_run(105, 2)  # held already
+    assert "offsets 105, 106 (2) given back" in caplog.text
+    assert queue.ready_runs() == [(105, 5)] and queue.message_count == 5
+    for offset in (105, 100):  # a fresh one, then a requeued one
+        if offset == 100:
+            queue.requeue(100)
+        ready = queue.take()
+        assert ready is not None and ready.offset == offset
+        queue.delivered(offset, 10)
+        caplog.clear()
+        queue.untake(offset)
+        assert f"offsets {offset} (1) given back" in caplog.text
+        assert offset in queue.unacked and queue.ready_runs() == [(106, 4)]
 
 
 def test_a_requeue_goes_ahead_of_fresh_messages_in_original_order() -> None:
