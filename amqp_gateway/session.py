@@ -314,6 +314,9 @@ class AmqpSession(asyncio.BufferedProtocol):
         if self._linger_timer is not None:
             self._linger_timer.cancel()
             self._linger_timer = None
+        # Gone: what is framed later (a confirm round that ends now) is dropped, never
+        # written to the closed transport (uvloop raises there).
+        self._transport = None
         self._cleanup()
 
     def note_output(self) -> None:

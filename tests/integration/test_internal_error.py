@@ -3,6 +3,8 @@ and its other connections go on."""
 
 from __future__ import annotations
 
+import threading
+
 import pika
 import pika.exceptions
 import pytest
@@ -39,3 +41,45 @@ def test_a_handler_bug_is_541_for_its_connection_only(
     method, _, body = bystander_channel.basic_get("still-here", auto_ack=True)
     assert method is not None and body == b"ok"
     bystander.close()
+
+
+def test_output_for_a_connection_already_lost_is_dropped(
+    broker: RunningBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A confirm round that ends after its client went away (`connection_lost` ran
+    while it waited for the disk) still flushes: uvloop's `write` on the closed
+    transport raises. The bytes have nowhere to go and are dropped; the flush does not
+    raise (it did, and the confirm task died with 'Task exception was never
+    retrieved')."""
+    made: list[session.AmqpSession] = []
+    connection_made = session.AmqpSession.connection_made
+    connection_lost = session.AmqpSession.connection_lost
+    lost = threading.Event()
+
+    def record(self: session.AmqpSession, transport: object) -> None:
+        made.append(self)
+        connection_made(self, transport)  # type: ignore[arg-type]
+
+    def note_lost(self: session.AmqpSession, exc: Exception | None) -> None:
+        connection_lost(self, exc)
+        lost.set()
+
+    monkeypatch.setattr(session.AmqpSession, "connection_made", record)
+    monkeypatch.setattr(session.AmqpSession, "connection_lost", note_lost)
+    client = connect(broker)
+    (victim,) = made
+    client._impl._transport._sock.close()  # type: ignore[union-attr]  # gone, no close
+    assert lost.wait(10), "the broker never saw the socket close"
+
+    def flush_late() -> str | None:
+        victim.conn.send_method(0, m.ConnectionBlocked(reason="late"))
+        try:
+            victim.flush()
+        except Exception as exc:  # what the test is about
+            return repr(exc)
+        return None
+
+    assert broker.ask(flush_late) is None
+    other = connect(broker)  # the broker goes on
+    other.channel().queue_declare("after")
+    other.close()
