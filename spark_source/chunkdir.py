@@ -31,6 +31,7 @@ from streamq.log.errors import SegmentCorrupted
 from streamq.log.salvage import salvage
 
 log = logging.getLogger(__name__)
+READ_BYTES: Final = 1 << 20  # a segment's bytes read at once (`_Window`)
 # Runs of records (a chunk's each) are joined into one batch up to this many bytes.
 JOIN_BYTES_MAX: Final = 256 * 1024
 Entries = list[tuple[int, EntryView]]  # (entry number, entry): the intact ones
@@ -71,12 +72,13 @@ def _frames(
     with its position and, for one whose entries alone are damaged, its intact entries
     (`salvage`, when `skip_damage`; None: all of them)."""
     size = segment.size()
+    window = _Window(segment, size)
     while position < size:
-        head = segment.pread(frame.FRAME_OVERHEAD, position)
+        head = window.read(frame.FRAME_OVERHEAD, position)
         entries: Entries | None = None
         try:
             header = chunk.decode_header(head, frame.FRAME_HEAD_BYTES)
-            data = segment.pread(frame.frame_bytes(header), position)
+            data = window.read(frame.frame_bytes(header), position)
             try:
                 header = frame.check_crcs(data)  # framing: where the entries are read
             except frame.EntriesDamaged:
@@ -101,6 +103,25 @@ def _frames(
         if header.next_offset >= end:
             return  # what follows is not durable (or padding of the active segment)
         position += len(data)
+
+
+class _Window:
+    """A segment read READ_BYTES at a time, so that small chunks cost one read (for a
+    remote store, one HTTP request) per window, not two each."""
+
+    def __init__(self, segment: SegmentFile, size: int) -> None:
+        self.segment = segment
+        self.size = size
+        self.at = 0
+        self.data = b""
+
+    def read(self, length: int, position: int) -> bytes:
+        end = position + length
+        if not (self.at <= position and end <= self.at + len(self.data)):
+            want = min(max(length, READ_BYTES), max(self.size - position, length))
+            self.data = self.segment.pread(want, position)
+            self.at = position
+        return self.data[position - self.at : end - self.at]
 
 
 def read_range_records(
