@@ -150,9 +150,10 @@ def columns_to_batch(
         if converted is None:
             return to_batch(_records(c), stream, schema, include_headers)
         exchange, routing_key, properties, body = converted
+        encoded = properties.dictionary_encode()
         # Few distinct property lists (one publisher's, say): the dictionary path below
         # decodes each once; many (a message id per message): split them in C.
-        few = len(properties.unique()) * DISTINCT_FEW_RATIO <= count
+        few = len(encoded.dictionary) * DISTINCT_FEW_RATIO <= count
         split = None if few else _split_properties(properties, count, include_headers)
         if split is not None:
             fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
@@ -162,7 +163,7 @@ def columns_to_batch(
         exchange, routing_key, properties, body = (
             spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
         )
-    encoded = properties.dictionary_encode()
+        encoded = properties.dictionary_encode()
     decoded = [decode_properties(raw) for raw in encoded.dictionary.to_pylist()]
     take = encoded.indices
     arrays = [

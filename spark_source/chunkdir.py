@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 
@@ -124,33 +124,59 @@ class _Window:
         return self.data[position - self.at : end - self.at]
 
 
+class _Frame(NamedTuple):
+    """A checked frame of a read, with where it is (for the errors of its decode)."""
+
+    where: str
+    at: int
+    data: bytes
+    header: ChunkHeader
+    entries: Entries | None  # the intact ones, when `salvage` ran; None: all
+
+
+def _read_frames(
+    store: Store, base: int, start: int, end: int, skip_damage: bool
+) -> Iterator[_Frame]:
+    """The checked frames of the version-2 segment `base` that hold offsets of [start,
+    end), found from the chunk index. Raises as `_frames` does, and FileNotFoundError
+    when the segment is gone (the caller's SegmentGone)."""
+    name = fmt.segment_name(base)
+    where = f"{store.describe()}/{name}"
+    segment = store.open_file(name)
+    try:
+        position = _start_position(store, base, segment.size(), start)
+        for at, data, header, entries in _frames(segment, where, position, end, skip_damage):
+            if header.next_offset > start:
+                yield _Frame(where, at, data, header, entries)
+    finally:
+        segment.close()
+
+
+def _decode(f: _Frame, skip_before: int, out: list[fmt.Record]) -> None:
+    """Append the frame's records at or past `skip_before` to `out` (`chunk_records`).
+    Raises SegmentCorrupted when the entries' framing is not what the header says (the
+    CRCs held: a bad writer, not bit rot)."""
+    try:
+        chunk_records(f.data, 0, f.header, skip_before, f.header.num_records, out, f.entries)
+    except ChunkInvalid as exc:
+        raise SegmentCorrupted(f.where, f.at, str(exc)) from None
+
+
 def read_range_records(
     store: Store, base: int, start: int, end: int, records_max: int, skip_damage: bool = False
 ) -> Iterator[list[fmt.Record]]:
     """The records [start, end) of the version-2 segment `base`, in lists of at most
     `records_max`. Raises SegmentCorrupted for damage unless `skip_damage`, and
     FileNotFoundError when the segment is gone (the caller's SegmentGone)."""
-    name = fmt.segment_name(base)
-    where = f"{store.describe()}/{name}"
-    segment = store.open_file(name)
-    try:
-        position = _start_position(store, base, segment.size(), start)
-        out: list[fmt.Record] = []
-        for at, data, header, entries in _frames(segment, where, position, end, skip_damage):
-            if header.next_offset <= start:
-                continue
-            try:
-                chunk_records(data, 0, header, start, header.num_records, out, entries)
-            except ChunkInvalid as exc:  # framing against a header whose CRCs held
-                raise SegmentCorrupted(where, at, str(exc)) from None
-            while len(out) >= records_max:
-                yield [r for r in out[:records_max] if r.offset < end]
-                del out[:records_max]
-        out = [r for r in out if r.offset < end]
-        if out:
-            yield out
-    finally:
-        segment.close()
+    out: list[fmt.Record] = []
+    for f in _read_frames(store, base, start, end, skip_damage):
+        _decode(f, start, out)
+        while len(out) >= records_max:
+            yield [r for r in out[:records_max] if r.offset < end]
+            del out[:records_max]
+    out = [r for r in out if r.offset < end]
+    if out:
+        yield out
 
 
 def read_range_columns(
@@ -161,45 +187,37 @@ def read_range_columns(
     by `chunk_runs` in C: no Python object per record). A chunk only the Python path
     takes (salvaged entries, a filter value over 255 bytes) comes as its list of records,
     in order. Raises as `read_range_records` does."""
-    name = fmt.segment_name(base)
-    where = f"{store.describe()}/{name}"
-    segment = store.open_file(name)
     batch = _Batch(records_max)
-    try:
-        position = _start_position(store, base, segment.size(), start)
-        for at, data, header, entries in _frames(segment, where, position, end, skip_damage):
-            if header.next_offset <= start:
-                continue
-            try:
-                run = _run(data, header) if entries is None else None
-            except ChunkInvalid as exc:  # framing against a header whose CRCs held
-                raise SegmentCorrupted(where, at, str(exc)) from None
-            if run is None:
-                yield from batch.flush()
-                records: list[fmt.Record] = []
-                chunk_records(data, 0, header, start, header.num_records, records, entries)
-                records = [r for r in records if r.offset < end]
-                if records:
-                    yield records
-                continue
-            first = max(start - run.first_offset, 0)
-            last = min(end - run.first_offset, len(run.positions))
-            yield from batch.add(run.data, np.frombuffer(run.positions, np.int64)[first:last])
-        yield from batch.flush()
-    finally:
-        segment.close()
+    for f in _read_frames(store, base, start, end, skip_damage):
+        run, records = _run(f)
+        if run is None:
+            yield from batch.flush()
+            kept = [r for r in records if start <= r.offset < end]
+            if kept:
+                yield kept
+            continue
+        first = max(start - run.first_offset, 0)
+        last = min(end - run.first_offset, len(run.positions))
+        yield from batch.add(run.data, np.frombuffer(run.positions, np.int64)[first:last])
+    yield from batch.flush()
 
 
-def _run(data: bytes, header: ChunkHeader) -> ChunkRun | None:
-    """The chunk's records in the version-1 form (C), or from its decoded records when
-    the C declines (compressed sub-entry batches); None when neither can (a filter
-    value too long for a routing key). Raises ChunkInvalid."""
-    run = checked_frame_run(data, header)
-    if run is not None:
-        return run
+def _run(f: _Frame) -> tuple[ChunkRun | None, list[fmt.Record]]:
+    """The frame's records in the version-1 form, made in C; when the C declines
+    (compressed sub-entry batches, salvaged entries), from its records decoded in
+    Python, which come too (the run is None when even they do not fit the form: records
+    lost to damage, a filter value too long for a routing key)."""
+    header = f.header
+    if f.entries is None:
+        try:
+            run = checked_frame_run(f.data, header)
+        except ChunkInvalid as exc:
+            raise SegmentCorrupted(f.where, f.at, str(exc)) from None
+        if run is not None:
+            return run, []
     records: list[fmt.Record] = []
-    chunk_records(data, 0, header, header.first_offset, header.num_records, records)
-    return chunk_run(records, header.first_offset, header.num_records)
+    _decode(f, header.first_offset, records)
+    return chunk_run(records, header.first_offset, header.num_records), records
 
 
 class _Batch:
