@@ -17,11 +17,10 @@ from spark_source import chunkdir
 from spark_source.arrow import _records
 from spark_source.logdir import stream_directory
 from spark_source.store import LocalStore
-from streamq.log import chunk
 from streamq.log import format as fmt
 from streamq.log.chunk import SimpleEntry, SubBatch
 from streamq.log.log import LogConfig, SegmentLog
-from streamq.queues.sub_entries import compress
+from tests.unit.log.test_log_chunk_runs import batch
 
 CHUNK_SIZES = (1, 7, 300, 3)  # entries per chunk, in turn
 BIG = 700  # a body this big makes a chunk past JOIN_BYTES_MAX with 400 entries
@@ -45,9 +44,7 @@ def write(directory: str, big_every: int) -> int:
         log.append_entries(entries, 1_000 + round_number)
         log.sync_blocking()
     messages = [b"z-%06d" % k for k in range(n, n + 5)]
-    raw = compress(1, messages)  # gzip
-    _kind, records, plain, _length = chunk.BATCH_HEADER.unpack_from(raw)
-    log.append_entries([SubBatch(raw[chunk.BATCH_HEADER.size :], records, 1, plain)], 9_000)
+    log.append_entries([batch(messages, 1)], 9_000)  # gzip
     log.sync_blocking()
     log.close_blocking()
     return n + len(messages)
