@@ -29,6 +29,7 @@ setup(
             ["amqp_gateway/codec/_deliver.c", "amqp_gateway/codec/_deliver_runs.c"],
             depends=[
                 "amqp_gateway/codec/_deliver_frames.h",
+                "streamq/log/_le.h",
                 "streamq/log/_amqp10_convert.h",
                 "streamq/log/_amqp10_values.h",
             ],

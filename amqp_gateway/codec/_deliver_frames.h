@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../streamq/log/_le.h" /* load_le32, load_le64 */
+
 /* Spec 4.2.3 and 1.8.3.9 (basic.deliver is class 60, method 60). */
 enum {
     FRAME_METHOD = 1,
@@ -214,18 +216,6 @@ enum {
     RECORD_LENGTH_MIN = 28, /* length counts from the crc field on */
 };
 
-static inline uint32_t
-get_le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t
-get_le64(const unsigned char *p)
-{
-    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
-
 /* One record found in the input: where its parts are. */
 typedef struct {
     const unsigned char *exchange;
@@ -243,7 +233,7 @@ parse_record(const unsigned char *r, uint32_t record_length, Py_ssize_t pos, Rec
 {
     rec->exchange_len = r[24];
     rec->routing_key_len = r[25];
-    rec->properties_len = get_le32(r + 28);
+    rec->properties_len = load_le32(r + 28);
     uint32_t flags = (uint32_t)r[26] | (uint32_t)r[27] << 8;
     if (flags != 0 || (uint64_t)rec->exchange_len + rec->routing_key_len + rec->properties_len >
                           record_length - RECORD_LENGTH_MIN) {
@@ -270,7 +260,7 @@ read_record_at(const unsigned char *data, Py_ssize_t length, Py_ssize_t pos,
         return 0;
     }
     const unsigned char *r = data + pos;
-    *record_length = get_le32(r);
+    *record_length = load_le32(r);
     if (*record_length < RECORD_LENGTH_MIN) {
         PyErr_Format(PyExc_ValueError, "bad record length %u at %zd", *record_length, pos);
         return -1;
@@ -278,7 +268,7 @@ read_record_at(const unsigned char *data, Py_ssize_t length, Py_ssize_t pos,
     if ((size_t)(length - pos) < 4 + (size_t)*record_length) {
         return 0;
     }
-    *offset = get_le64(r + 8);
+    *offset = load_le64(r + 8);
     return parse_record(r, *record_length, pos, rec) < 0 ? -1 : 1;
 }
 

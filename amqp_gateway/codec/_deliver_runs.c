@@ -237,7 +237,7 @@ deliver_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t pos = w.start;
     for (Py_ssize_t written = 0; written < w.delivered; written++) {
         const unsigned char *r = data + pos;
-        uint32_t length = get_le32(r);
+        uint32_t length = load_le32(r);
         pos += 4 + (Py_ssize_t)length;
         (void)parse_record(r, length, pos, &rec); /* checked in pass 1 */
 
@@ -520,7 +520,7 @@ deliver_stream_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t pos = w.start;
     for (Py_ssize_t written = 0; written < w.delivered; written++) {
         const unsigned char *r = data + pos;
-        uint32_t length = get_le32(r);
+        uint32_t length = load_le32(r);
         pos += 4 + (Py_ssize_t)length;
         (void)parse_record(r, length, pos, &rec); /* checked in pass 1 */
         if (has_key && is_native_record(&rec)) {

@@ -1,7 +1,8 @@
 /*
  * Little-endian loads of the segment log's integers (docs/log-format.md), shared by the
- * C units that read records: `_crc32c.h` (its slicing loop) and the record readers of
- * `_records_scan.c` and `_streamwire_chunks.c`. Static inline, no state.
+ * C units that read records: `_crc32c.h` (its slicing loop), the record readers of
+ * `_records_scan.c` and `_streamwire_chunks.c`, and amqp_gateway's deliveries
+ * (`_deliver_frames.h`). Static inline, no state.
  */
 #ifndef STREAMQ_LE_H
 #define STREAMQ_LE_H
