@@ -38,7 +38,7 @@ from rstream.amqp import AMQPMessage
 from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from spark_source.logdir import stream_directory
 from spark_source.options import parse_options
-from spark_source.source import BatchReader, StreamqDataSource
+from spark_source.source import BatchReader, StreamqDataSource, spark_schema
 from streamq.broker.streams import STREAM_FORMAT
 from streamq.log.amqp10 import to_amqp10
 from streamq.log.chunk import SimpleEntry
@@ -150,9 +150,11 @@ def write_entries(
     log.close_blocking()
 
 
-def bench_decode(where: dict[str, str]) -> tuple[int, float, float]:
+def bench_decode(
+    where: dict[str, str], columns: tuple[str, ...] | None
+) -> tuple[int, float, float]:
     """(rows, wall s, CPU s of this process) for every partition read in this process."""
-    reader = BatchReader(parse_options({**where, "stream": "events"}))
+    reader = BatchReader(parse_options({**where, "stream": "events"}), columns)
     began, cpu = time.perf_counter(), time.process_time()
     rows = sum(batch.num_rows for part in reader.partitions() for batch in reader.read(part))
     return rows, time.perf_counter() - began, time.process_time() - cpu
@@ -182,10 +184,17 @@ def tree_cpu_s(root: int) -> float:
     return total
 
 
+def schema_ddl(columns: tuple[str, ...]) -> str:
+    """The user schema that picks `columns` of the source's fixed schema."""
+    fixed = spark_schema(False)
+    return ", ".join(f"{name} {fixed[name].dataType.simpleString()}" for name in columns)
+
+
 def bench_spark(
-    wheres: dict[str, dict[str, str]], cores: int, runs: int
+    wheres: dict[str, dict[str, str]], cores: int, runs: int, columns: tuple[str, ...] | None
 ) -> list[tuple[str, int, float, float]]:
-    """(label, rows, wall s, CPU s of the JVM and Python workers) per run."""
+    """(label, rows, wall s, CPU s of the JVM and Python workers) per run; `columns`: a
+    user schema picking those columns (None: the fixed schema)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415  # the decode bench needs no JVM
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -203,6 +212,8 @@ def bench_spark(
             reader = spark.read.format("streamq").option("stream", "events")
             for key, value in where.items():
                 reader = reader.option(key, value)
+            if columns is not None:
+                reader = reader.schema(schema_ddl(columns))
             df = reader.option("minPartitions", str(cores)).load()
             cpu = tree_cpu_s(os.getpid())
             began = time.perf_counter()
@@ -228,12 +239,17 @@ def main() -> None:
         default="amqp",
         help="who wrote the stream",
     )
+    parser.add_argument(
+        "--columns",
+        help="read only these columns of the fixed schema (comma-separated; a user schema)",
+    )
     args = parser.parse_args()
+    columns = tuple(args.columns.split(",")) if args.columns else None
     print(
         f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
         f"{args.messages} messages, {args.body_bytes}-byte bodies, "
-        f"{WRITERS[args.writer]}; "
+        f"{WRITERS[args.writer]}; columns {args.columns or 'all'}; "
         "log written with fsync at the end (reads are from the page cache)"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,7 +267,7 @@ def main() -> None:
                 "remote": {"url": f"http://127.0.0.1:{broker.http_port}"},
             }
             for label, where in wheres.items():
-                rows, elapsed, cpu = bench_decode(where)
+                rows, elapsed, cpu = bench_decode(where, columns)
                 print(
                     f"decode {label} (1 process, no Spark): {rows} rows in {elapsed:.2f} s, "
                     f"{rows / elapsed:,.0f} rows/s, {rows / cpu:,.0f} rows per CPU-second"
@@ -263,7 +279,7 @@ def main() -> None:
                 "remote grouped": {**wheres["remote"], "maxRecordsPerPartition": grouped},
             }
             if not args.no_spark:
-                for label, rows, elapsed, cpu in bench_spark(sparks, args.cores, args.runs):
+                for label, rows, elapsed, cpu in bench_spark(sparks, args.cores, args.runs, columns):
                     print(
                         f"spark {label} local[{args.cores}] noop write: {rows} rows in "
                         f"{elapsed:.2f} s, {rows / elapsed:,.0f} rows/s, "

@@ -38,6 +38,7 @@ BATCH_RECORDS_MAX: Final = 10_000  # rows per Arrow batch, Spark's maxRecordsPer
 # this many rows, else split per row in C (`_split_properties`).
 DISTINCT_FEW_RATIO: Final = 16
 TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
+_DECODED: Final = frozenset({"properties", "headers"})  # the columns decode_properties gives
 DATA_SECTION: Final = b"\x00\x53\x75"  # an AMQP 1.0 described data section
 VBIN8: Final = 0xA0  # its binary with a one-byte length, then
 VBIN32: Final = 0xB0  # with a four-byte big-endian length
@@ -80,20 +81,41 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 
 def read_partition(
-    part: SegmentRange, include_headers: bool, fail_on_data_loss: bool
+    part: SegmentRange,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of `part` as record batches of at most BATCH_RECORDS_MAX rows.
+    """The records of `part` as record batches of at most BATCH_RECORDS_MAX rows, with
+    `columns` only (in that order) when given, else every column of the fixed schema.
 
     Raises DataLoss when the segment was deleted since planning and fail_on_data_loss is
     true (else logs a warning and yields nothing for it); SegmentCorrupted for damage
     when fail_on_data_loss is true (else the damaged records are skipped with a warning).
     """
+    batches = _read_batches(part, include_headers, fail_on_data_loss, columns)
+    if columns is None:
+        yield from batches
+    else:
+        names = list(columns)
+        for batch in batches:
+            yield batch.select(names)
+
+
+def _read_batches(
+    part: SegmentRange,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    columns: Sequence[str] | None,
+) -> Iterator[pa.RecordBatch]:
     schema = arrow_schema(include_headers)
+    # Properties and headers unread are left null, not decoded (the select drops them).
+    properties = columns is None or not _DECODED.isdisjoint(columns)
     try:
         if logdir.is_chunk_segment(part.store, part.base):
-            yield from _chunk_batches(part, schema, include_headers, fail_on_data_loss)
+            yield from _chunk_batches(part, schema, include_headers, fail_on_data_loss, properties)
             return
-        for columns in logdir.read_range_columns(
+        for record_columns in logdir.read_range_columns(
             part.store,
             part.base,
             part.start,
@@ -101,7 +123,9 @@ def read_partition(
             BATCH_RECORDS_MAX,
             skip_damage=not fail_on_data_loss,
         ):
-            yield columns_to_batch(columns, part.stream, schema, include_headers)
+            yield columns_to_batch(
+                record_columns, part.stream, schema, include_headers, properties=properties
+            )
     except logdir.SegmentGone as exc:
         lost = f"stream {part.stream!r}: offsets {part.start}..{part.end - 1} are gone ({exc})"
         if fail_on_data_loss:
@@ -110,7 +134,11 @@ def read_partition(
 
 
 def _chunk_batches(
-    part: SegmentRange, schema: pa.Schema, include_headers: bool, fail_on_data_loss: bool
+    part: SegmentRange,
+    schema: pa.Schema,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+    properties: bool,
 ) -> Iterator[pa.RecordBatch]:
     """`read_partition` of a version-2 segment: its chunks' records as columns
     (`chunkdir.read_range_columns`: converted in C, no Python object per record), each a
@@ -124,15 +152,24 @@ def _chunk_batches(
             if isinstance(part_of, list):
                 yield to_batch(part_of, part.stream, schema, include_headers)
             else:
-                yield columns_to_batch(part_of, part.stream, schema, include_headers)
+                yield columns_to_batch(
+                    part_of, part.stream, schema, include_headers, properties=properties
+                )
     except FileNotFoundError as exc:
         raise logdir.SegmentGone(f"{part.store.describe()}/segment {part.base}") from exc
 
 
 def columns_to_batch(
-    columns: RecordColumns, stream: str, schema: pa.Schema, include_headers: bool
+    columns: RecordColumns,
+    stream: str,
+    schema: pa.Schema,
+    include_headers: bool,
+    *,
+    properties: bool = True,
 ) -> pa.RecordBatch:
-    """One batch of decoded columns, equal to `to_batch` of the same records.
+    """One batch of decoded columns, equal to `to_batch` of the same records (with the
+    properties and headers columns null when `properties` is false: a read that does
+    not select them skips their decode).
 
     The fixed fields are numpy arrays handed to Arrow as they are. The chunk itself,
     without a copy, becomes one Arrow binary array of five spans per record (header,
@@ -142,42 +179,43 @@ def columns_to_batch(
     """
     c = columns
     count = c.record_count
-    if _has_native(c):
+    native = _has_native(c)
+    if native:
         payloads = _data_only_payloads(c)
         if payloads is not None:
-            return _data_only_batch(c, payloads, stream, schema, include_headers)
+            return _data_only_batch(c, payloads, stream, schema, include_headers, properties)
         converted = _converted(c, stream)
         if converted is None:
             return to_batch(_records(c), stream, schema, include_headers)
-        exchange, routing_key, properties, body = converted
-        encoded = properties.dictionary_encode()
-        # Few distinct property lists (one publisher's, say): the dictionary path below
-        # decodes each once; many (a message id per message): split them in C.
-        few = len(encoded.dictionary) * DISTINCT_FEW_RATIO <= count
-        split = None if few else _split_properties(properties, count, include_headers)
-        if split is not None:
-            fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
-            return pa.RecordBatch.from_arrays([*fields, *split], schema=schema)
+        exchange, routing_key, raw_properties, body = converted
     else:
         spans = _spans(c)
-        exchange, routing_key, properties, body = (
+        exchange, routing_key, raw_properties, body = (
             spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
         )
-        encoded = properties.dictionary_encode()
+    fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
+    if not properties:
+        return pa.RecordBatch.from_arrays([*fields, *_no_properties(count, schema)], schema=schema)
+    encoded = raw_properties.dictionary_encode()
+    # Few distinct property lists (one publisher's, say): the dictionary path below
+    # decodes each once; many (a message id per message): split them in C. Only
+    # converted properties are split (the C reads 0-9-1 property lists of one form).
+    few = len(encoded.dictionary) * DISTINCT_FEW_RATIO <= count
+    if not few and native:
+        split = _split_properties(raw_properties, count, include_headers)
+        if split is not None:
+            return pa.RecordBatch.from_arrays([*fields, *split], schema=schema)
     decoded = [decode_properties(raw) for raw in encoded.dictionary.to_pylist()]
     take = encoded.indices
-    arrays = [
-        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(c.offsets)]),
-        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(c.timestamps_ms * 1000)]),
-        _repeated(stream, count),
-        _utf8(exchange),
-        _utf8(routing_key),
-        body,
-        _properties_column(_properties_array(decoded), take),
-    ]
+    arrays = [*fields, _properties_column(_properties_array(decoded), take)]
     if include_headers:
         arrays.append(pa.array([d.get("headers") for d in decoded], HEADERS_TYPE).take(take))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _no_properties(count: int, schema: pa.Schema) -> list[pa.Array]:
+    """Null properties (and headers, when the schema has them) for `count` rows."""
+    return [pa.nulls(count, field.type) for field in schema if field.name in _DECODED]
 
 
 def _converted(c: RecordColumns, stream: str) -> tuple[pa.Array, ...] | None:
@@ -289,27 +327,32 @@ def _data_only_payloads(c: RecordColumns) -> Ints | None:
 
 
 def _data_only_batch(
-    c: RecordColumns, payloads: Ints, stream: str, schema: pa.Schema, include_headers: bool
+    c: RecordColumns,
+    payloads: Ints,
+    stream: str,
+    schema: pa.Schema,
+    include_headers: bool,
+    properties: bool,
 ) -> pa.RecordBatch:
     """`to_batch` of records that `_data_only_payloads` accepted, without a Python object
     per record: exchange "", the stream as routing key, the payload spans as bodies, and
     properties that hold only the filter value (the record's routing key field), decoded
     once per distinct filter value."""
     count = c.record_count
+    fields = [
+        *_fixed_columns(c, stream),
+        _repeated("", count),
+        _repeated(stream, count),
+        _binary_spans(c, payloads, c.ends),
+    ]
+    if not properties:
+        return pa.RecordBatch.from_arrays([*fields, *_no_properties(count, schema)], schema=schema)
     routing_key = c.positions + fmt.RECORD_HEADER_BYTES + c.exchange_lens
     filters = _binary_spans(c, routing_key, routing_key + c.routing_key_lens)
     encoded = filters.dictionary_encode()
     raw = [filter_properties(value) for value in encoded.dictionary.to_pylist()]
     decoded = [decode_properties(value) for value in raw]
-    arrays = [
-        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(c.offsets)]),
-        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(c.timestamps_ms * 1000)]),
-        _repeated(stream, count),
-        _repeated("", count),
-        _repeated(stream, count),
-        _binary_spans(c, payloads, c.ends),
-        _properties_column(_properties_array(decoded), encoded.indices),
-    ]
+    arrays = [*fields, _properties_column(_properties_array(decoded), encoded.indices)]
     if include_headers:
         headers = pa.array([d.get("headers") for d in decoded], HEADERS_TYPE)
         arrays.append(headers.take(encoded.indices))

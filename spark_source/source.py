@@ -9,7 +9,9 @@ Rules:
 1. Readers are pickled into every task: they hold options and plain data only, never an
    open file (`arrow.read_partition` opens segments inside the task).
 2. Offsets handed to Spark are canonical (sorted keys, int values); see `planning`.
-3. A user-specified schema other than the fixed one is refused, as Kafka's source does.
+3. A user-specified schema may only pick columns of the fixed one (each with its fixed
+   type, in any order): Spark's per-row cost grows with the columns, and this Python API
+   has no other column pruning. Anything else is refused.
 """
 
 from __future__ import annotations
@@ -87,12 +89,17 @@ class StreamqPartition(InputPartition):
     with the per-read settings (plain, picklable fields)."""
 
     def __init__(
-        self, ranges: tuple[planning.SegmentRange, ...], include_headers: bool, fail: bool
+        self,
+        ranges: tuple[planning.SegmentRange, ...],
+        include_headers: bool,
+        fail: bool,
+        columns: tuple[str, ...] | None,
     ) -> None:
         super().__init__(ranges)
         self.ranges = ranges
         self.include_headers = include_headers
         self.fail_on_data_loss = fail
+        self.columns = columns  # None: every column of the fixed schema
 
     @property
     def part(self) -> planning.SegmentRange:
@@ -101,9 +108,13 @@ class StreamqPartition(InputPartition):
         return self.ranges[0]
 
 
-def _partitions(opts: SourceOptions, ranges: list[planning.SegmentRange]) -> list[StreamqPartition]:
+def _partitions(
+    opts: SourceOptions, ranges: list[planning.SegmentRange], columns: tuple[str, ...] | None
+) -> list[StreamqPartition]:
     groups = planning.group(ranges, opts.max_records_per_partition, opts.min_partitions)
-    return [StreamqPartition(g, opts.include_headers, opts.fail_on_data_loss) for g in groups]
+    return [
+        StreamqPartition(g, opts.include_headers, opts.fail_on_data_loss, columns) for g in groups
+    ]
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -111,7 +122,9 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark turns an empty partition list into one partition of its own: no rows.
         return
     for part in partition.ranges:
-        yield from read_partition(part, partition.include_headers, partition.fail_on_data_loss)
+        yield from read_partition(
+            part, partition.include_headers, partition.fail_on_data_loss, partition.columns
+        )
 
 
 def _stream_names(opts: SourceOptions) -> tuple[str, ...]:
@@ -140,30 +153,50 @@ class StreamqDataSource(DataSource):
 
     def reader(self, schema: StructType) -> BatchReader:
         opts = self._options()
-        _check_schema(schema, opts)
-        return BatchReader(opts)
+        return BatchReader(opts, projection(schema, opts))
 
     def streamReader(self, schema: StructType) -> StreamReader:  # noqa: N802  # Spark's name
         opts = self._options()
-        _check_schema(schema, opts)
+        columns = projection(schema, opts)
         if opts.ending_given:
             raise OptionError("endingOffsets and endingTimestamp are for batch reads only")
-        return StreamReader(opts)
+        return StreamReader(opts, columns)
 
 
-def _check_schema(schema: StructType, opts: SourceOptions) -> None:
-    if schema != spark_schema(opts.include_headers):
-        raise OptionError(
-            "the streamq source has a fixed schema; do not call .schema() on the reader "
-            f"(expected {spark_schema(opts.include_headers).simpleString()})"
-        )
+def projection(schema: StructType, opts: SourceOptions) -> tuple[str, ...] | None:
+    """The columns a read builds: None for the fixed schema, else the names of a user
+    schema (`.schema("offset long, body binary")`) made of some of its columns, each with
+    its fixed type, in the user's order. Raises OptionError for any other schema."""
+    full = spark_schema(opts.include_headers)
+    if schema == full:
+        return None
+    fixed = {field.name: field for field in full.fields}
+    names = [field.name for field in schema.fields]
+    expected = f"expected some of the columns of {full.simpleString()}"
+    if not names:
+        raise OptionError(f"the schema names no column; {expected}")
+    if len(set(names)) != len(names):
+        raise OptionError(f"the schema names a column twice: {schema.simpleString()}")
+    for field in schema.fields:
+        if field.name == "headers" and not opts.include_headers:
+            raise OptionError("the headers column is read with includeHeaders=true")
+        if field.name not in fixed:
+            raise OptionError(f"the streamq source has no column {field.name!r}; {expected}")
+        if field != fixed[field.name]:
+            want = fixed[field.name]
+            raise OptionError(
+                f"column {field.name!r} is {want.dataType.simpleString()} (nullable), "
+                f"not {field.dataType.simpleString()}" + ("" if field.nullable else " NOT NULL")
+            )
+    return tuple(names)
 
 
 class BatchReader(DataSourceReader):
     """Batch reads: resolve the offsets once, on the driver, then one task per range."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
         self.opts = opts
+        self.columns = columns
 
     def plan(self) -> list[planning.SegmentRange]:
         """The ranges to read. Raises StreamNotFound, DataLoss or ValueError."""
@@ -183,7 +216,7 @@ class BatchReader(DataSourceReader):
         return planning.plan(views, start, end, opts.min_partitions, opts.fail_on_data_loss)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return _partitions(self.opts, self.plan())
+        return _partitions(self.opts, self.plan(), self.columns)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
@@ -192,8 +225,9 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches by offset. Spark's checkpoint holds the offsets: `commit` is a no-op."""
 
-    def __init__(self, opts: SourceOptions) -> None:
+    def __init__(self, opts: SourceOptions, columns: tuple[str, ...] | None = None) -> None:
         self.opts = opts
+        self.columns = columns
         self._initial: planning.Offsets | None = None
         self._target: planning.Offsets | None = None  # AvailableNow: never read past it
         self._latest: planning.Offsets | None = None
@@ -264,7 +298,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = planning.plan(
             views, start, end, self.opts.min_partitions, self.opts.fail_on_data_loss
         )
-        return _partitions(self.opts, ranges)
+        return _partitions(self.opts, ranges, self.columns)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

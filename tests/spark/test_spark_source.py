@@ -73,6 +73,32 @@ def test_batch_read_of_a_published_stream(spark: Any, broker: RunningBroker) -> 
     assert ranged.selectExpr("min(offset)", "max(offset)", "count(*)").first() == (100, 149, 50)
 
 
+def test_a_user_schema_reads_the_columns_it_picks(spark: Any, broker: RunningBroker) -> None:
+    publish(broker, "events", 0, 120)
+
+    def reader() -> Any:
+        return (
+            spark.read.format("streamq")
+            .option("path", str(broker.data_dir))
+            .option("stream", "events")
+            .option("includeHeaders", "true")
+        )
+
+    picked = reader().schema("headers array<struct<key:string,value:binary>>, offset long").load()
+    assert picked.columns == ["headers", "offset"]
+    rows = sorted(picked.collect(), key=lambda row: row.offset)
+    assert [row.offset for row in rows] == list(range(120))
+    assert {h.key: bytes(h.value) for h in rows[7].headers} == {"n": b"7", "kind": b"test"}
+    bodies = reader().schema("body binary").load().collect()
+    assert sorted(bytes(row.body) for row in bodies) == sorted(
+        f"msg-{n}".encode() for n in range(120)
+    )
+    with pytest.raises(Exception, match="no column 'value'"):
+        reader().schema("value binary").load().collect()
+    with pytest.raises(Exception, match="column 'offset' is bigint"):
+        reader().schema("offset int").load().collect()
+
+
 def test_bad_options_fail_at_load(spark: Any, tmp_path: Path) -> None:
     def reader() -> Any:  # a DataFrameReader keeps its options: one per attempt
         return spark.read.format("streamq").option("path", str(tmp_path)).option("stream", "x")

@@ -22,6 +22,8 @@ from streamq.log import format as fmt
 from streamq.log.errors import SegmentCorrupted
 
 BASE = 1_000
+DECODED = ("properties", "headers")
+UNDECODED = ["offset", "timestamp", "stream", "exchange", "routing_key", "body"]
 PROPERTIES = [
     b"\x00\x00",
     encode_properties(BasicProperties(content_type="application/json")),
@@ -176,3 +178,8 @@ def test_columns_to_batch_equals_to_batch(log: list[fmt.Message], include_header
     assert actual.schema.equals(schema)
     assert actual.equals(expected)
     assert pa.Table.from_batches([actual]).to_pylist() == expected.to_pylist()
+    # A read that selects neither properties nor headers leaves them null, undecoded.
+    bare = columns_to_batch(columns, "events", schema, include_headers, properties=False)
+    assert bare.schema.equals(schema)
+    assert bare.select(UNDECODED).equals(expected.select(UNDECODED))
+    assert all(bare.column(name).null_count == len(log) for name in DECODED if name in schema.names)

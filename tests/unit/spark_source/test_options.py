@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+
 from spark_source.options import EARLIEST, LATEST, OptionError, parse_options
 from spark_source.source import StreamqDataSource, spark_schema
 
@@ -73,9 +75,36 @@ def test_schema_validates_options_at_load() -> None:
     assert StreamqDataSource({**BASE, "includeHeaders": "true"}).schema() == spark_schema(True)
 
 
-def test_user_schema_and_streaming_ending_are_refused() -> None:
-    source = StreamqDataSource(BASE)
-    with pytest.raises(OptionError, match="fixed schema"):
-        source.reader(spark_schema(True))
+def test_streaming_ending_is_refused() -> None:
     with pytest.raises(OptionError, match="batch reads only"):
         StreamqDataSource({**BASE, "endingOffsets": "latest"}).streamReader(spark_schema(False))
+
+
+def test_a_user_schema_picks_columns_in_its_order() -> None:
+    source = StreamqDataSource(BASE)
+    assert source.reader(spark_schema(False)).columns is None
+    full = spark_schema(True)
+    picked = StructType([full["body"], full["offset"]])
+    assert source.reader(picked).columns == ("body", "offset")
+    assert source.streamReader(picked).columns == ("body", "offset")
+    with_headers = StreamqDataSource({**BASE, "includeHeaders": "true"})
+    assert with_headers.reader(StructType([full["headers"]])).columns == ("headers",)
+    assert with_headers.reader(full).columns is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ([], "names no column"),
+        ([StructField("value", BinaryType())], "no column 'value'"),
+        ([StructField("offset", IntegerType())], "column 'offset' is bigint .nullable., not int"),
+        ([StructField("offset", LongType(), nullable=False)], "not bigint NOT NULL"),
+        ([StructField("offset", LongType())] * 2, "names a column twice"),
+        ([spark_schema(True)["headers"]], "headers column is read with includeHeaders=true"),
+    ],
+)
+def test_other_user_schemas_are_refused(fields: list[StructField], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        StreamqDataSource(BASE).reader(StructType(fields))
+    with pytest.raises(OptionError, match=message):
+        StreamqDataSource(BASE).streamReader(StructType(fields))
