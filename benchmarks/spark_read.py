@@ -279,7 +279,8 @@ def main() -> None:
                 "remote grouped": {**wheres["remote"], "maxRecordsPerPartition": grouped},
             }
             if not args.no_spark:
-                for label, rows, elapsed, cpu in bench_spark(sparks, args.cores, args.runs, columns):
+                runs = bench_spark(sparks, args.cores, args.runs, columns)
+                for label, rows, elapsed, cpu in runs:
                     print(
                         f"spark {label} local[{args.cores}] noop write: {rows} rows in "
                         f"{elapsed:.2f} s, {rows / elapsed:,.0f} rows/s, "
