@@ -103,6 +103,19 @@ def check_frame(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHe
     it checked: frame CRC32C, flags, chunk CRC32 and entry framing. Raises ChunkTruncated
     when the buffer ends inside the frame, ChunkInvalid for anything wrong, including a
     chunk type other than user."""
+    check_trailer(buffer, pos)
+    try:
+        return chunk.check_chunk(buffer, pos + FRAME_HEAD_BYTES)
+    except ChunkTruncated:
+        raise
+    except ChunkInvalid as exc:
+        raise EntriesDamaged(str(exc)) from None
+
+
+def check_trailer(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHeader:
+    """`check_frame` for a reader of the header and trailer alone: the frame's length,
+    flags, chunk type and frame CRC32C (which covers header and trailer), not the
+    entries. Raises ChunkTruncated or ChunkInvalid as `check_frame`."""
     if len(buffer) - pos < FRAME_OVERHEAD:
         raise ChunkTruncated(f"{len(buffer) - pos} bytes left for a frame")
     frame_crc, flags = FRAME_HEAD.unpack_from(buffer, pos)
@@ -115,12 +128,7 @@ def check_frame(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHe
         raise ChunkInvalid(f"chunk type {header.chunk_type} in a stream segment")
     if _frame_crc(buffer, pos + FRAME_HEAD_BYTES, header) != frame_crc:
         raise ChunkInvalid(f"chunk at offset {header.first_offset}: the frame CRC32C fails")
-    try:
-        return chunk.check_chunk(buffer, pos + FRAME_HEAD_BYTES)
-    except ChunkTruncated:
-        raise
-    except ChunkInvalid as exc:
-        raise EntriesDamaged(str(exc)) from None
+    return header
 
 
 def check_crcs(buffer: bytes | bytearray | memoryview, pos: int = 0) -> ChunkHeader:

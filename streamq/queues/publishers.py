@@ -128,13 +128,19 @@ def scan_native(log: SegmentLog, start: int, entries: dict[bytes, Entry]) -> Non
     """Raise `entries` to the publishing ids of the native records from `start` on (only
     at open, and bounded by COVERED_LAG_MAX plus a sync round after a clean run)."""
     offset, end = max(start, log.start_offset), log.durable_next
-    for last, trailer in log.chunk_trailers(offset):  # version-2 segments: their trailers
+    trailers = log.chunk_trailers(offset)  # from a version-2 segment on: its trailers
+    for last, trailer in trailers:
         for reference, sequence in frame.parse_trailer(trailer).sequences.items():
             entry = entries.get(reference)
             if entry is None:
                 entries[reference] = Entry(sequence, last)
             elif sequence >= entry.sequence:
                 entry.sequence, entry.offset = sequence, last
+    if trailers:
+        # `offset` is in a version-2 segment, and every later segment is one too (an
+        # upgraded stream's version-1 segments are its oldest): the trailers said it all.
+        # Records are read only from a version-1 segment (3 us each in Python).
+        return
     unpack = _PUBLISHING_ID.unpack_from
     while offset < end:
         batch = log.read(offset, SCAN_BATCH_RECORDS)
