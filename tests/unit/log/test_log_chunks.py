@@ -87,6 +87,26 @@ def test_stored_chunk_is_osiris_bytes_with_bloom_and_trailer(
     assert trailer == frame.Trailer({b"pub-1": 41}, [(0, 1, b"red")], crcs)
 
 
+def test_check_trailer_checks_header_and_trailer_not_the_entries(
+    log2: SegmentLog, tmp_path: Path
+) -> None:
+    log2.append_entries([SimpleEntry(b"abc", b"red")], 5, sequences={b"pub-1": 41})
+    log2.sync_blocking()
+    data = bytearray((tmp_path / "log" / fmt.segment_name(0)).read_bytes())
+    ((position, header),) = frames(tmp_path / "log" / fmt.segment_name(0))
+    size = frame.FRAME_HEAD_BYTES + header.size
+    entries_at = position + frame.FRAME_HEAD_BYTES + chunk.HEADER_BYTES + header.bloom_size
+    damaged = bytearray(data[position : position + size])
+    damaged[entries_at - position] ^= 0x01  # an entry's byte: not what a trailer reader needs
+    assert frame.check_trailer(damaged) == header
+    with pytest.raises(frame.EntriesDamaged):
+        frame.check_frame(damaged)
+    damaged = bytearray(data[position : position + size])
+    damaged[-1] ^= 0x01  # the trailer's last byte: the frame CRC32C fails
+    with pytest.raises(chunk.ChunkInvalid, match="frame CRC32C"):
+        frame.check_trailer(damaged)
+
+
 @pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
 def test_sub_entry_batches_are_stored_as_sent_and_read_as_their_messages(
     log2: SegmentLog, tmp_path: Path, compression: int
