@@ -4,7 +4,6 @@ message naming it, before any file is read."""
 from __future__ import annotations
 
 import pytest
-
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from spark_source.options import EARLIEST, LATEST, OptionError, parse_options
