@@ -12,7 +12,7 @@ C_SOURCES := setup.py $(wildcard amqp_gateway/codec/*.c streamq/log/*.c streamq/
 run: $(RUN_STAMP)
 	$(BIN)/streamq serve
 
-# pytest runs on 4 workers (pyproject's addopts, tests/parallel.py); PYTEST_ARGS adds to
+# pytest runs on 5 workers (pyproject's addopts, tests/parallel.py); PYTEST_ARGS adds to
 # them: `make test PYTEST_ARGS="-n 0"` runs serially, in one process.
 PYTEST_ARGS ?=
 test: $(TEST_STAMP) system-packages

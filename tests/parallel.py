@@ -38,28 +38,45 @@ SHARED_FIXTURES: Final = {"rabbitmq_links": "rabbitmq", "spark": "spark"}
 # Where each file's time of the last run is kept (pytest's cache, .pytest_cache/).
 DURATIONS_KEY: Final = "streamq/file-durations"
 # A file's guessed time when the cache has none (a fresh clone): the mean time per test of
-# the other files, except for the files measured to take 40 s or more (seconds, in a
-# 4-worker run on the loaded 2-core development VM). One of those starting last would
-# make the whole run that much longer.
+# the other files, except for the files measured to take 20 s or more (seconds, in a
+# 5-worker run from a fresh clone on the 2-core development VM; test_shovels_kill.py's
+# scaled to its halved transfer). One of those starting last would make the whole run
+# that much longer.
 SECONDS_PER_TEST_GUESS: Final = 0.4
 MEASURED_S: Final = {
-    "tests/integration/test_shovels_kill.py": 222.0,
-    "tests/cluster/test_failover.py": 206.0,
-    "tests/differential/test_scenarios.py": 111.0,
-    "tests/faults/test_faults.py": 103.0,
-    "tests/integration/test_crash_amqp.py": 93.0,
-    "tests/spark/test_spark_follower.py": 67.0,
-    "tests/integration/test_c_sanitizers.py": 66.0,
-    "tests/spark/test_spark_source.py": 61.0,
-    "tests/integration/test_bit_rot_random.py": 59.0,
-    "tests/differential/test_random.py": 57.0,
-    "tests/cluster/test_catchup.py": 54.0,
-    "tests/unit/log/test_log_stateful.py": 50.0,
-    "tests/stream/test_offset_durability.py": 49.0,
-    "tests/browser/test_ui_admin.py": 48.0,
-    "tests/integration/test_dlx_at_least_once.py": 48.0,
-    "tests/integration/test_bit_rot.py": 44.0,
-    "tests/cluster/test_cluster_tls.py": 42.0,
+    "tests/cluster/test_failover.py": 155.0,
+    "tests/differential/test_scenarios.py": 108.0,
+    "tests/faults/test_faults.py": 107.0,
+    "tests/integration/test_crash_amqp.py": 73.0,
+    "tests/cluster/test_catchup.py": 59.0,
+    "tests/integration/test_c_sanitizers.py": 58.0,
+    "tests/integration/test_shovels_kill.py": 48.0,
+    "tests/stream/test_offset_durability.py": 47.0,
+    "tests/integration/test_dlx_at_least_once.py": 46.0,
+    "tests/spark/test_spark_source.py": 42.0,
+    "tests/integration/test_celery.py": 38.0,
+    "tests/integration/test_log_kill.py": 35.0,
+    "tests/cluster/test_stream_replicas.py": 34.0,
+    "tests/integration/test_config_file.py": 33.0,
+    "tests/spark/test_spark_follower.py": 33.0,
+    "tests/cluster/test_cluster_tls.py": 32.0,
+    "tests/fuzz/test_amqp_frames.py": 31.0,
+    "tests/packaging/test_wheel.py": 31.0,
+    "tests/integration/test_bit_rot.py": 31.0,
+    "tests/differential/test_random_deliveries.py": 30.0,
+    "tests/integration/test_ctl.py": 28.0,
+    "tests/differential/test_random.py": 26.0,
+    "tests/mqtt/test_gateway_rabbitmq.py": 26.0,
+    "tests/cluster/test_rolling_upgrade.py": 24.0,
+    "tests/integration/test_disk_faults.py": 24.0,
+    "tests/integration/test_transports.py": 24.0,
+    "tests/browser/test_ui_admin.py": 23.0,
+    "tests/cluster/test_membership.py": 23.0,
+    "tests/integration/test_stream_runs.py": 22.0,
+    "tests/integration/test_federation.py": 22.0,
+    "tests/unit/log/test_amqp10_c.py": 21.0,
+    "tests/integration/test_bit_rot_random.py": 21.0,
+    "tests/mqtt/test_gateway_websocket_rabbitmq.py": 20.0,
 }
 
 

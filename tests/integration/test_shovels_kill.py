@@ -31,7 +31,7 @@ from tests.integration.shovel_helpers import (
     wait_until,
 )
 
-MESSAGES = 4_000
+MESSAGES = 2_000
 PREFETCH = 1  # one at a time: the transfer takes long enough to be cut in the middle
 # Duplicates: the prefetch window in flight, plus what the source acked but had not made
 # durable when it died. Its queue journals are flushed every 0.2 s, which at a fast
