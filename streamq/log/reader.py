@@ -221,6 +221,16 @@ class LogReader(LogState):
                               index.records[i], index.chunk_bytes[i], segment.path)  # fmt: skip
         return None
 
+    def version_1_end(self, start: int) -> int:
+        """The first offset at or after `start` in a version-2 segment, else the durable
+        end: where the records of an upgraded stream's version-1 segments (its oldest)
+        end."""
+        i = max(bisect_right(self._bases, start) - 1, 0)
+        for segment in self._segments[i:]:
+            if segment.version == frame.FORMAT_VERSION:
+                return min(max(segment.base_offset, start), self._durable_next)
+        return self._durable_next
+
     def segment_version(self, base_offset: int) -> int:
         """The format version of the segment at `base_offset` (2: chunks)."""
         return self._segments[bisect_right(self._bases, base_offset) - 1].version

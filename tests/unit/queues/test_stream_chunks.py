@@ -14,12 +14,14 @@ from rstream import schema
 from amqp_gateway.codec.properties import BasicProperties, encode_properties
 from retention.rules import RetentionRules
 from streamq.log import amqp10, chunk, frame
+from streamq.log.format import Record
 from streamq.log.log import LogConfig, SegmentLog
 from streamq.queues import sub_entries
 from streamq.queues.chunks import CHUNK_HEADER, ChunkFilter
 from streamq.queues.offsets import OffsetStore
 from streamq.queues.publishers import BadPublish
 from streamq.queues.stream import StreamQueue
+from tests.unit.queues import test_stream_native as stream_native
 from tests.unit.queues.test_stream_native import bad_payloads, ids, message, payload
 
 BODY = b"0123456789abcdef"
@@ -212,3 +214,36 @@ def test_a_publish_is_split_at_the_chunk_limit_with_its_filter_values(tmp_path: 
     assert deliver(stream, 7, b_only) == [b"%04d" % i * 24 for i in range(7, 10)]
     assert deliver(stream, 10, b_only) == [b"%04d" % i * 24 for i in range(10, 16)]
     close(stream)
+
+
+def test_an_upgraded_streams_sequences_come_back_from_both_formats(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version-1 records are read for their publishing ids, version-2 chunks are not."""
+    old = stream_native.open_stream(str(tmp_path))  # format version 1
+    old.append_publish(b"a", 1, payload(message(1), message(2), message(3)), 1000)
+    old.append_publish(b"c", 1, payload(message(9)), 1000)
+    old.log.sync_blocking()
+    close(old)
+    stream = open_stream(str(tmp_path))
+    stream.append_publish(b"b", 1, payload(message(7)), 1000)
+    stream.append_publish(b"a", 1, payload(message(5)), 1000)
+    stream.log.sync_blocking()
+    close(stream)
+    os.remove(os.path.join(str(tmp_path), "log", "publishers"))
+    read: list[int] = []
+    real_read = SegmentLog.read
+
+    def counted(log: SegmentLog, offset: int, records_max: int) -> list[Record]:
+        records = real_read(log, offset, records_max)
+        read.extend(r.offset for r in records)
+        return records
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SegmentLog, "read", counted)
+        reopened = open_stream(str(tmp_path))
+    assert read == [0, 1, 2, 3]  # the version-1 records, not the two chunks after them
+    sequences = {ref: reopened.publishers.sequence(ref) for ref in (b"a", b"b", b"c")}
+    assert sequences == {b"a": 5, b"b": 7, b"c": 9}
+    assert reopened.append_publish(b"a", 1, payload(message(5)), 1000).appended == 0
+    close(reopened)
