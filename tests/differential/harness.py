@@ -181,6 +181,14 @@ class Conn:
                 return
             seen += 1
 
+    def expect_logged(self, count: int, name: str) -> None:
+        """`expect` until this connection has logged `count` observations named `name`
+        in all, counting those already logged (while an earlier call read its reply)."""
+        me = f"c{self.number}"
+        logged = sum(1 for o in self.session.log if o[0] == me and o[3:4] == (name,))
+        if logged < count:
+            self.expect(count - logged, name)
+
     def confirms(self, channel: int, last_tag: int) -> None:
         """Read until publish `last_tag` on `channel` is confirmed (ack or nack, multiple
         or not), logging every confirm as it came (RabbitMQ may batch them differently;
