@@ -67,7 +67,7 @@ def _start_position(store: Store, base: int, size: int, offset: int) -> int:
 
 def _frames(
     segment: SegmentFile, where: str, position: int, end: int, skip_damage: bool
-) -> Iterator[tuple[int, bytes, ChunkHeader, Entries | None]]:
+) -> Iterator[tuple[int, memoryview, ChunkHeader, Entries | None]]:
     """The checked frames from `position` up to the one holding offset `end - 1`, each
     with its position and, for one whose entries alone are damaged, its intact entries
     (`salvage`, when `skip_damage`; None: all of them)."""
@@ -107,21 +107,29 @@ def _frames(
 
 class _Window:
     """A segment read READ_BYTES at a time, so that small chunks cost one read (for a
-    remote store, one HTTP request) per window, not two each."""
+    remote store, one HTTP request) per window, not two each. The window is one buffer
+    reused for every read, and what `read` returns is a view of it: valid until the next
+    `read` (every reader of a frame copies what it keeps: the C run, `chunk_records`)."""
 
     def __init__(self, segment: SegmentFile, size: int) -> None:
         self.segment = segment
         self.size = size
         self.at = 0
-        self.data = b""
+        self.buffer = bytearray()
+        self.view = memoryview(self.buffer)
+        self.length = 0  # the bytes of the buffer read
 
-    def read(self, length: int, position: int) -> bytes:
+    def read(self, length: int, position: int) -> memoryview:
         end = position + length
-        if not (self.at <= position and end <= self.at + len(self.data)):
+        if not (self.at <= position and end <= self.at + self.length):
             want = min(max(length, READ_BYTES), max(self.size - position, length))
-            self.data = self.segment.pread(want, position)
+            if want > len(self.buffer):  # views of the old buffer keep it alive
+                self.buffer = bytearray(want)
+                self.view = memoryview(self.buffer)
+            self.length = self.segment.pread_into(self.view[:want], position)
             self.at = position
-        return self.data[position - self.at : end - self.at]
+        start = position - self.at
+        return self.view[start : min(start + length, self.length)]
 
 
 class _Frame(NamedTuple):
@@ -129,7 +137,7 @@ class _Frame(NamedTuple):
 
     where: str
     at: int
-    data: bytes
+    data: memoryview  # a view of the read window: valid until the next frame
     header: ChunkHeader
     entries: Entries | None  # the intact ones, when `salvage` ran; None: all
 

@@ -39,6 +39,10 @@ class SegmentFile(Protocol):
 
     def pread(self, length: int, position: int) -> bytes: ...
 
+    def pread_into(self, buffer: memoryview, position: int) -> int:
+        """Read into `buffer` from `position`; the bytes read (fewer at the end)."""
+        ...
+
     def size(self) -> int: ...
 
     def close(self) -> None: ...
@@ -62,6 +66,17 @@ class _LocalFile:
 
     def pread(self, length: int, position: int) -> bytes:
         return os.pread(self._fd, length, position)
+
+    def pread_into(self, buffer: memoryview, position: int) -> int:
+        # Into memory already touched: a fresh bytes object of a chunk's size per read
+        # ran at 0.9 GB/s here (its pages faulted in each time), a reused one at 7 GB/s.
+        done = 0
+        while done < len(buffer):
+            got = os.preadv(self._fd, [buffer[done:]], position + done)
+            if got == 0:
+                break
+            done += got
+        return done
 
     def size(self) -> int:
         return os.fstat(self._fd).st_size
@@ -111,6 +126,11 @@ class _HttpFile:
 
     def pread(self, length: int, position: int) -> bytes:
         return self._store.get(self._name, position, length)
+
+    def pread_into(self, buffer: memoryview, position: int) -> int:
+        data = self.pread(len(buffer), position)
+        buffer[: len(data)] = data
+        return len(data)
 
     def size(self) -> int:
         assert self._size is not None
