@@ -144,12 +144,16 @@ def _chunk_batches(
     (`chunkdir.read_range_columns`: converted in C, no Python object per record), each a
     batch through `columns_to_batch`; a chunk that only the Python path reads comes as
     records, through `to_batch`."""
+    spans = chunkdir.Spans(_frame_payloads, filter_values_ok=not properties)
     try:
         for part_of in chunkdir.read_range_columns(
             part.store, part.base, part.start, part.end, BATCH_RECORDS_MAX,
-            skip_damage=not fail_on_data_loss,
+            skip_damage=not fail_on_data_loss, spans=spans,
         ):  # fmt: skip
-            if isinstance(part_of, list):
+            if isinstance(part_of, chunkdir.MessageSpans):
+                yield from _spans_batches(part_of, part.stream, schema, include_headers,
+                                          properties)  # fmt: skip
+            elif isinstance(part_of, list):
                 yield to_batch(part_of, part.stream, schema, include_headers)
             else:
                 yield columns_to_batch(
@@ -303,11 +307,29 @@ def _data_only_payloads(c: RecordColumns) -> Ints | None:
     data = np.frombuffer(c.buffer, np.uint8)
     head = c.positions + fmt.RECORD_HEADER_BYTES + c.exchange_lens + c.routing_key_lens
     body = head + c.properties_lens
-    size = c.ends - body
-    if len(data) < 8 or not bool(np.all((c.properties_lens >= 2) & (size >= 5))):
+    if len(data) < 8 or not bool(np.all(c.properties_lens >= 2)):
         return None
     last = len(data) - 1
     native = (data[head] == NATIVE_MARK[0]) & (data[np.minimum(head + 1, last)] == NATIVE_MARK[1])
+    if not bool(np.all(native)):
+        return None
+    return _section_payloads(data, body, c.ends)
+
+
+def _frame_payloads(frame: memoryview, starts: Ints, ends: Ints) -> Ints | None:
+    """`chunkdir.Spans.payloads`: where each message's payload starts when every message
+    of the chunk is exactly one AMQP 1.0 data section (a stream client's without
+    properties, as `_data_only_payloads` for records), else None."""
+    return _section_payloads(np.frombuffer(frame, np.uint8), starts, ends)
+
+
+def _section_payloads(data: np.ndarray, body: Ints, ends: Ints) -> Ints | None:
+    """Where the payload of each AMQP 1.0 message `data[body[i]:ends[i]]` starts, when
+    every one is exactly one data section; else None."""
+    size = ends - body
+    if len(data) < 8 or not bool(np.all(size >= 5)):
+        return None
+    last = len(data) - 1
     section = np.all(
         [data[np.minimum(body + k, last)] == DATA_SECTION[k] for k in range(3)], axis=0
     )
@@ -321,9 +343,45 @@ def _data_only_payloads(c: RecordColumns) -> Ints | None:
         | data[large_at + 3]
     )
     large = (code == VBIN32) & (size >= 8) & (large_size == size - 8)
-    if not bool(np.all(native & section & (small | large))):
+    if not bool(np.all(section & (small | large))):
         return None
     return np.where(small, body + 5, body + 8)
+
+
+def _spans_batches(
+    spans: chunkdir.MessageSpans,
+    stream: str,
+    schema: pa.Schema,
+    include_headers: bool,
+    properties: bool,
+) -> Iterator[pa.RecordBatch]:
+    """The batches of a chunk whose messages are data sections alone, as
+    `_data_only_batch` makes them from records, straight from the frame: the payloads
+    copied once into the body column (before the next frame is read over them) and,
+    the chunk having no filter value, one properties value for every row."""
+    count = len(spans.payloads)
+    for lo in range(0, count, BATCH_RECORDS_MAX):
+        hi = min(lo + BATCH_RECORDS_MAX, count)
+        n = hi - lo
+        offsets = np.arange(spans.first_offset + lo, spans.first_offset + hi, dtype=np.int64)
+        stamps = np.full(n, spans.timestamp_ms * 1000, np.int64)
+        fields = [
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+            pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(stamps)]),
+            _repeated(stream, n),
+            _repeated("", n),
+            _repeated(stream, n),
+            _take_spans(spans.data, spans.payloads[lo:hi], spans.ends[lo:hi]),
+        ]
+        if not properties:
+            rest = _no_properties(n, schema)
+        else:
+            decoded = [decode_properties(filter_properties(b""))]
+            same = pa.array(np.zeros(n, np.int32))
+            rest = [_properties_column(_properties_array(decoded), same)]
+            if include_headers:
+                rest.append(pa.array([decoded[0].get("headers")], HEADERS_TYPE).take(same))
+        yield pa.RecordBatch.from_arrays([*fields, *rest], schema=schema)
 
 
 def _data_only_batch(
@@ -360,17 +418,23 @@ def _data_only_batch(
 
 
 def _binary_spans(c: RecordColumns, starts: Ints, ends: Ints) -> pa.Array:
-    """`c.buffer[starts[i]:ends[i]]` for each record, as one binary array (a `take` of
-    every other span over the buffer, without a Python object per value)."""
-    bounds = np.empty(2 * c.record_count, np.int64)
+    """`c.buffer[starts[i]:ends[i]]` for each record, as one binary array."""
+    return _take_spans(c.buffer, starts, ends)
+
+
+def _take_spans(buffer: bytes | memoryview, starts: Ints, ends: Ints) -> pa.Array:
+    """`buffer[starts[i]:ends[i]]` for each i, as one binary array of its own (a `take`
+    of every other span over the buffer, without a Python object per value)."""
+    count = len(starts)
+    bounds = np.empty(2 * count, np.int64)
     bounds[0::2], bounds[1::2] = starts, ends
-    if len(c.buffer) >= 1 << 31:
-        raise ValueError(f"a {len(c.buffer)}-byte chunk is past Arrow's 2 GiB per array")
+    if len(buffer) >= 1 << 31:
+        raise ValueError(f"a {len(buffer)}-byte chunk is past Arrow's 2 GiB per array")
     offsets = np.concatenate(([0], bounds)).astype(np.int32)
     spans = pa.Array.from_buffers(
-        pa.binary(), 2 * c.record_count, [None, pa.py_buffer(offsets), pa.py_buffer(c.buffer)]
+        pa.binary(), 2 * count, [None, pa.py_buffer(offsets), pa.py_buffer(buffer)]
     )
-    return spans.take(pa.array(np.arange(1, 2 * c.record_count, 2, dtype=np.int32)))
+    return spans.take(pa.array(np.arange(1, 2 * count, 2, dtype=np.int32)))
 
 
 def _records(c: RecordColumns) -> list[fmt.Record]:

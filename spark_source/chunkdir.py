@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -24,6 +24,7 @@ from spark_source.columns import Ints, RecordColumns, run_columns
 from spark_source.store import SegmentFile, Store
 from streamq.log import chunk, frame
 from streamq.log import format as fmt
+from streamq.log._streamwire import chunk_message_spans
 from streamq.log.chunk import ChunkHeader, ChunkInvalid, EntryView
 from streamq.log.chunk_runs import ChunkRun, checked_frame_run, chunk_run
 from streamq.log.chunk_segment import chunk_records, resync_frame
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 READ_BYTES: Final = 1 << 20  # a segment's bytes read at once (`_Window`)
 # Runs of records (a chunk's each) are joined into one batch up to this many bytes.
 JOIN_BYTES_MAX: Final = 256 * 1024
+# A chunk of fewer records and bytes than these is read as records (joined with its
+# neighbours into a batch), never as `MessageSpans`: each of those is a batch of its own.
+SPANS_RECORDS_MIN: Final = 1024
 Entries = list[tuple[int, EntryView]]  # (entry number, entry): the intact ones
 
 
@@ -187,16 +191,51 @@ def read_range_records(
         yield out
 
 
+class MessageSpans(NamedTuple):
+    """The messages of one chunk, where they are in its frame: what a reader that takes
+    the messages as they are (`Spans.payloads` said yes) gets instead of records."""
+
+    data: memoryview  # the frame: a view of the read window, valid until the next item
+    first_offset: int  # of `payloads[0]`
+    timestamp_ms: int
+    payloads: Ints  # each message's part that the reader keeps: start in `data`
+    ends: Ints  # and end
+
+
+class Spans(NamedTuple):
+    """How a reader takes chunks as `MessageSpans`: `payloads(data, starts, ends)` gives
+    what it keeps of each message (its starts; the ends stay), or None to take the chunk
+    as records; `filter_values_ok` whether a chunk with filter values may come so (the
+    spans do not carry them)."""
+
+    payloads: Callable[[memoryview, Ints, Ints], Ints | None]
+    filter_values_ok: bool
+
+
 def read_range_columns(
-    store: Store, base: int, start: int, end: int, records_max: int, skip_damage: bool = False
-) -> Iterator[RecordColumns | list[fmt.Record]]:
+    store: Store,
+    base: int,
+    start: int,
+    end: int,
+    records_max: int,
+    skip_damage: bool = False,
+    spans: Spans | None = None,
+) -> Iterator[RecordColumns | list[fmt.Record] | MessageSpans]:
     """`read_range_records` in bulk: the records [start, end) as columns of at most
     `records_max` rows, the chunks' runs joined across chunks (each chunk's records made
     by `chunk_runs` in C: no Python object per record). A chunk only the Python path
     takes (salvaged entries, a filter value over 255 bytes) comes as its list of records,
-    in order. Raises as `read_range_records` does."""
+    in order. With `spans`, a chunk of SPANS_RECORDS_MIN records or JOIN_BYTES_MAX of
+    entries or more that it takes comes as `MessageSpans` (no record made, no copy).
+    Raises as `read_range_records` does."""
     batch = _Batch(records_max)
     for f in _read_frames(store, base, start, end, skip_damage):
+        taken = None if spans is None else _message_spans(f, spans, start, end)
+        if taken is not None:
+            yield from batch.flush()
+            if len(taken.payloads):
+                yield taken
+            continue
         run, records = _run(f)
         if run is None:
             yield from batch.flush()
@@ -208,6 +247,39 @@ def read_range_columns(
         last = min(end - run.first_offset, len(run.positions))
         yield from batch.add(run.data, np.frombuffer(run.positions, np.int64)[first:last])
     yield from batch.flush()
+
+
+def _message_spans(f: _Frame, spans: Spans, start: int, end: int) -> MessageSpans | None:
+    """The frame's messages in [start, end) as `MessageSpans`, when `spans` takes the
+    chunk: large enough, intact, no compressed batch (`chunk_message_spans`, in C), and
+    no filter value unless `spans.filter_values_ok`."""
+    header = f.header
+    large = header.num_records >= SPANS_RECORDS_MIN or header.data_length >= JOIN_BYTES_MAX
+    if f.entries is not None or not large:
+        return None
+    at = frame.FRAME_HEAD_BYTES
+    if (
+        not spans.filter_values_ok
+        and header.trailer_length
+        and frame.parse_trailer(chunk.trailer_of(f.data, at, header)).filter_runs
+    ):
+        return None
+    try:
+        found = chunk_message_spans(f.data, at + chunk.HEADER_BYTES + header.bloom_size,
+                                    header.data_length, header.num_entries,
+                                    header.first_offset, header.num_records)  # fmt: skip
+    except ValueError as exc:
+        raise SegmentCorrupted(f.where, f.at, str(exc)) from None
+    if found is None:
+        return None
+    bounds = np.frombuffer(found, np.int64)
+    first = max(start - header.first_offset, 0)
+    last = min(end - header.first_offset, header.num_records)
+    starts, ends = bounds[0::2][first:last], bounds[1::2][first:last]
+    payloads = spans.payloads(f.data, starts, ends)
+    if payloads is None:
+        return None
+    return MessageSpans(f.data, header.first_offset + first, header.timestamp_ms, payloads, ends)
 
 
 def _run(f: _Frame) -> tuple[ChunkRun | None, list[fmt.Record]]:

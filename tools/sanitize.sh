@@ -31,7 +31,8 @@ if [ $# -eq 0 ]; then
         tests/unit/log/test_amqp10_c.py tests/unit/spark_source/test_native_columns.py \
         tests/unit/amqp_gateway/test_deliver_stream_native_c.py \
         tests/unit/log/test_chunk_run_c.py tests/unit/log/test_log_chunk_runs.py \
-        tests/unit/queues/test_converted_entries_c.py tests/unit/queues/test_converted_run.py
+        tests/unit/queues/test_converted_entries_c.py tests/unit/queues/test_converted_run.py \
+        tests/unit/spark_source/test_chunk_spans.py
 fi
 # Leak checking is off: CPython keeps its interned objects and arenas to the end.
 LD_PRELOAD="$preload" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \

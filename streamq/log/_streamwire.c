@@ -492,6 +492,8 @@ static PyMethodDef streamwire_methods[] = {
     {"crc32", (PyCFunction)(void (*)(void))crc32_of, METH_FASTCALL, crc32_doc},
     {"chunk_run_records", (PyCFunction)(void (*)(void))chunk_run_records, METH_FASTCALL,
      chunk_run_records_doc},
+    {"chunk_message_spans", (PyCFunction)(void (*)(void))chunk_message_spans, METH_FASTCALL,
+     chunk_message_spans_doc},
     {"converted_entries", (PyCFunction)(void (*)(void))converted_entries, METH_FASTCALL,
      converted_entries_doc},
     {NULL, NULL, 0, NULL},

@@ -103,6 +103,20 @@ def crc32(data: Buffer, start: int, /) -> int:
     """zlib.crc32(data[start:]): the CRC of a chunk's entries (PCLMULQDQ folding where the
     CPU has it)."""
 
+def chunk_message_spans(
+    data: Buffer,
+    entries_at: int,
+    data_length: int,
+    num_entries: int,
+    first_offset: int,
+    num_records: int,
+    /,
+) -> bytes | None:
+    """Where each message of the chunk whose entries are `data[entries_at:][:data_length]`
+    is in `data`: native i64 (start, end) pairs, one per record in offset order (source:
+    `_streamwire_runs.c`), the entries checked as `chunk_run_records` checks them. None
+    when an entry is a compressed sub-entry batch. Raises ValueError as it does."""
+
 def chunk_run_records(
     data: Buffer,
     entries_at: int,

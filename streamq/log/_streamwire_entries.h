@@ -116,5 +116,7 @@ extern const char converted_entries_doc[];
 /* _streamwire_runs.c */
 PyObject *chunk_run_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 extern const char chunk_run_records_doc[];
+PyObject *chunk_message_spans(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern const char chunk_message_spans_doc[];
 
 #endif /* STREAMQ_STREAMWIRE_ENTRIES_H */

@@ -42,6 +42,7 @@ const char chunk_run_records_doc[] = PyDoc_STR(
 "messages not filling it exactly).");
 
 #define RUN_NARGS 8
+#define SPANS_NARGS 6
 #define PLAN_NO_RUN ((const char *)1) /* plan_run: no run here (the Python path's) */
 
 static inline void
@@ -82,12 +83,16 @@ typedef struct {
     const EntryValue *values; /* num_entries of them */
 } ChunkEntries;
 
-/* Where the walk writes (out == NULL: the sizing pass, which only counts). */
+/* Where the walk writes (out == NULL: the sizing pass, which only counts; spans != NULL:
+ * each message's start and end in the caller's buffer instead of records). */
 typedef struct {
     unsigned char *out;
     int64_t *positions;
     size_t bytes;     /* the records' bytes so far */
     uint64_t records; /* records so far */
+    int64_t *spans;   /* chunk_message_spans: 2 per record, up to spans_max records */
+    uint64_t spans_max;
+    const unsigned char *base; /* what the spans count from */
 } RunOut;
 
 /* One message's record at out->out + out->bytes (or only counted). */
@@ -95,6 +100,15 @@ static const char *
 put_record(RunOut *out, const ChunkEntries *c, const EntryValue *key,
            const unsigned char *message, size_t len)
 {
+    if (out->spans != NULL) {
+        if (out->records == out->spans_max) {
+            return "more records than the chunk header's";
+        }
+        out->spans[2 * out->records] = (int64_t)(message - out->base);
+        out->spans[2 * out->records + 1] = (int64_t)(message + len - out->base);
+        out->records += 1;
+        return NULL;
+    }
     size_t size = RECORD_HEADER_BYTES + key->len + NATIVE_PROPERTIES_BYTES + len;
     if (size - 4 > U32_MAX || out->bytes > (size_t)PY_SSIZE_T_MAX - size) {
         return "the chunk's records would not fit a bytes object";
@@ -272,26 +286,35 @@ write_run(const ChunkEntries *c, const RunOut *sized)
         return NULL;
     }
     RunOut out = {(unsigned char *)PyBytes_AS_STRING(data),
-                  (int64_t *)(void *)PyBytes_AS_STRING(positions), 0, 0};
+                  (int64_t *)(void *)PyBytes_AS_STRING(positions), 0, 0, NULL, 0, NULL};
     (void)walk_entries(&out, c); /* the sizing pass checked every entry */
     return Py_BuildValue("(NN)", data, positions);
 }
 
+/* The arguments both functions share (data, entries_at, data_length, num_entries,
+ * first_offset, num_records): `c` filled, `view` held and `*values` allocated (zeroed: no
+ * filter value) on 0; -1 with an exception set and nothing held. */
 static int
-run_args(PyObject *const *args, Py_ssize_t *entries_at, ChunkEntries *c)
+open_entries(const char *name, int nargs_wanted, PyObject *const *args, Py_ssize_t nargs,
+             ChunkEntries *c, Py_buffer *view, EntryValue **values)
 {
+    if (nargs != nargs_wanted) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %d arguments (%zd given)", name,
+                     nargs_wanted, nargs);
+        return -1;
+    }
+    Py_ssize_t entries_at = PyLong_AsSsize_t(args[1]);
     Py_ssize_t data_length = PyLong_AsSsize_t(args[2]);
     Py_ssize_t num_entries = PyLong_AsSsize_t(args[3]);
     c->first_offset = PyLong_AsUnsignedLongLong(args[4]);
     c->num_records = PyLong_AsUnsignedLongLong(args[5]);
-    c->timestamp_ms = PyLong_AsLongLong(args[6]);
-    *entries_at = PyLong_AsSsize_t(args[1]);
+    c->timestamp_ms = 0; /* chunk_run_records reads its args[6] */
     if (PyErr_Occurred()) {
         return -1;
     }
-    if (*entries_at < 0 || data_length < 0 || num_entries <= 0) {
-        PyErr_SetString(PyExc_ValueError, "chunk_run_records(): negative position or length, "
-                                          "or no entries");
+    if (entries_at < 0 || data_length < 0 || num_entries <= 0) {
+        PyErr_Format(PyExc_ValueError, "%s(): negative position or length, or no entries",
+                     name);
         return -1;
     }
     if (c->num_records > UINT64_MAX - c->first_offset) {
@@ -300,44 +323,44 @@ run_args(PyObject *const *args, Py_ssize_t *entries_at, ChunkEntries *c)
     }
     c->data_length = (size_t)data_length;
     c->num_entries = (size_t)num_entries;
+    if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    if (entries_at > view->len || c->data_length > (size_t)(view->len - entries_at)) {
+        PyErr_SetString(PyExc_ValueError, "the buffer ends inside the chunk's entries");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    c->entries = (const unsigned char *)view->buf + entries_at;
+    *values = PyMem_Calloc(c->num_entries, sizeof(EntryValue));
+    if (*values == NULL) {
+        PyErr_NoMemory();
+        PyBuffer_Release(view);
+        return -1;
+    }
+    c->values = *values;
     return 0;
 }
 
 PyObject *
 chunk_run_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != RUN_NARGS) {
-        PyErr_Format(PyExc_TypeError, "chunk_run_records() takes %d arguments (%zd given)",
-                     RUN_NARGS, nargs);
-        return NULL;
-    }
     ChunkEntries c;
-    Py_ssize_t entries_at;
-    if (run_args(args, &entries_at, &c) < 0) {
-        return NULL;
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+    EntryValue *values;
+    if (open_entries("chunk_run_records", RUN_NARGS, args, nargs, &c, &view, &values) < 0) {
         return NULL;
     }
     PyObject *result = NULL;
-    EntryValue *values = NULL;
-    if (entries_at > view.len || c.data_length > (size_t)(view.len - entries_at)) {
-        PyErr_SetString(PyExc_ValueError, "the buffer ends inside the chunk's entries");
+    c.timestamp_ms = PyLong_AsLongLong(args[6]);
+    if (c.timestamp_ms == -1 && PyErr_Occurred()) {
         goto done;
     }
-    c.entries = (const unsigned char *)view.buf + entries_at;
-    values = PyMem_Calloc(c.num_entries, sizeof(EntryValue));
-    if (values == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    c.values = values;
     int long_value = entry_values(args[7], values, c.num_entries);
     if (long_value < 0) {
         goto done;
     }
-    RunOut sized = {NULL, NULL, 0, 0};
+    RunOut sized = {NULL, NULL, 0, 0, NULL, 0, NULL};
     const char *error = long_value ? PLAN_NO_RUN : walk_entries(&sized, &c);
     if (error == PLAN_NO_RUN) {
         result = Py_NewRef(Py_None);
@@ -348,6 +371,60 @@ chunk_run_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t
     }
     else {
         result = write_run(&c, &sized);
+    }
+done:
+    PyMem_Free(values);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+const char chunk_message_spans_doc[] = PyDoc_STR(
+"chunk_message_spans(data, entries_at, data_length, num_entries, first_offset,\n"
+"                    num_records, /) -> bytes | None\n"
+"\n"
+"Where each message of the chunk whose entries are `data[entries_at:entries_at +\n"
+"data_length]` is in `data`: native i64 (start, end) pairs, one per record in offset\n"
+"order (np.frombuffer(..., np.int64).reshape(-1, 2)), checked as chunk_run_records\n"
+"checks the entries. None when an entry is a compressed sub-entry batch. Raises\n"
+"ValueError as chunk_run_records does.");
+
+PyObject *
+chunk_message_spans(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    ChunkEntries c;
+    Py_buffer view;
+    EntryValue *values; /* all empty: the spans do not look at filter values */
+    if (open_entries("chunk_message_spans", SPANS_NARGS, args, nargs, &c, &view, &values) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    /* Every record takes at least a 4-byte size in the entries: more is a bad header. */
+    if (c.num_records > c.data_length / ENTRY_SIZE_BYTES) {
+        PyErr_Format(PyExc_ValueError, "chunk at offset %llu: %llu records in %zu bytes",
+                     (unsigned long long)c.first_offset, (unsigned long long)c.num_records,
+                     c.data_length);
+        goto done;
+    }
+    PyObject *spans = PyBytes_FromStringAndSize(
+        NULL, (Py_ssize_t)(c.num_records * 2 * sizeof(int64_t)));
+    if (spans == NULL) {
+        goto done;
+    }
+    RunOut out = {NULL, NULL, 0, 0, (int64_t *)(void *)PyBytes_AS_STRING(spans),
+                  c.num_records, (const unsigned char *)view.buf};
+    const char *error = walk_entries(&out, &c);
+    if (error == NULL) {
+        result = spans;
+    }
+    else {
+        Py_DECREF(spans);
+        if (error == PLAN_NO_RUN) {
+            result = Py_NewRef(Py_None);
+        }
+        else {
+            PyErr_Format(PyExc_ValueError, "chunk at offset %llu: %s",
+                         (unsigned long long)c.first_offset, error);
+        }
     }
 done:
     PyMem_Free(values);

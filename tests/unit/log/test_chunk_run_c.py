@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from streamq.log import batches, chunk, frame
-from streamq.log._streamwire import chunk_run_records
+from streamq.log._streamwire import chunk_message_spans, chunk_run_records
 from streamq.log.chunk import ChunkHeader, ChunkInvalid
 from streamq.log.chunk_runs import ChunkRun, chunk_run, frame_run
 from streamq.log.chunk_segment import chunk_records
@@ -81,6 +81,11 @@ def test_stored_chunks_give_the_python_paths_records(seed: int) -> None:
     data = stored_frame(items, first, timestamp)
     records = sum(records for _encoded, records, _value in items)
     assert_same(frame_run(data, first, records), python_run(data, first))
+    header = frame.check_frame(data)
+    decoded: list = []
+    chunk_records(data, 0, header, first, header.num_records, decoded)
+    at = HEAD + chunk.HEADER_BYTES + header.bloom_size
+    assert spans_outcome(data, at, header) == ("run", [r.body for r in decoded])
 
 
 def test_a_chunk_without_filter_values_nor_trailer() -> None:
@@ -178,6 +183,20 @@ def c_outcome(entries: bytes, num_entries: int, num_records: int,
     return "run", ChunkRun(500, made[0], positions)  # type: ignore[arg-type]
 
 
+def spans_outcome(data: bytes, entries_at: int, header: ChunkHeader
+                  ) -> tuple[str, list[bytes] | None]:  # fmt: skip
+    """`chunk_message_spans` of a chunk, as the messages its spans cut from `data`."""
+    try:
+        spans = chunk_message_spans(data, entries_at, header.data_length, header.num_entries,
+                                    header.first_offset, header.num_records)  # fmt: skip
+    except ValueError:
+        return "invalid", None
+    if spans is None:
+        return "none", None
+    pairs = struct.unpack(f"={len(spans) // 8}q", spans)
+    return "run", [data[pairs[i] : pairs[i + 1]] for i in range(0, len(pairs), 2)]
+
+
 def assert_outcomes_agree(entries: bytes, num_entries: int, num_records: int,
                           runs: list[frame.FilterRun] | None = None) -> str:  # fmt: skip
     runs = runs or []
@@ -186,6 +205,16 @@ def assert_outcomes_agree(entries: bytes, num_entries: int, num_records: int,
     assert c_kind == py_kind, (entries.hex(), num_entries, num_records)
     if py_kind == "run":
         assert_same(c_run, py_run)
+    if not runs:  # the spans walk the same entries (filter values play no part)
+        header = ChunkHeader(500, num_entries, num_records, TIMESTAMP, 1, 500, 0, len(entries),
+                             0, 0)  # fmt: skip
+        data = fake_frame(entries, num_entries, num_records, b"")
+        spans_kind, messages = spans_outcome(data, ENTRIES_AT, header)
+        assert spans_kind == py_kind, (entries.hex(), num_entries, num_records)
+        if py_run is not None:
+            records: list = []
+            chunk_records(data, 0, header, 500, num_records, records)
+            assert messages == [r.body for r in records]
     return c_kind
 
 
@@ -286,3 +315,19 @@ def test_bad_arguments_are_refused_not_read_past() -> None:
                           [(0, 2, "str")])  # type: ignore[list-item]  # fmt: skip
     made = chunk_run_records(memoryview(data), ENTRIES_AT, len(entries), *args)
     assert made is not None and len(made[1]) == 8 * records
+
+
+def test_the_spans_refuse_what_the_records_refuse() -> None:
+    entries, count, records = sample_entries()
+    data = fake_frame(entries, count, records, b"")
+    for bad in ((ENTRIES_AT, len(entries) + 1, count, 500, records),
+                (len(data) + 1, 0, count, 500, records), (-1, len(entries), count, 500, records),
+                (ENTRIES_AT, len(entries), 0, 500, records),
+                (ENTRIES_AT, len(entries), count, 2**64 - 3, records),
+                (ENTRIES_AT, len(entries), count, 500, len(entries))):  # fmt: skip
+        with pytest.raises(ValueError):
+            chunk_message_spans(data, *bad)
+    with pytest.raises(TypeError):
+        chunk_message_spans(data, ENTRIES_AT, len(entries), count, 500)  # type: ignore[call-arg]
+    spans = chunk_message_spans(memoryview(data), ENTRIES_AT, len(entries), count, 500, records)
+    assert spans is not None and len(spans) == 16 * records
