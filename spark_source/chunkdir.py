@@ -264,10 +264,13 @@ def _message_spans(f: _Frame, spans: Spans, start: int, end: int) -> MessageSpan
         and frame.parse_trailer(chunk.trailer_of(f.data, at, header)).filter_runs
     ):
         return None
+    entries_at = at + chunk.HEADER_BYTES + header.bloom_size
+    if _first_message_refused(f.data, entries_at, header.data_length, spans):
+        return None  # a chunk of other messages costs one look, not a walk of all
     try:
-        found = chunk_message_spans(f.data, at + chunk.HEADER_BYTES + header.bloom_size,
-                                    header.data_length, header.num_entries,
-                                    header.first_offset, header.num_records)  # fmt: skip
+        found = chunk_message_spans(f.data, entries_at, header.data_length,
+                                    header.num_entries, header.first_offset,
+                                    header.num_records)  # fmt: skip
     except ValueError as exc:
         raise SegmentCorrupted(f.where, f.at, str(exc)) from None
     if found is None:
@@ -280,6 +283,19 @@ def _message_spans(f: _Frame, spans: Spans, start: int, end: int) -> MessageSpan
     if payloads is None:
         return None
     return MessageSpans(f.data, header.first_offset + first, header.timestamp_ms, payloads, ends)
+
+
+def _first_message_refused(data: memoryview, at: int, length: int, spans: Spans) -> bool:
+    """Whether `spans` refuses the chunk's first message, when its first entry is a
+    simple one (its size checked against the entries' end)."""
+    if length < chunk.SIMPLE_SIZE.size or data[at] & chunk.BATCH_FLAG:
+        return False
+    (size,) = chunk.SIMPLE_SIZE.unpack_from(data, at)
+    if size > length - chunk.SIMPLE_SIZE.size:
+        return False  # the walk says what is wrong
+    start = at + chunk.SIMPLE_SIZE.size
+    bounds = np.array([start, start + size], np.int64)
+    return spans.payloads(data, bounds[:1], bounds[1:]) is None
 
 
 def _run(f: _Frame) -> tuple[ChunkRun | None, list[fmt.Record]]:

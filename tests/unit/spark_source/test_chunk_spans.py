@@ -53,6 +53,7 @@ def write(directory: str) -> int:
     chunk([SimpleEntry(section(n + k), b"eu" if k % 3 else b"") for k in range(LARGE)])
     with_properties = to_amqp10(b"x", b"", b"\x80\x00\x0atext/plain", b"body")
     chunk([SimpleEntry(section(n + k) if k != 700 else with_properties) for k in range(LARGE)])
+    chunk([SimpleEntry(section(n + k) if k else with_properties) for k in range(LARGE)])
     for _ in range(4):
         chunk([SimpleEntry(section(n + k)) for k in range(3)])  # small: joined records
     chunk([batch([section(n + k) for k in range(5)], 1)])  # gzip: the Python path
@@ -77,7 +78,9 @@ def table(part: SegmentRange, include_headers: bool, columns: tuple[str, ...] | 
 
 @pytest.mark.parametrize("include_headers", [False, True])
 @pytest.mark.parametrize("columns", [None, ("offset", "body"), ("body", "properties")])
-@pytest.mark.parametrize("bounds", [(0, None), (17, 1_499), (1_400, 4_600), (6_012, None)])
+@pytest.mark.parametrize(
+    "bounds", [(0, None), (17, 1_499), (1_400, 4_600), (5_900, 7_700), (7_512, None)]
+)
 def test_spans_give_the_record_paths_batches(
     store: tuple[LocalStore, int],
     monkeypatch: pytest.MonkeyPatch,
