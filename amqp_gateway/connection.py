@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from amqp_gateway import assembly, codec, handshake, states
+from amqp_gateway import assembly, codec, errors, handshake, states
 from amqp_gateway.codec import methods as m
 from amqp_gateway.codec.erlang_text import unexpected_frame_text
 from amqp_gateway.codec.frame import received_payload_max
@@ -67,7 +67,6 @@ PUBLISH_RUN_MESSAGES_MAX: Final = 256
 # Acks, nacks and rejects per AckRun event: the server settles a run in one step, and
 # the slices count its tags as they counted one event per ack before (EVENTS_PER_SLICE).
 ACK_RUN_TAGS_MAX: Final = 512
-REPLY_TEXT_BYTES_MAX: Final = 255  # a shortstr
 # Until tune-ok is in, frames are limited to the spec's minimum size (4.2.1 of 0-9-1).
 _PRE_TUNE_FRAME_MAX: Final = codec.FRAME_MIN_SIZE
 _DEFAULT_TUNING: Final = AmqpTuning()
@@ -545,13 +544,13 @@ class Connection:
                 channel,
                 m.ChannelClose(
                     reply_code=exc.reply_code,
-                    reply_text=_reply_text(exc),
+                    reply_text=errors.reply_text(exc),
                     class_id=exc.class_id,
                     method_id=exc.method_id,
                 ),
             )
             return
-        self.close(exc.reply_code, _reply_text(exc), exc.class_id, exc.method_id, events)
+        self.close(exc.reply_code, errors.reply_text(exc), exc.class_id, exc.method_id, events)
 
     def close(
         self, reply_code: int, reply_text: str, class_id: int, method_id: int, events: list[Event]
@@ -608,15 +607,3 @@ def _answer_in_order(events: list[Event]) -> None:
     handle (they are all earlier in `events`: no frame adds one before it answers)."""
     if events:
         raise _AnswerLater
-
-
-def _reply_text(exc: AMQPError) -> str:
-    # RabbitMQ prefixes the code's name, e.g. "NOT_FOUND - no queue 'q' in vhost '/'".
-    # A longer text is cut to 252 bytes and "..." (rabbit_binary_generator's
-    # amqp_exception_explanation), so it fits the 255-byte shortstr. Texts quote peer
-    # octets (names, frame payloads) kept as surrogateescape: they go out as those
-    # octets, and the cut falls on the same byte as RabbitMQ's, mid-character or not.
-    raw = f"{exc.reply_code.name} - {exc.reply_text}".encode("utf-8", "surrogateescape")
-    if len(raw) > REPLY_TEXT_BYTES_MAX:
-        raw = raw[: REPLY_TEXT_BYTES_MAX - 3] + b"..."
-    return raw.decode("utf-8", "surrogateescape")

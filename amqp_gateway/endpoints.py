@@ -67,3 +67,10 @@ def socket_endpoints(transport: asyncio.BaseTransport | HasExtraInfo) -> Endpoin
     if not isinstance(peer, tuple) or not isinstance(local, tuple):
         return None
     return ip_endpoints((peer[0], peer[1]), (local[0], local[1]))
+
+
+def connection_name(endpoints: Endpoints | None, peer: str) -> str:
+    """The connection's name in log lines, as the management API's (RabbitMQ's)."""
+    if endpoints is None:
+        return peer
+    return f"{endpoints.peer} -> {endpoints.host}:{endpoints.port}"

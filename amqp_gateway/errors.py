@@ -232,3 +232,19 @@ def error_for_reply_code(
     except (ValueError, KeyError):
         return InternalError(f"unknown reply code {reply_code}: {reply_text}", class_id, method_id)
     return cls(reply_text, class_id, method_id)
+
+
+REPLY_TEXT_BYTES_MAX: Final = 255  # a shortstr
+
+
+def reply_text(exc: AMQPError) -> str:
+    """The reply text of a close for `exc`, as RabbitMQ words and cuts it."""
+    # RabbitMQ prefixes the code's name, e.g. "NOT_FOUND - no queue 'q' in vhost '/'".
+    # A longer text is cut to 252 bytes and "..." (rabbit_binary_generator's
+    # amqp_exception_explanation), so it fits the 255-byte shortstr. Texts quote peer
+    # octets (names, frame payloads) kept as surrogateescape: they go out as those
+    # octets, and the cut falls on the same byte as RabbitMQ's, mid-character or not.
+    raw = f"{exc.reply_code.name} - {exc.reply_text}".encode("utf-8", "surrogateescape")
+    if len(raw) > REPLY_TEXT_BYTES_MAX:
+        raw = raw[: REPLY_TEXT_BYTES_MAX - 3] + b"..."
+    return raw.decode("utf-8", "surrogateescape")

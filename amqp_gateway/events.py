@@ -11,7 +11,7 @@ than dataclasses (STYLE.md section 11).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from amqp_gateway import codec
 from amqp_gateway.codec import methods as m
@@ -102,3 +102,22 @@ Event = (
     | ChannelClosed
     | ConnectionClosed
 )
+
+# Messages handled per drain while deliveries are pending (a PublishRun counts each of
+# its messages, an AckRun each of its tags, any other event one).
+EVENTS_PER_SLICE: Final = 512
+
+
+def slice_end(events: list[Event]) -> int:
+    """How many of `events` make one slice: EVENTS_PER_SLICE messages, at least one event."""
+    weight = 0
+    for index, event in enumerate(events):
+        if type(event) is PublishRun:
+            weight += len(event.messages)
+        elif type(event) is AckRun:
+            continue  # it gives deliveries their turns itself, piece by piece (settle_ack_run)
+        else:
+            weight += 1
+        if weight > EVENTS_PER_SLICE:
+            return max(index, 1)
+    return len(events)

@@ -31,7 +31,7 @@ from amqp_gateway.channels import ChannelSession, monotonic_ms
 from amqp_gateway.client_view import AmqpClient
 from amqp_gateway.codec import methods as m
 from amqp_gateway.connection import Connection
-from amqp_gateway.endpoints import Endpoints, socket_endpoints
+from amqp_gateway.endpoints import Endpoints, connection_name, socket_endpoints
 from amqp_gateway.errormap import to_amqp
 from amqp_gateway.events import (
     AckRun,
@@ -43,6 +43,7 @@ from amqp_gateway.events import (
     OpenRequested,
     Publish,
     PublishRun,
+    slice_end,
 )
 from amqp_gateway.external_auth import offered_mechanisms
 from amqp_gateway.states import State
@@ -73,9 +74,6 @@ READ_BYTES_MAX: Final = 1024 * 1024
 HANDSHAKE_TIMEOUT_S: Final = 10.0  # RabbitMQ's handshake_timeout: open within this
 HEARTBEAT_CHECK_FIRST_S: Final = 0.5  # the first check follows the handshake closely
 HEARTBEAT_IDLE_CHECK_S: Final = 5.0  # heartbeats off: look again later (they may be tuned)
-# Messages handled per drain while deliveries are pending (a PublishRun counts each of
-# its messages, an AckRun each of its tags, any other event one).
-EVENTS_PER_SLICE: Final = 512
 # Publisher flow control: a connection that published to a queue in flow (see
 # VHost._drain_queue) stops reading until the queue leaves flow, or for this long at most
 # (checked after each drain and each housekeeping tick): a consumer that never acks slows
@@ -183,13 +181,13 @@ class AmqpSession(asyncio.BufferedProtocol):
         self._run(events)
 
     def _run(self, events: list[Event]) -> None:
-        """Handle events, at most EVENTS_PER_SLICE of them while deliveries are pending:
+        """Handle events, at most `events.EVENTS_PER_SLICE` of them while deliveries are pending:
         the rest wait, reading stops, and the next slice runs after the drain. A read of
         a fast publisher holds thousands of messages; without slices consumers would get
         one turn per read, and their acks would wait behind it."""
         while True:
             if len(events) > 1 and self.gateway.drain_pending:
-                cut = _slice_end(events)
+                cut = slice_end(events)
                 if cut < len(events):
                     events, self._held = events[:cut], events[cut:]
             self.handle_events(events)
@@ -603,25 +601,3 @@ class AmqpSession(asyncio.BufferedProtocol):
     def current_vhost(self) -> VHost:
         assert self.vhost is not None
         return self.vhost
-
-
-def connection_name(endpoints: Endpoints | None, peer: str) -> str:
-    """The connection's name in log lines, as the management API's (RabbitMQ's)."""
-    if endpoints is None:
-        return peer
-    return f"{endpoints.peer} -> {endpoints.host}:{endpoints.port}"
-
-
-def _slice_end(events: list[Event]) -> int:
-    """How many of `events` make one slice: EVENTS_PER_SLICE messages, at least one event."""
-    weight = 0
-    for index, event in enumerate(events):
-        if type(event) is PublishRun:
-            weight += len(event.messages)
-        elif type(event) is AckRun:
-            continue  # it gives deliveries their turns itself, piece by piece (settle_ack_run)
-        else:
-            weight += 1
-        if weight > EVENTS_PER_SLICE:
-            return max(index, 1)
-    return len(events)

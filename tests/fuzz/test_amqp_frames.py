@@ -130,7 +130,7 @@ class Server:
                 continue
             if frame.payload[:4] in _CLOSES:
                 # Reply texts quote the peer's octets raw, as RabbitMQ's do (not always
-                # UTF-8: connection.py's _reply_text): only the code is checked.
+                # UTF-8: errors.reply_text): only the code is checked.
                 assert int.from_bytes(frame.payload[4:6]) in _REPLY_CODES, frame
             else:
                 codec.decode_method(frame.payload)
