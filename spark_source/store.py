@@ -128,9 +128,7 @@ class _HttpFile:
         return self._store.get(self._name, position, length)
 
     def pread_into(self, buffer: memoryview, position: int) -> int:
-        data = self.pread(len(buffer), position)
-        buffer[: len(data)] = data
-        return len(data)
+        return self._store.get_into(self._name, position, buffer)
 
     def size(self) -> int:
         assert self._size is not None
@@ -158,24 +156,44 @@ class HttpStore:
         quoted = [urllib.parse.quote(p, safe="") for p in ("api", "stream-files", *parts)]
         return self.url.rstrip("/") + "/" + "/".join(quoted)
 
-    def _fetch(self, target: str) -> bytes:
+    def _fetch(self, target: str, into: memoryview | None = None) -> bytes | int:
+        """The body of a GET of `target`; with `into`, read into it (the bytes read)."""
         credentials = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         request = urllib.request.Request(target, headers={"Authorization": f"Basic {credentials}"})
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-                return bytes(response.read())
+                if into is None:
+                    return bytes(response.read())
+                done = 0
+                while done < len(into) and (got := response.readinto(into[done:])):
+                    done += got
+                return done
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise FileNotFoundError(f"{target}: {exc.read()[:200]!r}") from exc
             raise OSError(f"{target}: HTTP {exc.code} {exc.read()[:200]!r}") from exc
 
+    def _text(self, target: str) -> bytes:
+        body = self._fetch(target)
+        assert isinstance(body, bytes)
+        return body
+
     def list_files(self) -> dict[str, int]:
-        listing = json.loads(self._fetch(self._path(self.vhost, self.stream)))
+        listing = json.loads(self._text(self._path(self.vhost, self.stream)))
         return {str(name): int(size) for name, size in listing["files"].items()}
 
     def get(self, name: str, position: int, length: int) -> bytes:
+        return self._text(self._range(name, position, length))
+
+    def get_into(self, name: str, position: int, into: memoryview) -> int:
+        """`get` into `into` (no bytes object of the range's size): the bytes read."""
+        done = self._fetch(self._range(name, position, len(into)), into)
+        assert isinstance(done, int)
+        return done
+
+    def _range(self, name: str, position: int, length: int) -> str:
         query = urllib.parse.urlencode({"position": position, "length": length})
-        return self._fetch(self._path(self.vhost, self.stream, name) + "?" + query)
+        return self._path(self.vhost, self.stream, name) + "?" + query
 
     def read_file(self, name: str) -> bytes:
         return self.get(name, 0, SMALL_FILE_BYTES_MAX)

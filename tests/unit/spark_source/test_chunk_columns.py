@@ -105,3 +105,45 @@ def test_the_local_store_sees_the_one_segment(tmp_path: Path) -> None:
     assert by_columns(store, base, 0, count, 10_000) == [
         r for batch in chunkdir.read_range_records(store, base, 0, count, 10_000) for r in batch
     ]
+
+
+class CountingFile:
+    """A segment file in memory that counts what is read from it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.fetched = 0
+        self.reads = 0
+
+    def pread(self, length: int, position: int) -> bytes:
+        return self.data[position : position + length]
+
+    def pread_into(self, buffer: memoryview, position: int) -> int:
+        got = self.data[position : position + len(buffer)]
+        buffer[: len(got)] = got
+        self.fetched += len(got)
+        self.reads += 1
+        return len(got)
+
+    def size(self) -> int:
+        return len(self.data)
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+@pytest.mark.parametrize("frame", [100, chunkdir.READ_BYTES - 30, chunkdir.READ_BYTES + 4_000])
+def test_the_window_reads_each_byte_once(frame: int) -> None:
+    """Frames read in turn (a head, then the frame from the same place) fetch every byte
+    of the segment once, in reads of READ_BYTES or more, whatever the frames' size."""
+    data = bytes(range(256)) * (10 * chunkdir.READ_BYTES // 256)
+    file = CountingFile(data)
+    window = chunkdir._Window(file, len(data))
+    position = 0
+    while position < len(data):
+        assert bytes(window.read(60, position)) == data[position : position + 60]
+        body = window.read(min(frame, len(data) - position), position)
+        assert bytes(body) == data[position : position + frame]
+        position += len(body)
+    assert file.fetched == len(data)
+    assert file.reads <= len(data) // chunkdir.READ_BYTES + 1
