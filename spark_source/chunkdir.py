@@ -32,7 +32,6 @@ from streamq.log.errors import SegmentCorrupted
 from streamq.log.salvage import salvage
 
 log = logging.getLogger(__name__)
-READ_BYTES: Final = 4 << 20  # a segment's bytes read at once (`_Window`)
 # Runs of records (a chunk's each) are joined into one batch up to this many bytes.
 JOIN_BYTES_MAX: Final = 256 * 1024
 # A chunk of fewer records and bytes than these is read as records (joined with its
@@ -110,13 +109,14 @@ def _frames(
 
 
 class _Window:
-    """A segment read READ_BYTES at a time, so that small chunks cost one read (for a
-    remote store, one HTTP request) per window, not two each. The window is one buffer
+    """A segment read `read_bytes` at a time (the file's: 1 MiB on this machine's disk,
+    4 MiB over HTTP), so that small chunks cost one read (for a remote store, one HTTP
+    request) per window, not two each. The window is one buffer
     reused for every read, and what `read` returns is a view of it: valid until the next
     `read` (every reader of a frame copies what it keeps: the C run, `chunk_records`).
     A read that starts inside the window and ends past it keeps what the window holds
-    of it and reads only the rest: a chunk a little over READ_BYTES was read twice,
-    its head's window and then the whole chunk."""
+    of it and reads the rest with the next window: a chunk a little over the window was
+    read twice, its head's window and then the whole chunk."""
 
     def __init__(self, segment: SegmentFile, size: int) -> None:
         self.segment = segment
@@ -132,12 +132,13 @@ class _Window:
             kept = 0
             if self.at <= position < self.at + self.length:
                 kept = min(self.at + self.length - position, length)
-            want = min(max(length, kept + READ_BYTES), max(self.size - position, length))
-            held = self.buffer[position - self.at : position - self.at + kept]  # a copy
+            step = self.segment.read_bytes
+            want = min(max(length, kept + step), max(self.size - position, length))
+            held = self.view[position - self.at : position - self.at + kept]
             if want > len(self.buffer):  # views of the old buffer keep it alive
                 self.buffer = bytearray(want)
                 self.view = memoryview(self.buffer)
-            self.view[:kept] = held
+            self.view[:kept] = held  # memmove when in the same buffer
             got = self.segment.pread_into(self.view[kept:want], position + kept)
             self.at, self.length = position, kept + got
         start = position - self.at

@@ -35,7 +35,10 @@ def stream_directory(path: str, vhost: str, stream: str) -> str:
 
 
 class SegmentFile(Protocol):
-    """An open segment: positional reads, then close."""
+    """An open segment: positional reads, then close; `read_bytes` is how much a reader
+    should read at once (a window: `chunkdir._Window`)."""
+
+    read_bytes: int
 
     def pread(self, length: int, position: int) -> bytes: ...
 
@@ -61,6 +64,10 @@ class Store(Protocol):
 
 
 class _LocalFile:
+    # A window that stays in the CPU's cache: 1M x 1 KiB decoded in 0.54-0.58 CPU-s with
+    # 1 MiB reads, 0.59-0.65 with 4 MiB.
+    read_bytes = 1 << 20
+
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_RDONLY)
 
@@ -117,6 +124,8 @@ class LocalStore:
 
 
 class _HttpFile:
+    read_bytes = 4 << 20  # a request each: 1 GB of 1 KiB chunks in 258 requests
+
     def __init__(self, store: HttpStore, name: str) -> None:
         self._store = store
         self._name = name

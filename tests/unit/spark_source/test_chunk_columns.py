@@ -110,6 +110,8 @@ def test_the_local_store_sees_the_one_segment(tmp_path: Path) -> None:
 class CountingFile:
     """A segment file in memory that counts what is read from it."""
 
+    read_bytes = 1 << 20
+
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.fetched = 0
@@ -132,11 +134,13 @@ class CountingFile:
         """Nothing held."""
 
 
-@pytest.mark.parametrize("frame", [100, chunkdir.READ_BYTES - 30, chunkdir.READ_BYTES + 4_000])
+@pytest.mark.parametrize(
+    "frame", [100, CountingFile.read_bytes - 30, CountingFile.read_bytes + 4_000]
+)
 def test_the_window_reads_each_byte_once(frame: int) -> None:
     """Frames read in turn (a head, then the frame from the same place) fetch every byte
-    of the segment once, in reads of READ_BYTES or more, whatever the frames' size."""
-    data = bytes(range(256)) * (10 * chunkdir.READ_BYTES // 256)
+    of the segment once, in reads of `read_bytes` or more, whatever the frames' size."""
+    data = bytes(range(256)) * (10 * CountingFile.read_bytes // 256)
     file = CountingFile(data)
     window = chunkdir._Window(file, len(data))
     position = 0
@@ -146,4 +150,4 @@ def test_the_window_reads_each_byte_once(frame: int) -> None:
         assert bytes(body) == data[position : position + frame]
         position += len(body)
     assert file.fetched == len(data)
-    assert file.reads <= len(data) // chunkdir.READ_BYTES + 1
+    assert file.reads <= len(data) // CountingFile.read_bytes + 1
