@@ -51,6 +51,9 @@ CHANNEL_FIELDS = (
     "messages_uncommitted",
     "acks_uncommitted",
 )
+# A new queue's counts come in a later report of RabbitMQ's than its state and consumers
+# (null until then: a run under load saw them null with both consumers already shown).
+MESSAGE_COUNTS = ("messages", "messages_ready", "messages_unacknowledged")
 QUEUE_FIELDS = (
     "name",
     "type",
@@ -132,7 +135,8 @@ def _queue_fields(body: Any) -> Any:
     """QUEUE_FIELDS of a queue, or None while RabbitMQ shows only some of its figures
     (its message counts and its state and consumers come in different reports)."""
     fields = {n: body.get(n) for n in QUEUE_FIELDS}
-    return None if fields["state"] is None else fields
+    reported = (fields[n] is not None for n in ("state", *MESSAGE_COUNTS))
+    return fields if all(reported) else None
 
 
 def _named(s: Session, base: str) -> pika.BlockingConnection:
