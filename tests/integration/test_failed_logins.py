@@ -31,8 +31,12 @@ from tests.integration.conftest import RunningBroker
 
 TIMEOUT_S = 10
 FAILURES = 50
-REFUSAL_S_MAX = 1.0  # what "refused quickly" means here, on a loaded test machine
-SUCCESS_S_MAX = 1.0
+# What "quickly" means here, on a loaded test machine: the refusals' own delay is at most
+# auth.DELAY_S_MAX (0.5 s), and a lock-out or a delay that grows with the failures (50
+# here, 10 to 20 per address) passes 2.5 s. A fresh-clone run on 5 workers stalled all
+# of ten concurrent stream refusals for 1.18 s, past the 1.0 s this was.
+REFUSAL_S_MAX = 2.5
+SUCCESS_S_MAX = 2.5
 OTHER_ADDRESS = "127.0.0.2"
 USER, PASSWORD = "app", "app-secret"
 
