@@ -197,7 +197,8 @@ def columns_to_batch(
         exchange, routing_key, raw_properties, body = (
             spans.take(pa.array(np.arange(k, 5 * count, 5, dtype=np.int32))) for k in range(1, 5)
         )
-    fields = [*_fixed_columns(c, stream), _utf8(exchange), _utf8(routing_key), body]
+    fixed = _fixed_columns(c.offsets, c.timestamps_ms, stream)
+    fields = [*fixed, _utf8(exchange), _utf8(routing_key), body]
     if not properties:
         return pa.RecordBatch.from_arrays([*fields, *_no_properties(count, schema)], schema=schema)
     encoded = raw_properties.dictionary_encode()
@@ -245,11 +246,12 @@ def _converted(c: RecordColumns, stream: str) -> tuple[pa.Array, ...] | None:
     )
 
 
-def _fixed_columns(c: RecordColumns, stream: str) -> list[pa.Array]:
-    count = c.record_count
+def _fixed_columns(offsets: Ints, timestamps_ms: Ints, stream: str) -> list[pa.Array]:
+    """The offset, timestamp and stream columns (int64 offsets and times, as numpy)."""
+    count = len(offsets)
     return [
-        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(c.offsets)]),
-        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(c.timestamps_ms * 1000)]),
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, count, [None, pa.py_buffer(timestamps_ms * 1000)]),
         _repeated(stream, count),
     ]
 
@@ -362,26 +364,16 @@ def _spans_batches(
     count = len(spans.payloads)
     for lo in range(0, count, BATCH_RECORDS_MAX):
         hi = min(lo + BATCH_RECORDS_MAX, count)
-        n = hi - lo
         offsets = np.arange(spans.first_offset + lo, spans.first_offset + hi, dtype=np.int64)
-        stamps = np.full(n, spans.timestamp_ms * 1000, np.int64)
-        fields = [
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
-            pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(stamps)]),
-            _repeated(stream, n),
-            _repeated("", n),
-            _repeated(stream, n),
-            _take_spans(spans.data, spans.payloads[lo:hi], spans.ends[lo:hi]),
-        ]
-        if not properties:
-            rest = _no_properties(n, schema)
-        else:
-            decoded = [decode_properties(filter_properties(b""))]
-            same = pa.array(np.zeros(n, np.int32))
-            rest = [_properties_column(_properties_array(decoded), same)]
-            if include_headers:
-                rest.append(pa.array([decoded[0].get("headers")], HEADERS_TYPE).take(same))
-        yield pa.RecordBatch.from_arrays([*fields, *rest], schema=schema)
+        stamps = np.full(hi - lo, spans.timestamp_ms, np.int64)
+        body = _take_spans(spans.data, spans.payloads[lo:hi], spans.ends[lo:hi])
+        no_value = None
+        if properties:
+            no_value = pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(hi - lo, np.int32)), pa.array([b""], pa.binary())
+            )
+        fixed = _fixed_columns(offsets, stamps, stream)
+        yield _data_only_columns(fixed, body, stream, schema, include_headers, no_value)
 
 
 def _data_only_batch(
@@ -393,27 +385,40 @@ def _data_only_batch(
     properties: bool,
 ) -> pa.RecordBatch:
     """`to_batch` of records that `_data_only_payloads` accepted, without a Python object
-    per record: exchange "", the stream as routing key, the payload spans as bodies, and
-    properties that hold only the filter value (the record's routing key field), decoded
-    once per distinct filter value."""
-    count = c.record_count
-    fields = [
-        *_fixed_columns(c, stream),
-        _repeated("", count),
-        _repeated(stream, count),
-        _binary_spans(c, payloads, c.ends),
-    ]
-    if not properties:
+    per record: the payload spans as bodies, each record's filter value from its routing
+    key field."""
+    filters = None
+    if properties:
+        routing_key = c.positions + fmt.RECORD_HEADER_BYTES + c.exchange_lens
+        values = _binary_spans(c, routing_key, routing_key + c.routing_key_lens)
+        filters = values.dictionary_encode()
+    fixed = _fixed_columns(c.offsets, c.timestamps_ms, stream)
+    body = _binary_spans(c, payloads, c.ends)
+    return _data_only_columns(fixed, body, stream, schema, include_headers, filters)
+
+
+def _data_only_columns(
+    fixed: list[pa.Array],
+    body: pa.Array,
+    stream: str,
+    schema: pa.Schema,
+    include_headers: bool,
+    filters: pa.DictionaryArray | None,
+) -> pa.RecordBatch:
+    """The batch of data-section messages: the `fixed` columns, exchange "", the stream as
+    routing key, `body`, and properties that hold only the filter value (`filters`, per
+    row, dictionary-encoded: each distinct value decoded once; None: the read builds no
+    properties, they are null)."""
+    count = len(body)
+    fields = [*fixed, _repeated("", count), _repeated(stream, count), body]
+    if filters is None:
         return pa.RecordBatch.from_arrays([*fields, *_no_properties(count, schema)], schema=schema)
-    routing_key = c.positions + fmt.RECORD_HEADER_BYTES + c.exchange_lens
-    filters = _binary_spans(c, routing_key, routing_key + c.routing_key_lens)
-    encoded = filters.dictionary_encode()
-    raw = [filter_properties(value) for value in encoded.dictionary.to_pylist()]
-    decoded = [decode_properties(value) for value in raw]
-    arrays = [*fields, _properties_column(_properties_array(decoded), encoded.indices)]
+    values = filters.dictionary.to_pylist()
+    decoded = [decode_properties(filter_properties(value)) for value in values]
+    arrays = [*fields, _properties_column(_properties_array(decoded), filters.indices)]
     if include_headers:
         headers = pa.array([d.get("headers") for d in decoded], HEADERS_TYPE)
-        arrays.append(headers.take(encoded.indices))
+        arrays.append(headers.take(filters.indices))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
