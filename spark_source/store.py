@@ -14,12 +14,15 @@ Rules:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import http.client
 import json
 import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -165,39 +168,38 @@ class HttpStore:
         quoted = [urllib.parse.quote(p, safe="") for p in ("api", "stream-files", *parts)]
         return self.url.rstrip("/") + "/" + "/".join(quoted)
 
-    def _fetch(self, target: str, into: memoryview | None = None) -> bytes | int:
-        """The body of a GET of `target`; with `into`, read into it (the bytes read)."""
+    @contextlib.contextmanager
+    def _response(self, target: str) -> Iterator[http.client.HTTPResponse]:
+        """The response to a GET of `target`: FileNotFoundError for 404, OSError for
+        another HTTP error."""
         credentials = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         request = urllib.request.Request(target, headers={"Authorization": f"Basic {credentials}"})
         try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-                if into is None:
-                    return bytes(response.read())
-                done = 0
-                while done < len(into) and (got := response.readinto(into[done:])):
-                    done += got
-                return done
+            response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise FileNotFoundError(f"{target}: {exc.read()[:200]!r}") from exc
             raise OSError(f"{target}: HTTP {exc.code} {exc.read()[:200]!r}") from exc
+        with response:
+            yield response
 
-    def _text(self, target: str) -> bytes:
-        body = self._fetch(target)
-        assert isinstance(body, bytes)
-        return body
+    def _fetch(self, target: str) -> bytes:
+        with self._response(target) as response:
+            return bytes(response.read())
 
     def list_files(self) -> dict[str, int]:
-        listing = json.loads(self._text(self._path(self.vhost, self.stream)))
+        listing = json.loads(self._fetch(self._path(self.vhost, self.stream)))
         return {str(name): int(size) for name, size in listing["files"].items()}
 
     def get(self, name: str, position: int, length: int) -> bytes:
-        return self._text(self._range(name, position, length))
+        return self._fetch(self._range(name, position, length))
 
     def get_into(self, name: str, position: int, into: memoryview) -> int:
         """`get` into `into` (no bytes object of the range's size): the bytes read."""
-        done = self._fetch(self._range(name, position, len(into)), into)
-        assert isinstance(done, int)
+        done = 0
+        with self._response(self._range(name, position, len(into))) as response:
+            while done < len(into) and (got := response.readinto(into[done:])):
+                done += got
         return done
 
     def _range(self, name: str, position: int, length: int) -> str:
