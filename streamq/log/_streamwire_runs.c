@@ -101,11 +101,12 @@ put_record(RunOut *out, const ChunkEntries *c, const EntryValue *key,
            const unsigned char *message, size_t len)
 {
     if (out->spans != NULL) {
-        if (out->records == out->spans_max) {
-            return "more records than the chunk header's";
+        /* Past the header's count only counted: walk_entries refuses that count at the end,
+         * after a compressed batch further on has had its say, as chunk_run_records. */
+        if (out->records < out->spans_max) {
+            out->spans[2 * out->records] = (int64_t)(message - out->base);
+            out->spans[2 * out->records + 1] = (int64_t)(message + len - out->base);
         }
-        out->spans[2 * out->records] = (int64_t)(message - out->base);
-        out->spans[2 * out->records + 1] = (int64_t)(message + len - out->base);
         out->records += 1;
         return NULL;
     }
@@ -398,20 +399,17 @@ chunk_message_spans(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize
         return NULL;
     }
     PyObject *result = NULL;
-    /* Every record takes at least a 4-byte size in the entries: more is a bad header. */
-    if (c.num_records > c.data_length / ENTRY_SIZE_BYTES) {
-        PyErr_Format(PyExc_ValueError, "chunk at offset %llu: %llu records in %zu bytes",
-                     (unsigned long long)c.first_offset, (unsigned long long)c.num_records,
-                     c.data_length);
-        goto done;
-    }
+    /* Every record takes at least a 4-byte size in the entries: a header that says more
+     * is refused by the walk (which counts them all), and gets no room past that. */
+    uint64_t room = c.data_length / ENTRY_SIZE_BYTES;
+    uint64_t spans_max = c.num_records < room ? c.num_records : room;
     PyObject *spans = PyBytes_FromStringAndSize(
-        NULL, (Py_ssize_t)(c.num_records * 2 * sizeof(int64_t)));
+        NULL, (Py_ssize_t)(spans_max * 2 * sizeof(int64_t)));
     if (spans == NULL) {
         goto done;
     }
-    RunOut out = {NULL, NULL, 0, 0, (int64_t *)(void *)PyBytes_AS_STRING(spans),
-                  c.num_records, (const unsigned char *)view.buf};
+    RunOut out = {NULL, NULL, 0, 0, (int64_t *)(void *)PyBytes_AS_STRING(spans), spans_max,
+                  (const unsigned char *)view.buf};
     const char *error = walk_entries(&out, &c);
     if (error == NULL) {
         result = spans;

@@ -1,6 +1,7 @@
-"""Fuzz `_streamwire.chunk_run_records` (streamq/log/_streamwire_runs.c): it walks the
-entries of a chunk read from disk, so every byte of them may be bit rot (or, past the
-CRCs, anything a writer put there). AMQP 0-9-1 consumers of every version-2 stream run it.
+"""Fuzz `_streamwire.chunk_run_records` and `chunk_message_spans`
+(streamq/log/_streamwire_runs.c): they walk the entries of a chunk read from disk, so
+every byte of them may be bit rot (or, past the CRCs, anything a writer put there). AMQP
+0-9-1 consumers of every version-2 stream run the first, the Spark source the second.
 
 An input is `entries | records | runs | runs x (first, count, length code) | entries
 bytes`: the header's entry and record counts, filter value runs (a value of
@@ -10,6 +11,8 @@ Python reader it stands for (`chunk.iter_entries`, `batches.messages`,
 `chunk_segment.chunk_records` then `chunk_runs.chunk_run`): ValueError exactly where the
 Python path raises ChunkInvalid, None where it must take over (a value over 255 bytes, a
 compressed batch met before any malformed entry), else the same records byte for byte.
+The spans, which take no filter value, agree with the same reader without the runs:
+ValueError where it raises, None at a compressed batch, else each record's message.
 
 Run: pytest tests/fuzz/test_chunk_entries.py (bounded), or
 python -m tests.fuzz.soak chunk_entries -runs=1000000 (atheris soak, tools/fuzz.sh).
@@ -21,7 +24,7 @@ from typing import Final
 
 from streamq.log import batches, chunk, frame
 from streamq.log import format as fmt
-from streamq.log._streamwire import chunk_run_records
+from streamq.log._streamwire import chunk_message_spans, chunk_run_records
 from streamq.log.chunk import ChunkHeader, ChunkInvalid
 from streamq.log.chunk_runs import chunk_run
 from streamq.log.chunk_segment import chunk_records
@@ -86,11 +89,47 @@ def c_outcome(
     return "run", made[0] + made[1]
 
 
+def python_messages(entries: bytes, num_entries: int, num_records: int) -> tuple[str, bytes]:
+    """The Python reader's messages of the chunk, each behind its u32 length."""
+    header = ChunkHeader(0, num_entries, num_records, TIMESTAMP, 1, FIRST, 0, len(entries),
+                         0, 0)  # fmt: skip
+    data = bytes(HEAD + chunk.HEADER_BYTES) + entries
+    records: list[fmt.Record] = []
+    try:
+        for entry in chunk.iter_entries(data, HEAD, header):
+            if entry.batch and entry.compression:
+                return "none", b""
+            if entry.batch:
+                batches.messages(entry)
+        chunk_records(data, 0, header, FIRST, num_records, records)
+    except ChunkInvalid:
+        return "invalid", b""
+    if not records:
+        return "invalid", b""  # no entries: refused up front
+    return "run", b"".join(len(r.body).to_bytes(4, "little") + r.body for r in records)
+
+
+def c_messages(entries: bytes, num_entries: int, num_records: int) -> tuple[str, bytes]:
+    buffer = bytes(HEAD + chunk.HEADER_BYTES) + entries
+    try:
+        spans = chunk_message_spans(buffer, HEAD + chunk.HEADER_BYTES, len(entries),
+                                    num_entries, FIRST, num_records)  # fmt: skip
+    except ValueError:
+        return "invalid", b""
+    if spans is None:
+        return "none", b""
+    bounds = [int.from_bytes(spans[i : i + 8], "little") for i in range(0, len(spans), 8)]
+    pieces = [buffer[bounds[i] : bounds[i + 1]] for i in range(0, len(bounds), 2)]
+    return "run", b"".join(len(p).to_bytes(4, "little") + p for p in pieces)
+
+
 def fuzz_one(data: bytes) -> None:
     num_entries, num_records, runs, entries = parse_input(data)
     expected = python_outcome(entries, num_entries, num_records, runs)
     got = c_outcome(entries, num_entries, num_records, runs)
     assert got == expected, (got[0], expected[0])
+    spans = c_messages(entries, num_entries, num_records)
+    assert spans == python_messages(entries, num_entries, num_records), spans[0]
 
 
 def test_chunk_entries_bounded() -> None:
